@@ -1,0 +1,47 @@
+// ESLint flat config. Module boundaries (Nx tags): libs never import services, services never import
+// each other (they share only topics and schemas), nothing imports bench.
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+import nx from '@nx/eslint-plugin';
+
+export default tseslint.config(
+  {
+    ignores: [
+      '**/node_modules/**',
+      '**/dist/**',
+      '**/.nx/**',
+      'infra/local/.run/**',
+      '**/*.js',
+      '**/*.mjs',
+      'schemas/generated/**',
+    ],
+  },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    files: ['**/*.ts'],
+    plugins: { '@nx': nx },
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: [],
+          depConstraints: [
+            { sourceTag: 'type:lib', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
+            { sourceTag: 'type:schemas', onlyDependOnLibsWithTags: [] },
+            { sourceTag: 'type:service', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
+            { sourceTag: 'type:bench', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
+          ],
+        },
+      ],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-explicit-any': 'error',
+      'no-console': 'off',
+    },
+  },
+  {
+    files: ['**/test/**/*.ts', '**/*.spec.ts'],
+    rules: { '@typescript-eslint/no-non-null-assertion': 'off' },
+  },
+);

@@ -1,0 +1,4 @@
+export { testInfra, infraFromEnv, InfraUnavailableError, ENV_KEYS, type InfraEndpoints } from './infra';
+export { dockerAvailable, startContainers, type StartedInfra } from './containers';
+export { TestNamespace } from './namespace';
+export { eventually, Collector, AwaitTimeoutError } from './await';
