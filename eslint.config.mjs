@@ -13,7 +13,7 @@ export default tseslint.config(
       'infra/local/.run/**',
       '**/*.js',
       '**/*.mjs',
-      'schemas/generated/**',
+      'schemas/src/generated/**',
     ],
   },
   js.configs.recommended,

@@ -27,6 +27,7 @@ summary() {
 step "lint"; npm run -s lint
 step "typecheck"; npm run -s typecheck
 step "format"; npm run -s format:check
+step "schema compatibility gate"; npm run -s schemas:check
 step "unit tests"; npm run -s test:unit
 
 stop_infra=0

@@ -28,7 +28,7 @@ export class InfraUnavailableError extends Error {
         `Start the local stack (no Docker needed) with:\n` +
         `  eval "$(infra/local/stack.sh up)"\n` +
         `or run the whole suite, which starts and stops it for you:\n` +
-        `  npm run test:all`,
+        `  npm test`,
     );
     this.name = 'InfraUnavailableError';
   }

@@ -1,0 +1,320 @@
+import * as avsc from 'avsc';
+import { SchemaRegistry } from '@kafkajs/confluent-schema-registry';
+import {
+  schemaSet,
+  readProblems,
+  type AvroSchema,
+  type CompatibilityMode,
+  type EventName,
+  type EventsByName,
+  type SchemaSet,
+} from '@keyflow/schemas';
+import {
+  IncompatibleWriterSchemaError,
+  InvalidEventError,
+  MalformedPayloadError,
+  RegistryUnavailableError,
+  SchemaRegistrationError,
+  TombstoneError,
+  TopicNotRegisteredError,
+  UnexpectedEventError,
+  UnknownSchemaIdError,
+  type MessageLocation,
+} from './errors';
+import { parseWireFormat, toWireFormat } from './wire';
+import { subjectFor } from './subjects';
+
+/** A decoded event: its record name and its value, typed by the generated contracts. */
+export type DecodedEvent = {
+  [E in EventName]: { event: E; value: EventsByName[E]; schemaId: number };
+}[EventName];
+
+export interface CodecOptions {
+  /** Confluent-compatible registry base URL (Apicurio: `.../apis/ccompat/v7`). */
+  registryUrl: string;
+  /** Prefix of physical topic names per environment, e.g. `prod.` (default none). */
+  topicPrefix?: string;
+  /** Overrides the catalog's compatibility mode for every subject this codec registers. */
+  compatibility?: CompatibilityMode;
+  /** Registry HTTP timeout per request in ms (default 5 000). */
+  registryTimeoutMs?: number;
+  /**
+   * Pins the schema of a logical topic to something other than the latest versions (e.g. a consumer that has not
+   * upgraded yet, or a test of an older service's view). Keys are logical topics.
+   */
+  topicSchemas?: Record<string, AvroSchema>;
+}
+
+// Avro types are built with these options everywhere, so readers and writers agree:
+// - unions of several records are wrapped ({ 'dev.keyflow.events.X': {...} }), nullable unions are not;
+// - longs stay avsc's default: decoding a long beyond 2^53 throws "potential precision loss" (never silently
+//   rounded), which surfaces as MalformedPayloadError.
+// A fresh options object per call: avsc stores its name registry in the options it is given.
+const typeOpts = (): Partial<avsc.ForSchemaOptions> =>
+  ({ wrapUnions: 'auto', omitRecordMethods: true }) as never;
+
+interface TopicReader {
+  subject: string;
+  logical: string;
+  reader: avsc.Type;
+  /** Schema id this service registered for the topic: data it wrote needs no resolver. */
+  registeredId: number;
+  isUnion: boolean;
+  /** Record full name -> short event name, for the events this reader accepts. */
+  events: Map<string, EventName>;
+}
+
+/**
+ * Avro codec over the schema registry, in the Confluent wire format (magic byte 0, 4-byte big-endian schema id,
+ * Avro binary body; Confluent docs "Wire format").
+ *
+ * - Subjects follow TopicNameStrategy: `<physical topic>-value` (the Java serializers' default), see `subjects.ts`.
+ * - `registerTopics` sets each subject's compatibility explicitly (catalog default BACKWARD_TRANSITIVE) and registers
+ *   this service's schema; a rejection throws {@link SchemaRegistrationError} with the registry's reason, so a
+ *   service with an incompatible schema fails at startup.
+ * - Writer schemas are cached by id forever (ids are immutable), and resolvers per (writer id, topic), so no
+ *   schema or resolver is built per message; concurrent first look-ups of one id share one registry call; a
+ *   registry outage does not affect ids already cached.
+ */
+export class EventCodec {
+  private readonly registry: SchemaRegistry;
+  private readonly set: SchemaSet;
+  private readonly prefix: string;
+  private readonly topics = new Map<string, TopicReader>();
+  private readonly writers = new Map<number, Promise<avsc.Type>>();
+  private readonly writersReady = new Map<number, avsc.Type>();
+  private readonly resolvers = new Map<string, avsc.Resolver | null>();
+  /** Registry round trips made for schema ids (for tests and metrics). */
+  registryLookups = 0;
+
+  constructor(private readonly opts: CodecOptions) {
+    this.registry = new SchemaRegistry({
+      host: opts.registryUrl,
+      retry: { retries: 1, initialRetryTimeInSecs: 0.1, maxRetryTimeInSecs: 1 },
+      clientId: 'keyflow',
+    });
+    this.set = schemaSet();
+    this.prefix = opts.topicPrefix ?? '';
+  }
+
+  /** Physical topic name of a logical one (`task.results` -> `<prefix>task.results`). */
+  physical(logicalTopic: string): string {
+    return `${this.prefix}${logicalTopic}`;
+  }
+
+  /**
+   * Registers the schema of each logical topic under its subject, after setting the subject's compatibility mode.
+   * @returns schema id per logical topic.
+   * @throws SchemaRegistrationError when the registry rejects a schema (incompatible, invalid), naming the subject.
+   * @throws RegistryUnavailableError when the registry cannot be reached.
+   */
+  async registerTopics(logicalTopics: string[]): Promise<Map<string, number>> {
+    const ids = new Map<string, number>();
+    for (const logical of logicalTopics) {
+      const entry = this.set.topic(logical);
+      const schema = this.opts.topicSchemas?.[logical] ?? this.set.topicSchema(logical);
+      const subject = subjectFor(this.physical(logical));
+      const mode = this.opts.compatibility ?? entry.compatibility;
+      await this.setCompatibility(subject, mode);
+      const id = await this.registerSchema(subject, schema);
+      const reader = avsc.Type.forSchema(schema as avsc.Schema, typeOpts());
+      const events = new Map<string, EventName>(
+        entry.events.map((e) => [`dev.keyflow.events.${e}`, e as EventName] as const),
+      );
+      this.topics.set(logical, {
+        subject,
+        logical,
+        reader,
+        registeredId: id,
+        isUnion: entry.events.length > 1,
+        events,
+      });
+      this.writersReady.set(id, reader);
+      this.writers.set(id, Promise.resolve(reader));
+      ids.set(logical, id);
+    }
+    return ids;
+  }
+
+  /** Sets a subject's compatibility mode (PUT /config/{subject}); Apicurio needs this before the first register. */
+  async setCompatibility(subject: string, mode: CompatibilityMode): Promise<void> {
+    let res: Response;
+    try {
+      res = await fetch(`${this.opts.registryUrl}/config/${encodeURIComponent(subject)}`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
+        body: JSON.stringify({ compatibility: mode }),
+        signal: AbortSignal.timeout(this.opts.registryTimeoutMs ?? 5_000),
+      });
+    } catch (e) {
+      throw new RegistryUnavailableError(`PUT /config/${subject}`, e);
+    }
+    if (res.status >= 500)
+      throw new RegistryUnavailableError(`PUT /config/${subject}`, new Error(`HTTP ${res.status}`));
+    if (!res.ok)
+      throw new SchemaRegistrationError(
+        subject,
+        `setting compatibility ${mode}: HTTP ${res.status} ${await res.text()}`,
+      );
+  }
+
+  /**
+   * Encodes an event for a registered logical topic: wire header with this service's schema id, then Avro binary.
+   * Synchronous: no registry call.
+   * @throws TopicNotRegisteredError, UnexpectedEventError (the topic does not carry that event),
+   *         InvalidEventError (value does not match the schema; names the fields).
+   */
+  encode<E extends EventName>(logicalTopic: string, event: E, value: EventsByName[E]): Buffer {
+    const t = this.topics.get(logicalTopic);
+    if (!t) throw new TopicNotRegisteredError(logicalTopic);
+    const fullName = `dev.keyflow.events.${event}`;
+    if (!t.events.has(fullName))
+      throw new UnexpectedEventError(
+        { topic: this.physical(logicalTopic), partition: -1, offset: '-1' },
+        `${logicalTopic} does not carry ${event}`,
+      );
+    const datum = t.isUnion ? { [fullName]: value } : value;
+    let body: Buffer;
+    try {
+      body = t.reader.toBuffer(datum);
+    } catch {
+      const paths: string[] = [];
+      t.reader.isValid(datum, {
+        errorHook: (path, v) => paths.push(`${path.join('.') || '(root)'} = ${JSON.stringify(v)}`),
+      });
+      throw new InvalidEventError(event, paths);
+    }
+    return toWireFormat(t.registeredId, body);
+  }
+
+  /**
+   * Decodes a message value read from a registered logical topic, resolving the writer's schema to this
+   * service's reader schema (defaults applied to fields the writer did not have).
+   * @throws TombstoneError, MissingMagicByteError, UnknownSchemaIdError, MalformedPayloadError,
+   *         IncompatibleWriterSchemaError, UnexpectedEventError (all non-retryable, with the location);
+   *         RegistryUnavailableError (retryable) when the writer id is not cached and the registry is down.
+   */
+  async decode(logicalTopic: string, value: Buffer | null, location: MessageLocation): Promise<DecodedEvent> {
+    const t = this.topics.get(logicalTopic);
+    if (!t) throw new TopicNotRegisteredError(logicalTopic);
+    if (value === null)
+      throw new TombstoneError(location, 'null value (tombstone) where an event is required');
+    const { schemaId, body } = parseWireFormat(value, location);
+    const writer = this.writersReady.get(schemaId) ?? (await this.writerType(schemaId, location));
+    const resolver = this.resolver(t, schemaId, writer, location);
+    let datum: unknown;
+    try {
+      datum = resolver ? t.reader.fromBuffer(body, resolver) : t.reader.fromBuffer(body);
+    } catch (e) {
+      throw new MalformedPayloadError(
+        location,
+        `Avro body (schema id ${schemaId}, ${body.length} bytes): ${(e as Error).message}`,
+        { cause: e },
+      );
+    }
+    if (!t.isUnion) return { event: [...t.events.values()][0], value: datum, schemaId } as DecodedEvent;
+    const [fullName] = Object.keys(datum as object);
+    const event = t.events.get(fullName);
+    if (!event)
+      throw new UnexpectedEventError(location, `record ${fullName} is not an event of ${logicalTopic}`);
+    return { event, value: (datum as Record<string, unknown>)[fullName], schemaId } as DecodedEvent;
+  }
+
+  private async writerType(schemaId: number, location: MessageLocation): Promise<avsc.Type> {
+    let pending = this.writers.get(schemaId);
+    if (!pending) {
+      this.registryLookups++;
+      pending = this.registry
+        .getSchema(schemaId)
+        .then((s) => avsc.Type.forSchema((s as unknown as avsc.Type).schema() as avsc.Schema, typeOpts()));
+      this.writers.set(schemaId, pending);
+      // A failed look-up is not cached: the next message asks again.
+      pending.then((t) => this.writersReady.set(schemaId, t)).catch(() => this.writers.delete(schemaId));
+    }
+    try {
+      return await pending;
+    } catch (e) {
+      // 404 is a definite answer. The client reports network failures as status 400 (mappersmith), and 5xx is
+      // the registry's own trouble: both may clear, so they are retryable.
+      if ((e as { status?: number }).status === 404) throw new UnknownSchemaIdError(location, schemaId);
+      throw new RegistryUnavailableError(`GET /schemas/ids/${schemaId}`, e);
+    }
+  }
+
+  private resolver(
+    t: TopicReader,
+    schemaId: number,
+    writer: avsc.Type,
+    location: MessageLocation,
+  ): avsc.Resolver | null {
+    if (schemaId === t.registeredId) return null;
+    const key = `${schemaId}|${t.logical}`;
+    if (this.resolvers.has(key)) return this.resolvers.get(key)!;
+    let resolver: avsc.Resolver;
+    try {
+      resolver = t.reader.createResolver(writer);
+    } catch (e) {
+      throw new IncompatibleWriterSchemaError(
+        location,
+        `writer schema id ${schemaId} cannot be read as ${t.subject}: ${(e as Error).message}`,
+      );
+    }
+    this.resolvers.set(key, resolver);
+    return resolver;
+  }
+
+  /** Names the fields that break Avro resolution against the subject's latest version (the registry may not). */
+  private async explainIncompatibility(subject: string, schema: AvroSchema): Promise<string> {
+    try {
+      const res = await fetch(
+        `${this.opts.registryUrl}/subjects/${encodeURIComponent(subject)}/versions/latest`,
+      );
+      const latest = JSON.parse(((await res.json()) as { schema: string }).schema) as AvroSchema;
+      const problems = [
+        ...readProblems(schema, latest).map(
+          (p) => `new schema cannot read old data at ${p.path}: ${p.reason}`,
+        ),
+        ...readProblems(latest, schema).map(
+          (p) => `old schema cannot read new data at ${p.path}: ${p.reason}`,
+        ),
+      ];
+      return problems.length ? `; by Avro schema resolution: ${problems.join('; ')}` : '';
+    } catch {
+      return '';
+    }
+  }
+
+  /**
+   * POST /subjects/{subject}/versions. Done over HTTP here because @kafkajs/confluent-schema-registry's register()
+   * only accepts a named record as an Avro schema, and TopicNameStrategy needs top-level unions for multi-event topics.
+   * @throws SchemaRegistrationError on 409 (incompatible) or 422 (invalid), with the registry's message.
+   */
+  private async registerSchema(subject: string, schema: AvroSchema): Promise<number> {
+    const path = `/subjects/${encodeURIComponent(subject)}/versions`;
+    let res: Response;
+    try {
+      res = await fetch(`${this.opts.registryUrl}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
+        body: JSON.stringify({ schema: JSON.stringify(schema) }),
+        signal: AbortSignal.timeout(this.opts.registryTimeoutMs ?? 5_000),
+      });
+    } catch (e) {
+      throw new RegistryUnavailableError(`POST ${path}`, e);
+    }
+    const text = await res.text();
+    if (res.status >= 500)
+      throw new RegistryUnavailableError(`POST ${path}`, new Error(`HTTP ${res.status}: ${text}`));
+    if (!res.ok) {
+      let reason = text;
+      try {
+        reason = (JSON.parse(text) as { message?: string }).message ?? text;
+      } catch {
+        /* not JSON: keep the text */
+      }
+      if (res.status === 409) reason += await this.explainIncompatibility(subject, schema);
+      throw new SchemaRegistrationError(subject, `HTTP ${res.status}: ${reason}`);
+    }
+    return (JSON.parse(text) as { id: number }).id;
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * Typed errors of the contracts layer. Every error has a stable `code` and says whether retrying can help
+ * (`retryable`): a consumer retries a retryable one (the registry may come back) and sends a non-retryable one
+ * to the DLQ with `reason` and the message's location as triage metadata.
+ */
+export type ContractErrorCode =
+  | 'TOMBSTONE'
+  | 'MISSING_MAGIC_BYTE'
+  | 'UNKNOWN_SCHEMA_ID'
+  | 'MALFORMED_PAYLOAD'
+  | 'INCOMPATIBLE_WRITER_SCHEMA'
+  | 'UNEXPECTED_EVENT'
+  | 'REGISTRY_UNAVAILABLE'
+  | 'SCHEMA_REGISTRATION_REJECTED'
+  | 'INVALID_EVENT'
+  | 'TOPIC_NOT_REGISTERED';
+
+export abstract class ContractError extends Error {
+  abstract readonly code: ContractErrorCode;
+  abstract readonly retryable: boolean;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Where a message came from: what the DLQ's triage headers record. */
+export interface MessageLocation {
+  topic: string;
+  partition: number;
+  /** Kafka offset, as a decimal string (offsets are int64). */
+  offset: string;
+}
+
+/** A message value that cannot be turned into an event. `reason` is a short human sentence. */
+export abstract class DecodeError extends ContractError {
+  constructor(
+    readonly location: MessageLocation,
+    readonly reason: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`cannot decode ${location.topic}[${location.partition}]@${location.offset}: ${reason}`, options);
+  }
+}
+
+/** A null value (tombstone) where an event is required. Not retryable. */
+export class TombstoneError extends DecodeError {
+  readonly code = 'TOMBSTONE' as const;
+  readonly retryable = false;
+}
+
+/** Bytes that do not start with the Confluent wire format header (magic byte 0 + 4-byte schema id). Not retryable. */
+export class MissingMagicByteError extends DecodeError {
+  readonly code = 'MISSING_MAGIC_BYTE' as const;
+  readonly retryable = false;
+}
+
+/** The schema id in the header is not known to the registry (HTTP 404). Not retryable. */
+export class UnknownSchemaIdError extends DecodeError {
+  readonly code = 'UNKNOWN_SCHEMA_ID' as const;
+  readonly retryable = false;
+  constructor(
+    location: MessageLocation,
+    readonly schemaId: number,
+  ) {
+    super(location, `schema id ${schemaId} is unknown to the registry`);
+  }
+}
+
+/** The Avro body is truncated, has trailing bytes, or holds a value that cannot be represented (e.g. a long above 2^53). */
+export class MalformedPayloadError extends DecodeError {
+  readonly code = 'MALFORMED_PAYLOAD' as const;
+  readonly retryable = false;
+}
+
+/** The writer's schema cannot be resolved to this service's reader schema (Avro schema resolution fails). */
+export class IncompatibleWriterSchemaError extends DecodeError {
+  readonly code = 'INCOMPATIBLE_WRITER_SCHEMA' as const;
+  readonly retryable = false;
+}
+
+/** The message is a valid event, but not one this topic's reader schema lists. */
+export class UnexpectedEventError extends DecodeError {
+  readonly code = 'UNEXPECTED_EVENT' as const;
+  readonly retryable = false;
+}
+
+/** The registry could not be reached (network error or HTTP 5xx) for a schema that is not cached. Retryable. */
+export class RegistryUnavailableError extends ContractError {
+  readonly code = 'REGISTRY_UNAVAILABLE' as const;
+  readonly retryable = true;
+  constructor(
+    readonly operation: string,
+    cause: unknown,
+  ) {
+    super(`schema registry unavailable during ${operation}: ${(cause as Error)?.message ?? String(cause)}`, {
+      cause,
+    });
+  }
+}
+
+/** The registry refused a schema at startup (incompatible with the subject's history, or invalid). Not retryable. */
+export class SchemaRegistrationError extends ContractError {
+  readonly code = 'SCHEMA_REGISTRATION_REJECTED' as const;
+  readonly retryable = false;
+  constructor(
+    readonly subject: string,
+    readonly registryReason: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`the registry rejected the schema for subject ${subject}: ${registryReason}`, options);
+  }
+}
+
+/** A value to encode does not match its schema; `paths` names the offending fields. Not retryable. */
+export class InvalidEventError extends ContractError {
+  readonly code = 'INVALID_EVENT' as const;
+  readonly retryable = false;
+  constructor(
+    readonly event: string,
+    readonly paths: string[],
+  ) {
+    super(`invalid ${event}: ${paths.length ? paths.join('; ') : 'does not match its schema'}`);
+  }
+}
+
+/** encode() was called for a topic whose schema was not registered by registerTopics(). A programming error. */
+export class TopicNotRegisteredError extends ContractError {
+  readonly code = 'TOPIC_NOT_REGISTERED' as const;
+  readonly retryable = false;
+  constructor(readonly topic: string) {
+    super(`topic ${topic} has no registered schema: call registerTopics([...]) at startup`);
+  }
+}

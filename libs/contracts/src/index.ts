@@ -1,0 +1,5 @@
+export { EventCodec, type CodecOptions, type DecodedEvent } from './codec';
+export { newMetadata, type MetadataInput } from './metadata';
+export { subjectFor } from './subjects';
+export { parseWireFormat, toWireFormat, MAGIC_BYTE, HEADER_BYTES } from './wire';
+export * from './errors';

@@ -1,0 +1,35 @@
+import { MissingMagicByteError, type MessageLocation } from './errors';
+
+/** Confluent wire format: byte 0 is the magic byte 0, bytes 1-4 the schema id (big-endian int32), then the body. */
+export const MAGIC_BYTE = 0;
+export const HEADER_BYTES = 5;
+
+/**
+ * Splits a Confluent-framed value into schema id and body (Confluent docs, "Wire format").
+ * @throws MissingMagicByteError when the value is shorter than the header or byte 0 is not 0.
+ */
+export function parseWireFormat(
+  value: Buffer,
+  location: MessageLocation,
+): { schemaId: number; body: Buffer } {
+  if (value.length < HEADER_BYTES)
+    throw new MissingMagicByteError(
+      location,
+      `${value.length} bytes: shorter than the 5-byte header (magic byte 0 + schema id)`,
+    );
+  if (value[0] !== MAGIC_BYTE)
+    throw new MissingMagicByteError(
+      location,
+      `first byte is 0x${value[0].toString(16).padStart(2, '0')}, not the magic byte 0x00`,
+    );
+  return { schemaId: value.readInt32BE(1), body: value.subarray(HEADER_BYTES) };
+}
+
+/** Frames an Avro body with the wire header for `schemaId`. */
+export function toWireFormat(schemaId: number, body: Buffer): Buffer {
+  const out = Buffer.allocUnsafe(HEADER_BYTES + body.length);
+  out[0] = MAGIC_BYTE;
+  out.writeInt32BE(schemaId, 1);
+  body.copy(out, HEADER_BYTES);
+  return out;
+}
