@@ -78,7 +78,14 @@ fetch_registry() {
 
 # ---------- process bookkeeping ----------
 pid_of() { local f="$RUN_DIR/$1.pid"; [[ -f "$f" ]] && cat "$f" || true; }
-alive() { local p; p="$(pid_of "$1")"; [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null; }
+# Alive = the process exists and is not a zombie (an orphan killed with SIGKILL may stay a zombie where
+# nothing reaps it, and kill -0 still succeeds on it).
+alive() {
+  local p st; p="$(pid_of "$1")"
+  [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null || return 1
+  st="$(ps -o stat= -p "$p" 2>/dev/null || true)"
+  [[ -n "$st" && "$st" != Z* ]]
+}
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 stop_pid() { # name grace_s
@@ -105,7 +112,7 @@ fail_start() { # name logfile reason
 kafka_cp() { echo "$KAFKA_HOME/libs/*"; }
 kafka_ready() {
   # A real metadata round trip (DescribeCluster), not just an open port.
-  java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/log4j2.properties" -Dkafka.logs.dir="$RUN_DIR/kafka" \
+  java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/tools-log4j2.properties" \
     org.apache.kafka.tools.ClusterTool cluster-id --bootstrap-server "127.0.0.1:$KAFKA_PORT" >/dev/null 2>&1
 }
 
@@ -141,7 +148,7 @@ EOF
   if [[ ! -f "$dir/data/meta.properties" ]]; then
     local cid; cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)"
     log "formatting KRaft storage (cluster id $cid)"
-    java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/log4j2.properties" -Dkafka.logs.dir="$dir" \
+    java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/tools-log4j2.properties" \
       kafka.tools.StorageTool format --standalone --ignore-formatted --cluster-id "$cid" --config "$props" \
       >"$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; die "kafka storage format failed"; }
   fi

@@ -13,15 +13,17 @@ export function render(): { types: string; catalogPage: string } {
   const events = [...versions.keys()].filter((e) => !catalog.sharedTypes.includes(e));
   const latest = events.map((e) => versions.get(e)!.at(-1)!);
 
-  const warn = process.emitWarning;
-  process.emitWarning = () => undefined; // @ovotech/avro-ts calls deprecated TypeScript factory functions
+  // @ovotech/avro-ts calls deprecated TypeScript factory functions, which warn on every run.
+  const [emitWarning, consoleWarn] = [process.emitWarning, console.warn];
+  process.emitWarning = () => undefined;
+  console.warn = () => undefined;
   const generated = toTypeScript(
     composeSchema(
       latest.map((v) => v.schema),
       shared,
     ) as never,
   );
-  process.emitWarning = warn;
+  [process.emitWarning, console.warn] = [emitWarning, consoleWarn];
   // Keep the namespace of interfaces; drop the generator's wrapped-union alias of the root (unused, 300 lines).
   const body = generated.replace(/export type AvroType = [\s\S]*?;\n(?=\nexport namespace)/, '');
   const aliases = [...catalog.sharedTypes, 'TaskError', ...events].map(
