@@ -1,0 +1,2 @@
+export { retryPolicy, backoffCapMs, backoffDelayMs, shouldRetry, InvalidRetryPolicyError } from './retry';
+export type { RetryPolicy, RetryPolicyInput } from './retry';
