@@ -1,0 +1,2 @@
+export { IdempotencyStore, IdempotencyStoreUnavailableError } from './store';
+export type { BeginResult, Lease, IdempotencyStoreOptions } from './store';

@@ -1,0 +1,67 @@
+import { TestNamespace } from '@keyflow/testing';
+import { IdempotencyStore, IdempotencyStoreUnavailableError } from '../../src';
+import Redis from 'ioredis';
+
+describe('the Redis idempotency store', () => {
+  const ns = new TestNamespace('idem');
+  afterAll(() => ns.cleanup());
+  const store = (leaseMs = 5_000) =>
+    new IdempotencyStore<{ out: number }>(ns.redis(), { keyPrefix: ns.redisPrefix('idem:'), leaseMs });
+
+  it('gives the lease to one of many concurrent callers; the others see it running', async () => {
+    const s = store();
+    const results = await Promise.all(Array.from({ length: 20 }, () => s.begin('task-a')));
+    expect(results.filter((r) => r.state === 'acquired')).toHaveLength(1);
+    const others = results.filter((r) => r.state === 'running');
+    expect(others).toHaveLength(19);
+    expect(others.every((r) => r.state === 'running' && r.expiresInMs > 0 && r.expiresInMs <= 5_000)).toBe(
+      true,
+    );
+  });
+
+  it('a completed task answers later begins with its stored result', async () => {
+    const s = store();
+    const first = await s.begin('task-b');
+    if (first.state !== 'acquired') throw new Error('expected the lease');
+    await expect(s.complete(first.lease, { out: 42 })).resolves.toBe(true);
+    await expect(s.begin('task-b')).resolves.toEqual({ state: 'completed', result: { out: 42 } });
+  });
+
+  it('a holder whose lease expired and was taken over can neither renew nor overwrite', async () => {
+    const s = store(100);
+    const first = await s.begin('task-c');
+    if (first.state !== 'acquired') throw new Error('expected the lease');
+    let second = await s.begin('task-c');
+    while (second.state === 'running') {
+      await new Promise((r) => setTimeout(r, second.state === 'running' ? second.expiresInMs + 5 : 0));
+      second = await s.begin('task-c');
+    }
+    if (second.state !== 'acquired') throw new Error('expected the lease after expiry');
+    await expect(s.renew(first.lease)).resolves.toBe(false);
+    await expect(s.complete(first.lease, { out: 1 })).resolves.toBe(false);
+    await expect(s.complete(second.lease, { out: 2 })).resolves.toBe(true);
+    await expect(s.begin('task-c')).resolves.toEqual({ state: 'completed', result: { out: 2 } });
+  });
+
+  it('a released lease lets the task run again', async () => {
+    const s = store();
+    const first = await s.begin('task-d');
+    if (first.state !== 'acquired') throw new Error('expected the lease');
+    await s.release(first.lease);
+    await expect(s.begin('task-d')).resolves.toMatchObject({ state: 'acquired' });
+  });
+
+  it('says Redis is unavailable, as a retryable error, when it does not answer', async () => {
+    const dead = new Redis('redis://127.0.0.1:1', {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
+    const s = new IdempotencyStore(dead, { keyPrefix: 'x:' });
+    const err = await s.begin('k').catch((e) => e);
+    expect(err).toBeInstanceOf(IdempotencyStoreUnavailableError);
+    expect(err.retryable).toBe(true);
+    dead.disconnect();
+  });
+});
