@@ -1,0 +1,17 @@
+export { createLogger, type Logger } from './logger';
+export {
+  createMetricsRegistry,
+  metric,
+  LATENCY_BUCKETS_S,
+  Registry,
+  Counter,
+  Gauge,
+  Histogram,
+} from './metrics';
+export {
+  parseTraceparent,
+  childTraceContext,
+  traceFromHeaders,
+  traceToHeaders,
+  type TraceContext,
+} from './trace';

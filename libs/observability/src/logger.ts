@@ -1,0 +1,18 @@
+import pino, { type Logger } from 'pino';
+
+export type { Logger } from 'pino';
+
+/**
+ * The process logger: JSON lines on stdout (pino), level from LOG_LEVEL (default info). Child loggers carry
+ * `correlationId` (the run), `causationId`, `topic`, `partition`, `offset` so one run can be followed across services.
+ * Fields named in `redact` (PII) are replaced with "[redacted]".
+ */
+export function createLogger(service: string, opts: { level?: string; redact?: string[] } = {}): Logger {
+  return pino({
+    name: service,
+    level: opts.level ?? process.env.LOG_LEVEL ?? 'info',
+    base: { service, pid: process.pid },
+    redact: { paths: opts.redact ?? ['*.password', '*.email', '*.authorization'], censor: '[redacted]' },
+    timestamp: pino.stdTimeFunctions.isoTime,
+  });
+}
