@@ -1,0 +1,40 @@
+import { Kafka, logLevel, type KafkaConfig, type Producer } from 'kafkajs';
+import type { Logger } from '@keyflow/observability';
+
+const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
+  [logLevel.ERROR]: 'error',
+  [logLevel.WARN]: 'warn',
+  [logLevel.INFO]: 'info',
+  [logLevel.DEBUG]: 'debug',
+};
+
+/** A kafkajs client whose own logs go to our structured logger (WARN and above by default). */
+export function createKafka(
+  opts: { brokers: string[]; clientId: string; logger: Logger; level?: logLevel } & Partial<KafkaConfig>,
+): Kafka {
+  const { brokers, clientId, logger, level, ...rest } = opts;
+  return new Kafka({
+    brokers,
+    clientId,
+    logLevel: level ?? logLevel.WARN,
+    retry: { retries: 8, initialRetryTime: 100, maxRetryTime: 5_000 },
+    logCreator: () => (entry) => {
+      const { message, ...extra } = entry.log;
+      logger[LEVELS[entry.level] ?? 'info']({ kafkajs: entry.namespace, ...extra }, message);
+    },
+    ...rest,
+  });
+}
+
+/**
+ * The producer every service uses for events: idempotent (KIP-98: no duplicates or reordering from producer
+ * retries), acks=all on every send (set per send), one request in flight per connection to keep order on retries.
+ */
+export function createIdempotentProducer(kafka: Kafka, transactionalId?: string): Producer {
+  return kafka.producer({
+    idempotent: true,
+    maxInFlightRequests: 1,
+    allowAutoTopicCreation: false,
+    ...(transactionalId ? { transactionalId } : {}),
+  });
+}

@@ -1,0 +1,153 @@
+import { hostname } from 'node:os';
+import type { IHeaders, Kafka, Producer } from 'kafkajs';
+import type { Logger } from '@keyflow/observability';
+import type { ConsumedMessage } from './ordered-consumer';
+
+/** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
+export const DLQ_HEADERS = {
+  originalTopic: 'x-dlq-original-topic',
+  originalPartition: 'x-dlq-original-partition',
+  originalOffset: 'x-dlq-original-offset',
+  errorClass: 'x-dlq-error-class',
+  errorMessage: 'x-dlq-error-message',
+  attempts: 'x-dlq-attempts',
+  firstFailureAt: 'x-dlq-first-failure-at',
+  lastFailureAt: 'x-dlq-last-failure-at',
+  consumerGroup: 'x-dlq-consumer-group',
+  host: 'x-dlq-host',
+  redriveCount: 'x-dlq-redrive-count',
+} as const;
+
+const OURS = new Set<string>(Object.values(DLQ_HEADERS));
+
+export interface DeadLetter {
+  errorClass: string;
+  errorMessage: string;
+  attempts: number;
+  firstFailureAt: number;
+  lastFailureAt: number;
+  consumerGroup: string;
+}
+
+/** `task.extract` -> `task.extract.dlq`. */
+export const dlqTopicFor = (topic: string) => `${topic}.dlq`;
+
+export function header(headers: IHeaders | undefined, name: string): string | undefined {
+  const v = headers?.[name];
+  if (v === undefined || v === null) return undefined;
+  return Array.isArray(v) ? v.at(-1)?.toString() : v.toString();
+}
+
+/**
+ * Publishes the original bytes and key to `<topic>.dlq` with triage headers, keeping the original headers
+ * (trace context, earlier redrive count). acks=all: it returns only once the DLQ record is durable, so the
+ * caller may then commit past the original.
+ */
+export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: DeadLetter): Promise<void> {
+  const headers: IHeaders = {
+    ...m.headers,
+    [DLQ_HEADERS.originalTopic]: m.topic,
+    [DLQ_HEADERS.originalPartition]: String(m.partition),
+    [DLQ_HEADERS.originalOffset]: m.offset,
+    [DLQ_HEADERS.errorClass]: dl.errorClass,
+    [DLQ_HEADERS.errorMessage]: dl.errorMessage.slice(0, 4_000),
+    [DLQ_HEADERS.attempts]: String(dl.attempts),
+    [DLQ_HEADERS.firstFailureAt]: String(dl.firstFailureAt),
+    [DLQ_HEADERS.lastFailureAt]: String(dl.lastFailureAt),
+    [DLQ_HEADERS.consumerGroup]: dl.consumerGroup,
+    [DLQ_HEADERS.host]: `${hostname()}/${process.pid}`,
+  };
+  await producer.send({
+    topic: dlqTopicFor(m.topic),
+    acks: -1,
+    messages: [{ key: m.key, value: m.value, headers }],
+  });
+}
+
+export interface RedriveFilter {
+  /** Only records with this key. */
+  key?: string;
+  /** Only records whose error class is this. */
+  errorClass?: string;
+  /** Only records whose last failure is at or after / before these times (ms since epoch). */
+  fromMs?: number;
+  toMs?: number;
+}
+
+export interface RedriveReport {
+  scanned: number;
+  moved: number;
+  /** Moved records per original topic. */
+  byTopic: Record<string, number>;
+  skipped: number;
+}
+
+/**
+ * Re-publishes the DLQ records that match `filter` to their original topic, with their original key, bytes
+ * and headers (so the idempotency key inside the payload is kept), minus the triage headers, plus
+ * `x-dlq-redrive-count`. Reads the DLQ from the beginning up to its end offsets at the start of the call, at most
+ * `ratePerSec` records per second. Records may be redriven more than once; the idempotency layer makes that safe.
+ */
+export async function redrive(
+  kafka: Kafka,
+  opts: { dlqTopic: string; filter?: RedriveFilter; ratePerSec?: number; logger: Logger; producer: Producer },
+): Promise<RedriveReport> {
+  const { dlqTopic, filter = {}, ratePerSec = 100 } = opts;
+  const admin = kafka.admin();
+  await admin.connect();
+  const ends = await admin.fetchTopicOffsets(dlqTopic);
+  await admin.disconnect();
+  const remaining = new Map(
+    ends.filter((e) => BigInt(e.high) > BigInt(e.low)).map((e) => [e.partition, BigInt(e.high)]),
+  );
+  const report: RedriveReport = { scanned: 0, moved: 0, byTopic: {}, skipped: 0 };
+  if (remaining.size === 0) return report;
+
+  const consumer = kafka.consumer({
+    groupId: `keyflow-redrive-${dlqTopic}-${Date.now()}-${process.pid}`,
+    readUncommitted: false,
+  });
+  const minGapMs = 1_000 / ratePerSec;
+  let nextSendAt = Date.now();
+  await consumer.connect();
+  await consumer.subscribe({ topic: dlqTopic, fromBeginning: true });
+  await new Promise<void>((resolve, reject) => {
+    consumer
+      .run({
+        autoCommit: false,
+        eachMessage: async ({ partition, message }) => {
+          const end = remaining.get(partition);
+          if (end === undefined || BigInt(message.offset) >= end) return;
+          report.scanned++;
+          const h = message.headers ?? {};
+          const last = Number(header(h, DLQ_HEADERS.lastFailureAt) ?? 0);
+          const matches =
+            (filter.key === undefined || message.key?.toString() === filter.key) &&
+            (filter.errorClass === undefined || header(h, DLQ_HEADERS.errorClass) === filter.errorClass) &&
+            (filter.fromMs === undefined || last >= filter.fromMs) &&
+            (filter.toMs === undefined || last < filter.toMs);
+          const original = header(h, DLQ_HEADERS.originalTopic);
+          if (matches && original) {
+            const wait = nextSendAt - Date.now();
+            if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+            nextSendAt = Math.max(Date.now(), nextSendAt) + minGapMs;
+            const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
+            kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
+            await opts.producer.send({
+              topic: original,
+              acks: -1,
+              messages: [{ key: message.key, value: message.value, headers: kept }],
+            });
+            report.moved++;
+            report.byTopic[original] = (report.byTopic[original] ?? 0) + 1;
+          } else report.skipped++;
+          if (BigInt(message.offset) + 1n >= end) remaining.delete(partition);
+          if (remaining.size === 0) resolve();
+        },
+      })
+      .catch(reject);
+  });
+  await consumer.disconnect();
+  opts.logger.info({ dlqTopic, filter, ...report }, 'redrive finished');
+  return report;
+}

@@ -1,0 +1,20 @@
+export { createKafka, createIdempotentProducer } from './client';
+export {
+  ensureTopics,
+  partitionCounts,
+  assertCoPartitioned,
+  PartitionCountMismatchError,
+  type TopicSpec,
+} from './topics';
+export { OrderedConsumer } from './ordered-consumer';
+export type {
+  ConsumedMessage,
+  HandleContext,
+  MessageHandler,
+  OrderedConsumerOptions,
+  ConsumerStats,
+} from './ordered-consumer';
+export { OffsetTracker } from './offset-tracker';
+export { Semaphore } from './semaphore';
+export { sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
+export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';

@@ -1,0 +1,337 @@
+import { hostname } from 'node:os';
+import type { Consumer, EachBatchPayload, IHeaders, Kafka } from 'kafkajs';
+import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow';
+import type { Logger } from '@keyflow/observability';
+import { OffsetTracker } from './offset-tracker';
+import { Semaphore } from './semaphore';
+
+/** One record as the handler sees it. `offset` is a decimal string (int64). */
+export interface ConsumedMessage {
+  topic: string;
+  partition: number;
+  offset: string;
+  key: Buffer | null;
+  value: Buffer | null;
+  headers: IHeaders;
+  /** Broker or producer timestamp, ms since epoch, as a decimal string. */
+  timestamp: string;
+}
+
+export interface HandleContext {
+  /** Aborted when the consumer stops and the drain deadline passes, or the partition is revoked. */
+  signal: AbortSignal;
+  /** Which infrastructure retry this is (0 on first delivery to the handler in this process). */
+  redeliveries: number;
+}
+
+/**
+ * Handles one message. Resolve = done (it may be committed). Reject = the message could not even be dealt with
+ * (broker or Redis down, DLQ unreachable): it is retried in place with backoff, holding its key, and never skipped.
+ * Business failures must be turned into results or DLQ records by the handler, not thrown.
+ */
+export type MessageHandler = (message: ConsumedMessage, ctx: HandleContext) => Promise<void>;
+
+export interface OrderedConsumerOptions {
+  kafka: Kafka;
+  /** Consumer group id, used on the broker exactly as given. */
+  groupId: string;
+  topics: string[];
+  handle: MessageHandler;
+  logger: Logger;
+  /** A new group starts from the earliest offset (default true): a new consumer reads full history, on purpose. */
+  fromBeginning?: boolean;
+  /** Messages dispatched and not completed, per partition (default 32). */
+  maxInFlightPerPartition?: number;
+  /** Messages dispatched and not completed, per process (default 128). */
+  maxInFlight?: number;
+  /** Partitions whose batches run at once (kafkajs partitionsConsumedConcurrently, default 4). */
+  partitionsConsumedConcurrently?: number;
+  /** Group session timeout in ms (default 30 000). Long handlers are covered by heartbeats, not by raising it. */
+  sessionTimeoutMs?: number;
+  /** Heartbeat period in ms while a batch runs (default 3 000; must be well under the session timeout). */
+  heartbeatIntervalMs?: number;
+  /** Rebalance timeout in ms: how long a rebalance waits for this member's batches (default 60 000). */
+  rebalanceTimeoutMs?: number;
+  /** Commit the completed prefix at most this often while a batch runs, in ms (default 1 000). */
+  commitIntervalMs?: number;
+  /** Backoff for handler rejections (infrastructure failures); attempts are unbounded, delays are not. */
+  infraRetry?: RetryPolicy;
+  /** Largest fetch per partition in bytes (default 1 MiB): bounds memory with a large backlog. */
+  maxBytesPerPartition?: number;
+}
+
+type Resolved = Required<Omit<OrderedConsumerOptions, 'infraRetry'>> & { infraRetry: RetryPolicy };
+
+/** Live figures for metrics and health. */
+export interface ConsumerStats {
+  inFlight: number;
+  /** Partitions that cannot dispatch more work now: in-flight limit reached, or a message waiting to be retried. */
+  pausedPartitions: number;
+  assigned: number;
+  committedTotal: number;
+  /** Group joins since start: 1 when no rebalance happened. */
+  joins: number;
+  crashed?: Error;
+}
+
+/**
+ * A consumer-group runner that keeps per-key order while running different keys concurrently.
+ *
+ * Guarantees (each message is identified by topic, partition, offset):
+ * - Messages with the same key in a partition run one at a time, in offset order. A batch of a partition is
+ *   finished (or the consumer stops) before that partition's next batch starts, so order also holds across
+ *   batches and across rebalances: kafkajs waits for running batches before it rejoins the group.
+ * - Different keys run concurrently, bounded per partition and per process; when a bound is hit, dispatching
+ *   from that partition waits (the partition is counted as paused) and resumes as work drains. kafkajs does not
+ *   fetch a partition again while its batch is running, so memory stays bounded by the fetch sizes.
+ * - Only the contiguous completed prefix is committed (next offset to read); a revoked (stale) partition is never
+ *   committed. A handler rejection is retried with backoff and never skipped.
+ * - While a batch runs, the member heartbeats every heartbeatIntervalMs, so a handler longer than the session
+ *   timeout does not cause a rebalance.
+ * - stop(deadlineMs) stops fetching, lets in-flight work finish until the deadline, then aborts it (uncommitted
+ *   work is redelivered), commits, and disconnects.
+ */
+export class OrderedConsumer {
+  private readonly o: Resolved;
+  private consumer?: Consumer;
+  private readonly processSlots: Semaphore;
+  private readonly stopController = new AbortController();
+  private inFlight = 0;
+  private readonly blocked = new Set<string>();
+  private assigned = 0;
+  private committedTotal = 0;
+  private joins = 0;
+  private crashed?: Error;
+  private crashListeners: Array<(e: Error) => void> = [];
+
+  constructor(opts: OrderedConsumerOptions) {
+    this.o = {
+      fromBeginning: true,
+      maxInFlightPerPartition: 32,
+      maxInFlight: 128,
+      partitionsConsumedConcurrently: 4,
+      sessionTimeoutMs: 30_000,
+      heartbeatIntervalMs: 3_000,
+      rebalanceTimeoutMs: 60_000,
+      commitIntervalMs: 1_000,
+      maxBytesPerPartition: 1024 * 1024,
+      ...opts,
+      infraRetry:
+        opts.infraRetry ??
+        retryPolicy({ maxAttempts: Number.MAX_SAFE_INTEGER, initialDelayMs: 200, maxDelayMs: 5_000 }),
+    };
+    if (this.o.heartbeatIntervalMs * 3 > this.o.sessionTimeoutMs)
+      throw new Error(
+        `heartbeatIntervalMs (${this.o.heartbeatIntervalMs}) must be at most a third of sessionTimeoutMs (${this.o.sessionTimeoutMs})`,
+      );
+    this.processSlots = new Semaphore(this.o.maxInFlight);
+  }
+
+  /** Called when the consumer crashed and kafkajs will not restart it: the process should exit non-zero. */
+  onCrash(listener: (e: Error) => void): void {
+    this.crashListeners.push(listener);
+  }
+
+  stats(): ConsumerStats {
+    return {
+      inFlight: this.inFlight,
+      pausedPartitions: this.blocked.size,
+      assigned: this.assigned,
+      committedTotal: this.committedTotal,
+      joins: this.joins,
+      crashed: this.crashed,
+    };
+  }
+
+  /** Joins the group and starts consuming. Resolves once the consumer runs (not when the group is joined). */
+  async start(): Promise<void> {
+    const c = this.o.kafka.consumer({
+      groupId: this.o.groupId,
+      sessionTimeout: this.o.sessionTimeoutMs,
+      heartbeatInterval: this.o.heartbeatIntervalMs,
+      rebalanceTimeout: this.o.rebalanceTimeoutMs,
+      maxBytesPerPartition: this.o.maxBytesPerPartition,
+      readUncommitted: false,
+      retry: { retries: 10 },
+    });
+    this.consumer = c;
+    c.on(c.events.GROUP_JOIN, (e) => {
+      this.joins++;
+      this.assigned = Object.values(e.payload.memberAssignment).reduce((n, ps) => n + ps.length, 0);
+      this.o.logger.info(
+        { groupId: this.o.groupId, assignment: e.payload.memberAssignment, generation: e.payload.groupId },
+        'joined consumer group',
+      );
+    });
+    c.on(c.events.CRASH, (e) => {
+      this.o.logger.error(
+        { err: e.payload.error, restart: e.payload.restart, groupId: this.o.groupId },
+        'consumer crashed',
+      );
+      if (!e.payload.restart) {
+        this.crashed = e.payload.error;
+        this.crashListeners.forEach((l) => l(e.payload.error));
+      }
+    });
+    await c.connect();
+    for (const topic of this.o.topics) await c.subscribe({ topic, fromBeginning: this.o.fromBeginning });
+    await c.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      partitionsConsumedConcurrently: this.o.partitionsConsumedConcurrently,
+      eachBatch: (payload) => this.runBatch(payload),
+    });
+  }
+
+  /** The group member is healthy: started, not crashed. */
+  healthy(): boolean {
+    return this.consumer !== undefined && this.crashed === undefined;
+  }
+
+  /**
+   * Stops fetching, waits for in-flight work up to `deadlineMs`, then aborts what is left (it is not committed
+   * and will be redelivered), commits the completed prefix and leaves the group.
+   */
+  async stop(deadlineMs = 30_000): Promise<void> {
+    if (!this.consumer) return;
+    const timer = setTimeout(
+      () => this.stopController.abort(new Error(`drain deadline of ${deadlineMs} ms passed`)),
+      deadlineMs,
+    );
+    try {
+      await this.consumer.stop();
+      await this.consumer.disconnect();
+    } finally {
+      clearTimeout(timer);
+      this.stopController.abort(new Error('consumer stopped'));
+    }
+  }
+
+  private async runBatch(p: EachBatchPayload): Promise<void> {
+    const { batch } = p;
+    const tp = `${batch.topic}:${batch.partition}`;
+    const tracker = new OffsetTracker(batch.messages.map((m) => m.offset));
+    const partitionSlots = new Semaphore(this.o.maxInFlightPerPartition);
+    const chains = new Map<string, Promise<void>>();
+    let lastCommit = Date.now();
+    let committing: Promise<void> = Promise.resolve();
+
+    const beat = setInterval(
+      () => p.heartbeat().catch(() => undefined),
+      Math.max(500, Math.floor(this.o.heartbeatIntervalMs / 2)),
+    );
+    const commit = async (force: boolean) => {
+      const next = tracker.committable();
+      if (next === undefined || p.isStale()) return;
+      if (!force && Date.now() - lastCommit < this.o.commitIntervalMs) return;
+      lastCommit = Date.now();
+      committing = committing.then(async () => {
+        if (p.isStale()) return;
+        try {
+          await this.consumer!.commitOffsets([
+            { topic: batch.topic, partition: batch.partition, offset: next },
+          ]);
+          this.committedTotal++;
+        } catch (err) {
+          // A failed commit only means redelivery of completed work, which the idempotency layer absorbs.
+          this.o.logger.warn(
+            { err, tp, offset: next },
+            'offset commit failed; completed messages may be redelivered',
+          );
+        }
+      });
+      await committing;
+    };
+
+    try {
+      for (const m of batch.messages) {
+        if (!p.isRunning() || p.isStale() || this.stopController.signal.aborted) break;
+        if (partitionSlots.free === 0 || this.processSlots.free === 0) this.blocked.add(tp);
+        await partitionSlots.acquire();
+        await this.processSlots.acquire();
+        this.blocked.delete(tp);
+        if (!p.isRunning() || p.isStale()) {
+          partitionSlots.release();
+          this.processSlots.release();
+          break;
+        }
+        this.inFlight++;
+        const message: ConsumedMessage = {
+          topic: batch.topic,
+          partition: batch.partition,
+          offset: m.offset,
+          key: m.key ?? null,
+          value: m.value ?? null,
+          headers: m.headers ?? {},
+          timestamp: m.timestamp,
+        };
+        // A null key has no order to keep: it gets a chain of its own.
+        const key = m.key ? m.key.toString('latin1') : `\u0000offset:${m.offset}`;
+        const previous = chains.get(key) ?? Promise.resolve();
+        const run = previous.then(async () => {
+          try {
+            const done = await this.handleWithRetry(message, tp, () => p.isStale());
+            if (done) {
+              const last = tracker.complete(m.offset);
+              if (last !== undefined) {
+                p.resolveOffset(last);
+                await commit(false);
+              }
+            }
+          } finally {
+            this.inFlight--;
+            partitionSlots.release();
+            this.processSlots.release();
+          }
+        });
+        chains.set(key, run);
+      }
+      await Promise.all(chains.values());
+      await commit(true);
+    } finally {
+      clearInterval(beat);
+      this.blocked.delete(tp);
+    }
+  }
+
+  /** @returns true when handled (committable), false when abandoned because the consumer stops or lost the partition. */
+  private async handleWithRetry(m: ConsumedMessage, tp: string, isStale: () => boolean): Promise<boolean> {
+    for (let failures = 0; ; failures++) {
+      if (this.stopController.signal.aborted || isStale()) return false;
+      try {
+        await this.o.handle(m, { signal: this.stopController.signal, redeliveries: failures });
+        if (failures > 0) this.blocked.delete(tp);
+        return true;
+      } catch (err) {
+        this.blocked.add(tp);
+        const delay = backoffDelayMs(this.o.infraRetry, Math.min(failures + 1, 30));
+        this.o.logger.warn(
+          {
+            err,
+            topic: m.topic,
+            partition: m.partition,
+            offset: m.offset,
+            failures: failures + 1,
+            retryInMs: delay,
+            host: hostname(),
+          },
+          'message could not be handled; retrying in place (its key waits, nothing is skipped)',
+        );
+        await abortableSleep(delay, this.stopController.signal);
+      }
+    }
+  }
+}
+
+function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

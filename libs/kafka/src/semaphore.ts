@@ -1,0 +1,28 @@
+/** A counting semaphore: bounds in-flight work; waiters are served in FIFO order. */
+export class Semaphore {
+  private waiters: Array<() => void> = [];
+  constructor(private available: number) {}
+
+  /** Number of holders allowed right now minus those holding. */
+  get free(): number {
+    return this.available;
+  }
+
+  get waiting(): number {
+    return this.waiters.length;
+  }
+
+  async acquire(): Promise<void> {
+    if (this.available > 0) {
+      this.available--;
+      return;
+    }
+    await new Promise<void>((resolve) => this.waiters.push(resolve));
+  }
+
+  release(): void {
+    const next = this.waiters.shift();
+    if (next) next();
+    else this.available++;
+  }
+}

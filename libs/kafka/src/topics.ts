@@ -1,0 +1,55 @@
+import type { Admin, ITopicConfig } from 'kafkajs';
+
+export interface TopicSpec {
+  topic: string;
+  partitions: number;
+  /** Topic configs, e.g. `{ 'cleanup.policy': 'compact' }`, `{ 'retention.ms': '604800000' }`. */
+  configs?: Record<string, string>;
+}
+
+/** Topics that must be co-partitioned have different partition counts. Not retryable: fix the topics. */
+export class PartitionCountMismatchError extends Error {
+  readonly retryable = false;
+  constructor(readonly counts: Record<string, number>) {
+    super(
+      `topics must have the same partition count (co-partitioned by key) but have ${Object.entries(counts)
+        .map(([t, n]) => `${t}=${n}`)
+        .join(', ')}`,
+    );
+    this.name = 'PartitionCountMismatchError';
+  }
+}
+
+/** Creates the topics that do not exist yet (replication factor from the broker default) and waits for leaders. */
+export async function ensureTopics(admin: Admin, specs: TopicSpec[]): Promise<void> {
+  const existing = new Set(await admin.listTopics());
+  const missing: ITopicConfig[] = specs
+    .filter((s) => !existing.has(s.topic))
+    .map((s) => ({
+      topic: s.topic,
+      numPartitions: s.partitions,
+      configEntries: Object.entries(s.configs ?? {}).map(([name, value]) => ({ name, value })),
+    }));
+  if (missing.length === 0) return;
+  try {
+    await admin.createTopics({ topics: missing, waitForLeaders: true });
+  } catch (e) {
+    // Another instance may have created them first (TOPIC_ALREADY_EXISTS): fine when they now exist.
+    const now = new Set(await admin.listTopics());
+    if (!missing.every((m) => now.has(m.topic))) throw e;
+  }
+}
+
+/** Partition count of each topic. */
+export async function partitionCounts(admin: Admin, topics: string[]): Promise<Record<string, number>> {
+  const md = await admin.fetchTopicMetadata({ topics });
+  return Object.fromEntries(md.topics.map((t) => [t.name, t.partitions.length]));
+}
+
+/** @throws PartitionCountMismatchError when the topics' partition counts differ. */
+export async function assertCoPartitioned(admin: Admin, topics: string[]): Promise<number> {
+  const counts = await partitionCounts(admin, topics);
+  const distinct = new Set(Object.values(counts));
+  if (distinct.size !== 1) throw new PartitionCountMismatchError(counts);
+  return [...distinct][0];
+}

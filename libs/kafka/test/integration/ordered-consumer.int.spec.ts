@@ -1,0 +1,173 @@
+import { Collector, TestNamespace, eventually } from '@keyflow/testing';
+import { createLogger } from '@keyflow/observability';
+import { OrderedConsumer, type ConsumedMessage } from '../../src';
+
+const logger = createLogger('test', { level: 'silent' });
+
+describe('the ordered consumer', () => {
+  const ns = new TestNamespace('ordered');
+  const consumers: OrderedConsumer[] = [];
+  afterEach(async () => {
+    await Promise.all(consumers.splice(0).map((c) => c.stop(5_000)));
+  });
+  afterAll(() => ns.cleanup());
+
+  async function produce(topic: string, messages: Array<{ key: string | null; value: string }>) {
+    const p = ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await p.connect();
+    await p.send({ topic, acks: -1, messages });
+    await p.disconnect();
+  }
+
+  async function committed(groupId: string, topic: string): Promise<number> {
+    const [t] = await (await ns.getAdmin()).fetchOffsets({ groupId, topics: [topic] });
+    return t.partitions.reduce((s, p) => s + Math.max(0, Number(p.offset)), 0);
+  }
+
+  it('runs one key at a time in offset order while different keys run concurrently, and commits everything', async () => {
+    const [topic] = await ns.createTopics({ name: 'order', numPartitions: 3 });
+    const keys = 40;
+    const perKey = 10;
+    const sent = Array.from({ length: perKey }, (_, seq) =>
+      Array.from({ length: keys }, (_, k) => ({ key: `k${k}`, value: String(seq) })),
+    ).flat();
+    await produce(topic, sent);
+
+    const running = new Map<string, number>();
+    let concurrent = 0;
+    let maxConcurrent = 0;
+    let maxSameKey = 0;
+    const seen = new Collector<{ key: string; seq: number }>();
+    const groupId = ns.groupId('order');
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId,
+      topics: [topic],
+      logger,
+      commitIntervalMs: 50,
+      handle: async (m: ConsumedMessage) => {
+        const key = m.key!.toString();
+        running.set(key, (running.get(key) ?? 0) + 1);
+        maxSameKey = Math.max(maxSameKey, running.get(key)!);
+        maxConcurrent = Math.max(maxConcurrent, ++concurrent);
+        await new Promise((r) => setTimeout(r, Math.random() * 5));
+        concurrent--;
+        running.set(key, running.get(key)! - 1);
+        seen.push({ key, seq: Number(m.value!.toString()) });
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    const all = await seen.wait(keys * perKey, 60_000);
+
+    expect(maxSameKey).toBe(1);
+    expect(maxConcurrent).toBeGreaterThan(1);
+    for (let k = 0; k < keys; k++) {
+      expect(all.filter((x) => x.key === `k${k}`).map((x) => x.seq)).toEqual(
+        Array.from({ length: perKey }, (_, i) => i),
+      );
+    }
+    await eventually('all offsets committed', () => committed(groupId, topic), {
+      until: (n) => n === keys * perKey,
+    });
+  });
+
+  it('never commits past a message that is still running, even when later ones are done', async () => {
+    const [topic] = await ns.createTopics({ name: 'prefix', numPartitions: 1 });
+    await produce(topic, [
+      { key: 'slow', value: 'a' },
+      ...Array.from({ length: 5 }, (_, i) => ({ key: `fast${i}`, value: 'b' })),
+    ]);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const groupId = ns.groupId('prefix');
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId,
+      topics: [topic],
+      logger,
+      commitIntervalMs: 0,
+      handle: async (m) => {
+        if (m.key!.toString() === 'slow') await gate;
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    await eventually('only the slow message in flight', () => c.stats().inFlight, {
+      until: (n) => n === 1 && c.stats().assigned === 1,
+      timeoutMs: 30_000,
+    });
+    expect(await committed(groupId, topic)).toBe(0);
+    release();
+    await eventually('all committed after the slow one finishes', () => committed(groupId, topic), {
+      until: (n) => n === 6,
+    });
+  });
+
+  it('retries a message whose handler rejects, holding its key, and never skips it', async () => {
+    const [topic] = await ns.createTopics({ name: 'retry', numPartitions: 1 });
+    await produce(topic, [
+      { key: 'a', value: '1' },
+      { key: 'a', value: '2' },
+      { key: 'b', value: '1' },
+    ]);
+    const calls: string[] = [];
+    let failuresLeft = 2;
+    const done = new Collector<string>();
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId: ns.groupId('retry'),
+      topics: [topic],
+      logger,
+      infraRetry: {
+        maxAttempts: 1000,
+        initialDelayMs: 10,
+        maxDelayMs: 20,
+        multiplier: 2,
+        nonRetryableErrors: [],
+      },
+      handle: async (m) => {
+        const id = `${m.key}${m.value}`;
+        calls.push(id);
+        if (id === 'a1' && failuresLeft-- > 0) throw new Error('redis down');
+        done.push(id);
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    const finished = await done.wait(3);
+    expect(calls.filter((x) => x === 'a1')).toHaveLength(3);
+    expect(finished.indexOf('a1')).toBeLessThan(finished.indexOf('a2'));
+    expect(calls.indexOf('a2')).toBeGreaterThan(calls.lastIndexOf('a1'));
+  });
+
+  it('a handler three times longer than the session timeout runs once, with no rebalance', async () => {
+    const [topic] = await ns.createTopics({ name: 'long', numPartitions: 1 });
+    await produce(topic, [{ key: 'k', value: 'long' }]);
+    const sessionTimeoutMs = 6_000; // the broker's group.min.session.timeout.ms
+    let runs = 0;
+    const done = new Collector<number>();
+    const groupId = ns.groupId('long');
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId,
+      topics: [topic],
+      logger,
+      sessionTimeoutMs,
+      heartbeatIntervalMs: 1_000,
+      handle: async () => {
+        runs++;
+        await new Promise((r) => setTimeout(r, 3 * sessionTimeoutMs));
+        done.push(runs);
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    await done.wait(1, 40_000);
+    await eventually('committed', () => committed(groupId, topic), { until: (n) => n === 1 });
+    expect(runs).toBe(1);
+    expect(c.stats().joins).toBe(1); // no rejoin during the long handler
+    const [member] = (await (await ns.getAdmin()).describeGroups([groupId])).groups;
+    expect(member.state).toBe('Stable');
+  }, 60_000);
+});

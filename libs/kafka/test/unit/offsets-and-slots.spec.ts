@@ -1,0 +1,39 @@
+import { OffsetTracker, Semaphore } from '../../src';
+
+describe('the offset tracker', () => {
+  it('commits only the contiguous completed prefix, as next-offset-to-read', () => {
+    const t = new OffsetTracker(['10', '11', '12', '13']);
+    expect(t.committable()).toBeUndefined();
+    expect(t.complete('12')).toBeUndefined(); // 10 and 11 still running
+    expect(t.committable()).toBeUndefined();
+    expect(t.complete('10')).toBe('10');
+    expect(t.committable()).toBe('11');
+    expect(t.complete('11')).toBe('12'); // 11 completes the run up to the already-done 12
+    expect(t.committable()).toBe('13');
+    expect(t.pending).toBe(1);
+  });
+
+  it('handles offsets beyond 2^53 exactly', () => {
+    const big = '9007199254740993'; // 2^53 + 1
+    const t = new OffsetTracker([big]);
+    t.complete(big);
+    expect(t.committable()).toBe('9007199254740994');
+  });
+});
+
+describe('the semaphore', () => {
+  it('bounds holders and serves waiters first come, first served', async () => {
+    const s = new Semaphore(2);
+    await s.acquire();
+    await s.acquire();
+    const order: number[] = [];
+    const a = s.acquire().then(() => order.push(1));
+    const b = s.acquire().then(() => order.push(2));
+    expect(s.waiting).toBe(2);
+    s.release();
+    s.release();
+    await Promise.all([a, b]);
+    expect(order).toEqual([1, 2]);
+    expect(s.free).toBe(0);
+  });
+});
