@@ -1,4 +1,4 @@
-import { Kafka, logLevel, type KafkaConfig, type Producer } from 'kafkajs';
+import { Kafka, logLevel, Partitioners, type KafkaConfig, type Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {

@@ -1,0 +1,49 @@
+import 'reflect-metadata';
+import { Module, type DynamicModule, type Type } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { createLogger, createMetricsRegistry } from '@keyflow/observability';
+import { loadWorkerConfig, type WorkerConfig } from './config';
+import { HealthController, METRICS_REGISTRY } from './health.controller';
+import { KafkaTaskTransport } from './transport/kafka-task.transport';
+import { PassThroughRpcFilter } from './transport/pass-through.filter';
+
+/**
+ * Starts a worker: an HTTP app (GET /health, GET /metrics) with the Kafka task transport connected as a
+ * microservice. `handlers` are the NestJS providers whose methods carry @TaskHandler.
+ * Exits non-zero when the consumer crashes for good, so a supervisor restarts it (it never sits alive and idle).
+ */
+export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJS.ProcessEnv = process.env) {
+  const cfg: WorkerConfig = loadWorkerConfig(env);
+  const logger = createLogger('workers');
+  const registry = createMetricsRegistry('workers');
+  const transport = new KafkaTaskTransport(cfg, logger, registry);
+
+  @Module({})
+  class WorkersModule {
+    static register(): DynamicModule {
+      return {
+        module: WorkersModule,
+        controllers: [HealthController, ...handlers],
+        providers: [
+          { provide: KafkaTaskTransport, useValue: transport },
+          { provide: METRICS_REGISTRY, useValue: registry },
+        ],
+      };
+    }
+  }
+
+  const app = await NestFactory.create(WorkersModule.register(), { logger: ['error', 'warn'] });
+  // Filters are registered on the app and inherited by the microservice (Nest applies them only this way).
+  app.useGlobalFilters(new PassThroughRpcFilter(app.getHttpAdapter()));
+  app.connectMicroservice({ strategy: transport }, { inheritAppConfig: true });
+  app.enableShutdownHooks();
+  transport.onCrash((err) => {
+    logger.fatal({ err }, 'consumer crashed for good; exiting');
+    process.exit(1);
+  });
+  await app.startAllMicroservices();
+  await app.listen(cfg.WORKER_HTTP_PORT, '127.0.0.1');
+  const url = await app.getUrl();
+  logger.info({ http: url, groupId: cfg.WORKER_GROUP_ID }, 'worker ready');
+  return { app, transport, url, cfg };
+}

@@ -1,0 +1,63 @@
+import { z } from 'zod';
+
+/**
+ * Worker configuration from the environment, validated at startup. Every field is set after parsing
+ * (defaults applied), so nothing downstream sees an optional value.
+ */
+const Schema = z.object({
+  KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
+  SCHEMA_REGISTRY_URL: z.string().url(),
+  REDIS_URL: z.string().regex(/^rediss?:\/\//, 'a redis:// URL'),
+  KEYFLOW_TOPIC_PREFIX: z.string().default(''),
+  WORKER_GROUP_ID: z.string().min(1).default('keyflow.workers'),
+  /** Task types to consume (comma-separated); default: every registered handler. */
+  WORKER_TASK_TYPES: z.string().default(''),
+  WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
+  WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(128),
+  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.coerce.number().int().min(1).default(32),
+  WORKER_PARTITIONS_CONCURRENTLY: z.coerce.number().int().min(1).default(4),
+  WORKER_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6000).default(30_000),
+  WORKER_HEARTBEAT_INTERVAL_MS: z.coerce.number().int().min(100).default(3_000),
+  WORKER_DRAIN_DEADLINE_MS: z.coerce.number().int().min(0).default(30_000),
+  WORKER_LEASE_MS: z.coerce.number().int().min(300).default(30_000),
+  WORKER_COMPLETION_TTL_MS: z.coerce
+    .number()
+    .int()
+    .min(1000)
+    .default(7 * 24 * 3600 * 1000),
+  WORKER_RETRY_INITIAL_MS: z.coerce.number().int().min(0).default(100),
+  WORKER_RETRY_MAX_MS: z.coerce.number().int().min(0).default(5_000),
+  WORKER_TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),
+  WORKER_RESULT_PARTITIONS: z.coerce.number().int().min(1).default(6),
+});
+
+export type WorkerConfig = z.infer<typeof Schema> & { brokers: string[]; taskTypes: string[] };
+
+/** Configuration was invalid: the message lists every bad variable. Not retryable. */
+export class WorkerConfigError extends Error {
+  readonly retryable = false;
+  constructor(issues: string[]) {
+    super(`invalid worker configuration:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
+    this.name = 'WorkerConfigError';
+  }
+}
+
+export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerConfig {
+  const parsed = Schema.safeParse(env);
+  if (!parsed.success)
+    throw new WorkerConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
+  const c = parsed.data;
+  if (c.WORKER_HEARTBEAT_INTERVAL_MS * 3 > c.WORKER_SESSION_TIMEOUT_MS)
+    throw new WorkerConfigError([
+      `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,
+    ]);
+  return {
+    ...c,
+    brokers: c.KAFKA_BROKERS.split(',')
+      .map((b) => b.trim())
+      .filter(Boolean),
+    taskTypes: c.WORKER_TASK_TYPES.split(',')
+      .map((t) => t.trim())
+      .filter(Boolean),
+  };
+}

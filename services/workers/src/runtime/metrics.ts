@@ -1,0 +1,55 @@
+import { metric, type Registry, type Counter, type Gauge, type Histogram } from '@keyflow/observability';
+
+/** The worker's Prometheus metrics (names prefixed keyflow_). */
+export interface WorkerMetrics {
+  tasks: Counter<'type' | 'outcome'>;
+  attempts: Counter<'type' | 'result'>;
+  retries: Counter<'type'>;
+  replayed: Counter<'type'>;
+  dlq: Counter<'type' | 'error_class'>;
+  handlerSeconds: Histogram<'type'>;
+  inFlight: Gauge;
+  pausedPartitions: Gauge;
+}
+
+export function workerMetrics(r: Registry): WorkerMetrics {
+  return {
+    tasks: metric.counter(
+      r,
+      'worker_tasks_total',
+      'Task commands finished, by outcome (completed, failed).',
+      ['type', 'outcome'],
+    ) as Counter<'type' | 'outcome'>,
+    attempts: metric.counter(
+      r,
+      'worker_task_attempts_total',
+      'Handler attempts, by result (ok or the error class).',
+      ['type', 'result'],
+    ) as Counter<'type' | 'result'>,
+    retries: metric.counter(r, 'worker_task_retries_total', 'Attempts retried after a retryable error.', [
+      'type',
+    ]) as Counter<'type'>,
+    replayed: metric.counter(
+      r,
+      'worker_task_replayed_total',
+      'Redelivered commands answered from the completion record.',
+      ['type'],
+    ) as Counter<'type'>,
+    dlq: metric.counter(r, 'worker_dlq_total', 'Messages sent to the DLQ.', [
+      'type',
+      'error_class',
+    ]) as Counter<'type' | 'error_class'>,
+    handlerSeconds: metric.histogram(
+      r,
+      'worker_handler_duration_seconds',
+      'Handler time per attempt, seconds.',
+      ['type'],
+    ) as Histogram<'type'>,
+    inFlight: metric.gauge(r, 'worker_in_flight', 'Messages dispatched and not completed.'),
+    pausedPartitions: metric.gauge(
+      r,
+      'worker_paused_partitions',
+      'Partitions that cannot dispatch more work now.',
+    ),
+  };
+}

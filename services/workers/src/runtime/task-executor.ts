@@ -1,0 +1,358 @@
+import { hostname } from 'node:os';
+import type { Producer } from 'kafkajs';
+import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
+import type { IdempotencyStore } from '@keyflow/idempotency';
+import { sendToDlq, type ConsumedMessage, type HandleContext } from '@keyflow/kafka';
+import { childTraceContext, traceFromHeaders, traceToHeaders, type Logger } from '@keyflow/observability';
+import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
+import {
+  backoffDelayMs,
+  retryPolicy,
+  shouldRetry,
+  type RetryPolicy,
+  type RetryPolicyInput,
+} from '@keyflow/workflow';
+import { LeaseHeldError, TaskInputError, TaskTimeoutError, UnknownTaskTypeError } from './errors';
+import type { WorkerMetrics } from './metrics';
+
+/** What a handler gets besides its input. */
+export interface TaskContext {
+  runId: string;
+  stepId: string;
+  taskType: string;
+  /** The orchestrator's attempt of this step (1-based). */
+  stepAttempt: number;
+  /** This worker's in-process attempt for this command (1-based). */
+  attempt: number;
+  /** Stable across redeliveries and redrives: use it as the dedup key of downstream side effects. */
+  idempotencyKey: string;
+  /** Aborted when the attempt times out (timeoutMs) or the worker shuts down. */
+  signal: AbortSignal;
+  correlationId: string;
+  logger: Logger;
+}
+
+/** A task handler: input parsed from the command's JSON; the result is serialised to JSON. */
+export type TaskHandlerFn = (input: unknown, ctx: TaskContext) => Promise<unknown>;
+
+/** Outcome stored in the completion record, so a redelivery re-publishes it without running the handler. */
+export type StoredOutcome =
+  { kind: 'completed'; output: string; durationMs: number } | { kind: 'failed'; error: TaskFailed['error'] };
+
+export interface ExecutorOptions {
+  codec: EventCodec;
+  producer: Producer;
+  store: IdempotencyStore<StoredOutcome>;
+  handlers: Map<string, TaskHandlerFn>;
+  logger: Logger;
+  metrics: WorkerMetrics;
+  groupId: string;
+  /** Backoff between in-process attempts; maxAttempts comes from each command. */
+  retry?: RetryPolicyInput;
+  /** Source of randomness for jitter (tests). */
+  random?: () => number;
+}
+
+const workerId = `${hostname()}/${process.pid}`;
+
+/**
+ * Runs one task command end to end: decode, idempotency lease, attempts with timeout and backoff, completion
+ * record, result event. Non-decodable commands, unknown task types and bad input go to `<topic>.dlq`.
+ *
+ * Order of effects, chosen so a crash at any point loses nothing and runs nothing twice that was recorded:
+ * handler -> completion record (Redis) -> result event (acks=all) -> offset commit (by the runner).
+ * A crash before the record re-runs the handler after the lease expires (side effects must use the idempotency
+ * key); after the record, a redelivery re-publishes the stored result with `replayed = true`.
+ */
+export class TaskExecutor {
+  private readonly policy: RetryPolicy;
+
+  constructor(private readonly o: ExecutorOptions) {
+    this.policy = retryPolicy(o.retry ?? { initialDelayMs: 100, maxDelayMs: 5_000 });
+  }
+
+  /** The logical topic of a physical task topic (`<prefix>task.x` -> `task.x`). */
+  private logical(topic: string): string {
+    const prefix = this.o.codec.physical('');
+    return topic.startsWith(prefix) ? topic.slice(prefix.length) : topic;
+  }
+
+  /** Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place). */
+  async handle(m: ConsumedMessage, hc: HandleContext): Promise<void> {
+    const loc = { topic: m.topic, partition: m.partition, offset: m.offset };
+    let cmd: TaskCommand;
+    try {
+      const decoded = await this.o.codec.decode(this.logical(m.topic), m.value, loc);
+      cmd = decoded.value as TaskCommand;
+    } catch (e) {
+      if (e instanceof ContractError && !e.retryable)
+        return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
+      throw e;
+    }
+    const log = this.o.logger.child({
+      correlationId: cmd.runId,
+      causationId: cmd.metadata.eventId,
+      taskType: cmd.taskType,
+      stepId: cmd.stepId,
+      ...loc,
+    });
+    const handler = this.o.handlers.get(cmd.taskType);
+    if (!handler)
+      return this.deadLetter(m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now(), cmd.taskType);
+
+    const begin = await this.o.store.begin(cmd.idempotencyKey);
+    if (begin.state === 'completed') {
+      this.o.metrics.replayed.inc({ type: cmd.taskType });
+      log.info(
+        { idempotencyKey: cmd.idempotencyKey },
+        'redelivered command already completed: re-publishing the stored result',
+      );
+      return this.publish(cmd, m, begin.result, true);
+    }
+    if (begin.state === 'running') throw new LeaseHeldError(cmd.idempotencyKey, begin.expiresInMs);
+
+    const lease = begin.lease;
+    const renewEvery = Math.max(200, Math.floor(this.o.store.leaseMs / 3));
+    const renewal = setInterval(() => {
+      this.o.store.renew(lease).then(
+        (held) => held || log.warn('lease lost while running (expired and taken over)'),
+        (err) => log.warn({ err }, 'lease renewal failed (Redis unavailable); retrying at the next period'),
+      );
+    }, renewEvery);
+    let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
+    try {
+      outcome = await this.runAttempts(cmd, handler, hc.signal, log);
+    } catch (e) {
+      clearInterval(renewal);
+      // Shutdown interrupted the attempts: give the lease back so the redelivery runs at once.
+      await this.o.store.release(lease).catch(() => undefined);
+      throw e;
+    }
+    clearInterval(renewal);
+
+    if (outcome.kind === 'dlq') {
+      await this.o.store.release(lease).catch(() => undefined);
+      return this.deadLetter(m, outcome.error, outcome.attempts, outcome.firstFailureAt, cmd.taskType);
+    }
+    await this.untilDone('store the completion record', hc.signal, log, () =>
+      this.o.store.complete(lease, outcome as StoredOutcome),
+    );
+    return this.publish(cmd, m, outcome, false);
+  }
+
+  private async runAttempts(cmd: TaskCommand, handler: TaskHandlerFn, stop: AbortSignal, log: Logger) {
+    const input = this.parseInput(cmd);
+    if (input instanceof Error)
+      return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
+    const maxAttempts = Math.max(1, cmd.maxAttempts);
+    const started = Date.now();
+    let firstFailureAt = 0;
+    for (let attempt = 1; ; attempt++) {
+      if (stop.aborted) throw stop.reason ?? new Error('stopping');
+      const timeout = new AbortController();
+      const timer = setTimeout(
+        () => timeout.abort(new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`)),
+        cmd.timeoutMs,
+      );
+      const signal = AbortSignal.any([timeout.signal, stop]);
+      const end = this.o.metrics.handlerSeconds.startTimer({ type: cmd.taskType });
+      try {
+        const result = await raceAbort(
+          handler(input, {
+            runId: cmd.runId,
+            stepId: cmd.stepId,
+            taskType: cmd.taskType,
+            stepAttempt: cmd.attempt,
+            attempt,
+            idempotencyKey: cmd.idempotencyKey,
+            signal,
+            correlationId: cmd.metadata.correlationId,
+            logger: log,
+          }),
+          signal,
+        );
+        end();
+        this.o.metrics.attempts.inc({ type: cmd.taskType, result: 'ok' });
+        this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'completed' });
+        return {
+          kind: 'completed' as const,
+          output: JSON.stringify(result ?? null),
+          durationMs: Date.now() - started,
+        };
+      } catch (raw) {
+        end();
+        if (stop.aborted) throw stop.reason ?? raw;
+        const err = raw instanceof Error ? raw : new Error(String(raw));
+        const now = Date.now();
+        firstFailureAt ||= now;
+        this.o.metrics.attempts.inc({ type: cmd.taskType, result: err.name });
+        if (err instanceof TaskInputError)
+          return { kind: 'dlq' as const, error: err, attempts: attempt, firstFailureAt };
+        const retryable = (err as { retryable?: boolean }).retryable !== false;
+        const policy = { ...this.policy, maxAttempts };
+        if (shouldRetry(policy, attempt, err.name, retryable)) {
+          const delay = backoffDelayMs(policy, attempt, this.o.random);
+          this.o.metrics.retries.inc({ type: cmd.taskType });
+          log.warn(
+            { attempt, maxAttempts, errorClass: err.name, err: err.message, retryInMs: delay },
+            'task attempt failed; retrying',
+          );
+          await sleep(delay, stop);
+          continue;
+        }
+        this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'failed' });
+        log.warn({ attempt, errorClass: err.name, err: err.message, retryable }, 'task failed for good');
+        return {
+          kind: 'failed' as const,
+          error: {
+            errorClass: err.name,
+            message: err.message,
+            retryable,
+            code: (err as { code?: string }).code ?? null,
+            attempts: attempt,
+            firstFailureAt,
+            lastFailureAt: now,
+          },
+        };
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+  }
+
+  private parseInput(cmd: TaskCommand): unknown {
+    try {
+      return JSON.parse(cmd.input);
+    } catch (e) {
+      return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON: ${(e as Error).message}`);
+    }
+  }
+
+  private async publish(
+    cmd: TaskCommand,
+    m: ConsumedMessage,
+    outcome: StoredOutcome,
+    replayed: boolean,
+  ): Promise<void> {
+    const trace = childTraceContext(
+      traceFromHeaders(m.headers) ?? {
+        traceparent: cmd.metadata.traceparent ?? '',
+        tracestate: cmd.metadata.tracestate,
+      },
+    );
+    // A stable event id per (command, outcome): a re-published result is recognisably the same fact.
+    const meta = newMetadata(outcome.kind === 'completed' ? 'TaskCompleted' : 'TaskFailed', {
+      key: cmd.runId,
+      correlationId: cmd.metadata.correlationId,
+      causationId: cmd.metadata.eventId,
+      traceparent: trace.traceparent,
+      tracestate: trace.tracestate,
+      eventId: `${cmd.metadata.eventId}:result`,
+    });
+    const common = {
+      runId: cmd.runId,
+      stepId: cmd.stepId,
+      taskType: cmd.taskType,
+      attempt: cmd.attempt,
+      idempotencyKey: cmd.idempotencyKey,
+    };
+    const value =
+      outcome.kind === 'completed'
+        ? this.o.codec.encode('task.results', 'TaskCompleted', {
+            metadata: meta,
+            ...common,
+            output: outcome.output,
+            outputRef: null,
+            durationMs: outcome.durationMs,
+            workerId,
+            replayed,
+          } satisfies TaskCompleted)
+        : this.o.codec.encode('task.results', 'TaskFailed', {
+            metadata: meta,
+            ...common,
+            error: outcome.error,
+            workerId,
+          } satisfies TaskFailed);
+    await this.o.producer.send({
+      topic: this.o.codec.physical('task.results'),
+      acks: -1,
+      messages: [{ key: cmd.runId, value, headers: traceToHeaders(trace) }],
+    });
+  }
+
+  private async deadLetter(
+    m: ConsumedMessage,
+    err: Error,
+    attempts: number,
+    firstFailureAt: number,
+    type: string,
+  ): Promise<void> {
+    await sendToDlq(this.o.producer, m, {
+      errorClass: err.name,
+      errorMessage: err.message,
+      attempts,
+      firstFailureAt,
+      lastFailureAt: Date.now(),
+      consumerGroup: this.o.groupId,
+    });
+    this.o.metrics.dlq.inc({ type, error_class: err.name });
+    this.o.logger.warn(
+      { topic: m.topic, partition: m.partition, offset: m.offset, errorClass: err.name, err: err.message },
+      'message sent to the DLQ',
+    );
+  }
+
+  /** Retries `f` with backoff until it succeeds (Redis outage) or the worker stops. */
+  private async untilDone(
+    what: string,
+    stop: AbortSignal,
+    log: Logger,
+    f: () => Promise<unknown>,
+  ): Promise<void> {
+    for (let n = 1; ; n++) {
+      try {
+        await f();
+        return;
+      } catch (err) {
+        if (stop.aborted) throw err;
+        const delay = backoffDelayMs(this.policy, Math.min(n, 20));
+        log.warn({ err, retryInMs: delay }, `could not ${what}; retrying (the result is kept in memory)`);
+        await sleep(delay, stop);
+      }
+    }
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      resolve();
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** Settles with the promise, or rejects with the signal's reason as soon as it aborts. */
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}

@@ -1,0 +1,175 @@
+import Redis from 'ioredis';
+import { lastValueFrom } from 'rxjs';
+import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
+import type { Kafka, Producer } from 'kafkajs';
+import { EventCodec } from '@keyflow/contracts';
+import { IdempotencyStore } from '@keyflow/idempotency';
+import {
+  createIdempotentProducer,
+  createKafka,
+  dlqTopicFor,
+  ensureTopics,
+  OrderedConsumer,
+} from '@keyflow/kafka';
+import type { Logger, Registry } from '@keyflow/observability';
+import type { WorkerConfig } from '../config';
+import {
+  TaskExecutor,
+  type StoredOutcome,
+  type TaskContext,
+  type TaskHandlerFn,
+} from '../runtime/task-executor';
+import { workerMetrics, type WorkerMetrics } from '../runtime/metrics';
+
+/**
+ * A custom transport strategy of @nestjs/microservices: NestJS handlers declared with @TaskHandler(type) consume
+ * `task.<type>` topics through the ordered consumer (per-key order, bounded in-flight, prefix commits), with the
+ * idempotency store, in-process retries, timeouts, result events on `task.results` and the DLQ.
+ */
+export class KafkaTaskTransport extends Server implements CustomTransportStrategy {
+  private kafka?: Kafka;
+  private producer?: Producer;
+  private redis?: Redis;
+  private consumer?: OrderedConsumer;
+  private readonly metrics: WorkerMetrics;
+  private gaugeTimer?: NodeJS.Timeout;
+  private crashListeners: Array<(e: Error) => void> = [];
+
+  constructor(
+    private readonly cfg: WorkerConfig,
+    private readonly log: Logger,
+    registry: Registry,
+  ) {
+    super();
+    this.metrics = workerMetrics(registry);
+  }
+
+  /** Called with the error when the consumer dies for good: the process should exit non-zero. */
+  onCrash(listener: (e: Error) => void): void {
+    this.crashListeners.push(listener);
+  }
+
+  healthy(): boolean {
+    return this.consumer?.healthy() ?? false;
+  }
+
+  stats() {
+    return this.consumer?.stats();
+  }
+
+  async listen(callback: (err?: unknown) => void): Promise<void> {
+    try {
+      await this.start();
+      callback();
+    } catch (e) {
+      callback(e);
+    }
+  }
+
+  private async start(): Promise<void> {
+    const handlers = new Map<string, TaskHandlerFn>();
+    for (const [pattern, h] of this.getHandlers()) {
+      handlers.set(pattern, async (input, ctx: TaskContext) =>
+        lastValueFrom(this.transformToObservable(await h(input, ctx)), { defaultValue: null }),
+      );
+    }
+    const types = this.cfg.taskTypes.length ? this.cfg.taskTypes : [...handlers.keys()];
+    if (types.length === 0)
+      throw new Error('no task handlers registered (@TaskHandler) and WORKER_TASK_TYPES is empty');
+    const missing = types.filter((t) => !handlers.has(t));
+    if (missing.length)
+      throw new Error(`WORKER_TASK_TYPES names types without a handler: ${missing.join(', ')}`);
+
+    const codec = new EventCodec({
+      registryUrl: this.cfg.SCHEMA_REGISTRY_URL,
+      topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX,
+    });
+    const taskTopics = types.map((t) => `task.${t}`);
+    this.kafka = createKafka({
+      brokers: this.cfg.brokers,
+      clientId: `keyflow-worker-${process.pid}`,
+      logger: this.log,
+    });
+    const admin = this.kafka.admin();
+    await admin.connect();
+    try {
+      await ensureTopics(admin, [
+        { topic: codec.physical('task.results'), partitions: this.cfg.WORKER_RESULT_PARTITIONS },
+        ...taskTopics.flatMap((t) => [
+          { topic: codec.physical(t), partitions: this.cfg.WORKER_TASK_PARTITIONS },
+          { topic: dlqTopicFor(codec.physical(t)), partitions: 1 },
+        ]),
+      ]);
+    } finally {
+      await admin.disconnect();
+    }
+    await codec.registerTopics(['task.results', ...taskTopics]);
+
+    this.producer = createIdempotentProducer(this.kafka);
+    await this.producer.connect();
+    // No offline queue: while Redis is away, calls fail at once (retryable) and the consumer holds its messages.
+    this.redis = new Redis(this.cfg.REDIS_URL, {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+      retryStrategy: (n) => Math.min(50 * n, 1_000),
+    });
+    this.redis.on('error', (err) => this.log.warn({ err: err.message }, 'redis connection error'));
+    const store = new IdempotencyStore<StoredOutcome>(this.redis, {
+      keyPrefix: `${this.cfg.KEYFLOW_TOPIC_PREFIX}keyflow:idem:`,
+      leaseMs: this.cfg.WORKER_LEASE_MS,
+      completionTtlMs: this.cfg.WORKER_COMPLETION_TTL_MS,
+    });
+    const executor = new TaskExecutor({
+      codec,
+      producer: this.producer,
+      store,
+      handlers,
+      logger: this.log,
+      metrics: this.metrics,
+      groupId: this.cfg.WORKER_GROUP_ID,
+      retry: { initialDelayMs: this.cfg.WORKER_RETRY_INITIAL_MS, maxDelayMs: this.cfg.WORKER_RETRY_MAX_MS },
+    });
+    this.consumer = new OrderedConsumer({
+      kafka: this.kafka,
+      groupId: this.cfg.WORKER_GROUP_ID,
+      topics: taskTopics.map((t) => codec.physical(t)),
+      logger: this.log,
+      handle: (m, ctx) => executor.handle(m, ctx),
+      maxInFlight: this.cfg.WORKER_MAX_IN_FLIGHT,
+      maxInFlightPerPartition: this.cfg.WORKER_MAX_IN_FLIGHT_PER_PARTITION,
+      partitionsConsumedConcurrently: this.cfg.WORKER_PARTITIONS_CONCURRENTLY,
+      sessionTimeoutMs: this.cfg.WORKER_SESSION_TIMEOUT_MS,
+      heartbeatIntervalMs: this.cfg.WORKER_HEARTBEAT_INTERVAL_MS,
+    });
+    this.consumer.onCrash((e) => this.crashListeners.forEach((l) => l(e)));
+    this.gaugeTimer = setInterval(() => {
+      const s = this.consumer?.stats();
+      if (!s) return;
+      this.metrics.inFlight.set(s.inFlight);
+      this.metrics.pausedPartitions.set(s.pausedPartitions);
+    }, 1_000);
+    this.gaugeTimer.unref();
+    await this.consumer.start();
+    this.log.info(
+      { groupId: this.cfg.WORKER_GROUP_ID, topics: taskTopics, prefix: this.cfg.KEYFLOW_TOPIC_PREFIX },
+      'worker consuming',
+    );
+  }
+
+  /** SIGTERM path: stop fetching, drain in-flight tasks up to the deadline, commit, disconnect. */
+  async close(): Promise<void> {
+    clearInterval(this.gaugeTimer);
+    await this.consumer?.stop(this.cfg.WORKER_DRAIN_DEADLINE_MS);
+    await this.producer?.disconnect().catch(() => undefined);
+    this.redis?.disconnect();
+    this.log.info('worker stopped');
+  }
+
+  on(): void {
+    // No transport events beyond onCrash.
+  }
+
+  unwrap<T>(): T {
+    return this.consumer as T;
+  }
+}

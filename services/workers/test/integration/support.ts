@@ -1,0 +1,203 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { join } from 'node:path';
+import { Pool } from 'pg';
+import type { Consumer, Producer } from 'kafkajs';
+import { EventCodec, newMetadata } from '@keyflow/contracts';
+import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
+import { TestNamespace, Collector } from '@keyflow/testing';
+import { createTables, dropTables } from '../fixtures/test-handlers';
+
+export const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const ROOT = join(__dirname, '../../../..');
+
+/** A worker process running test/fixtures/test-worker.ts. */
+export class WorkerProcess {
+  readonly proc: ChildProcess;
+  readonly logs: string[] = [];
+  readonly ready: Promise<string>;
+  readonly exited: Promise<number | null>;
+
+  constructor(env: Record<string, string>) {
+    this.proc = spawn(
+      process.execPath,
+      ['-r', '@swc-node/register', join(__dirname, '../fixtures/test-worker.ts')],
+      {
+        cwd: ROOT,
+        env: { ...process.env, LOG_LEVEL: 'info', ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    this.exited = new Promise((r) => this.proc.once('exit', (code) => r(code)));
+    this.ready = new Promise((resolve, reject) => {
+      const rl = createInterface({ input: this.proc.stdout! });
+      rl.on('line', (line) => {
+        this.logs.push(line);
+        if (line.includes('"worker ready"')) resolve(JSON.parse(line).http);
+      });
+      createInterface({ input: this.proc.stderr! }).on('line', (l) => this.logs.push(l));
+      this.exited.then((code) =>
+        reject(new Error(`worker exited with ${code} before ready:\n${this.logs.slice(-20).join('\n')}`)),
+      );
+    });
+  }
+
+  kill(signal: NodeJS.Signals): void {
+    this.proc.kill(signal);
+  }
+}
+
+/** Everything a worker test needs: namespace, topics, a codec, PG tables, result reader, workers. */
+export class WorkerHarness {
+  readonly ns: TestNamespace;
+  readonly prefix: string;
+  readonly codec: EventCodec;
+  readonly pg = new Pool({ connectionString: POSTGRES_URL, max: 4 });
+  readonly table: string;
+  readonly groupId: string;
+  readonly workers: WorkerProcess[] = [];
+  readonly results = new Collector<{
+    event: 'TaskCompleted' | 'TaskFailed';
+    value: TaskCompleted | TaskFailed;
+  }>();
+  private producer?: Producer;
+  private resultConsumer?: Consumer;
+
+  constructor(label: string) {
+    this.ns = new TestNamespace(label);
+    this.prefix = `${this.ns.prefix}.`;
+    this.codec = new EventCodec({ registryUrl: this.ns.infra.schemaRegistryUrl, topicPrefix: this.prefix });
+    this.table = this.ns.prefix.replace(/[^a-z0-9]/g, '_');
+    this.groupId = this.ns.groupId('workers');
+  }
+
+  async setup(taskTypes: string[], partitions = 3): Promise<void> {
+    await dropTables(this.table, (s) => this.pg.query(s));
+    await createTables(this.table, (s) => this.pg.query(s));
+    await this.ns.createTopics(
+      { name: 'task.results', numPartitions: partitions },
+      ...taskTypes.flatMap((t) => [
+        { name: `task.${t}`, numPartitions: partitions },
+        { name: `task.${t}.dlq`, numPartitions: 1 },
+      ]),
+    );
+    await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
+    this.producer = this.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await this.producer.connect();
+    this.resultConsumer = this.ns.kafka.consumer({ groupId: this.ns.groupId('results-reader') });
+    await this.resultConsumer.connect();
+    await this.resultConsumer.subscribe({ topic: this.codec.physical('task.results'), fromBeginning: true });
+    await this.resultConsumer.run({
+      eachMessage: async ({ topic, partition, message }) => {
+        const d = await this.codec.decode('task.results', message.value, {
+          topic,
+          partition,
+          offset: message.offset,
+        });
+        this.results.push(d as never);
+      },
+    });
+  }
+
+  workerEnv(extra: Record<string, string> = {}): Record<string, string> {
+    return {
+      KAFKA_BROKERS: this.ns.infra.kafkaBrokers.join(','),
+      SCHEMA_REGISTRY_URL: this.ns.infra.schemaRegistryUrl,
+      REDIS_URL: this.ns.infra.redisUrl,
+      POSTGRES_URL,
+      KEYFLOW_TOPIC_PREFIX: this.prefix,
+      WORKER_GROUP_ID: this.groupId,
+      TEST_TABLE_PREFIX: this.table,
+      WORKER_SESSION_TIMEOUT_MS: '10000',
+      WORKER_HEARTBEAT_INTERVAL_MS: '1000',
+      WORKER_LEASE_MS: '3000',
+      WORKER_DRAIN_DEADLINE_MS: '5000',
+      ...extra,
+    };
+  }
+
+  async startWorker(extra: Record<string, string> = {}): Promise<WorkerProcess> {
+    const w = new WorkerProcess(this.workerEnv(extra));
+    this.workers.push(w);
+    await w.ready;
+    return w;
+  }
+
+  command(
+    taskType: string,
+    entity: string,
+    input: object,
+    opts: {
+      runId?: string;
+      stepId?: string;
+      attempt?: number;
+      maxAttempts?: number;
+      timeoutMs?: number;
+    } = {},
+  ): TaskCommand {
+    const runId = opts.runId ?? `run-${entity}`;
+    const stepId =
+      opts.stepId ?? `${taskType}-${JSON.stringify(input).length}-${Math.random().toString(36).slice(2, 8)}`;
+    const attempt = opts.attempt ?? 1;
+    return {
+      metadata: newMetadata('TaskCommand', { key: entity, correlationId: runId }),
+      runId,
+      workflow: 'test',
+      workflowVersion: 1,
+      stepId,
+      taskType,
+      attempt,
+      idempotencyKey: `${runId}/${stepId}/${attempt}`,
+      input: JSON.stringify(input),
+      inputRef: null,
+      timeoutMs: opts.timeoutMs ?? 10_000,
+      maxAttempts: opts.maxAttempts ?? 3,
+    };
+  }
+
+  async send(commands: TaskCommand[], batch = 500): Promise<void> {
+    for (let i = 0; i < commands.length; i += batch) {
+      const slice = commands.slice(i, i + batch);
+      const byTopic = new Map<string, TaskCommand[]>();
+      slice.forEach((c) => byTopic.set(c.taskType, [...(byTopic.get(c.taskType) ?? []), c]));
+      await this.producer!.sendBatch({
+        acks: -1,
+        topicMessages: [...byTopic].map(([type, cs]) => ({
+          topic: this.codec.physical(`task.${type}`),
+          messages: cs.map((c) => ({
+            key: c.metadata.key,
+            value: this.codec.encode(`task.${type}`, 'TaskCommand', c),
+          })),
+        })),
+      });
+    }
+  }
+
+  async sendRaw(taskType: string, key: string, value: Buffer): Promise<void> {
+    await this.producer!.send({
+      topic: this.codec.physical(`task.${taskType}`),
+      acks: -1,
+      messages: [{ key, value }],
+    });
+  }
+
+  async rows<T>(sql: string, args: unknown[] = []): Promise<T[]> {
+    return (await this.pg.query(sql.replace(/\{t\}/g, this.table), args)).rows as T[];
+  }
+
+  async teardown(): Promise<void> {
+    await Promise.all(
+      this.workers.map(async (w) => {
+        if (w.proc.exitCode === null && w.proc.signalCode === null) {
+          w.kill('SIGKILL');
+          await w.exited;
+        }
+      }),
+    );
+    await this.resultConsumer?.disconnect();
+    await this.producer?.disconnect();
+    await dropTables(this.table, (s) => this.pg.query(s)).catch(() => undefined);
+    await this.pg.end();
+    await this.ns.cleanup();
+  }
+}

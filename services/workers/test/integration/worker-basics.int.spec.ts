@@ -1,0 +1,182 @@
+import { toWireFormat } from '@keyflow/contracts';
+import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
+import { createLogger } from '@keyflow/observability';
+import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
+import { Collector, eventually } from '@keyflow/testing';
+import type { KafkaMessage } from 'kafkajs';
+import { WorkerHarness } from './support';
+
+jest.setTimeout(120_000);
+
+describe('a worker process', () => {
+  const h = new WorkerHarness('worker');
+  beforeAll(async () => {
+    await h.setup(['seq', 'flaky', 'refuse', 'poison', 'slow']);
+    await h.startWorker({ WORKER_RETRY_INITIAL_MS: '200', WORKER_RETRY_MAX_MS: '1000' });
+  });
+  afterAll(() => h.teardown());
+
+  const resultFor = async (idempotencyKey: string) =>
+    (await eventually(
+      `result for ${idempotencyKey}`,
+      () => h.results.items.find((r) => r.value.idempotencyKey === idempotencyKey),
+      {
+        timeoutMs: 60_000,
+      },
+    ))!;
+
+  it('runs a task and publishes TaskCompleted keyed by run id, caused by the command', async () => {
+    const cmd = h.command('seq', 'e1', { entity: 'e1', seq: 1 });
+    await h.send([cmd]);
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskCompleted');
+    const v = r.value as TaskCompleted;
+    expect(JSON.parse(v.output)).toEqual({ entity: 'e1', seq: 1 });
+    expect(v.metadata.causationId).toBe(cmd.metadata.eventId);
+    expect(v.metadata.key).toBe(cmd.runId);
+    expect(v.metadata.correlationId).toBe(cmd.runId);
+    expect(v.replayed).toBe(false);
+  });
+
+  it('fails twice then succeeds: completed on attempt 3, with delays inside the backoff bounds', async () => {
+    const cmd = h.command('flaky', 'e2', { failTimes: 2 }, { maxAttempts: 5 });
+    await h.send([cmd]);
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskCompleted');
+    expect(JSON.parse((r.value as TaskCompleted).output)).toEqual({ attempt: 3 });
+    const attempts = await h.rows<{ attempt: number; at_ms: string }>(
+      'select attempt, at_ms from {t}_attempt where idempotency_key = $1 order by attempt',
+      [cmd.idempotencyKey],
+    );
+    expect(attempts.map((a) => a.attempt)).toEqual([1, 2, 3]);
+    const gaps = attempts.slice(1).map((a, i) => Number(a.at_ms) - Number(attempts[i].at_ms));
+    // Full jitter: gap after attempt n is in [0, min(1000, 200 * 2^(n-1))] plus handler and bookkeeping time.
+    expect(gaps[0]).toBeLessThanOrEqual(200 + 250);
+    expect(gaps[1]).toBeLessThanOrEqual(400 + 250);
+    expect(gaps.every((g) => g >= 0)).toBe(true);
+  });
+
+  it('a non-retryable error fails the task after one attempt, with its class, message and code', async () => {
+    const cmd = h.command('refuse', 'e3', {}, { maxAttempts: 5 });
+    await h.send([cmd]);
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskFailed');
+    const { error } = r.value as TaskFailed;
+    expect(error).toMatchObject({
+      errorClass: 'NonRetryableTaskError',
+      message: 'card declined',
+      retryable: false,
+      code: 'DECLINED',
+      attempts: 1,
+    });
+    expect(
+      await h.rows('select * from {t}_exec where idempotency_key = $1', [cmd.idempotencyKey]),
+    ).toHaveLength(1);
+  });
+
+  it('an attempt that times out is retried', async () => {
+    const cmd = h.command('flaky', 'e4', { hangFirst: true }, { timeoutMs: 500, maxAttempts: 3 });
+    await h.send([cmd]);
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskCompleted');
+    expect(JSON.parse((r.value as TaskCompleted).output)).toEqual({ attempt: 2 });
+  });
+
+  it('a redelivered completed command re-publishes the stored result without running the handler', async () => {
+    const cmd = h.command('seq', 'e5', { entity: 'e5', seq: 1 });
+    await h.send([cmd]);
+    await resultFor(cmd.idempotencyKey);
+    await h.send([cmd]); // the same command again, as after a crash before the commit
+    const both = await eventually(
+      'two results',
+      () => h.results.items.filter((r) => r.value.idempotencyKey === cmd.idempotencyKey),
+      { until: (rs) => rs.length === 2 },
+    );
+    expect(both.map((r) => (r.value as TaskCompleted).replayed)).toEqual([false, true]);
+    expect(both[1].value.metadata.eventId).toBe(both[0].value.metadata.eventId);
+    expect(
+      await h.rows('select * from {t}_exec where idempotency_key = $1', [cmd.idempotencyKey]),
+    ).toHaveLength(1);
+  });
+
+  it('a poison message never blocks its key: it goes to the DLQ with full metadata, the next 10 complete, and a redrive after the fix completes it', async () => {
+    const poison = h.command('poison', 'e6', { entity: 'e6', seq: 0, poison: true });
+    const valid = Array.from({ length: 10 }, (_, i) =>
+      h.command('poison', 'e6', { entity: 'e6', seq: i + 1 }),
+    );
+    await h.send([poison, ...valid]);
+    await eventually(
+      'the 10 valid ones completed',
+      () =>
+        h.results.items.filter((r) => valid.some((v) => v.idempotencyKey === r.value.idempotencyKey)).length,
+      { until: (n) => n === 10 },
+    );
+    const order = await h.rows<{ seq: number }>("select seq from {t}_order where entity = 'e6' order by id");
+    expect(order.map((o) => o.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+
+    const dlqTopic = `${h.codec.physical('task.poison')}.dlq`;
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-reader') });
+    await reader.connect();
+    await reader.subscribe({ topic: dlqTopic, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => dlq.push(message) });
+    const [record] = await dlq.wait(1);
+    await reader.disconnect();
+    expect(record.key!.toString()).toBe('e6');
+    expect(record.value!.equals(h.codec.encode('task.poison', 'TaskCommand', poison))).toBe(true);
+    const hd = (n: string) => header(record.headers, n);
+    expect(hd(DLQ_HEADERS.originalTopic)).toBe(h.codec.physical('task.poison'));
+    expect(Number(hd(DLQ_HEADERS.originalPartition))).toBeGreaterThanOrEqual(0);
+    expect(Number(hd(DLQ_HEADERS.originalOffset))).toBeGreaterThanOrEqual(0);
+    expect(hd(DLQ_HEADERS.errorClass)).toBe('TaskInputError');
+    expect(hd(DLQ_HEADERS.errorMessage)).toContain('"amount" is not a number');
+    expect(hd(DLQ_HEADERS.attempts)).toBe('1');
+    expect(Number(hd(DLQ_HEADERS.firstFailureAt))).toBeLessThanOrEqual(Number(hd(DLQ_HEADERS.lastFailureAt)));
+    expect(hd(DLQ_HEADERS.consumerGroup)).toBe(h.groupId);
+    expect(hd(DLQ_HEADERS.host)).toMatch(/\/\d+$/);
+
+    await h.rows("insert into {t}_fix(name) values ('poison')");
+    const producer = h.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    const report = await redrive(h.ns.kafka, {
+      dlqTopic,
+      filter: { errorClass: 'TaskInputError', key: 'e6' },
+      ratePerSec: 50,
+      producer,
+      logger: createLogger('redrive', { level: 'silent' }),
+    });
+    await producer.disconnect();
+    expect(report).toMatchObject({ moved: 1, byTopic: { [h.codec.physical('task.poison')]: 1 } });
+    const r = await resultFor(poison.idempotencyKey);
+    expect(r.event).toBe('TaskCompleted');
+  });
+
+  it('undecodable bytes and an unknown schema id go to the DLQ with the decode error', async () => {
+    await h.sendRaw('seq', 'bad', Buffer.from('not avro'));
+    await h.sendRaw('seq', 'bad', toWireFormat(1_999_999_999, Buffer.from([1, 2, 3])));
+    const ok = h.command('seq', 'bad', { entity: 'bad', seq: 1 });
+    await h.send([ok]);
+    await resultFor(ok.idempotencyKey);
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-seq') });
+    await reader.connect();
+    await reader.subscribe({ topic: `${h.codec.physical('task.seq')}.dlq`, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => dlq.push(message) });
+    const records = await dlq.wait(2);
+    await reader.disconnect();
+    expect(records.map((r) => header(r.headers, DLQ_HEADERS.errorClass))).toEqual([
+      'MissingMagicByteError',
+      'UnknownSchemaIdError',
+    ]);
+  });
+
+  it('answers /health and exposes Prometheus metrics', async () => {
+    const url = await h.workers[0].ready;
+    const health = await fetch(`${url}/health`);
+    expect(health.status).toBe(200);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toMatch(/keyflow_worker_tasks_total\{[^}]*type="seq"[^}]*outcome="completed"[^}]*\} \d+/);
+    expect(metrics).toMatch(/keyflow_worker_dlq_total\{[^}]*error_class="TaskInputError"/);
+    expect(metrics).toContain('keyflow_worker_handler_duration_seconds_bucket');
+  });
+});
