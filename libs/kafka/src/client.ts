@@ -35,6 +35,10 @@ export function createIdempotentProducer(kafka: Kafka, transactionalId?: string)
     idempotent: true,
     maxInFlightRequests: 1,
     allowAutoTopicCreation: false,
+    // murmur2 over the key, as the Java client: other clients put the same key in the same partition.
+    createPartitioner: Partitioners.DefaultPartitioner,
+    // An idempotent producer keeps retrying while the broker is away (bounded waits, unbounded count).
+    retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 5_000 },
     ...(transactionalId ? { transactionalId } : {}),
   });
 }
