@@ -77,19 +77,23 @@ export interface ConsumerStats {
 /**
  * A consumer-group runner that keeps per-key order while running different keys concurrently.
  *
- * Guarantees (each message is identified by topic, partition, offset):
- * - Messages with the same key in a partition run one at a time, in offset order. A batch of a partition is
- *   finished (or the consumer stops) before that partition's next batch starts, so order also holds across
- *   batches and across rebalances: kafkajs waits for running batches before it rejoins the group.
+ * kafkajs does not fetch again from a broker until every batch of its previous fetch has been handled
+ * (tulios/kafkajs#683), so a slow partition would stall every partition led by the same broker. This runner
+ * therefore takes a batch, pauses its partition, returns at once, and works the batch in the background; the
+ * partition resumes when the batch is done. Guarantees (a message is identified by topic, partition, offset):
+ * - Messages with the same key in a partition run one at a time, in offset order; a partition's next batch is
+ *   fetched only after its current one is done, so order also holds across batches.
  * - Different keys run concurrently, bounded per partition and per process; when a bound is hit, dispatching
- *   from that partition waits (the partition is counted as paused) and resumes as work drains. kafkajs does not
- *   fetch a partition again while its batch is running, so memory stays bounded by the fetch sizes.
- * - Only the contiguous completed prefix is committed (next offset to read); a revoked (stale) partition is never
- *   committed. A handler rejection is retried with backoff and never skipped.
- * - While a batch runs, the member heartbeats every heartbeatIntervalMs, so a handler longer than the session
- *   timeout does not cause a rebalance.
- * - stop(deadlineMs) stops fetching, lets in-flight work finish until the deadline, then aborts it (uncommitted
- *   work is redelivered), commits, and disconnects.
+ *   from that partition waits (counted as paused) and resumes as work drains. A partition with work in progress
+ *   is paused at the broker, so memory stays bounded by the fetch sizes, and other partitions keep flowing.
+ * - Only the contiguous completed prefix is committed (next offset to read), and only for a partition this member
+ *   owns in the current generation, never during a rebalance. A handler rejection is retried with backoff and
+ *   never skipped. After a rebalance, a partition whose old batch is still running stays paused until it is done;
+ *   a revoked partition's in-flight work finishes without commit (its new owner redelivers it, and the
+ *   idempotency lease keeps the two from running one task at once).
+ * - The member heartbeats while batches run, so a handler longer than the session timeout causes no rebalance.
+ * - stop(deadlineMs) stops taking batches, lets in-flight work finish until the deadline, then aborts it
+ *   (uncommitted work is redelivered), commits what completed, and leaves the group.
  */
 export class OrderedConsumer {
   private readonly o: Resolved;
@@ -103,6 +107,13 @@ export class OrderedConsumer {
   private joins = 0;
   private crashed?: Error;
   private crashListeners: Array<(e: Error) => void> = [];
+  private readonly assignment = new Set<string>();
+  private rebalancing = false;
+  private stopping = false;
+  private readonly busy = new Set<string>();
+  private readonly background = new Set<Promise<void>>();
+  private heartbeatTimer?: NodeJS.Timeout;
+  private lastPayload?: EachBatchPayload;
 
   constructor(opts: OrderedConsumerOptions) {
     this.o = {
@@ -151,13 +162,23 @@ export class OrderedConsumer {
       heartbeatInterval: this.o.heartbeatIntervalMs,
       rebalanceTimeout: this.o.rebalanceTimeoutMs,
       maxBytesPerPartition: this.o.maxBytesPerPartition,
+      maxWaitTimeInMs: 200,
       readUncommitted: false,
       retry: { retries: 10 },
     });
     this.consumer = c;
+    c.on(c.events.REBALANCING, () => {
+      this.rebalancing = true;
+    });
     c.on(c.events.GROUP_JOIN, (e) => {
       this.joins++;
-      this.assigned = Object.values(e.payload.memberAssignment).reduce((n, ps) => n + ps.length, 0);
+      this.rebalancing = false;
+      this.assignment.clear();
+      for (const [topic, ps] of Object.entries(e.payload.memberAssignment))
+        ps.forEach((p) => this.assignment.add(`${topic}:${p}`));
+      this.assigned = this.assignment.size;
+      // A partition still working on a batch from before the rebalance stays paused until that batch is done.
+      for (const tp of this.busy) if (this.assignment.has(tp)) this.pausePartition(tp);
       this.o.logger.info(
         { groupId: this.o.groupId, assignment: e.payload.memberAssignment, generation: e.payload.groupId },
         'joined consumer group',
@@ -179,8 +200,48 @@ export class OrderedConsumer {
       autoCommit: false,
       eachBatchAutoResolve: false,
       partitionsConsumedConcurrently: this.o.partitionsConsumedConcurrently,
-      eachBatch: (payload) => this.runBatch(payload),
+      eachBatch: async (payload) => this.takeBatch(payload),
     });
+    // Heartbeats while batches run in the background (kafkajs only heartbeats from its fetch loop and batches).
+    this.heartbeatTimer = setInterval(
+      () => {
+        if (this.busy.size > 0) this.lastPayload?.heartbeat().catch(() => undefined);
+      },
+      Math.max(200, Math.floor(this.o.heartbeatIntervalMs / 2)),
+    );
+    this.heartbeatTimer.unref();
+  }
+
+  private pausePartition(tp: string): void {
+    const i = tp.lastIndexOf(':');
+    this.consumer?.pause([{ topic: tp.slice(0, i), partitions: [Number(tp.slice(i + 1))] }]);
+  }
+
+  private resumePartition(tp: string): void {
+    const i = tp.lastIndexOf(':');
+    this.consumer?.resume([{ topic: tp.slice(0, i), partitions: [Number(tp.slice(i + 1))] }]);
+  }
+
+  /** Takes a batch: pauses its partition, works it in the background, returns at once (see the class doc). */
+  private takeBatch(p: EachBatchPayload): void {
+    const tp = `${p.batch.topic}:${p.batch.partition}`;
+    this.lastPayload = p;
+    if (this.stopping || this.busy.has(tp) || p.batch.messages.length === 0) {
+      if (this.stopping || this.busy.has(tp)) this.pausePartition(tp); // nothing resolved: refetched later
+      return;
+    }
+    this.busy.add(tp);
+    this.pausePartition(tp);
+    const work = this.runBatch(p)
+      .catch((err) =>
+        this.o.logger.error({ err, tp }, 'batch processing failed; its partition will be refetched'),
+      )
+      .finally(() => {
+        this.busy.delete(tp);
+        this.background.delete(work);
+        if (!this.stopping && this.assignment.has(tp)) this.resumePartition(tp);
+      });
+    this.background.add(work);
   }
 
   /** The group member is healthy: started, not crashed. */
@@ -194,15 +255,18 @@ export class OrderedConsumer {
    */
   async stop(deadlineMs = 30_000): Promise<void> {
     if (!this.consumer) return;
+    this.stopping = true;
     const timer = setTimeout(
       () => this.stopController.abort(new Error(`drain deadline of ${deadlineMs} ms passed`)),
       deadlineMs,
     );
     try {
+      await Promise.allSettled([...this.background]);
       await this.consumer.stop();
       await this.consumer.disconnect();
     } finally {
       clearTimeout(timer);
+      clearInterval(this.heartbeatTimer);
       this.stopController.abort(new Error('consumer stopped'));
     }
   }
@@ -216,17 +280,14 @@ export class OrderedConsumer {
     let lastCommit = Date.now();
     let committing: Promise<void> = Promise.resolve();
 
-    const beat = setInterval(
-      () => p.heartbeat().catch(() => undefined),
-      Math.max(500, Math.floor(this.o.heartbeatIntervalMs / 2)),
-    );
+    const owned = () => this.assignment.has(tp) && !this.rebalancing;
     const commit = async (force: boolean) => {
       const next = tracker.committable();
-      if (next === undefined || p.isStale()) return;
+      if (next === undefined || !owned()) return;
       if (!force && Date.now() - lastCommit < this.o.commitIntervalMs) return;
       lastCommit = Date.now();
       committing = committing.then(async () => {
-        if (p.isStale()) return;
+        if (!owned()) return;
         try {
           await this.consumer!.commitOffsets([
             { topic: batch.topic, partition: batch.partition, offset: next },
@@ -245,12 +306,12 @@ export class OrderedConsumer {
 
     try {
       for (const m of batch.messages) {
-        if (!p.isRunning() || p.isStale() || this.stopController.signal.aborted) break;
+        if (this.stopping || !this.assignment.has(tp) || this.stopController.signal.aborted) break;
         if (partitionSlots.free === 0 || this.processSlots.free === 0) this.blocked.add(tp);
         await partitionSlots.acquire();
         await this.processSlots.acquire();
         this.blocked.delete(tp);
-        if (!p.isRunning() || p.isStale()) {
+        if (this.stopping || !this.assignment.has(tp)) {
           partitionSlots.release();
           this.processSlots.release();
           break;
@@ -270,11 +331,15 @@ export class OrderedConsumer {
         const previous = chains.get(key) ?? Promise.resolve();
         const run = previous.then(async () => {
           try {
-            const done = await this.handleWithRetry(message, tp, () => p.isStale());
+            const done = await this.handleWithRetry(
+              message,
+              tp,
+              () => !this.assignment.has(tp) && !this.rebalancing,
+            );
             if (done) {
               const last = tracker.complete(m.offset);
               if (last !== undefined) {
-                p.resolveOffset(last);
+                if (owned()) p.resolveOffset(last);
                 await commit(false);
               }
             }
@@ -289,7 +354,6 @@ export class OrderedConsumer {
       await Promise.all(chains.values());
       await commit(true);
     } finally {
-      clearInterval(beat);
       this.blocked.delete(tp);
     }
   }

@@ -36,7 +36,22 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
   // Filters are registered on the app and inherited by the microservice (Nest applies them only this way).
   app.useGlobalFilters(new PassThroughRpcFilter(app.getHttpAdapter()));
   app.connectMicroservice({ strategy: transport }, { inheritAppConfig: true });
-  app.enableShutdownHooks();
+  // SIGTERM/SIGINT: drain (transport.close via app.close), then exit 0. Nest's own hooks would re-raise the signal.
+  let closing = false;
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      if (closing) return;
+      closing = true;
+      logger.info({ signal }, 'shutting down: draining in-flight tasks');
+      app.close().then(
+        () => process.exit(0),
+        (err) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    });
+  }
   transport.onCrash((err) => {
     logger.fatal({ err }, 'consumer crashed for good; exiting');
     process.exit(1);

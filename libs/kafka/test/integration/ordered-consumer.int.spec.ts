@@ -104,6 +104,40 @@ describe('the ordered consumer', () => {
     });
   });
 
+  it('a partition stuck on a message never stalls the other partitions', async () => {
+    const [topic] = await ns.createTopics({ name: 'stuck', numPartitions: 3 });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const done = new Collector<number>();
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId: ns.groupId('stuck'),
+      topics: [topic],
+      logger,
+      handle: async (m) => {
+        if (m.partition === 0) await gate;
+        done.push(m.partition);
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    const p = ns.kafka.producer();
+    await p.connect();
+    await p.send({ topic, messages: [{ partition: 0, key: 'stuck', value: 'x' }] });
+    // Later messages on the other partitions, in several rounds, each completes while partition 0 is stuck.
+    for (let round = 1; round <= 3; round++) {
+      await p.send({
+        topic,
+        messages: [1, 2].map((partition) => ({ partition, key: `k${round}`, value: String(round) })),
+      });
+      const seen = await done.wait(round * 2, 15_000);
+      expect(seen.every((x) => x !== 0)).toBe(true);
+    }
+    await p.disconnect();
+    release();
+    await done.wait(7);
+  });
+
   it('retries a message whose handler rejects, holding its key, and never skips it', async () => {
     const [topic] = await ns.createTopics({ name: 'retry', numPartitions: 1 });
     await produce(topic, [

@@ -1,0 +1,270 @@
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { Command } from 'commander';
+import { Kafka, logLevel, type Producer } from 'kafkajs';
+import { EventCodec, newMetadata } from '@keyflow/contracts';
+import type { TaskCommand } from '@keyflow/schemas';
+
+/**
+ * Worker benchmark. Prints, from one run on the local stack:
+ *  - tasks/s through a worker process with the no-op handler, draining a backlog, next to a raw kafkajs
+ *    consume-produce relay over the same messages (acks=all both);
+ *  - p50/p95 command-to-result latency (ms) at a steady offered rate;
+ *  - the worker's peak RSS (VmHWM) while draining a large backlog.
+ *   eval "$(infra/local/stack.sh up)" && npm run bench:worker -- --tasks 20000 --backlog 200000
+ */
+const program = new Command()
+  .option('--tasks <n>', 'backlog drained for the throughput figures', '20000')
+  .option('--rate <n>', 'offered tasks/s for the latency figures', '500')
+  .option('--seconds <n>', 'duration of the latency run', '10')
+  .option('--backlog <n>', 'backlog size for the peak-memory figure (0 to skip)', '200000')
+  .option('--partitions <n>', 'partitions of the task and result topics', '6')
+  .parse();
+const opts = program.opts<{
+  tasks: string;
+  rate: string;
+  seconds: string;
+  backlog: string;
+  partitions: string;
+}>();
+
+const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
+if (!brokers.length || !registryUrl || !process.env.REDIS_URL)
+  throw new Error(
+    'KAFKA_BROKERS, SCHEMA_REGISTRY_URL and REDIS_URL must be set: eval "$(infra/local/stack.sh up)"',
+  );
+const ROOT = join(__dirname, '..');
+const kafka = new Kafka({ brokers, clientId: 'bench', logLevel: logLevel.NOTHING });
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : NaN;
+};
+
+async function setup(prefix: string, partitions: number) {
+  const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({
+    waitForLeaders: true,
+    topics: ['task.noop', 'task.noop.dlq', 'task.results', 'relay.out'].map((t) => ({
+      topic: `${prefix}${t}`,
+      numPartitions: t.endsWith('dlq') ? 1 : partitions,
+    })),
+  });
+  await admin.disconnect();
+  await codec.registerTopics(['task.results', 'task.noop']);
+  return codec;
+}
+
+function command(i: number): TaskCommand {
+  const runId = `run-${i}`;
+  return {
+    metadata: newMetadata('TaskCommand', { key: `entity-${i % 5000}`, correlationId: runId }),
+    runId,
+    workflow: 'bench',
+    workflowVersion: 1,
+    stepId: 'noop',
+    taskType: 'noop',
+    attempt: 1,
+    idempotencyKey: `${runId}/noop/1`,
+    input: '{}',
+    inputRef: null,
+    timeoutMs: 30_000,
+    maxAttempts: 1,
+  };
+}
+
+async function produce(producer: Producer, codec: EventCodec, from: number, n: number) {
+  for (let i = from; i < from + n; i += 1000) {
+    const batch = Array.from({ length: Math.min(1000, from + n - i) }, (_, j) => command(i + j));
+    await producer.send({
+      topic: codec.physical('task.noop'),
+      acks: -1,
+      messages: batch.map((c) => ({
+        key: c.metadata.key,
+        value: codec.encode('task.noop', 'TaskCommand', c),
+      })),
+    });
+  }
+}
+
+function startWorker(prefix: string) {
+  const proc = spawn(
+    process.execPath,
+    ['-r', '@swc-node/register', join(ROOT, 'services/workers/src/main.ts')],
+    {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        KEYFLOW_TOPIC_PREFIX: prefix,
+        WORKER_GROUP_ID: `${prefix}workers`,
+        WORKER_TASK_TYPES: 'noop',
+        LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  createInterface({ input: proc.stdout! }).on('line', () => undefined);
+  const peakRssMb = () => {
+    try {
+      const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'));
+      return m ? Number(m[1]) / 1024 : NaN;
+    } catch {
+      return NaN;
+    }
+  };
+  return {
+    proc,
+    peakRssMb,
+    stop: () => new Promise<void>((r) => (proc.once('exit', () => r()), proc.kill('SIGTERM'))),
+  };
+}
+
+/** Counts results on task.results; records command-to-result latency from the metadata times. */
+async function resultCounter(codec: EventCodec, group: string) {
+  const consumer = kafka.consumer({ groupId: group });
+  let count = 0;
+  const latencies: number[] = [];
+  const sentAt = new Map<string, number>();
+  await consumer.connect();
+  await consumer.subscribe({ topic: codec.physical('task.results'), fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ topic, partition, message }) => {
+      const d = await codec.decode('task.results', message.value, {
+        topic,
+        partition,
+        offset: message.offset,
+      });
+      count++;
+      const at = sentAt.get(d.value.runId as string);
+      if (at !== undefined) latencies.push(Number(message.timestamp) - at);
+    },
+  });
+  return {
+    consumer,
+    get count() {
+      return count;
+    },
+    latencies,
+    sentAt,
+  };
+}
+
+async function until(cond: () => boolean, timeoutMs: number) {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error('benchmark timed out');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function rawRelay(prefix: string, n: number): Promise<number> {
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const consumer = kafka.consumer({ groupId: `${prefix}relay` });
+  await consumer.connect();
+  await consumer.subscribe({ topic: `${prefix}task.noop`, fromBeginning: true });
+  let relayed = 0;
+  const t0 = Date.now();
+  await consumer.run({
+    partitionsConsumedConcurrently: 4,
+    eachMessage: async ({ message }) => {
+      await producer.send({
+        topic: `${prefix}relay.out`,
+        acks: -1,
+        messages: [{ key: message.key, value: message.value }],
+      });
+      relayed++;
+    },
+  });
+  await until(() => relayed >= n, 600_000);
+  const rate = n / ((Date.now() - t0) / 1000);
+  await consumer.disconnect();
+  await producer.disconnect();
+  return rate;
+}
+
+async function main() {
+  const partitions = Number(opts.partitions);
+  const tasks = Number(opts.tasks);
+  const run = `bench-${Date.now()}.`;
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+
+  // 1. Throughput draining a backlog: worker vs raw relay over the same commands.
+  const codec = await setup(run, partitions);
+  await produce(producer, codec, 0, tasks);
+  const results = await resultCounter(codec, `${run}results`);
+  const worker = startWorker(run);
+  const t0 = Date.now();
+  await until(() => results.count >= tasks, 600_000);
+  const workerRate = tasks / ((Date.now() - t0) / 1000);
+  await worker.stop();
+  const relayRate = await rawRelay(run, tasks);
+  console.log(`throughput (backlog of ${tasks}, ${partitions} partitions, 1 worker process, no-op handler):`);
+  console.log(
+    `  worker: ${workerRate.toFixed(0)} tasks/s   raw kafkajs relay: ${relayRate.toFixed(0)} msgs/s   ratio ${(workerRate / relayRate).toFixed(2)}`,
+  );
+  await results.consumer.disconnect();
+
+  // 2. Latency at a steady offered rate.
+  const lat = `bench-lat-${Date.now()}.`;
+  const latCodec = await setup(lat, partitions);
+  const latResults = await resultCounter(latCodec, `${lat}results`);
+  const w2 = startWorker(lat);
+  await new Promise((r) => setTimeout(r, 3_000)); // let it join before offering load
+  const rate = Number(opts.rate);
+  const total = rate * Number(opts.seconds);
+  const start = Date.now();
+  for (let i = 0; i < total; i += rate / 10) {
+    const batch = Array.from({ length: rate / 10 }, (_, j) => command(i + j));
+    const now = Date.now();
+    batch.forEach((c) => latResults.sentAt.set(c.runId, now));
+    await producer.send({
+      topic: latCodec.physical('task.noop'),
+      acks: -1,
+      messages: batch.map((c) => ({
+        key: c.metadata.key,
+        value: latCodec.encode('task.noop', 'TaskCommand', c),
+      })),
+    });
+    const wait = start + ((i + rate / 10) / rate) * 1000 - Date.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  }
+  await until(() => latResults.count >= total, 120_000);
+  console.log(
+    `latency at ${rate} tasks/s offered for ${opts.seconds} s: p50 ${pct(latResults.latencies, 50)} ms, p95 ${pct(latResults.latencies, 95)} ms, p99 ${pct(latResults.latencies, 99)} ms`,
+  );
+  await w2.stop();
+  await latResults.consumer.disconnect();
+
+  // 3. Peak memory while draining a large backlog.
+  const backlog = Number(opts.backlog);
+  if (backlog > 0) {
+    const mem = `bench-mem-${Date.now()}.`;
+    const memCodec = await setup(mem, partitions);
+    await produce(producer, memCodec, 0, backlog);
+    const memResults = await resultCounter(memCodec, `${mem}results`);
+    const w3 = startWorker(mem);
+    const t1 = Date.now();
+    await until(() => memResults.count >= backlog, 1_800_000);
+    console.log(
+      `backlog of ${backlog}: drained in ${((Date.now() - t1) / 1000).toFixed(1)} s, worker peak RSS ${w3.peakRssMb().toFixed(0)} MiB`,
+    );
+    await w3.stop();
+    await memResults.consumer.disconnect();
+  }
+  await producer.disconnect();
+}
+
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(e);
+    process.exit(1);
+  },
+);
