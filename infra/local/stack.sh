@@ -13,6 +13,8 @@
 #   KAFKA_VERSION (4.1.1)  KAFKA_PORT (9092)  KAFKA_CONTROLLER_PORT (9093)  KAFKA_HEAP_OPTS (-Xms256m -Xmx512m)
 #   APICURIO_VERSION (3.0.9)  REGISTRY_PORT (8081)  REGISTRY_MANAGEMENT_PORT (9001)  REGISTRY_HEAP_OPTS (-Xms128m -Xmx512m)
 #   REDIS_URL (redis://127.0.0.1:6379)  started here only if nothing answers PING there
+#   POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test)  the workers' tests and the ETL sink; the machine's
+#     cluster is started (pg_ctlcluster) if it is installed and down
 #   KEYFLOW_CACHE_DIR (${XDG_CACHE_HOME:-~/.cache}/keyflow)  downloaded artifacts, shared by every clone
 #   KEYFLOW_RUN_DIR (<repo>/infra/local/.run)  pid files, logs and data (git-ignored)
 #   READY_TIMEOUT_S (120)  how long `up` waits for each service
@@ -28,6 +30,7 @@ REGISTRY_PORT="${REGISTRY_PORT:-8081}"
 REGISTRY_MANAGEMENT_PORT="${REGISTRY_MANAGEMENT_PORT:-9001}"
 REGISTRY_HEAP_OPTS="${REGISTRY_HEAP_OPTS:--Xms128m -Xmx512m}"
 REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+POSTGRES_URL="${POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 CACHE_DIR="${KEYFLOW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/keyflow}"
 RUN_DIR="${KEYFLOW_RUN_DIR:-$HERE/.run}"
 READY_TIMEOUT_S="${READY_TIMEOUT_S:-120}"
@@ -249,12 +252,31 @@ redis_up() {
   log "redis ready at $REDIS_URL"
 }
 
+# ---------- postgres ----------
+pg_hostport() { local hp="${POSTGRES_URL#*://}"; hp="${hp#*@}"; hp="${hp%%/*}"; echo "$hp"; }
+pg_ready() { local hp; hp="$(pg_hostport)"; port_open "${hp%%:*}" "${hp##*:}"; }
+
+postgres_up() {
+  if pg_ready; then log "postgres answers at $(pg_hostport): reusing it"; return 0; fi
+  if command -v pg_ctlcluster >/dev/null && ls /etc/postgresql >/dev/null 2>&1; then
+    local v; v="$(ls /etc/postgresql | sort -V | tail -n1)"
+    log "starting the machine's PostgreSQL $v cluster"
+    pg_ctlcluster --skip-systemctl-redirect "$v" main start || die "could not start PostgreSQL $v"
+    echo "$v" >"$RUN_DIR/postgres.started"
+    local t0=$SECONDS
+    until pg_ready; do (( SECONDS - t0 > 30 )) && die "PostgreSQL not answering at $(pg_hostport) after 30s"; sleep 0.2; done
+    return 0
+  fi
+  die "nothing answers at $(pg_hostport) (POSTGRES_URL) and no PostgreSQL cluster is installed (Debian: apt-get install postgresql)"
+}
+
 # ---------- commands ----------
 cmd_up() {
   need_java
   mkdir -p "$RUN_DIR"
   local t0=$SECONDS
   redis_up
+  postgres_up
   kafka_up
   registry_up
   kafka_wait
@@ -267,6 +289,11 @@ cmd_down() {
   stop_pid registry 20
   stop_pid kafka 30
   stop_pid redis 10
+  if [[ -f "$RUN_DIR/postgres.started" ]]; then
+    log "stopping the PostgreSQL cluster started here"
+    pg_ctlcluster --skip-systemctl-redirect "$(cat "$RUN_DIR/postgres.started")" main stop || true
+    rm -f "$RUN_DIR/postgres.started"
+  fi
   if [[ "${1:-}" == "--purge" ]]; then log "purging $RUN_DIR"; rm -rf "$RUN_DIR"; fi
 }
 
@@ -298,12 +325,13 @@ cmd_env() {
   echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
   echo "export SCHEMA_REGISTRY_URL=$(registry_url)"
   echo "export REDIS_URL=$REDIS_URL"
+  echo "export POSTGRES_URL=$POSTGRES_URL"
   echo "export KEYFLOW_KAFKA_VERSION=$KAFKA_VERSION"
   echo "export KEYFLOW_REGISTRY_VERSION=$APICURIO_VERSION"
 }
 
 # Exit 0 when every service this script manages answers (started here or reused).
-cmd_is_up() { alive kafka && alive registry && registry_ready && redis_ping; }
+cmd_is_up() { alive kafka && alive registry && registry_ready && redis_ping && pg_ready; }
 
 case "${1:-}" in
   up) cmd_up ;;
