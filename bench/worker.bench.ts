@@ -128,6 +128,7 @@ function startWorker(prefix: string) {
 async function resultCounter(codec: EventCodec, group: string) {
   const consumer = kafka.consumer({ groupId: group });
   let count = 0;
+  let firstAt = 0;
   const latencies: number[] = [];
   const sentAt = new Map<string, number>();
   await consumer.connect();
@@ -139,7 +140,7 @@ async function resultCounter(codec: EventCodec, group: string) {
         partition,
         offset: message.offset,
       });
-      count++;
+      if (count++ === 0) firstAt = Date.now();
       const at = sentAt.get(d.value.runId as string);
       if (at !== undefined) latencies.push(Number(message.timestamp) - at);
     },
@@ -148,6 +149,9 @@ async function resultCounter(codec: EventCodec, group: string) {
     consumer,
     get count() {
       return count;
+    },
+    get firstAt() {
+      return firstAt;
     },
     latencies,
     sentAt,
@@ -169,10 +173,11 @@ async function rawRelay(prefix: string, n: number): Promise<number> {
   await consumer.connect();
   await consumer.subscribe({ topic: `${prefix}task.noop`, fromBeginning: true });
   let relayed = 0;
-  const t0 = Date.now();
+  let t0 = 0;
   await consumer.run({
     partitionsConsumedConcurrently: 4,
     eachMessage: async ({ message }) => {
+      t0 ||= Date.now();
       await producer.send({
         topic: `${prefix}relay.out`,
         acks: -1,
@@ -182,7 +187,7 @@ async function rawRelay(prefix: string, n: number): Promise<number> {
     },
   });
   await until(() => relayed >= n, 600_000);
-  const rate = n / ((Date.now() - t0) / 1000);
+  const rate = (n - 1) / ((Date.now() - t0) / 1000); // first message to last
   await consumer.disconnect();
   await producer.disconnect();
   return rate;
@@ -200,9 +205,8 @@ async function main() {
   await produce(producer, codec, 0, tasks);
   const results = await resultCounter(codec, `${run}results`);
   const worker = startWorker(run);
-  const t0 = Date.now();
   await until(() => results.count >= tasks, 600_000);
-  const workerRate = tasks / ((Date.now() - t0) / 1000);
+  const workerRate = (tasks - 1) / ((Date.now() - results.firstAt) / 1000); // first result to last
   await worker.stop();
   const relayRate = await rawRelay(run, tasks);
   console.log(`throughput (backlog of ${tasks}, ${partitions} partitions, 1 worker process, no-op handler):`);

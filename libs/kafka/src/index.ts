@@ -16,5 +16,6 @@ export type {
 } from './ordered-consumer';
 export { OffsetTracker } from './offset-tracker';
 export { Semaphore } from './semaphore';
+export { BatchingProducer } from './batching-producer';
 export { sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';

@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import type { Producer } from 'kafkajs';
 import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { IdempotencyStore } from '@keyflow/idempotency';
-import { sendToDlq, type ConsumedMessage, type HandleContext } from '@keyflow/kafka';
+import { sendToDlq, type BatchingProducer, type ConsumedMessage, type HandleContext } from '@keyflow/kafka';
 import { childTraceContext, traceFromHeaders, traceToHeaders, type Logger } from '@keyflow/observability';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {
@@ -42,6 +42,8 @@ export type StoredOutcome =
 export interface ExecutorOptions {
   codec: EventCodec;
   producer: Producer;
+  /** Publishes result events, coalescing concurrent sends into one request. */
+  results: BatchingProducer;
   store: IdempotencyStore<StoredOutcome>;
   handlers: Map<string, TaskHandlerFn>;
   logger: Logger;
@@ -273,10 +275,10 @@ export class TaskExecutor {
             error: outcome.error,
             workerId,
           } satisfies TaskFailed);
-    await this.o.producer.send({
-      topic: this.o.codec.physical('task.results'),
-      acks: -1,
-      messages: [{ key: cmd.runId, value, headers: traceToHeaders(trace) }],
+    await this.o.results.send(this.o.codec.physical('task.results'), {
+      key: cmd.runId,
+      value,
+      headers: traceToHeaders(trace),
     });
   }
 

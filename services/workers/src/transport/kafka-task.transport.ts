@@ -5,6 +5,7 @@ import type { Kafka, Producer } from 'kafkajs';
 import { EventCodec } from '@keyflow/contracts';
 import { IdempotencyStore } from '@keyflow/idempotency';
 import {
+  BatchingProducer,
   createIdempotentProducer,
   createKafka,
   dlqTopicFor,
@@ -110,6 +111,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     // No offline queue: while Redis is away, calls fail at once (retryable) and the consumer holds its messages.
     this.redis = new Redis(this.cfg.REDIS_URL, {
       enableOfflineQueue: false,
+      enableAutoPipelining: true, // concurrent tasks' lease calls share round trips
       maxRetriesPerRequest: 1,
       retryStrategy: (n) => Math.min(50 * n, 1_000),
     });
@@ -122,6 +124,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     const executor = new TaskExecutor({
       codec,
       producer: this.producer,
+      results: new BatchingProducer(this.producer),
       store,
       handlers,
       logger: this.log,
