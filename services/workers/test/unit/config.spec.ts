@@ -1,0 +1,43 @@
+import { loadWorkerConfig, WorkerConfigError } from '../../src/config';
+
+const base = {
+  KAFKA_BROKERS: 'a:9092, b:9092',
+  SCHEMA_REGISTRY_URL: 'http://r:8081/apis/ccompat/v7',
+  REDIS_URL: 'redis://127.0.0.1:6379',
+};
+
+describe('worker configuration', () => {
+  it('fills every default and splits lists', () => {
+    const c = loadWorkerConfig(base);
+    expect(c.brokers).toEqual(['a:9092', 'b:9092']);
+    expect(c.WORKER_GROUP_ID).toBe('keyflow.workers');
+    expect(c.taskTypes).toEqual([]);
+    expect(c.WORKER_SESSION_TIMEOUT_MS).toBe(30_000);
+  });
+
+  it('refuses bad values at startup, naming every bad variable', () => {
+    const err = (() => {
+      try {
+        loadWorkerConfig({
+          ...base,
+          REDIS_URL: 'localhost',
+          WORKER_MAX_IN_FLIGHT: '0',
+          SCHEMA_REGISTRY_URL: 'nope',
+        });
+      } catch (e) {
+        return e as WorkerConfigError;
+      }
+    })();
+    expect(err).toBeInstanceOf(WorkerConfigError);
+    expect(err!.message).toMatch(/REDIS_URL/);
+    expect(err!.message).toMatch(/WORKER_MAX_IN_FLIGHT/);
+    expect(err!.message).toMatch(/SCHEMA_REGISTRY_URL/);
+    expect(err!.retryable).toBe(false);
+  });
+
+  it('keeps heartbeats well inside the session timeout', () => {
+    expect(() =>
+      loadWorkerConfig({ ...base, WORKER_SESSION_TIMEOUT_MS: '6000', WORKER_HEARTBEAT_INTERVAL_MS: '3000' }),
+    ).toThrow(/at most a third/);
+  });
+});
