@@ -1,2 +1,26 @@
 export { retryPolicy, backoffCapMs, backoffDelayMs, shouldRetry, InvalidRetryPolicyError } from './retry';
 export type { RetryPolicy, RetryPolicyInput } from './retry';
+export { workflow, StepsBuilder, WorkflowBuilder, InvalidDefinitionError } from './dsl';
+export type {
+  Step,
+  TaskStep,
+  MapStep,
+  ChoiceStep,
+  WaitStep,
+  StepContext,
+  TaskOptions,
+  WorkflowDefinition,
+} from './dsl';
+export { reduce, dueTimers, seededRandom, stepOf, TERMINAL } from './reducer';
+export type {
+  RunState,
+  RunStatus,
+  StepState,
+  TimerState,
+  WorkflowInput,
+  CommandSpec,
+  LifecycleSpec,
+  Decision,
+  StepError,
+  TimelineEntry,
+} from './reducer';

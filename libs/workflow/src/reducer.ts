@@ -1,0 +1,647 @@
+import { backoffDelayMs, shouldRetry, type RetryPolicy } from './retry';
+import type { MapStep, Step, StepContext, TaskStep, WorkflowDefinition } from './dsl';
+
+/**
+ * The pure, deterministic reducer: (run state, input) -> (new state, task commands, lifecycle events).
+ * No I/O, no clock, no randomness of its own: "now" is the input's `at` (when it happened), and retry jitter comes
+ * from a hash of (run, step, attempt), so replaying the same inputs gives the same state and outputs.
+ * Durable timers (retry backoff, step timeout, run timeout, waits) live in the state; the engine fires them back
+ * as `timer-fired` inputs through the same ordered path.
+ */
+
+export type RunStatus =
+  'running' | 'waiting' | 'compensating' | 'completed' | 'failed' | 'compensated' | 'cancelled';
+export const TERMINAL: ReadonlySet<RunStatus> = new Set(['completed', 'failed', 'compensated', 'cancelled']);
+
+interface InputBase {
+  /** Id of the event that carries this input (becomes the causation id of everything it produces). */
+  eventId: string;
+  /** When it happened, ms since epoch. */
+  at: number;
+  runId: string;
+}
+
+export type WorkflowInput =
+  | (InputBase & {
+      kind: 'start';
+      workflow: string;
+      version: number;
+      businessKey: string;
+      input: Record<string, unknown>;
+    })
+  | (InputBase & { kind: 'task-completed'; stepId: string; attempt: number; output: unknown })
+  | (InputBase & {
+      kind: 'task-failed';
+      stepId: string;
+      attempt: number;
+      errorClass: string;
+      message: string;
+      retryable: boolean;
+    })
+  | (InputBase & { kind: 'timer-fired'; timerId: string })
+  | (InputBase & { kind: 'cancel'; reason: string })
+  | (InputBase & { kind: 'signal'; signal: string; payload: unknown })
+  | (InputBase & { kind: 'retry'; fromStepId?: string | null });
+
+export interface StepError {
+  errorClass: string;
+  message: string;
+  retryable: boolean;
+}
+
+export interface StepState {
+  status: 'scheduled' | 'waiting-retry' | 'completed' | 'failed' | 'waiting';
+  attempt: number;
+  output?: unknown;
+  error?: StepError;
+  /** Map steps: progress of the fan-out. */
+  map?: { total: number; next: number; done: number; outputs: unknown[] };
+}
+
+export interface TimerState {
+  dueAt: number;
+  purpose: 'retry' | 'step-timeout' | 'run-timeout' | 'wait';
+  stepId?: string;
+  attempt?: number;
+}
+
+export interface TimelineEntry {
+  at: number;
+  event: string;
+  stepId?: string;
+  attempt?: number;
+  detail?: string;
+}
+
+/** A run's state: JSON-serialisable, snapshotted to the compacted state topic after every input. */
+export interface RunState {
+  runId: string;
+  workflow: string;
+  version: number;
+  businessKey: string;
+  input: Record<string, unknown>;
+  status: RunStatus;
+  /** Step ids in execution order; a choice inserts its branch's steps after itself. */
+  plan: string[];
+  position: number;
+  steps: Record<string, StepState>;
+  timers: Record<string, TimerState>;
+  /** Completed task steps with a compensation, in completion order. */
+  compensable: string[];
+  compensation?: {
+    failedStepId: string;
+    queue: string[];
+    index: number;
+    error?: StepError & { stepId: string };
+  };
+  signals: Record<string, unknown>;
+  output?: unknown;
+  error?: StepError & { stepId: string };
+  startedAt: number;
+  updatedAt: number;
+  endedAt?: number;
+  /** Inputs applied to this run; a snapshot with a lower sequence is stale. */
+  sequence: number;
+  timeline: TimelineEntry[];
+}
+
+export interface CommandSpec {
+  stepId: string;
+  taskType: string;
+  attempt: number;
+  entityKey: string;
+  /** JSON text. */
+  input: string;
+  timeoutMs: number;
+  maxAttempts: number;
+  idempotencyKey: string;
+}
+
+export type LifecycleSpec =
+  | { type: 'RunStarted'; workflow: string; workflowVersion: number; businessKey: string; input: string }
+  | { type: 'StepScheduled'; stepId: string; taskType: string; attempt: number }
+  | { type: 'StepCompleted'; stepId: string; attempt: number; output: string }
+  | {
+      type: 'StepFailed';
+      stepId: string;
+      attempt: number;
+      error: StepError & { attempts: number; firstFailureAt: number; lastFailureAt: number; code: null };
+      willRetry: boolean;
+    }
+  | { type: 'RunCompleted'; output: string }
+  | { type: 'RunFailed'; failedStepId: string; reason: string }
+  | { type: 'RunCompensated'; failedStepId: string; compensatedSteps: string[] }
+  | { type: 'RunCancelled'; reason: string };
+
+export interface Decision {
+  state: RunState | undefined;
+  commands: CommandSpec[];
+  events: LifecycleSpec[];
+  /** Why the input changed nothing (stale, duplicate, unknown run), for counting; undefined when applied. */
+  ignored?: string;
+}
+
+const TIMELINE_MAX = 200;
+const compensationStepId = (stepId: string) => `${stepId}.compensate`;
+const itemStepId = (mapId: string, index: number) => `${mapId}[${index}]`;
+const ITEM = /^(.+)\[(\d+)\]$/;
+
+/** FNV-1a over a string, scaled to [0, 1): the deterministic jitter source. */
+export function seededRandom(seed: string): () => number {
+  return () => {
+    let h = 0x811c9dc5;
+    for (let i = 0; i < seed.length; i++) {
+      h ^= seed.charCodeAt(i);
+      h = Math.imul(h, 0x01000193) >>> 0;
+    }
+    return h / 2 ** 32;
+  };
+}
+
+class Ctx {
+  readonly commands: CommandSpec[] = [];
+  readonly events: LifecycleSpec[] = [];
+  constructor(
+    readonly def: WorkflowDefinition,
+    public s: RunState,
+    readonly at: number,
+  ) {}
+
+  stepContext(): StepContext {
+    const outputs: Record<string, unknown> = {};
+    for (const [id, st] of Object.entries(this.s.steps))
+      if (st.status === 'completed' && !ITEM.test(id)) outputs[id] = st.output;
+    return { runId: this.s.runId, businessKey: this.s.businessKey, input: this.s.input, outputs };
+  }
+
+  log(event: string, stepId?: string, attempt?: number, detail?: string) {
+    this.s.timeline.push({ at: this.at, event, stepId, attempt, detail });
+    if (this.s.timeline.length > TIMELINE_MAX)
+      this.s.timeline.splice(0, this.s.timeline.length - TIMELINE_MAX);
+  }
+}
+
+/**
+ * Applies one input. `state` is undefined for a run not seen yet; `def` is the definition of the run's
+ * workflow and version (for a start: the requested one).
+ */
+export function reduce(def: WorkflowDefinition, state: RunState | undefined, input: WorkflowInput): Decision {
+  if (input.kind === 'start') {
+    if (state) return { state, commands: [], events: [], ignored: 'duplicate start' };
+    const s: RunState = {
+      runId: input.runId,
+      workflow: def.name,
+      version: def.version,
+      businessKey: input.businessKey,
+      input: input.input,
+      status: 'running',
+      plan: def.steps.map((st) => st.id),
+      position: 0,
+      steps: {},
+      timers: {},
+      compensable: [],
+      signals: {},
+      startedAt: input.at,
+      updatedAt: input.at,
+      sequence: 1,
+      timeline: [],
+    };
+    const c = new Ctx(def, s, input.at);
+    c.events.push({
+      type: 'RunStarted',
+      workflow: def.name,
+      workflowVersion: def.version,
+      businessKey: s.businessKey,
+      input: JSON.stringify(s.input),
+    });
+    c.log('RunStarted');
+    if (def.runTimeoutMs !== undefined)
+      s.timers['run-timeout'] = { dueAt: input.at + def.runTimeoutMs, purpose: 'run-timeout' };
+    advance(c);
+    return { state: c.s, commands: c.commands, events: c.events };
+  }
+  if (!state) return { state, commands: [], events: [], ignored: `unknown run ${input.runId}` };
+  if (TERMINAL.has(state.status) && input.kind !== 'retry')
+    return { state, commands: [], events: [], ignored: `run is ${state.status}` };
+
+  const c = new Ctx(def, structuredClone(state), input.at);
+  const ignored = apply(c, input);
+  if (ignored) return { state, commands: [], events: [], ignored };
+  c.s.sequence = state.sequence + 1;
+  c.s.updatedAt = input.at;
+  return { state: c.s, commands: c.commands, events: c.events };
+}
+
+/** @returns a reason when the input is stale or does not apply. */
+function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string | undefined {
+  const s = c.s;
+  switch (input.kind) {
+    case 'task-completed':
+    case 'task-failed': {
+      const isCompensation = input.stepId.endsWith('.compensate');
+      const st = s.steps[input.stepId];
+      if (!st || st.status !== 'scheduled' || st.attempt !== input.attempt)
+        return `stale result for ${input.stepId} attempt ${input.attempt}`;
+      if (isCompensation !== (s.status === 'compensating')) return `stale result for ${input.stepId}`;
+      delete s.timers[`step-timeout:${input.stepId}:${input.attempt}`];
+      if (input.kind === 'task-completed') onCompleted(c, input.stepId, input.attempt, input.output);
+      else
+        onFailed(c, input.stepId, input.attempt, {
+          errorClass: input.errorClass,
+          message: input.message,
+          retryable: input.retryable,
+        });
+      return undefined;
+    }
+    case 'timer-fired': {
+      const t = s.timers[input.timerId];
+      if (!t) return `stale timer ${input.timerId}`;
+      delete s.timers[input.timerId];
+      if (t.purpose === 'retry') {
+        schedule(c, t.stepId!, t.attempt!);
+      } else if (t.purpose === 'step-timeout') {
+        onFailed(c, t.stepId!, t.attempt!, {
+          errorClass: 'StepTimeoutError',
+          message: `no result within the step timeout`,
+          retryable: true,
+        });
+      } else if (t.purpose === 'run-timeout') {
+        const current =
+          s.status === 'compensating' ? s.compensation!.failedStepId : (s.plan[s.position] ?? 'run');
+        failRun(c, current, {
+          errorClass: 'RunTimeoutError',
+          message: `run exceeded ${c.def.runTimeoutMs} ms`,
+          retryable: false,
+        });
+      } else if (t.purpose === 'wait') {
+        const step = c.def.stepIndex.get(t.stepId!);
+        const st = s.steps[t.stepId!];
+        if (!st || st.status !== 'waiting') return `stale wait timer for ${t.stepId}`;
+        if (step?.kind === 'wait' && step.signal) {
+          st.status = 'failed';
+          failRun(c, t.stepId!, {
+            errorClass: 'SignalTimeoutError',
+            message: `signal ${step.signal} not received within ${step.timerMs} ms`,
+            retryable: false,
+          });
+        } else completeStep(c, t.stepId!, 1, null);
+      }
+      return undefined;
+    }
+    case 'signal': {
+      const id = s.plan[s.position];
+      const step = id ? c.def.stepIndex.get(id) : undefined;
+      if (s.status === 'waiting' && step?.kind === 'wait' && step.signal === input.signal) {
+        delete s.timers[`wait:${id}`];
+        completeStep(c, id!, 1, input.payload);
+      } else {
+        s.signals[input.signal] = input.payload; // delivered when a wait for it starts
+        c.log('SignalBuffered', undefined, undefined, input.signal);
+      }
+      return undefined;
+    }
+    case 'cancel':
+      s.status = 'cancelled';
+      s.timers = {};
+      s.endedAt = c.at;
+      c.events.push({ type: 'RunCancelled', reason: input.reason });
+      c.log('RunCancelled', undefined, undefined, input.reason);
+      return undefined;
+    case 'retry': {
+      if (s.status !== 'failed' || s.compensation || !s.error)
+        return `retry applies to a failed run without compensation (status ${s.status})`;
+      const stepId = input.fromStepId ?? s.error.stepId;
+      const base = ITEM.test(stepId) ? ITEM.exec(stepId)![1] : stepId;
+      const at = s.plan.indexOf(base);
+      if (at < 0) return `step ${stepId} is not in the run's plan`;
+      s.status = 'running';
+      s.position = at;
+      s.error = undefined;
+      s.endedAt = undefined;
+      // Steps from the retried one on run again with fresh attempts (new idempotency keys).
+      for (const id of s.plan.slice(at)) {
+        const prev = s.steps[id];
+        if (!prev) continue;
+        delete s.steps[id];
+        s.steps[id] = { status: 'failed', attempt: prev.attempt };
+        for (const itemId of Object.keys(s.steps)) if (itemId.startsWith(`${id}[`)) delete s.steps[itemId];
+      }
+      c.log('RunRetried', stepId);
+      startStep(c, base);
+      return undefined;
+    }
+  }
+}
+
+function currentAttempt(c: Ctx, stepId: string): number {
+  return c.s.steps[stepId]?.attempt ?? 0;
+}
+
+/** Runs steps from the current position until one has to wait. */
+function advance(c: Ctx): void {
+  const s = c.s;
+  while (s.status === 'running') {
+    if (s.position >= s.plan.length) {
+      const output = c.def.output(c.stepContext());
+      s.status = 'completed';
+      s.output = output;
+      s.endedAt = c.at;
+      s.timers = {};
+      c.events.push({ type: 'RunCompleted', output: JSON.stringify(output ?? null) });
+      c.log('RunCompleted');
+      return;
+    }
+    const id = s.plan[s.position];
+    if (!startStep(c, id)) return;
+  }
+}
+
+/** Starts step `id`. @returns true when it completed at once (choice, empty map, buffered signal), so advance goes on. */
+function startStep(c: Ctx, id: string): boolean {
+  const s = c.s;
+  const step = c.def.stepIndex.get(id)!;
+  switch (step.kind) {
+    case 'task':
+      schedule(c, id, currentAttempt(c, id) + 1);
+      return false;
+    case 'map': {
+      const items = step.items(c.stepContext());
+      s.steps[id] = {
+        status: 'scheduled',
+        attempt: 1,
+        map: { total: items.length, next: 0, done: 0, outputs: new Array(items.length).fill(null) },
+      };
+      if (items.length === 0) {
+        completeStep(c, id, 1, step.aggregate([]), false);
+        s.position++;
+        return true;
+      }
+      c.log('MapStarted', id, 1, `${items.length} items`);
+      while (s.steps[id].map!.next < Math.min(items.length, step.concurrency)) scheduleItem(c, step, items);
+      return false;
+    }
+    case 'choice': {
+      const ctx = c.stepContext();
+      const index = step.branches.findIndex((b) => b.when(ctx));
+      const chosen = index >= 0 ? step.branches[index].steps : step.otherwise;
+      s.plan.splice(s.position + 1, 0, ...chosen.map((x) => x.id));
+      s.steps[id] = { status: 'completed', attempt: 1, output: { branch: index >= 0 ? index : 'otherwise' } };
+      c.log('ChoiceTaken', id, 1, index >= 0 ? `branch ${index}` : 'otherwise');
+      s.position++;
+      return true;
+    }
+    case 'wait': {
+      if (step.signal && step.signal in s.signals) {
+        const payload = s.signals[step.signal];
+        delete s.signals[step.signal];
+        s.steps[id] = { status: 'waiting', attempt: 1 };
+        completeStep(c, id, 1, payload, false);
+        s.position++;
+        return true;
+      }
+      s.steps[id] = { status: 'waiting', attempt: 1 };
+      s.status = 'waiting';
+      if (step.timerMs !== undefined)
+        s.timers[`wait:${id}`] = { dueAt: c.at + step.timerMs, purpose: 'wait', stepId: id, attempt: 1 };
+      c.log('Waiting', id, 1, step.signal ? `signal ${step.signal}` : `timer ${step.timerMs} ms`);
+      return false;
+    }
+  }
+}
+
+function taskOf(
+  c: Ctx,
+  stepId: string,
+): { step: TaskStep | MapStep; item?: number; compensation?: TaskStep } {
+  if (stepId.endsWith('.compensate')) {
+    const base = stepId.slice(0, -'.compensate'.length);
+    return {
+      step: c.def.stepIndex.get(base) as TaskStep,
+      compensation: c.def.stepIndex.get(base) as TaskStep,
+    };
+  }
+  const m = ITEM.exec(stepId);
+  if (m) return { step: c.def.stepIndex.get(m[1]) as MapStep, item: Number(m[2]) };
+  return { step: c.def.stepIndex.get(stepId) as TaskStep };
+}
+
+/** Publishes the command for `stepId` attempt `attempt`, with its step-timeout timer. */
+function schedule(c: Ctx, stepId: string, attempt: number): void {
+  const s = c.s;
+  const { step, item, compensation } = taskOf(c, stepId);
+  const ctx = c.stepContext();
+  let taskType: string,
+    input: unknown,
+    entityKey: string,
+    timeoutMs: number,
+    maxAttempts: number,
+    stepTimeoutMs: number;
+  if (compensation) {
+    const comp = compensation.compensate!;
+    [taskType, input, entityKey, timeoutMs, maxAttempts] = [
+      comp.type,
+      comp.input(ctx),
+      compensation.entityKey(ctx),
+      comp.timeoutMs,
+      1,
+    ];
+    stepTimeoutMs = comp.timeoutMs + 30_000;
+  } else if (item !== undefined) {
+    const m = step as MapStep;
+    const items = m.items(ctx);
+    [taskType, input, entityKey, timeoutMs, maxAttempts, stepTimeoutMs] = [
+      m.type,
+      m.input(items[item], item, ctx),
+      m.entityKey(items[item], item, ctx),
+      m.timeoutMs,
+      m.workerAttempts,
+      m.stepTimeoutMs,
+    ];
+  } else {
+    const t = step as TaskStep;
+    [taskType, input, entityKey, timeoutMs, maxAttempts, stepTimeoutMs] = [
+      t.type,
+      t.input(ctx),
+      t.entityKey(ctx),
+      t.timeoutMs,
+      t.workerAttempts,
+      t.stepTimeoutMs,
+    ];
+  }
+  s.steps[stepId] = { ...s.steps[stepId], status: 'scheduled', attempt, error: undefined };
+  c.commands.push({
+    stepId,
+    taskType,
+    attempt,
+    entityKey,
+    input: JSON.stringify(input ?? null),
+    timeoutMs,
+    maxAttempts,
+    idempotencyKey: `${s.runId}/${stepId}/${attempt}`,
+  });
+  s.timers[`step-timeout:${stepId}:${attempt}`] = {
+    dueAt: c.at + stepTimeoutMs,
+    purpose: 'step-timeout',
+    stepId,
+    attempt,
+  };
+  c.events.push({ type: 'StepScheduled', stepId, taskType, attempt });
+  c.log('StepScheduled', stepId, attempt);
+}
+
+function scheduleItem(c: Ctx, step: MapStep, _items: unknown[]): void {
+  const map = c.s.steps[step.id].map!;
+  const index = map.next++;
+  schedule(c, itemStepId(step.id, index), 1);
+}
+
+/** Marks a step completed and records its output (with a StepCompleted event). */
+function completeStep(c: Ctx, stepId: string, attempt: number, output: unknown, advanceAfter = true): void {
+  const s = c.s;
+  s.steps[stepId] = { ...s.steps[stepId], status: 'completed', attempt, output, error: undefined };
+  c.events.push({ type: 'StepCompleted', stepId, attempt, output: JSON.stringify(output ?? null) });
+  c.log('StepCompleted', stepId, attempt);
+  if (!advanceAfter) return;
+  if (s.status === 'waiting') s.status = 'running';
+  s.position++;
+  advance(c);
+}
+
+function onCompleted(c: Ctx, stepId: string, attempt: number, output: unknown): void {
+  const s = c.s;
+  if (s.status === 'compensating') {
+    s.steps[stepId] = { ...s.steps[stepId], status: 'completed', attempt, output };
+    c.events.push({ type: 'StepCompleted', stepId, attempt, output: JSON.stringify(output ?? null) });
+    c.log('CompensationCompleted', stepId, attempt);
+    s.compensation!.index++;
+    nextCompensation(c);
+    return;
+  }
+  const item = ITEM.exec(stepId);
+  if (item) {
+    const mapId = item[1];
+    const step = c.def.stepIndex.get(mapId) as MapStep;
+    s.steps[stepId] = { ...s.steps[stepId], status: 'completed', attempt, output };
+    const map = s.steps[mapId].map!;
+    map.outputs[Number(item[2])] = output;
+    map.done++;
+    if (map.done === map.total) {
+      completeStep(c, mapId, 1, step.aggregate(map.outputs));
+      return;
+    }
+    if (map.next < map.total) scheduleItem(c, step, []);
+    return;
+  }
+  const step = c.def.stepIndex.get(stepId) as TaskStep;
+  if (step.compensate) s.compensable.push(stepId);
+  completeStep(c, stepId, attempt, output);
+}
+
+function policyOf(c: Ctx, stepId: string): RetryPolicy {
+  const { step, compensation } = taskOf(c, stepId);
+  return compensation ? compensation.compensate!.retry : step.retry;
+}
+
+function onFailed(c: Ctx, stepId: string, attempt: number, error: StepError): void {
+  const s = c.s;
+  const policy = policyOf(c, stepId);
+  const willRetry = shouldRetry(policy, attempt, error.errorClass, error.retryable);
+  s.steps[stepId] = { ...s.steps[stepId], status: willRetry ? 'waiting-retry' : 'failed', attempt, error };
+  c.events.push({
+    type: 'StepFailed',
+    stepId,
+    attempt,
+    error: { ...error, attempts: attempt, firstFailureAt: c.at, lastFailureAt: c.at, code: null },
+    willRetry,
+  });
+  c.log(
+    'StepFailed',
+    stepId,
+    attempt,
+    `${error.errorClass}: ${error.message}${willRetry ? ' (will retry)' : ''}`,
+  );
+  if (willRetry) {
+    const delay = backoffDelayMs(policy, attempt, seededRandom(`${s.runId}/${stepId}/${attempt}`));
+    s.timers[`retry:${stepId}:${attempt + 1}`] = {
+      dueAt: c.at + delay,
+      purpose: 'retry',
+      stepId,
+      attempt: attempt + 1,
+    };
+    return;
+  }
+  // A failed map item fails its map step.
+  const item = ITEM.exec(stepId);
+  failRun(c, item ? item[1] : stepId, error);
+}
+
+/** A step failed for good: run the compensations of completed steps in reverse order, or fail the run. */
+function failRun(c: Ctx, stepId: string, error: StepError): void {
+  const s = c.s;
+  if (s.status === 'compensating') {
+    // A compensation failed for good: the run fails with the compensation's error.
+    const comp = s.compensation!;
+    comp.error = { ...error, stepId };
+    s.status = 'failed';
+    s.error = { ...error, stepId };
+    s.endedAt = c.at;
+    s.timers = {};
+    c.events.push({
+      type: 'RunFailed',
+      failedStepId: comp.failedStepId,
+      reason: `compensation ${stepId} failed: ${error.errorClass}: ${error.message}`,
+    });
+    c.log('RunFailed', stepId, undefined, 'compensation failed');
+    return;
+  }
+  // Outstanding work of the failed run is now stale.
+  for (const [id, t] of Object.entries(s.timers)) if (t.purpose !== 'run-timeout') delete s.timers[id];
+  for (const st of Object.values(s.steps))
+    if (st.status === 'scheduled' || st.status === 'waiting-retry' || st.status === 'waiting')
+      st.status = 'failed';
+  s.error = { ...error, stepId };
+  const queue = [...s.compensable].reverse();
+  if (queue.length === 0) {
+    s.status = 'failed';
+    s.endedAt = c.at;
+    s.timers = {};
+    c.events.push({
+      type: 'RunFailed',
+      failedStepId: stepId,
+      reason: `${error.errorClass}: ${error.message}`,
+    });
+    c.log('RunFailed', stepId);
+    return;
+  }
+  s.status = 'compensating';
+  s.compensation = { failedStepId: stepId, queue, index: 0 };
+  c.log('Compensating', stepId, undefined, queue.join(' <- '));
+  nextCompensation(c);
+}
+
+function nextCompensation(c: Ctx): void {
+  const s = c.s;
+  const comp = s.compensation!;
+  if (comp.index >= comp.queue.length) {
+    s.status = 'compensated';
+    s.endedAt = c.at;
+    s.timers = {};
+    c.events.push({ type: 'RunCompensated', failedStepId: comp.failedStepId, compensatedSteps: comp.queue });
+    c.log('RunCompensated', comp.failedStepId);
+    return;
+  }
+  const id = compensationStepId(comp.queue[comp.index]);
+  schedule(c, id, currentAttempt(c, id) + 1);
+}
+
+/** Timers due at or before `now`, earliest first: what the engine fires. */
+export function dueTimers(s: RunState, now: number): Array<[string, TimerState]> {
+  return Object.entries(s.timers)
+    .filter(([, t]) => t.dueAt <= now)
+    .sort((a, b) => a[1].dueAt - b[1].dueAt);
+}
+
+/** The step a definition names, for callers that look steps up by id. */
+export function stepOf(def: WorkflowDefinition, id: string): Step | undefined {
+  return def.stepIndex.get(ITEM.exec(id)?.[1] ?? id.replace(/\.compensate$/, ''));
+}

@@ -1,0 +1,393 @@
+import fc from 'fast-check';
+import {
+  reduce,
+  workflow,
+  dueTimers,
+  type CommandSpec,
+  type Decision,
+  type RunState,
+  type WorkflowDefinition,
+  type WorkflowInput,
+} from '../../src';
+
+let clock = 1_000_000;
+let ids = 0;
+const base = (runId = 'r1') => ({ eventId: `e${++ids}`, at: (clock += 10), runId });
+const start = (def: WorkflowDefinition, input: Record<string, unknown> = {}): WorkflowInput => ({
+  ...base(),
+  kind: 'start',
+  workflow: def.name,
+  version: def.version,
+  businessKey: 'order-1',
+  input,
+});
+const ok = (c: CommandSpec, output: unknown = { done: c.stepId }): WorkflowInput => ({
+  ...base(),
+  kind: 'task-completed',
+  stepId: c.stepId,
+  attempt: c.attempt,
+  output,
+});
+const fail = (c: CommandSpec, retryable = true, errorClass = 'Boom'): WorkflowInput => ({
+  ...base(),
+  kind: 'task-failed',
+  stepId: c.stepId,
+  attempt: c.attempt,
+  errorClass,
+  message: 'it broke',
+  retryable,
+});
+const fire = (s: RunState, purpose?: string): WorkflowInput => {
+  const [id] = Object.entries(s.timers).find(([, t]) => !purpose || t.purpose === purpose)!;
+  return { ...base(), kind: 'timer-fired', timerId: id };
+};
+
+/** Applies inputs in order, returning every decision. */
+function run(def: WorkflowDefinition, inputs: WorkflowInput[], from?: RunState) {
+  let s = from;
+  const decisions: Decision[] = [];
+  for (const i of inputs) {
+    const d = reduce(def, s, i);
+    s = d.state;
+    decisions.push(d);
+  }
+  return { state: s!, decisions };
+}
+
+const saga = workflow('order', 1)
+  .task('reserve', { type: 'inventory.reserve', compensate: { type: 'inventory.release' } })
+  .task('charge', {
+    type: 'payment.charge',
+    input: (c) => ({ amount: c.input.amount }),
+    compensate: { type: 'payment.refund' },
+    retry: { maxAttempts: 2, initialDelayMs: 100 },
+  })
+  .task('ship', {
+    type: 'shipping.create',
+    retry: { maxAttempts: 3, initialDelayMs: 100, nonRetryableErrors: ['AddressInvalid'] },
+  })
+  .build();
+
+describe('the workflow reducer', () => {
+  it('runs a 3-step sequence to completion, feeding outputs forward', () => {
+    let d = reduce(saga, undefined, start(saga, { amount: 42 }));
+    expect(d.events.map((e) => e.type)).toEqual(['RunStarted', 'StepScheduled']);
+    expect(d.commands).toMatchObject([
+      {
+        stepId: 'reserve',
+        taskType: 'inventory.reserve',
+        attempt: 1,
+        entityKey: 'order-1',
+        idempotencyKey: 'r1/reserve/1',
+      },
+    ]);
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    expect(d.commands).toMatchObject([{ stepId: 'charge', input: '{"amount":42}' }]);
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    d = reduce(saga, d.state, ok(d.commands[0], { tracking: 'T1' }));
+    expect(d.state!.status).toBe('completed');
+    expect(JSON.parse((d.events.at(-1) as { output: string }).output)).toMatchObject({
+      ship: { tracking: 'T1' },
+    });
+    expect(d.state!.timers).toEqual({});
+  });
+
+  it('retries a retryable failure after a durable backoff timer, with a new idempotency key', () => {
+    let d = reduce(saga, undefined, start(saga));
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    d = reduce(saga, d.state, fail(d.commands[0]));
+    expect(d.commands).toEqual([]);
+    expect(d.events).toMatchObject([{ type: 'StepFailed', stepId: 'charge', willRetry: true }]);
+    const timer = Object.values(d.state!.timers).find((t) => t.purpose === 'retry')!;
+    expect(timer.dueAt - d.state!.updatedAt).toBeLessThanOrEqual(100);
+    d = reduce(saga, d.state, fire(d.state!, 'retry'));
+    expect(d.commands).toMatchObject([{ stepId: 'charge', attempt: 2, idempotencyKey: 'r1/charge/2' }]);
+  });
+
+  it('saga: a failing third step compensates steps two and one, in that order, and the run ends compensated', () => {
+    let d = reduce(saga, undefined, start(saga));
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    d = reduce(saga, d.state, fail(d.commands[0], false, 'AddressInvalid'));
+    expect(d.state!.status).toBe('compensating');
+    expect(d.commands).toMatchObject([{ stepId: 'charge.compensate', taskType: 'payment.refund' }]);
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    expect(d.commands).toMatchObject([{ stepId: 'reserve.compensate', taskType: 'inventory.release' }]);
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    expect(d.state!.status).toBe('compensated');
+    expect(d.events.at(-1)).toEqual({
+      type: 'RunCompensated',
+      failedStepId: 'ship',
+      compensatedSteps: ['charge', 'reserve'],
+    });
+  });
+
+  it('a compensation that fails for good fails the run with the compensation error', () => {
+    let d = reduce(saga, undefined, start(saga));
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    d = reduce(saga, d.state, fail(d.commands[0], false, 'AddressInvalid'));
+    d = reduce(saga, d.state, fail(d.commands[0], false, 'RefundRefused'));
+    expect(d.state!.status).toBe('failed');
+    expect(d.events.at(-1)).toMatchObject({
+      type: 'RunFailed',
+      failedStepId: 'ship',
+      reason: expect.stringContaining('charge.compensate failed: RefundRefused'),
+    });
+  });
+
+  it('a step whose worker never answers times out, is retried per policy, then compensates', () => {
+    let d = reduce(saga, undefined, start(saga));
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    for (let attempt = 1; attempt <= 2; attempt++) {
+      expect(d.commands).toMatchObject([{ stepId: 'charge', attempt }]);
+      d = reduce(saga, d.state, fire(d.state!, 'step-timeout'));
+      expect(d.events[0]).toMatchObject({
+        type: 'StepFailed',
+        error: { errorClass: 'StepTimeoutError' },
+        willRetry: attempt < 2,
+      });
+      if (attempt < 2) d = reduce(saga, d.state, fire(d.state!, 'retry'));
+    }
+    expect(d.state!.status).toBe('compensating');
+    expect(d.commands).toMatchObject([{ stepId: 'reserve.compensate' }]);
+  });
+
+  it('ignores stale results, stale timers and duplicate starts, changing nothing', () => {
+    let d = reduce(saga, undefined, start(saga));
+    const first = d.commands[0];
+    const s0 = d.state!;
+    expect(reduce(saga, s0, start(saga)).ignored).toBe('duplicate start');
+    d = reduce(saga, s0, fail(first));
+    const retryTimer = fire(d.state!, 'retry');
+    d = reduce(saga, d.state, retryTimer);
+    const afterRetry = d.state!;
+    const late = reduce(saga, afterRetry, ok(first)); // the attempt-1 result arrives late
+    expect(late).toMatchObject({
+      state: afterRetry,
+      commands: [],
+      events: [],
+      ignored: expect.stringContaining('stale result'),
+    });
+    expect(reduce(saga, afterRetry, retryTimer).ignored).toMatch(/stale timer/);
+  });
+
+  it('choice takes the branch whose condition holds; map fans out with a concurrency limit and fans in in item order', () => {
+    const def = workflow('etl', 1)
+      .task('list', { type: 'list' })
+      .choice(
+        'size',
+        [
+          {
+            when: (c) => (c.outputs.list as number[]).length > 2,
+            steps: (b) =>
+              b.map('each', {
+                type: 'work',
+                items: (c) => c.outputs.list as number[],
+                concurrency: 2,
+                aggregate: (o) => (o as number[]).reduce((a, b) => a + b, 0),
+              }),
+          },
+        ],
+        (b) => b.task('small', { type: 'small' }),
+      )
+      .build();
+    let d = reduce(def, undefined, start(def));
+    d = reduce(def, d.state, ok(d.commands[0], [1, 2, 3, 4]));
+    expect(d.commands.map((c) => c.stepId)).toEqual(['each[0]', 'each[1]']);
+    const pending = [...d.commands];
+    const outputs: Record<string, number> = { 'each[0]': 10, 'each[1]': 20, 'each[2]': 30, 'each[3]': 40 };
+    while (pending.length) {
+      const c = pending.pop()!; // out of order on purpose
+      d = reduce(def, d.state, ok(c, outputs[c.stepId]));
+      pending.push(...d.commands.filter((x) => x.stepId.startsWith('each[')));
+      const inFlight = Object.entries(d.state!.steps).filter(
+        ([id, st]) => id.startsWith('each[') && st.status === 'scheduled',
+      ).length;
+      expect(inFlight).toBeLessThanOrEqual(2);
+    }
+    expect(d.state!.status).toBe('completed');
+    expect(d.state!.steps.each.output).toBe(100);
+    expect(d.state!.plan).toEqual(['list', 'size', 'each']);
+  });
+
+  it('waits for a signal (delivered before or after the wait starts) and for timers', () => {
+    const def = workflow('approval', 1)
+      .task('prepare', { type: 'prep' })
+      .wait('approve', { signal: 'approved', timerMs: 60_000 })
+      .wait('cool-off', { timerMs: 1_000 })
+      .build();
+    let d = reduce(def, undefined, start(def));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    expect(d.state!.status).toBe('waiting');
+    d = reduce(def, d.state, { ...base(), kind: 'signal', signal: 'approved', payload: { by: 'ann' } });
+    expect(d.state!.steps.approve).toMatchObject({ status: 'completed', output: { by: 'ann' } });
+    d = reduce(def, d.state, fire(d.state!, 'wait'));
+    expect(d.state!.status).toBe('completed');
+
+    let e = reduce(def, undefined, { ...start(def), runId: 'r2' });
+    const prepare = e.commands[0];
+    e = reduce(def, e.state, { ...base('r2'), kind: 'signal', signal: 'approved', payload: 1 }); // early: buffered
+    e = reduce(def, e.state, { ...ok(prepare), runId: 'r2' });
+    expect(e.state!.steps.approve).toMatchObject({ status: 'completed', output: 1 });
+  });
+
+  it('cancel ends a run; retry restarts a failed run from its failed step', () => {
+    const def = workflow('two', 1)
+      .task('a', { type: 'a' })
+      .task('b', { type: 'b', retry: { maxAttempts: 1 } })
+      .build();
+    let d = reduce(def, undefined, start(def));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    d = reduce(def, d.state, fail(d.commands[0]));
+    expect(d.state!.status).toBe('failed');
+    d = reduce(def, d.state, { ...base(), kind: 'retry' });
+    expect(d.commands).toMatchObject([{ stepId: 'b', attempt: 2, idempotencyKey: 'r1/b/2' }]);
+    d = reduce(def, d.state, { ...base(), kind: 'cancel', reason: 'operator' });
+    expect(d.state!.status).toBe('cancelled');
+    expect(
+      reduce(def, d.state, ok(d.commands[0] ?? ({ stepId: 'b', attempt: 2 } as CommandSpec))).ignored,
+    ).toMatch(/cancelled/);
+  });
+});
+
+/**
+ * Property tests over simulated environments: a random interleaving of results (success, retryable and
+ * non-retryable failures), late duplicates of earlier results, due timers and stale timers.
+ */
+describe('reducer invariants (property-based)', () => {
+  const defs = [
+    saga,
+    workflow('fan', 1)
+      .task('a', { type: 'a', compensate: { type: 'undo-a' }, retry: { maxAttempts: 3 } })
+      .map('m', { type: 'm', items: () => [1, 2, 3], concurrency: 2, retry: { maxAttempts: 2 } })
+      .task('z', { type: 'z', compensate: { type: 'undo-z' } })
+      .task('last', { type: 'last', retry: { maxAttempts: 2 } })
+      .build(),
+  ];
+  type Choice = { pick: number; outcome: 'ok' | 'retryable' | 'fatal' | 'dup' | 'timer' | 'stale-timer' };
+  const choices = fc.array(
+    fc.record({
+      pick: fc.nat(),
+      outcome: fc.constantFrom<Choice['outcome']>(
+        'ok',
+        'ok',
+        'ok',
+        'retryable',
+        'fatal',
+        'dup',
+        'timer',
+        'stale-timer',
+      ),
+    }),
+    { maxLength: 80 },
+  );
+
+  function simulate(def: WorkflowDefinition, script: Choice[]) {
+    ids = 0;
+    clock = 5_000_000;
+    const inputs: WorkflowInput[] = [start(def)];
+    let d = reduce(def, undefined, inputs[0]);
+    const commands: CommandSpec[] = [...d.commands];
+    let outstanding: CommandSpec[] = [...d.commands];
+    const applied: WorkflowInput[] = [];
+    const stale: Array<{ before: RunState; input: WorkflowInput; decision: Decision }> = [];
+    for (const ch of script) {
+      const s = d.state!;
+      let input: WorkflowInput | undefined;
+      if (ch.outcome === 'dup' && applied.length)
+        input = { ...applied[ch.pick % applied.length], eventId: `dup${ch.pick}` };
+      else if (ch.outcome === 'stale-timer')
+        input = { ...base(), kind: 'timer-fired', timerId: `retry:nope:${ch.pick}` };
+      else if (ch.outcome === 'timer') {
+        const due = dueTimers(s, Number.MAX_SAFE_INTEGER);
+        if (due.length) input = { ...base(), kind: 'timer-fired', timerId: due[ch.pick % due.length][0] };
+      } else if (outstanding.length) {
+        const c = outstanding[ch.pick % outstanding.length];
+        input = ch.outcome === 'ok' ? ok(c) : fail(c, ch.outcome === 'retryable');
+      }
+      if (!input) continue;
+      const before = s;
+      d = reduce(def, s, input);
+      inputs.push(input);
+      if (d.ignored) stale.push({ before, input, decision: d });
+      else if (input.kind !== 'timer-fired' || !input.timerId.startsWith('retry:nope')) applied.push(input);
+      commands.push(...d.commands);
+      const scheduled = new Set(
+        Object.entries(d.state!.steps)
+          .filter(([, st]) => st.status === 'scheduled')
+          .map(([id, st]) => `${id}/${st.attempt}`),
+      );
+      outstanding = [...outstanding, ...d.commands].filter((c) => scheduled.has(`${c.stepId}/${c.attempt}`));
+    }
+    return { final: d.state!, inputs, commands, stale };
+  }
+
+  it('the simulated environments reach compensation, completion and failure (so the properties below are not vacuous)', () => {
+    const statuses = new Set<string>();
+    fc.sample(fc.tuple(fc.constantFrom(...defs), choices), 500).forEach(([def, script]) =>
+      statuses.add(simulate(def, script).final.status),
+    );
+    expect([...statuses]).toEqual(
+      expect.arrayContaining(['compensated', 'completed', 'failed', 'compensating']),
+    );
+  });
+
+  it('a step attempt is scheduled at most once', () => {
+    fc.assert(
+      fc.property(fc.constantFrom(...defs), choices, (def, script) => {
+        const { commands } = simulate(def, script);
+        const keys = commands.map((c) => c.idempotencyKey);
+        return new Set(keys).size === keys.length;
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('compensations run in reverse order of the completed steps they undo', () => {
+    fc.assert(
+      fc.property(fc.constantFrom(...defs), choices, (def, script) => {
+        const { final, commands } = simulate(def, script);
+        if (!final.compensation) return true;
+        const order = commands
+          .filter((c) => c.stepId.endsWith('.compensate'))
+          .map((c) => c.stepId.replace('.compensate', ''));
+        const firstSeen = order.filter((id, i) => order.indexOf(id) === i);
+        const expected = [...final.compensation.queue].slice(0, firstSeen.length);
+        const completedOrder = final.timeline
+          .filter((t) => t.event === 'StepCompleted' && final.compensation!.queue.includes(t.stepId!))
+          .map((t) => t.stepId);
+        return (
+          JSON.stringify(firstSeen) === JSON.stringify(expected) &&
+          JSON.stringify([...final.compensation.queue].reverse()) === JSON.stringify(completedOrder)
+        );
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('a stale result or timer changes nothing', () => {
+    fc.assert(
+      fc.property(fc.constantFrom(...defs), choices, (def, script) => {
+        const { stale } = simulate(def, script);
+        return stale.every(
+          ({ before, decision }) =>
+            decision.state === before && decision.commands.length === 0 && decision.events.length === 0,
+        );
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('replaying the same inputs gives the same state', () => {
+    fc.assert(
+      fc.property(fc.constantFrom(...defs), choices, (def, script) => {
+        const { final, inputs } = simulate(def, script);
+        const replayed = run(def, inputs).state;
+        expect(replayed).toEqual(final);
+        return true;
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
