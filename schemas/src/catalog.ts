@@ -57,7 +57,7 @@ export function topicEntry(catalog: Catalog, logicalTopic: string): TopicEntry {
   const template = catalog.topics.find(
     (t) =>
       t.topic.includes('<') &&
-      new RegExp(`^${t.topic.replace(/\./g, '\\.').replace(/<[^>]+>/g, '[^.]+')}$`).test(logicalTopic),
+      new RegExp(`^${t.topic.replace(/\./g, '\\.').replace(/<[^>]+>/g, '.+')}$`).test(logicalTopic),
   );
   if (!template) throw new Error(`topic ${logicalTopic} has no entry in schemas/catalog.yaml`);
   return template;

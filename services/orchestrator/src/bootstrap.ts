@@ -1,0 +1,102 @@
+import 'reflect-metadata';
+import { Module, type DynamicModule } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import { EventCodec } from '@keyflow/contracts';
+import { createIdempotentProducer, createKafka } from '@keyflow/kafka';
+import { createLogger, createMetricsRegistry } from '@keyflow/observability';
+import type { WorkflowDefinition } from '@keyflow/workflow';
+import { loadOrchestratorConfig } from './config';
+import { Engine } from './engine/engine';
+import { orchestratorMetrics } from './engine/metrics';
+import { RunReadModel } from './engine/read-model';
+import { HealthController, METRICS_REGISTRY } from './api/health.controller';
+import { RunsController, WEBHOOK_SECRET } from './api/runs.controller';
+import { RunsService } from './api/runs.service';
+import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
+
+/**
+ * Starts an orchestrator instance: the read model (all of wf.state), the engine (its share of the partitions) and
+ * the HTTP API (OpenAPI at /docs, /health, /metrics). SIGTERM/SIGINT close it and exit 0; a crashed engine
+ * consumer makes /health answer 503.
+ */
+export async function bootstrapOrchestrator(
+  definitions: WorkflowDefinition[] = [],
+  env: NodeJS.ProcessEnv = process.env,
+) {
+  const cfg = loadOrchestratorConfig(env);
+  const logger = createLogger('orchestrator');
+  const registry = createMetricsRegistry('orchestrator');
+  const metrics = orchestratorMetrics(registry);
+  const workflows = new WorkflowRegistry().register(...builtinWorkflows, ...definitions);
+  const kafka = createKafka({
+    brokers: cfg.brokers,
+    clientId: `keyflow-orchestrator-${cfg.ORCHESTRATOR_INSTANCE_ID}`,
+    logger,
+  });
+  const codec = new EventCodec({
+    registryUrl: cfg.SCHEMA_REGISTRY_URL,
+    topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
+  });
+  const readModel = new RunReadModel(
+    kafka,
+    codec,
+    `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
+    logger,
+  );
+  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics);
+  await engine.start(); // creates topics, checks co-partitioning, registers schemas
+  await readModel.start();
+  const producer = createIdempotentProducer(kafka);
+  await producer.connect();
+  const runs = new RunsService(codec, producer, workflows, readModel);
+
+  @Module({})
+  class OrchestratorModule {
+    static register(): DynamicModule {
+      return {
+        module: OrchestratorModule,
+        controllers: [RunsController, HealthController],
+        providers: [
+          { provide: RunsService, useValue: runs },
+          { provide: Engine, useValue: engine },
+          { provide: RunReadModel, useValue: readModel },
+          { provide: METRICS_REGISTRY, useValue: registry },
+          { provide: WEBHOOK_SECRET, useValue: cfg.WEBHOOK_SECRET },
+        ],
+      };
+    }
+  }
+
+  const app = await NestFactory.create(OrchestratorModule.register(), {
+    logger: ['error', 'warn'],
+    rawBody: true,
+  });
+  const doc = SwaggerModule.createDocument(
+    app,
+    new DocumentBuilder().setTitle('keyflow orchestrator').setVersion('0.1.0').build(),
+  );
+  SwaggerModule.setup('docs', app, doc, { jsonDocumentUrl: 'docs/openapi.json' });
+  await app.listen(cfg.ORCHESTRATOR_HTTP_PORT, '127.0.0.1');
+  const url = await app.getUrl();
+  let closing = false;
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      if (closing) return;
+      closing = true;
+      logger.info({ signal }, 'shutting down');
+      Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect()]).then(
+        () => process.exit(0),
+        (err) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    });
+  }
+  logger.info(
+    { http: url, groupId: cfg.ORCHESTRATOR_GROUP_ID, workflows: workflows.names() },
+    'orchestrator ready',
+  );
+  return { app, url, engine, readModel, cfg };
+}

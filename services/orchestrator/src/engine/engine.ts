@@ -1,0 +1,404 @@
+import { randomUUID } from 'node:crypto';
+import { Partitioners, type Consumer, type EachBatchPayload, type Kafka, type Producer } from 'kafkajs';
+import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
+import {
+  assertCoPartitioned,
+  createIdempotentProducer,
+  dlqTopicFor,
+  ensureTopics,
+  header,
+  type TopicSpec,
+} from '@keyflow/kafka';
+import type { Logger } from '@keyflow/observability';
+import { dueTimers, reduce, TERMINAL, type RunState } from '@keyflow/workflow';
+import type { OrchestratorConfig } from '../config';
+import type { WorkflowRegistry } from '../workflows/registry';
+import { encodeOutputs, toWorkflowInput, type OutputRecord } from './mapping';
+import { BARRIER_PREFIX, type RunReadModel } from './read-model';
+import type { OrchestratorMetrics } from './metrics';
+
+interface OwnedPartition {
+  partition: number;
+  producer: Producer;
+  runs: Map<string, RunState>;
+  ready: Promise<void>;
+  /** Serialises the batches of wf.requests and task.results of this partition (one transaction at a time). */
+  lock: Promise<void>;
+  revoked: boolean;
+}
+
+/**
+ * The engine. Consumes wf.requests and task.results (co-partitioned by run id; it refuses to start when their
+ * partition counts differ) in one consumer group, applies the pure reducer, and for each batch of one partition
+ * commits in ONE Kafka transaction: the task commands, the lifecycle events (wf.events), the run snapshots
+ * (wf.state, compacted) and the consumer offsets (sendOffsets). Readers use read_committed. So each input's
+ * effects are committed exactly once: a crash before the commit aborts everything and the batch is redelivered
+ * against the state as it was (the in-memory state is only updated after the commit).
+ *
+ * Zombie fencing: one transactional producer per partition, transactional.id = `<group>-p<partition>` (the
+ * pre-KIP-447 pattern; kafkajs does not send the consumer group metadata of KIP-447). A new owner's
+ * initTransactions fences the previous owner's producer, then writes a barrier to wf.state and restores the
+ * partition's runs from the read model once the barrier is read.
+ *
+ * Durable timers are part of the run state; a tick publishes TimerFired to wf.requests for due timers of owned
+ * runs, processed like any other input (a duplicate TimerFired is stale and ignored).
+ */
+export class Engine {
+  private consumer?: Consumer;
+  private timerProducer?: Producer;
+  private readonly owned = new Map<number, OwnedPartition>();
+  private readonly fired = new Set<string>();
+  private tick?: NodeJS.Timeout;
+  private stopping = false;
+  private crashed?: Error;
+
+  constructor(
+    private readonly cfg: OrchestratorConfig,
+    private readonly kafka: Kafka,
+    private readonly codec: EventCodec,
+    private readonly registry: WorkflowRegistry,
+    private readonly readModel: RunReadModel,
+    private readonly logger: Logger,
+    private readonly metrics: OrchestratorMetrics,
+  ) {}
+
+  /** Logical topics the engine reads and writes, with the task topics its definitions use. */
+  static topics(cfg: OrchestratorConfig, registry: WorkflowRegistry): TopicSpec[] {
+    const taskTypes = new Set<string>();
+    for (const name of registry.names()) {
+      const def = registry.get(name)!;
+      for (const s of def.stepIndex.values()) {
+        if (s.kind === 'task' || s.kind === 'map') taskTypes.add(s.type);
+        if (s.kind === 'task' && s.compensate) taskTypes.add(s.compensate.type);
+      }
+    }
+    const n = cfg.ORCHESTRATOR_PARTITIONS;
+    return [
+      { topic: 'wf.requests', partitions: n },
+      { topic: 'task.results', partitions: n },
+      { topic: 'wf.events', partitions: n, configs: { 'retention.ms': String(30 * 24 * 3600 * 1000) } },
+      {
+        topic: 'wf.state',
+        partitions: n,
+        configs: { 'cleanup.policy': 'compact', 'min.compaction.lag.ms': '60000' },
+      },
+      { topic: 'wf.requests.dlq', partitions: 1 },
+      { topic: 'task.results.dlq', partitions: 1 },
+      ...[...taskTypes].flatMap((t) => [
+        { topic: `task.${t}`, partitions: cfg.TASK_PARTITIONS },
+        { topic: `task.${t}.dlq`, partitions: 1 },
+      ]),
+    ];
+  }
+
+  healthy(): boolean {
+    return this.consumer !== undefined && !this.crashed;
+  }
+
+  ownedPartitions(): number[] {
+    return [...this.owned.keys()].sort((a, b) => a - b);
+  }
+
+  /**
+   * Creates topics, checks co-partitioning, registers schemas, starts consuming.
+   * @throws PartitionCountMismatchError when the run-keyed topics have different partition counts.
+   */
+  async start(): Promise<void> {
+    const specs = Engine.topics(this.cfg, this.registry);
+    const admin = this.kafka.admin();
+    await admin.connect();
+    try {
+      await ensureTopics(
+        admin,
+        specs.map((s) => ({ ...s, topic: this.codec.physical(s.topic) })),
+      );
+      await assertCoPartitioned(
+        admin,
+        ['wf.requests', 'task.results', 'wf.events', 'wf.state'].map((t) => this.codec.physical(t)),
+      );
+    } finally {
+      await admin.disconnect();
+    }
+    await this.codec.registerTopics(specs.filter((s) => !s.topic.endsWith('.dlq')).map((s) => s.topic));
+    this.timerProducer = createIdempotentProducer(this.kafka);
+    await this.timerProducer.connect();
+
+    const c = this.kafka.consumer({
+      groupId: this.cfg.ORCHESTRATOR_GROUP_ID,
+      readUncommitted: false,
+      sessionTimeout: this.cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS,
+      heartbeatInterval: Math.floor(this.cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS / 5),
+      maxWaitTimeInMs: 100,
+    });
+    this.consumer = c;
+    c.on(c.events.GROUP_JOIN, (e) => this.onAssignment(e.payload.memberAssignment));
+    c.on(c.events.CRASH, (e) => {
+      this.logger.error({ err: e.payload.error, restart: e.payload.restart }, 'engine consumer crashed');
+      if (!e.payload.restart) this.crashed = e.payload.error;
+    });
+    await c.connect();
+    await c.subscribe({ topic: this.codec.physical('wf.requests'), fromBeginning: true });
+    await c.subscribe({ topic: this.codec.physical('task.results'), fromBeginning: true });
+    await c.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      partitionsConsumedConcurrently: Math.max(2, this.cfg.ORCHESTRATOR_PARTITIONS * 2),
+      eachBatch: (p) => this.onBatch(p),
+    });
+    this.tick = setInterval(() => void this.fireTimers(), this.cfg.ORCHESTRATOR_TIMER_TICK_MS);
+    this.tick.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.tick);
+    await this.consumer?.disconnect();
+    await Promise.allSettled([...this.owned.values()].map((o) => o.producer.disconnect()));
+    await this.timerProducer?.disconnect();
+  }
+
+  private onAssignment(assignment: Record<string, number[]>): void {
+    const partitions = new Set<number>([
+      ...(assignment[this.codec.physical('wf.requests')] ?? []),
+      ...(assignment[this.codec.physical('task.results')] ?? []),
+    ]);
+    for (const [p, o] of this.owned) {
+      if (partitions.has(p)) continue;
+      o.revoked = true;
+      this.owned.delete(p);
+      void o.lock.then(() => o.producer.disconnect()).catch(() => undefined);
+      this.logger.info({ partition: p }, 'partition revoked');
+    }
+    for (const p of partitions) if (!this.owned.has(p)) this.takeOver(p);
+    this.logger.info({ partitions: this.ownedPartitions() }, 'engine assignment');
+  }
+
+  /** Fences the previous owner, writes a barrier, restores the partition's runs once the barrier is read. */
+  private takeOver(partition: number): void {
+    const producer = this.kafka.producer({
+      transactionalId: `${this.cfg.ORCHESTRATOR_GROUP_ID}-p${partition}`,
+      createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as Java: run-keyed topics stay co-partitioned
+      idempotent: true,
+      maxInFlightRequests: 1,
+      transactionTimeout: 30_000,
+      retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 5_000 },
+    });
+    const o: OwnedPartition = {
+      partition,
+      producer,
+      runs: new Map(),
+      ready: Promise.resolve(),
+      lock: Promise.resolve(),
+      revoked: false,
+    };
+    o.ready = (async () => {
+      const t0 = Date.now();
+      await producer.connect(); // InitProducerId: fences a zombie with the same transactional id
+      const nonce = `${this.cfg.ORCHESTRATOR_INSTANCE_ID}/${randomUUID()}`;
+      const tx = await producer.transaction();
+      const barrierKey = `${BARRIER_PREFIX}${partition}`;
+      const value = this.codec.encode('wf.state', 'RunSnapshot', {
+        metadata: newMetadata('RunSnapshot', { key: barrierKey, correlationId: barrierKey }),
+        runId: barrierKey,
+        sequence: 0,
+        status: 'barrier',
+        state: nonce,
+      });
+      await tx.send({
+        topic: this.codec.physical('wf.state'),
+        messages: [{ partition, key: barrierKey, value }],
+      });
+      await tx.commit();
+      await this.readModel.waitForBarrier(partition, nonce);
+      // Terminal runs too: a late result for them must be recognised as stale, not as an unknown run.
+      for (const s of this.readModel.inPartition(partition)) o.runs.set(s.runId, s);
+      this.metrics.restores.inc();
+      this.logger.info(
+        { partition, runs: o.runs.size, ms: Date.now() - t0 },
+        'partition restored from wf.state',
+      );
+    })();
+    o.ready.catch((err) => this.logger.error({ err, partition }, 'partition take-over failed'));
+    this.owned.set(partition, o);
+  }
+
+  private async onBatch(p: EachBatchPayload): Promise<void> {
+    const { batch } = p;
+    const o = this.owned.get(batch.partition);
+    if (!o || batch.messages.length === 0 || this.stopping) return;
+    await o.ready;
+    // One transaction at a time per partition: the two input topics of partition p share its producer.
+    const previous = o.lock;
+    let release!: () => void;
+    o.lock = new Promise((r) => (release = r));
+    await previous;
+    try {
+      if (o.revoked || p.isStale()) return;
+      await this.processBatch(o, p);
+    } finally {
+      release();
+    }
+  }
+
+  private async processBatch(o: OwnedPartition, p: EachBatchPayload): Promise<void> {
+    const { batch } = p;
+    const logical = batch.topic === this.codec.physical('task.results') ? 'task.results' : 'wf.requests';
+    const overlay = new Map<string, RunState>();
+    const records: OutputRecord[] = [];
+    const dlq: Array<{ m: (typeof batch.messages)[number]; err: Error }> = [];
+    let transitions = 0;
+    const started: string[] = [];
+    const finished: Array<{ runId: string; status: string; ms: number }> = [];
+    for (const m of batch.messages) {
+      let decoded;
+      try {
+        decoded = await this.codec.decode(logical, m.value, {
+          topic: batch.topic,
+          partition: batch.partition,
+          offset: m.offset,
+        });
+      } catch (err) {
+        if (err instanceof ContractError && !err.retryable) {
+          dlq.push({ m, err });
+          continue;
+        }
+        throw err;
+      }
+      const input = toWorkflowInput(decoded, (name, v) => this.registry.get(name, v)?.version);
+      if ('invalid' in input) {
+        dlq.push({ m, err: Object.assign(new Error(input.invalid), { name: 'InvalidRequestError' }) });
+        continue;
+      }
+      const state = overlay.get(input.runId) ?? o.runs.get(input.runId);
+      const def = state
+        ? this.registry.get(state.workflow, state.version)
+        : input.kind === 'start'
+          ? this.registry.get(input.workflow, input.version)
+          : undefined;
+      if (!def) {
+        this.metrics.ignored.inc({ reason: state ? 'unknown definition' : 'unknown run' });
+        continue;
+      }
+      const d = reduce(def, state, input);
+      if (d.ignored) {
+        this.metrics.ignored.inc({ reason: d.ignored.split(' ').slice(0, 2).join(' ') });
+        continue;
+      }
+      const next = d.state!;
+      overlay.set(next.runId, next);
+      transitions++;
+      if (input.kind === 'start') started.push(next.runId);
+      if (TERMINAL.has(next.status))
+        finished.push({ runId: next.runId, status: next.status, ms: next.updatedAt - next.startedAt });
+      const trace = {
+        traceparent: header(m.headers, 'traceparent') ?? decoded.value.metadata.traceparent ?? null,
+        tracestate: decoded.value.metadata.tracestate ?? null,
+      };
+      records.push(
+        ...encodeOutputs(this.codec, next, d.commands, d.events, {
+          eventId: input.eventId,
+          at: input.at,
+          ...trace,
+        }),
+      );
+    }
+
+    const tx = await o.producer.transaction();
+    try {
+      const byTopic = new Map<
+        string,
+        Array<{ key: string; value: Buffer; headers?: Record<string, string> }>
+      >();
+      for (const r of records)
+        byTopic.set(r.topic, [...(byTopic.get(r.topic) ?? []), { key: r.key, value: r.value }]);
+      for (const { m, err } of dlq) {
+        const t = dlqTopicFor(batch.topic);
+        byTopic.set(t, [
+          ...(byTopic.get(t) ?? []),
+          {
+            key: m.key?.toString() ?? '',
+            value: m.value ?? Buffer.alloc(0),
+            headers: {
+              'x-dlq-original-topic': batch.topic,
+              'x-dlq-original-partition': String(batch.partition),
+              'x-dlq-original-offset': m.offset,
+              'x-dlq-error-class': err.name,
+              'x-dlq-error-message': err.message,
+              'x-dlq-attempts': '1',
+              'x-dlq-first-failure-at': String(Date.now()),
+              'x-dlq-last-failure-at': String(Date.now()),
+              'x-dlq-consumer-group': this.cfg.ORCHESTRATOR_GROUP_ID,
+              'x-dlq-host': `${this.cfg.ORCHESTRATOR_INSTANCE_ID}`,
+            },
+          },
+        ]);
+      }
+      if (byTopic.size)
+        await tx.sendBatch({ topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })) });
+      const next = (BigInt(batch.lastOffset()) + 1n).toString();
+      await tx.sendOffsets({
+        consumerGroupId: this.cfg.ORCHESTRATOR_GROUP_ID,
+        topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
+      });
+      await tx.commit();
+    } catch (err) {
+      await tx.abort().catch(() => undefined);
+      this.logger.warn(
+        { err, topic: batch.topic, partition: batch.partition },
+        'transaction aborted; the batch will be redelivered',
+      );
+      throw err;
+    }
+    // Only now does the in-memory state move on.
+    for (const [id, s] of overlay) o.runs.set(id, s);
+    p.resolveOffset(batch.lastOffset());
+    this.metrics.transitions.inc(transitions);
+    this.metrics.started.inc(started.length);
+    for (const f of finished) {
+      this.metrics.finished.inc({ status: f.status });
+      this.metrics.runSeconds.observe({ status: f.status }, f.ms / 1000);
+    }
+    if (dlq.length) this.metrics.dlq.inc(dlq.length);
+  }
+
+  /** Publishes TimerFired for due timers of owned runs (at most once per timer until it is processed). */
+  private async fireTimers(): Promise<void> {
+    if (this.stopping || !this.timerProducer) return;
+    const now = Date.now();
+    const messages: Array<{ key: string; value: Buffer }> = [];
+    const ids: string[] = [];
+    for (const o of this.owned.values()) {
+      for (const s of o.runs.values()) {
+        for (const [timerId, t] of dueTimers(s, now)) {
+          const id = `${s.runId}|${timerId}|${t.dueAt}`;
+          if (this.fired.has(id)) continue;
+          this.fired.add(id);
+          ids.push(id);
+          messages.push({
+            key: s.runId,
+            value: this.codec.encode('wf.requests', 'TimerFired', {
+              metadata: newMetadata('TimerFired', {
+                key: s.runId,
+                correlationId: s.runId,
+                eventId: `timer/${s.runId}/${timerId}/${t.dueAt}`,
+              }),
+              runId: s.runId,
+              timerId,
+              purpose: t.purpose,
+              dueAt: t.dueAt,
+            }),
+          });
+        }
+      }
+    }
+    if (this.fired.size > 100_000) this.fired.clear(); // a re-fire is stale and ignored; this only bounds memory
+    if (!messages.length) return;
+    try {
+      await this.timerProducer.send({ topic: this.codec.physical('wf.requests'), acks: -1, messages });
+      this.metrics.timersFired.inc(messages.length);
+    } catch (err) {
+      ids.forEach((id) => this.fired.delete(id)); // retried at the next tick
+      this.logger.warn({ err }, 'could not publish due timers; retrying at the next tick');
+    }
+  }
+}

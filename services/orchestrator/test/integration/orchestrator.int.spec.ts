@@ -1,0 +1,296 @@
+import { createHmac } from 'node:crypto';
+import { eventually } from '@keyflow/testing';
+import { OrchestratorHarness, post, type Lifecycle } from './support';
+
+jest.setTimeout(240_000);
+
+const terminal = new Set(['RunCompleted', 'RunFailed', 'RunCompensated', 'RunCancelled']);
+const finishedRuns = (h: OrchestratorHarness) =>
+  new Set(h.events.items.filter((e) => terminal.has(e.event)).map((e) => e.value.runId));
+
+/** Each run has exactly one StepCompleted per step and one terminal event. */
+function assertExactlyOnce(h: OrchestratorHarness, runIds: string[], steps: string[]) {
+  const byRun = new Map<string, Lifecycle[]>();
+  h.events.items.forEach((e) => byRun.set(e.value.runId, [...(byRun.get(e.value.runId) ?? []), e]));
+  const problems: string[] = [];
+  for (const id of runIds) {
+    const evs = byRun.get(id) ?? [];
+    const completed = evs.filter((e) => e.event === 'StepCompleted').map((e) => e.value.stepId as string);
+    if (JSON.stringify(completed) !== JSON.stringify(steps))
+      problems.push(`${id}: StepCompleted ${completed.join(',')}`);
+    if (evs.filter((e) => e.event === 'RunCompleted').length !== 1)
+      problems.push(`${id}: ${evs.filter((e) => e.event === 'RunCompleted').length} RunCompleted`);
+    if (evs.filter((e) => e.event === 'RunStarted').length !== 1)
+      problems.push(`${id}: ${evs.filter((e) => e.event === 'RunStarted').length} RunStarted`);
+    const ids = evs.map((e) => e.value.metadata.eventId);
+    if (new Set(ids).size !== ids.length) problems.push(`${id}: duplicate event ids`);
+  }
+  expect(problems.slice(0, 5)).toEqual([]);
+}
+
+async function startRuns(url: string, n: number, tag: string): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i += 50) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(50, n - i) }, (_, j) =>
+        post(
+          `${url}/runs`,
+          { workflow: 'three-step', input: { n: i + j } },
+          { 'Idempotency-Key': `${tag}-${i + j}` },
+        ),
+      ),
+    );
+    batch.forEach((r) => {
+      expect(r.status).toBe(202);
+      ids.push(r.body.runId as string);
+    });
+  }
+  return ids;
+}
+
+describe('the orchestrator', () => {
+  it('1,000 runs of a 3-step workflow complete against real workers, each step completed exactly once', async () => {
+    const h = new OrchestratorHarness('orch-1k');
+    try {
+      const orch = await h.startOrchestrator();
+      await Promise.all([h.startWorker(), h.startWorker()]);
+      await h.readEvents();
+      const url = await orch.ready;
+      const runs = Number(process.env.ORCH_RUNS ?? 1000);
+      const t0 = Date.now();
+      const ids = await startRuns(url, runs, 'k');
+      await eventually('all runs finished', () => finishedRuns(h).size, {
+        until: (n) => n >= runs,
+        timeoutMs: 180_000,
+        intervalMs: 250,
+      });
+      console.log(`${runs} three-step runs finished in ${Date.now() - t0} ms`);
+      assertExactlyOnce(h, ids, ['first', 'second', 'third']);
+      const sample = (await (await fetch(`${url}/runs/${ids[0]}`)).json()) as {
+        status: string;
+        steps: Record<string, { attempt: number }>;
+      };
+      expect(sample.status).toBe('completed');
+      expect(sample.steps.third.attempt).toBe(1);
+    } finally {
+      await h.teardown();
+    }
+  });
+
+  it('killed with SIGKILL while 100 runs are in flight, then restarted: all complete, no step event duplicated or lost', async () => {
+    const h = new OrchestratorHarness('orch-kill');
+    try {
+      let orch = await h.startOrchestrator();
+      await h.startWorker();
+      await h.readEvents();
+      const ids = await startRuns(await orch.ready, 100, 'kill');
+      await eventually(
+        'some progress',
+        () => h.events.items.filter((e) => e.event === 'StepCompleted').length,
+        { until: (n) => n >= 30, intervalMs: 10 },
+      );
+      orch.kill('SIGKILL');
+      await orch.exited;
+      const doneBefore = finishedRuns(h).size;
+      orch = await h.startOrchestrator();
+      await eventually('all runs finished', () => finishedRuns(h).size, {
+        until: (n) => n >= 100,
+        timeoutMs: 120_000,
+        intervalMs: 250,
+      });
+      console.log(`runs finished before the kill: ${doneBefore} of 100`);
+      assertExactlyOnce(h, ids, ['first', 'second', 'third']);
+    } finally {
+      await h.teardown();
+    }
+  });
+
+  it('two instances share the partitions; one killed mid-run: all runs complete and the survivor answers for every run', async () => {
+    const h = new OrchestratorHarness('orch-two');
+    try {
+      const a = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a' });
+      const b = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b' });
+      await h.startWorker();
+      await h.readEvents();
+      const [ua, ub] = [await a.ready, await b.ready];
+      await eventually(
+        'both own partitions',
+        async () => {
+          const [ha, hb] = await Promise.all([
+            fetch(`${ua}/health`).then((r) => r.json()),
+            fetch(`${ub}/health`).then((r) => r.json()),
+          ]);
+          return (
+            (ha as { partitions: number[] }).partitions.length > 0 &&
+            (hb as { partitions: number[] }).partitions.length > 0
+          );
+        },
+        { timeoutMs: 60_000, intervalMs: 200 },
+      );
+      const ids = [...(await startRuns(ua, 100, 'two-a')), ...(await startRuns(ub, 100, 'two-b'))];
+      await eventually('some progress', () => finishedRuns(h).size, {
+        until: (n) => n >= 20,
+        intervalMs: 20,
+      });
+      a.kill('SIGKILL');
+      await a.exited;
+      await eventually('all runs finished', () => finishedRuns(h).size, {
+        until: (n) => n >= 200,
+        timeoutMs: 120_000,
+        intervalMs: 250,
+      });
+      assertExactlyOnce(h, ids, ['first', 'second', 'third']);
+      const answers = await eventually(
+        'the survivor knows every run as completed',
+        async () => {
+          const all = await Promise.all(
+            ids.map((id) =>
+              fetch(`${ub}/runs/${id}`).then(async (r) =>
+                r.status === 200 ? ((await r.json()) as { status: string }).status : String(r.status),
+              ),
+            ),
+          );
+          return all;
+        },
+        { until: (all) => all.every((s) => s === 'completed'), timeoutMs: 30_000, intervalMs: 500 },
+      );
+      expect(answers).toHaveLength(200);
+      const page = (await (
+        await fetch(`${ub}/runs?workflow=three-step&status=completed&limit=150`)
+      ).json()) as { runs: unknown[]; next: string };
+      expect(page.runs).toHaveLength(150);
+      const rest = (await (
+        await fetch(
+          `${ub}/runs?workflow=three-step&status=completed&limit=150&cursor=${encodeURIComponent(page.next)}`,
+        )
+      ).json()) as { runs: unknown[]; next: null };
+      expect(rest.runs).toHaveLength(50);
+      expect(rest.next).toBeNull();
+    } finally {
+      await h.teardown();
+    }
+  });
+
+  it('saga: a failing third step compensates steps two and one, in that order, and the run ends compensated', async () => {
+    const h = new OrchestratorHarness('orch-saga');
+    try {
+      const orch = await h.startOrchestrator();
+      await h.readEvents();
+      await h.simulateWorker(['saga.reserve', 'saga.charge', 'saga.release', 'saga.refund'], (c) => ({
+        output: { did: c.taskType },
+      }));
+      await h.simulateWorker(['saga.ship'], () => ({ error: 'AddressInvalid', retryable: false }));
+      const { body } = await post(`${await orch.ready}/runs`, { workflow: 'saga', input: { order: 1 } });
+      const runId = body.runId as string;
+      await eventually('compensated', () => h.of(runId).find((e) => e.event === 'RunCompensated'), {
+        timeoutMs: 60_000,
+      });
+      const steps = h
+        .of(runId)
+        .filter((e) => e.event === 'StepScheduled')
+        .map((e) => e.value.stepId);
+      expect(steps).toEqual(['reserve', 'charge', 'ship', 'charge.compensate', 'reserve.compensate']);
+      expect(h.of(runId).find((e) => e.event === 'RunCompensated')!.value).toMatchObject({
+        failedStepId: 'ship',
+        compensatedSteps: ['charge', 'reserve'],
+      });
+    } finally {
+      await h.teardown();
+    }
+  });
+
+  it('a step whose worker never answers times out, is retried per policy, then the run compensates', async () => {
+    const h = new OrchestratorHarness('orch-timeout');
+    try {
+      const orch = await h.startOrchestrator();
+      await h.readEvents();
+      await h.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: 'ok' }));
+      const never = await h.simulateWorker(['slow.never'], () => undefined);
+      const { body } = await post(`${await orch.ready}/runs`, { workflow: 'slowpoke', input: {} });
+      const runId = body.runId as string;
+      await eventually('compensated', () => h.of(runId).find((e) => e.event === 'RunCompensated'), {
+        timeoutMs: 60_000,
+      });
+      expect(never.filter((c) => c.runId === runId).map((c) => c.attempt)).toEqual([1, 2, 3]);
+      const failures = h.of(runId).filter((e) => e.event === 'StepFailed');
+      expect(
+        failures.map((e) => [
+          e.value.attempt,
+          (e.value.error as { errorClass: string }).errorClass,
+          e.value.willRetry,
+        ]),
+      ).toEqual([
+        [1, 'StepTimeoutError', true],
+        [2, 'StepTimeoutError', true],
+        [3, 'StepTimeoutError', false],
+      ]);
+    } finally {
+      await h.teardown();
+    }
+  });
+
+  it('two identical starts with one Idempotency-Key make one run; bad requests get 400 and a bad webhook signature 401', async () => {
+    const h = new OrchestratorHarness('orch-api');
+    try {
+      const orch = await h.startOrchestrator();
+      await h.startWorker();
+      await h.readEvents();
+      const url = await orch.ready;
+      const [r1, r2] = await Promise.all(
+        [0, 1].map(() =>
+          post(`${url}/runs`, { workflow: 'three-step', input: { a: 1 } }, { 'Idempotency-Key': 'same-key' }),
+        ),
+      );
+      expect(r1.body.runId).toBe(r2.body.runId);
+      const runId = r1.body.runId as string;
+      await eventually('completed', () => h.of(runId).find((e) => e.event === 'RunCompleted'), {
+        timeoutMs: 60_000,
+      });
+      expect(h.of(runId).filter((e) => e.event === 'RunStarted')).toHaveLength(1);
+
+      const bad = await post(`${url}/runs`, { workflow: '', input: 'x', runId: 'has spaces' });
+      expect(bad.status).toBe(400);
+      expect((bad.body.errors as Array<{ path: string }>).map((e) => e.path).sort()).toEqual([
+        'input',
+        'runId',
+        'workflow',
+      ]);
+      expect((await post(`${url}/runs`, { workflow: 'nope', input: {} })).status).toBe(400);
+      expect((await fetch(`${url}/runs/run-does-not-exist`)).status).toBe(404);
+
+      const payload = JSON.stringify({ from: 'webhook' });
+      const unsigned = await post(`${url}/webhooks/three-step`, payload, {
+        'x-keyflow-signature': 'sha256=00',
+        'x-keyflow-delivery': 'd-1',
+      });
+      expect(unsigned.status).toBe(401);
+      const sig = `sha256=${createHmac('sha256', 'test-secret').update(payload).digest('hex')}`;
+      const signed = await post(`${url}/webhooks/three-step`, payload, {
+        'x-keyflow-signature': sig,
+        'x-keyflow-delivery': 'd-1',
+      });
+      expect(signed.status).toBe(202);
+      await eventually(
+        'webhook run completed',
+        () => h.of(signed.body.runId as string).find((e) => e.event === 'RunCompleted'),
+        { timeoutMs: 60_000 },
+      );
+      const started = h.events.items.filter((e) => e.event === 'RunStarted');
+      expect(started).toHaveLength(2); // the idempotent pair, and the signed webhook; the unsigned one started nothing
+      const openapi = (await (await fetch(`${url}/docs/openapi.json`)).json()) as {
+        paths: Record<string, unknown>;
+      };
+      expect(Object.keys(openapi.paths)).toEqual(
+        expect.arrayContaining([
+          '/runs',
+          '/runs/{id}',
+          '/runs/{id}/cancel',
+          '/runs/{id}/retry',
+          '/webhooks/{workflow}',
+        ]),
+      );
+    } finally {
+      await h.teardown();
+    }
+  });
+});

@@ -1,0 +1,228 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { join } from 'node:path';
+import type { Consumer, Producer } from 'kafkajs';
+import { EventCodec, newMetadata } from '@keyflow/contracts';
+import type { TaskCommand } from '@keyflow/schemas';
+import { Collector, TestNamespace } from '@keyflow/testing';
+
+const ROOT = join(__dirname, '../../../..');
+
+/** A child process that prints a JSON log line with `readyMsg` (and `http`) when it is ready. */
+export class ServiceProcess {
+  readonly proc: ChildProcess;
+  readonly logs: string[] = [];
+  readonly ready: Promise<string>;
+  readonly exited: Promise<number | null>;
+
+  constructor(entry: string, env: Record<string, string>, readyMsg: string) {
+    this.proc = spawn(process.execPath, ['-r', '@swc-node/register', join(ROOT, entry)], {
+      cwd: ROOT,
+      env: { ...process.env, LOG_LEVEL: 'info', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.exited = new Promise((r) => this.proc.once('exit', (code) => r(code)));
+    this.ready = new Promise((resolve, reject) => {
+      createInterface({ input: this.proc.stdout! }).on('line', (line) => {
+        this.logs.push(line);
+        if (this.logs.length > 2000) this.logs.shift();
+        if (line.includes(`"${readyMsg}"`)) resolve(JSON.parse(line).http);
+      });
+      createInterface({ input: this.proc.stderr! }).on('line', (l) => this.logs.push(l));
+      this.exited.then((code) =>
+        reject(new Error(`${entry} exited with ${code} before ready:\n${this.logs.slice(-30).join('\n')}`)),
+      );
+    });
+  }
+
+  kill(signal: NodeJS.Signals) {
+    this.proc.kill(signal);
+  }
+}
+
+export type Lifecycle = {
+  event: string;
+  value: Record<string, unknown> & { runId: string; stepId?: string; metadata: { eventId: string } };
+};
+
+/** Topics, processes, a wf.events reader and simulated workers for orchestrator tests. */
+export class OrchestratorHarness {
+  readonly ns: TestNamespace;
+  readonly prefix: string;
+  readonly codec: EventCodec;
+  readonly events = new Collector<Lifecycle>();
+  readonly processes: ServiceProcess[] = [];
+  private consumers: Consumer[] = [];
+  private producer?: Producer;
+
+  constructor(label: string) {
+    this.ns = new TestNamespace(label);
+    this.prefix = `${this.ns.prefix}.`;
+    this.codec = new EventCodec({ registryUrl: this.ns.infra.schemaRegistryUrl, topicPrefix: this.prefix });
+  }
+
+  env(extra: Record<string, string> = {}): Record<string, string> {
+    return {
+      KAFKA_BROKERS: this.ns.infra.kafkaBrokers.join(','),
+      SCHEMA_REGISTRY_URL: this.ns.infra.schemaRegistryUrl,
+      REDIS_URL: this.ns.infra.redisUrl,
+      KEYFLOW_TOPIC_PREFIX: this.prefix,
+      ORCHESTRATOR_GROUP_ID: this.ns.groupId('orchestrator'),
+      WORKER_GROUP_ID: this.ns.groupId('workers'),
+      ORCHESTRATOR_PARTITIONS: '4',
+      TASK_PARTITIONS: '4',
+      WORKER_TASK_PARTITIONS: '4',
+      WORKER_RESULT_PARTITIONS: '4',
+      ORCHESTRATOR_SESSION_TIMEOUT_MS: '6000',
+      WORKER_SESSION_TIMEOUT_MS: '10000',
+      WORKER_HEARTBEAT_INTERVAL_MS: '1000',
+      WEBHOOK_SECRET: 'test-secret',
+      ...extra,
+    };
+  }
+
+  async startOrchestrator(extra: Record<string, string> = {}): Promise<ServiceProcess> {
+    const p = new ServiceProcess(
+      'services/orchestrator/test/fixtures/test-orchestrator.ts',
+      this.env(extra),
+      'orchestrator ready',
+    );
+    this.processes.push(p);
+    await p.ready;
+    return p;
+  }
+
+  async startWorker(extra: Record<string, string> = {}): Promise<ServiceProcess> {
+    const p = new ServiceProcess('services/workers/src/main.ts', this.env(extra), 'worker ready');
+    this.processes.push(p);
+    await p.ready;
+    return p;
+  }
+
+  /** Reads wf.events (read_committed) from the beginning into `events`. */
+  async readEvents(): Promise<void> {
+    await this.codec.registerTopics(['wf.events', 'task.results']);
+    const c = this.ns.kafka.consumer({
+      groupId: this.ns.groupId('events-reader'),
+      readUncommitted: false,
+      maxWaitTimeInMs: 100,
+    });
+    this.consumers.push(c);
+    await c.connect();
+    await c.subscribe({ topic: this.codec.physical('wf.events'), fromBeginning: true });
+    await c.run({
+      eachMessage: async ({ topic, partition, message }) => {
+        const d = await this.codec.decode('wf.events', message.value, {
+          topic,
+          partition,
+          offset: message.offset,
+        });
+        this.events.push({ event: d.event, value: d.value as unknown as Lifecycle['value'] });
+      },
+    });
+  }
+
+  /**
+   * A simulated worker for task types the real workers do not have: answers each command with `respond`
+   * (an output, an error, or undefined to never answer), publishing TaskCompleted/TaskFailed like a worker.
+   */
+  async simulateWorker(
+    taskTypes: string[],
+    respond: (cmd: TaskCommand) => { output: unknown } | { error: string; retryable: boolean } | undefined,
+  ): Promise<TaskCommand[]> {
+    const seen: TaskCommand[] = [];
+    await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
+    this.producer ??= this.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await this.producer.connect();
+    const c = this.ns.kafka.consumer({
+      groupId: this.ns.groupId(`sim-${taskTypes.join('-')}`),
+      maxWaitTimeInMs: 100,
+    });
+    this.consumers.push(c);
+    await c.connect();
+    for (const t of taskTypes)
+      await c.subscribe({ topic: this.codec.physical(`task.${t}`), fromBeginning: true });
+    await c.run({
+      eachMessage: async ({ topic, partition, message }) => {
+        const logical = topic.slice(this.prefix.length);
+        const cmd = (
+          await this.codec.decode(logical, message.value, { topic, partition, offset: message.offset })
+        ).value as TaskCommand;
+        seen.push(cmd);
+        const r = respond(cmd);
+        if (!r) return;
+        const common = {
+          runId: cmd.runId,
+          stepId: cmd.stepId,
+          taskType: cmd.taskType,
+          attempt: cmd.attempt,
+          idempotencyKey: cmd.idempotencyKey,
+          workerId: 'sim',
+        };
+        const meta = (e: 'TaskCompleted' | 'TaskFailed') =>
+          newMetadata(e, { key: cmd.runId, correlationId: cmd.runId, causationId: cmd.metadata.eventId });
+        const value =
+          'output' in r
+            ? this.codec.encode('task.results', 'TaskCompleted', {
+                metadata: meta('TaskCompleted'),
+                ...common,
+                output: JSON.stringify(r.output),
+                outputRef: null,
+                durationMs: 1,
+                replayed: false,
+              })
+            : this.codec.encode('task.results', 'TaskFailed', {
+                metadata: meta('TaskFailed'),
+                ...common,
+                error: {
+                  errorClass: r.error,
+                  message: `simulated ${r.error}`,
+                  retryable: r.retryable,
+                  code: null,
+                  attempts: 1,
+                  firstFailureAt: Date.now(),
+                  lastFailureAt: Date.now(),
+                },
+              });
+        await this.producer!.send({
+          topic: this.codec.physical('task.results'),
+          acks: -1,
+          messages: [{ key: cmd.runId, value }],
+        });
+      },
+    });
+    return seen;
+  }
+
+  /** Events of one run, in order. */
+  of(runId: string): Lifecycle[] {
+    return this.events.items.filter((e) => e.value.runId === runId);
+  }
+
+  async teardown(): Promise<void> {
+    await Promise.all(
+      this.processes.map(async (p) => {
+        if (p.proc.exitCode === null && p.proc.signalCode === null) {
+          p.kill('SIGKILL');
+          await p.exited;
+        }
+      }),
+    );
+    await Promise.allSettled(this.consumers.map((c) => c.disconnect()));
+    await this.producer?.disconnect().catch(() => undefined);
+    await this.ns.cleanup();
+  }
+}
+
+export async function post(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
+}

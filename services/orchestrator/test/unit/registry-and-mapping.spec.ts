@@ -1,0 +1,75 @@
+import { workflow } from '@keyflow/workflow';
+import { loadOrchestratorConfig, OrchestratorConfigError } from '../../src/config';
+import { toWorkflowInput } from '../../src/engine/mapping';
+import { WorkflowRegistry } from '../../src/workflows/registry';
+
+const meta = {
+  eventId: 'e1',
+  eventType: 'StartRun',
+  schemaVersion: 1,
+  occurredAt: 5,
+  key: 'r',
+  correlationId: 'r',
+  causationId: null,
+  traceparent: null,
+  tracestate: null,
+};
+const start = (input: string, workflowVersion: number | null = null) =>
+  ({
+    event: 'StartRun',
+    schemaId: 1,
+    value: {
+      metadata: meta,
+      runId: 'r',
+      workflow: 'w',
+      workflowVersion,
+      businessKey: 'b',
+      input,
+      idempotencyKey: null,
+      trigger: 'api',
+    },
+  }) as const;
+
+describe('workflow registry', () => {
+  const reg = new WorkflowRegistry().register(
+    workflow('w', 1).task('a', { type: 'x' }).build(),
+    workflow('w', 2).task('a', { type: 'x' }).build(),
+  );
+
+  it('resolves the latest version, or the one asked for; a run keeps the version it started with', () => {
+    expect(reg.get('w')!.version).toBe(2);
+    expect(reg.get('w', 1)!.version).toBe(1);
+    expect(reg.get('w', 3)).toBeUndefined();
+    expect(() => reg.register(workflow('w', 1).task('a', { type: 'x' }).build())).toThrow(/registered twice/);
+  });
+
+  it('maps a StartRun to a reducer input with a concrete version, and refuses what it cannot apply', () => {
+    const resolve = (n: string, v: number | null) => reg.get(n, v)?.version;
+    expect(toWorkflowInput(start('{"a":1}') as never, resolve)).toMatchObject({
+      kind: 'start',
+      version: 2,
+      input: { a: 1 },
+      at: 5,
+      eventId: 'e1',
+    });
+    expect(toWorkflowInput(start('{}', 1) as never, resolve)).toMatchObject({ version: 1 });
+    expect(toWorkflowInput(start('{}', 9) as never, resolve)).toEqual({ invalid: 'unknown workflow w v9' });
+    expect(toWorkflowInput(start('not json') as never, resolve)).toEqual({
+      invalid: 'StartRun.input is not JSON',
+    });
+  });
+});
+
+describe('orchestrator configuration', () => {
+  it('names every bad variable', () => {
+    expect(() => loadOrchestratorConfig({ KAFKA_BROKERS: '', SCHEMA_REGISTRY_URL: 'x' })).toThrow(
+      OrchestratorConfigError,
+    );
+    expect(() => loadOrchestratorConfig({ KAFKA_BROKERS: '', SCHEMA_REGISTRY_URL: 'x' })).toThrow(
+      /KAFKA_BROKERS[\s\S]*SCHEMA_REGISTRY_URL/,
+    );
+    expect(
+      loadOrchestratorConfig({ KAFKA_BROKERS: 'a:1,b:2', SCHEMA_REGISTRY_URL: 'http://r' }).brokers,
+    ).toEqual(['a:1', 'b:2']);
+  });
+});
