@@ -10,6 +10,7 @@ import { loadOrchestratorConfig } from './config';
 import { Engine } from './engine/engine';
 import { orchestratorMetrics } from './engine/metrics';
 import { RunReadModel } from './engine/read-model';
+import { Scheduler, type ScheduleDef } from './engine/scheduler';
 import { HealthController, METRICS_REGISTRY } from './api/health.controller';
 import { RunsController, WEBHOOK_SECRET } from './api/runs.controller';
 import { RunsService } from './api/runs.service';
@@ -23,6 +24,7 @@ import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
 export async function bootstrapOrchestrator(
   definitions: WorkflowDefinition[] = [],
   env: NodeJS.ProcessEnv = process.env,
+  schedules: ScheduleDef[] = [],
 ) {
   const cfg = loadOrchestratorConfig(env);
   const logger = createLogger('orchestrator');
@@ -50,6 +52,19 @@ export async function bootstrapOrchestrator(
   const producer = createIdempotentProducer(kafka);
   await producer.connect();
   const runs = new RunsService(codec, producer, workflows, readModel);
+  const scheduler = new Scheduler(
+    schedules,
+    (s, runId, fireAt) =>
+      runs.start({
+        workflow: s.workflow,
+        input: { ...(s.input ?? {}), scheduledAt: fireAt },
+        runId,
+        idempotencyKey: runId,
+        trigger: 'schedule',
+      }),
+    logger,
+  );
+  scheduler.startTicking();
 
   @Module({})
   class OrchestratorModule {
@@ -85,6 +100,7 @@ export async function bootstrapOrchestrator(
       if (closing) return;
       closing = true;
       logger.info({ signal }, 'shutting down');
+      scheduler.stop();
       Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect()]).then(
         () => process.exit(0),
         (err) => {

@@ -294,3 +294,30 @@ describe('the orchestrator', () => {
     }
   });
 });
+
+describe('cron schedules across instances', () => {
+  it('two instances start exactly one run per fire time', async () => {
+    const h = new OrchestratorHarness('orch-cron');
+    try {
+      const a = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a', TEST_SCHEDULE: '1' });
+      const b = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b', TEST_SCHEDULE: '1' });
+      await h.startWorker();
+      await h.readEvents();
+      const scheduled = () =>
+        h.events.items.filter((e) => e.event === 'RunStarted' && e.value.runId.startsWith('sched-tick-'));
+      await eventually('five fire times started', () => new Set(scheduled().map((e) => e.value.runId)).size, {
+        until: (n) => n >= 5,
+        timeoutMs: 30_000,
+      });
+      a.kill('SIGTERM');
+      b.kill('SIGTERM');
+      await Promise.all([a.exited, b.exited]);
+      const runIds = scheduled().map((e) => e.value.runId);
+      expect(runIds.length).toBe(new Set(runIds).size); // never two runs for one fire time
+      const fireTimes = runIds.map((id) => Number(id.split('-').pop())).sort();
+      expect(fireTimes.every((t) => t % 1000 === 0)).toBe(true);
+    } finally {
+      await h.teardown();
+    }
+  });
+});

@@ -1,0 +1,58 @@
+import { createLogger } from '@keyflow/observability';
+import { fireTimes, scheduledRunId, Scheduler } from '../../src/engine/scheduler';
+
+describe('cron schedules', () => {
+  it('reads cron fields in the schedule time zone, across a DST change', () => {
+    const s = { id: 'daily', workflow: 'w', cron: '0 9 * * *', timezone: 'Europe/Paris' };
+    // 09:00 Paris is 07:00Z in summer (CEST) and 08:00Z in winter (CET); DST ended on 2026-10-25.
+    const fires = fireTimes(s, Date.parse('2026-10-23T12:00:00Z'), Date.parse('2026-10-27T00:00:00Z')).map(
+      (t) => new Date(t).toISOString(),
+    );
+    expect(fires).toEqual([
+      '2026-10-24T07:00:00.000Z',
+      '2026-10-25T08:00:00.000Z',
+      '2026-10-26T08:00:00.000Z',
+    ]);
+  });
+
+  it('refuses a bad expression at startup, naming the schedule', () => {
+    expect(
+      () =>
+        new Scheduler(
+          [{ id: 'bad', workflow: 'w', cron: 'every day' }],
+          async () => undefined,
+          createLogger('t', { level: 'silent' }),
+        ),
+    ).toThrow(/schedule bad: invalid cron/);
+  });
+
+  it('two instances start the same run id per fire time, and a failed start is retried at the next tick', async () => {
+    let now = Date.parse('2026-11-29T10:00:00Z');
+    const starts: string[][] = [[], []];
+    let failOnce = true;
+    const sched = [{ id: 's', workflow: 'w', cron: '*/10 * * * * *' }];
+    const instances = [0, 1].map(
+      (i) =>
+        new Scheduler(
+          sched,
+          async (_s, runId) => {
+            if (i === 1 && failOnce) {
+              failOnce = false;
+              throw new Error('broker unavailable');
+            }
+            starts[i].push(runId);
+          },
+          createLogger('t', { level: 'silent' }),
+          { now: () => now, catchUpMs: 0 },
+        ),
+    );
+    now += 30_000;
+    await Promise.all(instances.map((x) => x.tick()));
+    await Promise.all(instances.map((x) => x.tick()));
+    const expected = [10, 20, 30].map((s) =>
+      scheduledRunId('s', Date.parse('2026-11-29T10:00:00Z') + s * 1000),
+    );
+    expect(starts[0]).toEqual(expected);
+    expect(starts[1]).toEqual(expected);
+  });
+});
