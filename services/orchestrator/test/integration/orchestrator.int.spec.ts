@@ -1,5 +1,8 @@
 import { createHmac } from 'node:crypto';
 import { eventually } from '@keyflow/testing';
+import { workflow } from '@keyflow/workflow';
+import { rebuildRuns } from '../../src/rebuild';
+import { WorkflowRegistry, builtinWorkflows } from '../../src/workflows/registry';
 import { OrchestratorHarness, post, type Lifecycle } from './support';
 
 jest.setTimeout(240_000);
@@ -100,6 +103,12 @@ describe('the orchestrator', () => {
       });
       console.log(`runs finished before the kill: ${doneBefore} of 100`);
       assertExactlyOnce(h, ids, ['first', 'second', 'third']);
+      const report = await rebuildRuns(
+        h.ns.kafka,
+        h.codec,
+        new WorkflowRegistry().register(...builtinWorkflows),
+      );
+      expect(report).toMatchObject({ runsLive: 100, runsRebuilt: 100, matching: 100, differences: [] });
     } finally {
       await h.teardown();
     }

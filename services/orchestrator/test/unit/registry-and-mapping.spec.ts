@@ -73,3 +73,26 @@ describe('orchestrator configuration', () => {
     ).toEqual(['a:1', 'b:2']);
   });
 });
+
+describe('rebuild comparison', () => {
+  it('reports each field where the rebuilt state differs from the live one', async () => {
+    const { diffRun } = await import('../../src/rebuild');
+    const def = workflow('w', 1).task('a', { type: 'x' }).build();
+    const { reduce } = await import('@keyflow/workflow');
+    const s = reduce(def, undefined, {
+      kind: 'start',
+      eventId: 'e',
+      at: 1,
+      runId: 'r',
+      workflow: 'w',
+      version: 1,
+      businessKey: 'b',
+      input: {},
+    }).state!;
+    expect(diffRun(s, s)).toEqual([]);
+    const changed = { ...s, status: 'failed' as const };
+    expect(diffRun(s, changed)).toEqual([
+      { runId: 'r', field: 'status', live: 'running', rebuilt: 'failed' },
+    ]);
+  });
+});
