@@ -1,11 +1,8 @@
-import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { Command } from 'commander';
 import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand } from '@keyflow/schemas';
+import { pct, spawnService, until } from './support';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -36,13 +33,7 @@ if (!brokers.length || !registryUrl || !process.env.REDIS_URL)
   throw new Error(
     'KAFKA_BROKERS, SCHEMA_REGISTRY_URL and REDIS_URL must be set: eval "$(infra/local/stack.sh up)"',
   );
-const ROOT = join(__dirname, '..');
 const kafka = new Kafka({ brokers, clientId: 'bench', logLevel: logLevel.NOTHING });
-
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : NaN;
-};
 
 async function setup(prefix: string, partitions: number) {
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
@@ -93,35 +84,16 @@ async function produce(producer: Producer, codec: EventCodec, from: number, n: n
 }
 
 function startWorker(prefix: string) {
-  const proc = spawn(
-    process.execPath,
-    ['-r', '@swc-node/register', join(ROOT, 'services/workers/src/main.ts')],
+  return spawnService(
+    'services/workers/src/main.ts',
     {
-      cwd: ROOT,
-      env: {
-        ...process.env,
-        KEYFLOW_TOPIC_PREFIX: prefix,
-        WORKER_GROUP_ID: `${prefix}workers`,
-        WORKER_TASK_TYPES: 'noop',
-        LOG_LEVEL: 'warn',
-      },
-      stdio: ['ignore', 'pipe', 'inherit'],
+      KEYFLOW_TOPIC_PREFIX: prefix,
+      WORKER_GROUP_ID: `${prefix}workers`,
+      WORKER_TASK_TYPES: 'noop',
+      LOG_LEVEL: 'warn',
     },
+    'worker ready',
   );
-  createInterface({ input: proc.stdout! }).on('line', () => undefined);
-  const peakRssMb = () => {
-    try {
-      const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'));
-      return m ? Number(m[1]) / 1024 : NaN;
-    } catch {
-      return NaN;
-    }
-  };
-  return {
-    proc,
-    peakRssMb,
-    stop: () => new Promise<void>((r) => (proc.once('exit', () => r()), proc.kill('SIGTERM'))),
-  };
 }
 
 /** Counts results on task.results; records command-to-result latency from the metadata times. */
@@ -156,14 +128,6 @@ async function resultCounter(codec: EventCodec, group: string) {
     latencies,
     sentAt,
   };
-}
-
-async function until(cond: () => boolean, timeoutMs: number) {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error('benchmark timed out');
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 async function rawRelay(prefix: string, n: number): Promise<number> {
