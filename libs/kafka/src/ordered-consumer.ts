@@ -184,7 +184,12 @@ export class OrderedConsumer {
         ps.forEach((p) => this.assignment.add(`${topic}:${p}`));
       this.assigned = this.assignment.size;
       // A partition still working on a batch from before the rebalance stays paused until that batch is done.
-      for (const tp of this.busy) if (this.assignment.has(tp)) this.pausePartition(tp);
+      // Every other assigned partition is resumed: kafkajs keeps a partition's paused flag across rebalances, so
+      // one paused while busy, revoked, and assigned back later would otherwise never be fetched again.
+      for (const tp of this.assignment) {
+        if (this.busy.has(tp)) this.pausePartition(tp);
+        else this.resumePartition(tp);
+      }
       this.o.logger.info(
         { groupId: this.o.groupId, assignment: e.payload.memberAssignment, generation: e.payload.groupId },
         'joined consumer group',
