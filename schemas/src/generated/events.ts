@@ -65,6 +65,76 @@ export namespace DevKeyflowEvents {
         runId: string;
         reason: string;
     }
+    export const CityEnrichedSchema = "{\"type\":\"record\",\"name\":\"CityEnriched\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"ETL workers -> etl.cities.enriched: one validated, normalised, enriched GeoNames city. Key: its natural key.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The ETL run that produced it.\"},{\"name\":\"naturalKey\",\"type\":\"string\",\"doc\":\"country|admin1|name|lat|lng (normalised): the upsert and dedupe key.\"},{\"name\":\"name\",\"type\":\"string\",\"doc\":\"Unicode NFC, trimmed.\"},{\"name\":\"country\",\"type\":\"string\",\"doc\":\"ISO 3166-1 alpha-2 code.\"},{\"name\":\"countryName\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"region\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"subregion\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"currencies\",\"type\":{\"type\":\"array\",\"items\":\"string\"},\"default\":[],\"doc\":\"ISO 4217 codes.\"},{\"name\":\"admin1\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin1 code.\"},{\"name\":\"admin1Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"admin2\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin2 code.\"},{\"name\":\"admin2Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"lat\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"},{\"name\":\"lng\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"}]}";
+    export const CityEnrichedName = "dev.keyflow.events.CityEnriched";
+    /**
+     * ETL workers -> etl.cities.enriched: one validated, normalised, enriched GeoNames city. Key: its natural key.
+     */
+    export interface CityEnriched {
+        metadata: DevKeyflowEvents.EventMetadata;
+        /**
+         * The ETL run that produced it.
+         */
+        runId: string;
+        /**
+         * country|admin1|name|lat|lng (normalised): the upsert and dedupe key.
+         */
+        naturalKey: string;
+        /**
+         * Unicode NFC, trimmed.
+         */
+        name: string;
+        /**
+         * ISO 3166-1 alpha-2 code.
+         */
+        country: string;
+        /**
+         * Default: null
+         */
+        countryName: null | string;
+        /**
+         * Default: null
+         */
+        region: null | string;
+        /**
+         * Default: null
+         */
+        subregion: null | string;
+        /**
+         * ISO 4217 codes.
+         *
+         * Default: []
+         */
+        currencies: string[];
+        /**
+         * Admin1 code.
+         *
+         * Default: null
+         */
+        admin1: null | string;
+        /**
+         * Default: null
+         */
+        admin1Name: null | string;
+        /**
+         * Admin2 code.
+         *
+         * Default: null
+         */
+        admin2: null | string;
+        /**
+         * Default: null
+         */
+        admin2Name: null | string;
+        /**
+         * Degrees, WGS84.
+         */
+        lat: number;
+        /**
+         * Degrees, WGS84.
+         */
+        lng: number;
+    }
     export const RetryRunSchema = "{\"type\":\"record\",\"name\":\"RetryRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests: retry a failed run from its failed step. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"fromStepId\",\"type\":[\"null\",\"string\"],\"default\":null}]}";
     export const RetryRunName = "dev.keyflow.events.RetryRun";
     /**
@@ -472,6 +542,7 @@ export namespace DevKeyflowEvents {
 export type EventMetadata = DevKeyflowEvents.EventMetadata;
 export type TaskError = DevKeyflowEvents.TaskError;
 export type CancelRun = DevKeyflowEvents.CancelRun;
+export type CityEnriched = DevKeyflowEvents.CityEnriched;
 export type RetryRun = DevKeyflowEvents.RetryRun;
 export type RunCancelled = DevKeyflowEvents.RunCancelled;
 export type RunCompensated = DevKeyflowEvents.RunCompensated;
@@ -492,6 +563,7 @@ export type TimerFired = DevKeyflowEvents.TimerFired;
 /** Latest schema version of every event. */
 export const EVENT_VERSIONS = {
   "CancelRun": 1,
+  "CityEnriched": 1,
   "RetryRun": 1,
   "RunCancelled": 1,
   "RunCompensated": 1,
@@ -516,6 +588,7 @@ export type EventName = keyof typeof EVENT_VERSIONS;
 /** Event records by name. */
 export interface EventsByName {
   CancelRun: DevKeyflowEvents.CancelRun;
+  CityEnriched: DevKeyflowEvents.CityEnriched;
   RetryRun: DevKeyflowEvents.RetryRun;
   RunCancelled: DevKeyflowEvents.RunCancelled;
   RunCompensated: DevKeyflowEvents.RunCompensated;
@@ -562,5 +635,8 @@ export const TOPIC_EVENTS = {
   ],
   "wf.state": [
     "RunSnapshot"
+  ],
+  "etl.cities.enriched": [
+    "CityEnriched"
   ]
 } as const;

@@ -34,4 +34,14 @@ export const builtinWorkflows = [
     .task('second', { type: 'echo', input: (c) => ({ step: 2, previous: c.outputs.first }) })
     .task('third', { type: 'echo', input: (c) => ({ step: 3, previous: c.outputs.second }) })
     .build(),
+  /**
+   * The order saga example: each step has a compensation; `failAt` in the input (reserve, charge, ship, confirm)
+   * injects a failure there, and the completed steps are compensated in reverse order.
+   */
+  workflow('order-saga', 1)
+    .task('reserve', { type: 'order.reserve-inventory', compensate: { type: 'order.release-inventory' } })
+    .task('charge', { type: 'order.charge-payment', compensate: { type: 'order.refund-payment' } })
+    .task('ship', { type: 'order.create-shipment', compensate: { type: 'order.cancel-shipment' } })
+    .task('confirm', { type: 'order.send-confirmation', compensate: { type: 'order.send-apology' } })
+    .build(),
 ];

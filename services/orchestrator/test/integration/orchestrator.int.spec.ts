@@ -330,3 +330,41 @@ describe('cron schedules across instances', () => {
     }
   });
 });
+
+describe('the order saga example', () => {
+  it('compensates the completed steps in reverse order for a failure at each step', async () => {
+    const h = new OrchestratorHarness('orch-order');
+    try {
+      const orch = await h.startOrchestrator();
+      await h.startWorker();
+      await h.readEvents();
+      const url = await orch.ready;
+      const steps = ['reserve', 'charge', 'ship', 'confirm'];
+      const runs = await Promise.all(
+        steps.map((failAt) =>
+          post(`${url}/runs`, {
+            workflow: 'order-saga',
+            input: { orderId: `o-${failAt}`, amount: 10, failAt },
+          }),
+        ),
+      );
+      for (const [i, failAt] of steps.entries()) {
+        const runId = runs[i].body.runId as string;
+        const end = await eventually(
+          `order failing at ${failAt} ends`,
+          () => h.of(runId).find((e) => terminal.has(e.event)),
+          { timeoutMs: 60_000 },
+        );
+        const completedBefore = steps.slice(0, i);
+        const compensations = h
+          .of(runId)
+          .filter((e) => e.event === 'StepScheduled' && String(e.value.stepId).endsWith('.compensate'))
+          .map((e) => String(e.value.stepId).replace('.compensate', ''));
+        expect(compensations).toEqual([...completedBefore].reverse());
+        expect(end!.event).toBe(completedBefore.length ? 'RunCompensated' : 'RunFailed');
+      }
+    } finally {
+      await h.teardown();
+    }
+  });
+});
