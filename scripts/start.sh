@@ -1,4 +1,10 @@
 #!/usr/bin/env bash
-# The main job (the GeoNames ETL pipeline, issue 6). Not built yet: says so and exits non-zero.
-echo "keyflow: the end-to-end ETL job is not built yet. What runs today: 'npm test' (the whole suite) and infra/local/stack.sh." >&2
-exit 2
+# The main job (README's first command): installs what is missing, then runs the GeoNames ETL end to end.
+# Arguments go to scripts/etl.ts (--workers N, --input PATH, --sink sqlite:PATH|postgres://..., --chunk-size N).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
+  echo "[etl] installing dependencies (npm ci)" >&2
+  npm ci --no-audit --no-fund >&2
+fi
+exec node -r @swc-node/register scripts/etl.ts "$@"

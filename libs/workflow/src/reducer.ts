@@ -56,6 +56,9 @@ export interface StepState {
   error?: StepError;
   /** Map steps: progress of the fan-out. */
   map?: { total: number; next: number; done: number; outputs: unknown[] };
+  /** When the step was first scheduled and when it completed (ms since epoch, event time). */
+  startedAt?: number;
+  endedAt?: number;
 }
 
 export interface TimerState {
@@ -369,6 +372,7 @@ function startStep(c: Ctx, id: string): boolean {
       s.steps[id] = {
         status: 'scheduled',
         attempt: 1,
+        startedAt: c.at,
         map: { total: items.length, next: 0, done: 0, outputs: new Array(items.length).fill(null) },
       };
       if (items.length === 0) {
@@ -468,7 +472,13 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
       t.stepTimeoutMs,
     ];
   }
-  s.steps[stepId] = { ...s.steps[stepId], status: 'scheduled', attempt, error: undefined };
+  s.steps[stepId] = {
+    ...s.steps[stepId],
+    status: 'scheduled',
+    attempt,
+    error: undefined,
+    startedAt: s.steps[stepId]?.startedAt ?? c.at,
+  };
   c.commands.push({
     stepId,
     taskType,
@@ -498,7 +508,15 @@ function scheduleItem(c: Ctx, step: MapStep, _items: unknown[]): void {
 /** Marks a step completed and records its output (with a StepCompleted event). */
 function completeStep(c: Ctx, stepId: string, attempt: number, output: unknown, advanceAfter = true): void {
   const s = c.s;
-  s.steps[stepId] = { ...s.steps[stepId], status: 'completed', attempt, output, error: undefined };
+  s.steps[stepId] = {
+    ...s.steps[stepId],
+    status: 'completed',
+    attempt,
+    output,
+    error: undefined,
+    startedAt: s.steps[stepId]?.startedAt ?? c.at,
+    endedAt: c.at,
+  };
   c.events.push({ type: 'StepCompleted', stepId, attempt, output: JSON.stringify(output ?? null) });
   c.log('StepCompleted', stepId, attempt);
   if (!advanceAfter) return;

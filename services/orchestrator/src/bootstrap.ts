@@ -47,6 +47,10 @@ export async function bootstrapOrchestrator(
     logger,
   );
   const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics);
+  engine.onCrash((err) => {
+    logger.fatal({ err }, 'engine consumer crashed for good; exiting');
+    process.exit(1);
+  });
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
   await readModel.start();
   const producer = createIdempotentProducer(kafka);

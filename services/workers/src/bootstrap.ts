@@ -6,6 +6,8 @@ import { loadWorkerConfig, type WorkerConfig } from './config';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
 import { PassThroughRpcFilter } from './transport/pass-through.filter';
+import { EventPublisher } from './runtime/event-publisher';
+import { BlobStore } from './runtime/blob-store';
 
 /**
  * Starts a worker: an HTTP app (GET /health, GET /metrics) with the Kafka task transport connected as a
@@ -16,7 +18,8 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
   const cfg: WorkerConfig = loadWorkerConfig(env);
   const logger = createLogger('workers');
   const registry = createMetricsRegistry('workers');
-  const transport = new KafkaTaskTransport(cfg, logger, registry);
+  const publisher = new EventPublisher();
+  const transport = new KafkaTaskTransport(cfg, logger, registry, publisher);
 
   @Module({})
   class WorkersModule {
@@ -27,6 +30,8 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
         providers: [
           { provide: KafkaTaskTransport, useValue: transport },
           { provide: METRICS_REGISTRY, useValue: registry },
+          { provide: EventPublisher, useValue: publisher },
+          { provide: BlobStore, useValue: new BlobStore() },
         ],
       };
     }

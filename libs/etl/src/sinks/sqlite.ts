@@ -21,6 +21,8 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
   const db = new Database(options.path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
+  // Several worker processes may load chunks into one file at once: wait for the writer lock, up to 30 s.
+  db.pragma('busy_timeout = 30000');
   const q = `"${table}"`;
   const data = COLUMNS.slice(1);
 

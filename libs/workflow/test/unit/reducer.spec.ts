@@ -391,3 +391,19 @@ describe('reducer invariants (property-based)', () => {
     );
   });
 });
+
+describe('step timings', () => {
+  it('records when each step was first scheduled and when it completed (event time)', () => {
+    clock = 10_000;
+    let d = reduce(saga, undefined, start(saga));
+    const t0 = clock;
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    expect(d.state!.steps.reserve).toMatchObject({ startedAt: t0, endedAt: clock });
+    d = reduce(saga, d.state, fail(d.commands[0]));
+    d = reduce(saga, d.state, fire(d.state!, 'retry'));
+    const retriedAt = clock;
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    expect(d.state!.steps.charge.startedAt).toBeLessThan(retriedAt); // the first attempt's time, kept across retries
+    expect(d.state!.steps.charge.endedAt).toBe(clock);
+  });
+});

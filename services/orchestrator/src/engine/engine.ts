@@ -1,5 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { Partitioners, type Consumer, type EachBatchPayload, type Kafka, type Producer } from 'kafkajs';
+import {
+  CompressionTypes,
+  Partitioners,
+  type Consumer,
+  type EachBatchPayload,
+  type Kafka,
+  type Producer,
+} from 'kafkajs';
 import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
   assertCoPartitioned,
@@ -51,6 +58,7 @@ export class Engine {
   private tick?: NodeJS.Timeout;
   private stopping = false;
   private crashed?: Error;
+  private crashListeners: Array<(e: Error) => void> = [];
 
   constructor(
     private readonly cfg: OrchestratorConfig,
@@ -89,6 +97,11 @@ export class Engine {
         { topic: `task.${t}.dlq`, partitions: 1 },
       ]),
     ];
+  }
+
+  /** Called when the engine's consumer dies for good: the process should exit non-zero (a supervisor restarts it). */
+  onCrash(listener: (e: Error) => void): void {
+    this.crashListeners.push(listener);
   }
 
   healthy(): boolean {
@@ -134,7 +147,10 @@ export class Engine {
     c.on(c.events.GROUP_JOIN, (e) => this.onAssignment(e.payload.memberAssignment));
     c.on(c.events.CRASH, (e) => {
       this.logger.error({ err: e.payload.error, restart: e.payload.restart }, 'engine consumer crashed');
-      if (!e.payload.restart) this.crashed = e.payload.error;
+      if (!e.payload.restart) {
+        this.crashed = e.payload.error;
+        this.crashListeners.forEach((l) => l(e.payload.error));
+      }
     });
     await c.connect();
     await c.subscribe({ topic: this.codec.physical('wf.requests'), fromBeginning: true });
@@ -309,8 +325,14 @@ export class Engine {
         string,
         Array<{ key: string; value: Buffer; headers?: Record<string, string> }>
       >();
-      for (const r of records)
+      // Within one transaction only the last snapshot of a run matters: earlier ones are superseded at once.
+      const snapshotTopic = this.codec.physical('wf.state');
+      const lastSnapshot = new Map<string, number>();
+      records.forEach((r, i) => r.topic === snapshotTopic && lastSnapshot.set(r.key, i));
+      records.forEach((r, i) => {
+        if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
         byTopic.set(r.topic, [...(byTopic.get(r.topic) ?? []), { key: r.key, value: r.value }]);
+      });
       for (const { m, err } of dlq) {
         const t = dlqTopicFor(batch.topic);
         byTopic.set(t, [
@@ -333,8 +355,9 @@ export class Engine {
           },
         ]);
       }
-      if (byTopic.size)
-        await tx.sendBatch({ topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })) });
+      // Requests of at most ~512 KiB (before gzip), so no record batch exceeds the broker's message.max.bytes.
+      for (const part of splitBySize([...byTopic], 512 * 1024))
+        await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
       const next = (BigInt(batch.lastOffset()) + 1n).toString();
       await tx.sendOffsets({
         consumerGroupId: this.cfg.ORCHESTRATOR_GROUP_ID,
@@ -401,4 +424,31 @@ export class Engine {
       this.logger.warn({ err }, 'could not publish due timers; retrying at the next tick');
     }
   }
+}
+
+type Msg = { key: string; value: Buffer; headers?: Record<string, string> };
+
+/** Splits messages into groups of at most `maxBytes` (value sizes; a larger single message goes alone). */
+export function splitBySize(
+  byTopic: Array<[string, Msg[]]>,
+  maxBytes: number,
+): Array<Array<{ topic: string; messages: Msg[] }>> {
+  const parts: Array<Array<{ topic: string; messages: Msg[] }>> = [];
+  let current: Array<{ topic: string; messages: Msg[] }> = [];
+  let size = 0;
+  for (const [topic, messages] of byTopic) {
+    for (const m of messages) {
+      if (size > 0 && size + m.value.length > maxBytes) {
+        parts.push(current);
+        current = [];
+        size = 0;
+      }
+      const last = current.at(-1);
+      if (last?.topic === topic) last.messages.push(m);
+      else current.push({ topic, messages: [m] });
+      size += m.value.length;
+    }
+  }
+  if (current.length) parts.push(current);
+  return parts;
 }

@@ -44,4 +44,52 @@ export const builtinWorkflows = [
     .task('ship', { type: 'order.create-shipment', compensate: { type: 'order.cancel-shipment' } })
     .task('confirm', { type: 'order.send-confirmation', compensate: { type: 'order.send-apology' } })
     .build(),
+  /**
+   * The GeoNames ETL: extract (stream the input into chunk blobs), transform each chunk in parallel (validate,
+   * normalise, enrich, publish CityEnriched), dedupe across chunks, load each chunk into the sink, report.
+   * Input: { source: 'default' | path, format?, chunkSize?, sink: { kind: 'sqlite', path } | { kind: 'postgres', url } }.
+   */
+  workflow('geonames-etl', 1)
+    .task('extract', {
+      type: 'etl.extract',
+      input: (c) => ({
+        source: c.input.source ?? 'default',
+        format: c.input.format,
+        chunkSize: c.input.chunkSize ?? 1000,
+      }),
+      timeoutMs: 600_000,
+    })
+    .map('transform', {
+      type: 'etl.transform',
+      items: (c) => (c.outputs.extract as { chunks: unknown[] }).chunks,
+      entityKey: (_chunk, index, c) => `${c.runId}/${index}`,
+      concurrency: 16,
+      timeoutMs: 120_000,
+    })
+    .task('dedupe', {
+      type: 'etl.dedupe',
+      input: (c) => ({ chunks: c.outputs.transform }),
+      timeoutMs: 600_000,
+    })
+    .map('load', {
+      type: 'etl.load',
+      items: (c) => (c.outputs.dedupe as { chunks: unknown[] }).chunks,
+      input: (chunk, _index, c) => ({ ...(chunk as object), sink: c.input.sink }),
+      entityKey: (_chunk, index, c) => `${c.runId}/${index}`,
+      concurrency: 4,
+      timeoutMs: 120_000,
+    })
+    .task('report', {
+      type: 'etl.report',
+      input: (c) => ({
+        extract: c.outputs.extract,
+        transform: c.outputs.transform,
+        dedupe: c.outputs.dedupe,
+        load: c.outputs.load,
+        sink: c.input.sink,
+      }),
+      timeoutMs: 300_000,
+    })
+    .output((c) => c.outputs.report)
+    .build(),
 ];

@@ -203,6 +203,24 @@ describe('the orchestrator', () => {
         failedStepId: 'ship',
         compensatedSteps: ['charge', 'reserve'],
       });
+
+      // Rebuilding from the topics agrees with the live state.
+      const registry = new WorkflowRegistry().register(
+        ...builtinWorkflows,
+        workflow('saga', 1)
+          .task('reserve', { type: 'saga.reserve', compensate: { type: 'saga.release' } })
+          .task('charge', { type: 'saga.charge', compensate: { type: 'saga.refund' } })
+          .task('ship', { type: 'saga.ship', retry: { maxAttempts: 2, initialDelayMs: 50 } })
+          .build(),
+      );
+      const report = await rebuildRuns(h.ns.kafka, h.codec, registry);
+      expect(report).toMatchObject({
+        runsLive: 1,
+        runsRebuilt: 1,
+        matching: 1,
+        differences: [],
+        unrebuildable: [],
+      });
     } finally {
       await h.teardown();
     }

@@ -96,3 +96,22 @@ describe('rebuild comparison', () => {
     ]);
   });
 });
+
+describe('transaction sends', () => {
+  it('split into requests under the size limit, keeping per-topic order', async () => {
+    const { splitBySize } = await import('../../src/engine/engine');
+    const m = (n: number, k: string) => ({ key: k, value: Buffer.alloc(n) });
+    const parts = splitBySize(
+      [
+        ['a', [m(400, 'a1'), m(400, 'a2')]],
+        ['b', [m(300, 'b1'), m(2000, 'b2')]],
+      ],
+      1000,
+    );
+    expect(parts.map((p) => p.map((t) => `${t.topic}:${t.messages.map((x) => x.key).join(',')}`))).toEqual([
+      ['a:a1,a2'],
+      ['b:b1'],
+      ['b:b2'],
+    ]);
+  });
+});

@@ -21,6 +21,7 @@ import {
   type TaskHandlerFn,
 } from '../runtime/task-executor';
 import { workerMetrics, type WorkerMetrics } from '../runtime/metrics';
+import type { EventPublisher } from '../runtime/event-publisher';
 
 /**
  * A custom transport strategy of @nestjs/microservices: NestJS handlers declared with @TaskHandler(type) consume
@@ -40,6 +41,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     private readonly cfg: WorkerConfig,
     private readonly log: Logger,
     registry: Registry,
+    private readonly publisher?: EventPublisher,
   ) {
     super();
     this.metrics = workerMetrics(registry);
@@ -121,10 +123,22 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       leaseMs: this.cfg.WORKER_LEASE_MS,
       completionTtlMs: this.cfg.WORKER_COMPLETION_TTL_MS,
     });
+    const results = new BatchingProducer(this.producer);
+    this.publisher?.attach(codec, results, async (logical) => {
+      const a = this.kafka!.admin();
+      await a.connect();
+      try {
+        await ensureTopics(a, [
+          { topic: codec.physical(logical), partitions: this.cfg.WORKER_TASK_PARTITIONS },
+        ]);
+      } finally {
+        await a.disconnect();
+      }
+    });
     const executor = new TaskExecutor({
       codec,
       producer: this.producer,
-      results: new BatchingProducer(this.producer),
+      results,
       store,
       handlers,
       logger: this.log,

