@@ -32,6 +32,7 @@ export default tseslint.config(
             { sourceTag: 'type:schemas', onlyDependOnLibsWithTags: [] },
             { sourceTag: 'type:service', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
             { sourceTag: 'type:bench', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
+            { sourceTag: 'type:e2e', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
           ],
         },
       ],

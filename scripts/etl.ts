@@ -9,7 +9,7 @@
  * (GET /runs/:id), prints the report and where the sink is, and stops what it started.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync } from 'node:fs';
+import { createWriteStream, mkdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Command, InvalidArgumentError } from 'commander';
@@ -31,6 +31,7 @@ const opts = new Command('etl')
   .option('--format <format>', 'input format when the extension does not tell (json, jsonl, csv)')
   .option('--sink <sink>', 'sqlite:<path> or a postgres:// URL', 'sqlite:.keyflow/geonames.sqlite')
   .option('--chunk-size <n>', 'records per chunk', positiveInt, 1000)
+  .option('--table <name>', 'sink table', 'cities')
   .option('--prefix <prefix>', 'topic prefix', 'keyflow.')
   .option('--keep-running', 'leave the orchestrator, workers and infrastructure running afterwards')
   .parse()
@@ -50,10 +51,10 @@ const say = (m: string) => process.stderr.write(`[etl] ${m}\n`);
 
 function sinkSpec(s: string) {
   if (s.startsWith('postgres://') || s.startsWith('postgresql://'))
-    return { kind: 'postgres' as const, url: s, table: 'cities' };
+    return { kind: 'postgres' as const, url: s, table: opts.table };
   const path = resolve(ROOT, s.startsWith('sqlite:') ? s.slice('sqlite:'.length) : s);
   mkdirSync(join(path, '..'), { recursive: true });
-  return { kind: 'sqlite' as const, path, table: 'cities' };
+  return { kind: 'sqlite' as const, path, table: opts.table };
 }
 
 /** Starts a service; resolves with its HTTP URL once it logs its ready line. Its logs go to .keyflow/logs. */
@@ -126,6 +127,16 @@ function progress(run: Run) {
   };
 }
 
+/** Peak resident set size of a process in MiB (VmHWM from /proc), or null where /proc is not available. */
+function peakRssMiB(pid: number | undefined): number | null {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Math.round(Number(m[1]) / 1024) : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Duration of each top-level step in ms, from the run's projection (event times). */
 function stepTimings(run: Run): Record<string, number> {
   return Object.fromEntries(
@@ -147,6 +158,8 @@ async function main() {
   const common = {
     ...env,
     KEYFLOW_TOPIC_PREFIX: opts.prefix,
+    ORCHESTRATOR_GROUP_ID: `${opts.prefix}orchestrator`,
+    WORKER_GROUP_ID: `${opts.prefix}workers`,
     KEYFLOW_BLOB_DIR: join(ROOT, '.keyflow/blobs'),
   };
 
@@ -241,6 +254,11 @@ async function main() {
       balanced: boolean;
       sinkMatches: boolean;
     };
+    const peakRss = {
+      cli: peakRssMiB(process.pid),
+      orchestrator: peakRssMiB(orch.proc.pid),
+      workers: workers.map((w) => peakRssMiB(w.proc.pid)),
+    };
     console.log(
       JSON.stringify(
         {
@@ -248,6 +266,7 @@ async function main() {
           seconds,
           recordsPerSecond: Math.round(report.read / seconds),
           stepMs: stepTimings(run),
+          peakRssMiB: peakRss,
           report,
         },
         null,

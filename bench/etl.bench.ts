@@ -1,0 +1,113 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Command } from 'commander';
+import { Kafka, logLevel } from 'kafkajs';
+import { ROOT, until } from './support';
+
+/**
+ * The main job's benchmark, printed as the BENCHMARKS.md table: records/s of the whole GeoNames ETL (171,075 records)
+ * with 1 and 2 workers, peak memory of every process, and, in the same run, the raw kafkajs produce-consume rate
+ * over the same number of ~300-byte messages (one topic, 6 partitions, acks=all) for comparison.
+ *   eval "$(infra/local/stack.sh up)" && npm run bench:etl -- --workers 1,2
+ */
+const opts = new Command()
+  .option('--workers <list>', 'worker counts to measure', '1,2')
+  .parse()
+  .opts<{ workers: string }>();
+const run = promisify(execFile);
+
+async function rawKafka(n: number): Promise<{ produce: number; consume: number }> {
+  const kafka = new Kafka({
+    brokers: (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(','),
+    clientId: 'bench',
+    logLevel: logLevel.NOTHING,
+  });
+  const topic = `bench-raw-${Date.now()}`;
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ topics: [{ topic, numPartitions: 6 }], waitForLeaders: true });
+  await admin.disconnect();
+  const value = Buffer.alloc(300, 'x');
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const t0 = Date.now();
+  for (let i = 0; i < n; i += 1000) {
+    await producer.send({
+      topic,
+      acks: -1,
+      messages: Array.from({ length: Math.min(1000, n - i) }, (_, j) => ({ key: `k${i + j}`, value })),
+    });
+  }
+  const produce = n / ((Date.now() - t0) / 1000);
+  await producer.disconnect();
+  const consumer = kafka.consumer({ groupId: `${topic}-g` });
+  let seen = 0;
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const t1 = Date.now();
+  await consumer.run({ eachBatch: async ({ batch }) => void (seen += batch.messages.length) });
+  await until(() => seen >= n, 300_000, 'raw consume');
+  const consume = n / ((Date.now() - t1) / 1000);
+  await consumer.disconnect();
+  return { produce, consume };
+}
+
+async function main() {
+  const dir = mkdtempSync(join(tmpdir(), 'kf-etl-bench-'));
+  const rows: string[] = [];
+  try {
+    for (const w of opts.workers.split(',').map(Number)) {
+      const { stdout } = await run(
+        process.execPath,
+        [
+          '-r',
+          '@swc-node/register',
+          join(ROOT, 'scripts/etl.ts'),
+          '--workers',
+          String(w),
+          '--sink',
+          `sqlite:${join(dir, `w${w}.sqlite`)}`,
+          '--prefix',
+          `bench-etl-${Date.now()}.`,
+        ],
+        { cwd: ROOT, env: process.env, maxBuffer: 64 * 1024 * 1024 },
+      );
+      const out = JSON.parse(stdout) as {
+        seconds: number;
+        recordsPerSecond: number;
+        stepMs: Record<string, number>;
+        peakRssMiB: { cli: number; orchestrator: number; workers: number[] };
+        report: { read: number; balanced: boolean };
+      };
+      rows.push(
+        `| ${w} | ${out.report.read} | ${out.seconds.toFixed(1)} | ${out.recordsPerSecond} | ${Object.entries(
+          out.stepMs,
+        )
+          .map(([k, v]) => `${k} ${v}`)
+          .join(
+            ', ',
+          )} | orchestrator ${out.peakRssMiB.orchestrator}, workers ${out.peakRssMiB.workers.join(' / ')}, CLI ${out.peakRssMiB.cli} | ${out.report.balanced} |`,
+      );
+    }
+    const raw = await rawKafka(171_075);
+    console.log('| workers | records | seconds | records/s | step ms | peak RSS MiB | balanced |');
+    console.log('|---|---|---|---|---|---|---|');
+    rows.forEach((r) => console.log(r));
+    console.log(
+      `\nraw kafkajs, same run, 171,075 x 300-byte messages, 6 partitions, acks=all: produce ${raw.produce.toFixed(0)} msg/s, consume ${raw.consume.toFixed(0)} msg/s`,
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(e);
+    process.exit(1);
+  },
+);
