@@ -74,7 +74,12 @@ describe('the GeoNames ETL, end to end', () => {
 
   it('a worker killed with SIGKILL mid-run: the run still completes with exact counts', async () => {
     const p = `${prefix}kill.`;
-    const env = { KEYFLOW_TOPIC_PREFIX: p, ORCHESTRATOR_GROUP_ID: `${p}orchestrator`, WORKER_GROUP_ID: `${p}workers`, KEYFLOW_BLOB_DIR: join(dir, 'blobs') };
+    const env = {
+      KEYFLOW_TOPIC_PREFIX: p,
+      ORCHESTRATOR_GROUP_ID: `${p}orchestrator`,
+      WORKER_GROUP_ID: `${p}workers`,
+      KEYFLOW_BLOB_DIR: join(dir, 'blobs'),
+    };
     const orch = startService('services/orchestrator/src/main.ts', env, 'orchestrator ready');
     const workers = [0, 1].map(() => startService('services/workers/src/main.ts', env, 'worker ready'));
     try {
