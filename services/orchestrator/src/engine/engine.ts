@@ -9,6 +9,7 @@ import {
 } from 'kafkajs';
 import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
+  DLQ_HEADERS,
   assertCoPartitioned,
   createIdempotentProducer,
   dlqTopicFor,
@@ -341,16 +342,16 @@ export class Engine {
             key: m.key?.toString() ?? '',
             value: m.value ?? Buffer.alloc(0),
             headers: {
-              'x-dlq-original-topic': batch.topic,
-              'x-dlq-original-partition': String(batch.partition),
-              'x-dlq-original-offset': m.offset,
-              'x-dlq-error-class': err.name,
-              'x-dlq-error-message': err.message,
-              'x-dlq-attempts': '1',
-              'x-dlq-first-failure-at': String(Date.now()),
-              'x-dlq-last-failure-at': String(Date.now()),
-              'x-dlq-consumer-group': this.cfg.ORCHESTRATOR_GROUP_ID,
-              'x-dlq-host': `${this.cfg.ORCHESTRATOR_INSTANCE_ID}`,
+              [DLQ_HEADERS.originalTopic]: batch.topic,
+              [DLQ_HEADERS.originalPartition]: String(batch.partition),
+              [DLQ_HEADERS.originalOffset]: m.offset,
+              [DLQ_HEADERS.errorClass]: err.name,
+              [DLQ_HEADERS.errorMessage]: err.message,
+              [DLQ_HEADERS.attempts]: '1',
+              [DLQ_HEADERS.firstFailureAt]: String(Date.now()),
+              [DLQ_HEADERS.lastFailureAt]: String(Date.now()),
+              [DLQ_HEADERS.consumerGroup]: this.cfg.ORCHESTRATOR_GROUP_ID,
+              [DLQ_HEADERS.host]: this.cfg.ORCHESTRATOR_INSTANCE_ID,
             },
           },
         ]);

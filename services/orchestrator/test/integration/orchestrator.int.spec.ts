@@ -386,3 +386,65 @@ describe('the order saga example', () => {
     }
   });
 });
+
+describe('bad input', () => {
+  it('undecodable bytes and a start for an unknown workflow on wf.requests go to its DLQ, and the engine keeps going', async () => {
+    const h = new OrchestratorHarness('orch-bad');
+    try {
+      const orch = await h.startOrchestrator();
+      await h.startWorker();
+      await h.readEvents();
+      const url = await orch.ready;
+      const { newMetadata } = await import('@keyflow/contracts');
+      await h.codec.registerTopics(['wf.requests']);
+      const producer = h.ns.kafka.producer();
+      await producer.connect();
+      const unknown = h.codec.encode('wf.requests', 'StartRun', {
+        metadata: newMetadata('StartRun', { key: 'r-x', correlationId: 'r-x' }),
+        runId: 'r-x',
+        workflow: 'no-such-workflow',
+        workflowVersion: null,
+        businessKey: 'b',
+        input: '{}',
+        idempotencyKey: null,
+        trigger: 'test',
+      });
+      await producer.send({
+        topic: h.codec.physical('wf.requests'),
+        messages: [
+          { key: 'r-bad', value: Buffer.from('garbage') },
+          { key: 'r-x', value: unknown },
+        ],
+      });
+      await producer.disconnect();
+      const { body } = await post(`${url}/runs`, { workflow: 'three-step', input: {} });
+      await eventually(
+        'a valid run still completes',
+        () => h.of(body.runId as string).find((e) => e.event === 'RunCompleted'),
+        { timeoutMs: 60_000 },
+      );
+
+      const { Collector } = await import('@keyflow/testing');
+      const dlq = new Collector<{ key: string; errorClass: string; offset: string }>();
+      const c = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq'), readUncommitted: false });
+      await c.connect();
+      await c.subscribe({ topic: `${h.codec.physical('wf.requests')}.dlq`, fromBeginning: true });
+      await c.run({
+        eachMessage: async ({ message }) =>
+          dlq.push({
+            key: message.key!.toString(),
+            errorClass: message.headers!['x-dlq-error-class']!.toString(),
+            offset: message.headers!['x-dlq-original-offset']!.toString(),
+          }),
+      });
+      const records = await dlq.wait(2);
+      await c.disconnect();
+      expect(records.map((r) => [r.key, r.errorClass]).sort()).toEqual([
+        ['r-bad', 'MissingMagicByteError'],
+        ['r-x', 'InvalidRequestError'],
+      ]);
+    } finally {
+      await h.teardown();
+    }
+  });
+});
