@@ -38,10 +38,13 @@ if [[ -z "${KAFKA_BROKERS:-}" || -z "${SCHEMA_REGISTRY_URL:-}" || -z "${REDIS_UR
 fi
 cleanup() {
   local rc=$?
-  summary
   if [[ $stop_infra == 1 ]]; then step "local infrastructure down"; infra/local/stack.sh down || true; fi
+  summary
   exit $rc
 }
 trap cleanup EXIT
 
-step "integration tests"; npm run -s test:integration
+step "integration and e2e tests"; npm run -s test:integration
+
+step "broker durability across SIGKILL (a separate local stack)"
+if infra/local/verify-durability.sh; then echo '{"passed":1,"failed":0,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; else echo '{"passed":0,"failed":1,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; exit 1; fi
