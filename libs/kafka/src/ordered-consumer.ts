@@ -113,6 +113,8 @@ export class OrderedConsumer {
   private crashed?: Error;
   private crashListeners: Array<(e: Error) => void> = [];
   private readonly assignment = new Set<string>();
+  /** Per partition, bumped whenever a join leaves it out: a batch from an older epoch is abandoned for good. */
+  private readonly epochs = new Map<string, number>();
   private rebalancing = false;
   private stopping = false;
   private readonly busy = new Set<string>();
@@ -179,9 +181,14 @@ export class OrderedConsumer {
     c.on(c.events.GROUP_JOIN, (e) => {
       this.joins++;
       this.rebalancing = false;
+      const before = new Set(this.assignment);
       this.assignment.clear();
       for (const [topic, ps] of Object.entries(e.payload.memberAssignment))
         ps.forEach((p) => this.assignment.add(`${topic}:${p}`));
+      // A partition lost in this generation may have been processed by another member meanwhile, even if it comes
+      // back later: batches started before must neither dispatch, resolve nor commit again.
+      for (const tp of before)
+        if (!this.assignment.has(tp)) this.epochs.set(tp, (this.epochs.get(tp) ?? 0) + 1);
       this.assigned = this.assignment.size;
       // A partition still working on a batch from before the rebalance stays paused until that batch is done.
       // Every other assigned partition is resumed: kafkajs keeps a partition's paused flag across rebalances, so
@@ -291,7 +298,10 @@ export class OrderedConsumer {
     let lastCommit = Date.now();
     let committing: Promise<void> = Promise.resolve();
 
-    const owned = () => this.assignment.has(tp) && !this.rebalancing;
+    const epoch = this.epochs.get(tp) ?? 0;
+    const lost = () =>
+      (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
+    const owned = () => !lost() && this.assignment.has(tp) && !this.rebalancing;
     const commit = async (force: boolean) => {
       const next = tracker.committable();
       if (next === undefined || !owned()) return;
@@ -317,12 +327,12 @@ export class OrderedConsumer {
 
     try {
       for (const m of batch.messages) {
-        if (this.stopping || !this.assignment.has(tp) || this.stopController.signal.aborted) break;
+        if (this.stopping || lost() || this.stopController.signal.aborted) break;
         if (partitionSlots.free === 0 || this.processSlots.free === 0) this.blocked.add(tp);
         await partitionSlots.acquire();
         await this.processSlots.acquire();
         this.blocked.delete(tp);
-        if (this.stopping || !this.assignment.has(tp)) {
+        if (this.stopping || lost()) {
           partitionSlots.release();
           this.processSlots.release();
           break;
@@ -342,11 +352,7 @@ export class OrderedConsumer {
         const previous = chains.get(key) ?? Promise.resolve();
         const run = previous.then(async () => {
           try {
-            const done = await this.handleWithRetry(
-              message,
-              tp,
-              () => !this.assignment.has(tp) && !this.rebalancing,
-            );
+            const done = await this.handleWithRetry(message, tp, lost);
             if (done) {
               const last = tracker.complete(m.offset);
               if (last !== undefined) {

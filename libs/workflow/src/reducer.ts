@@ -321,16 +321,23 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
       s.position = at;
       s.error = undefined;
       s.endedAt = undefined;
-      // Steps from the retried one on run again with fresh attempts (new idempotency keys).
+      // Branch steps a choice at or after the retry point spliced in are removed: the choice decides again.
+      const spliced = new Set<string>();
       for (const id of s.plan.slice(at)) {
-        const prev = s.steps[id];
-        if (!prev) continue;
-        delete s.steps[id];
-        s.steps[id] = { status: 'failed', attempt: prev.attempt };
-        for (const itemId of Object.keys(s.steps)) if (itemId.startsWith(`${id}[`)) delete s.steps[itemId];
+        const st = c.def.stepIndex.get(id);
+        if (st?.kind === 'choice')
+          [...st.branches.flatMap((b) => b.steps), ...st.otherwise].forEach((x) => collectIds(x, spliced));
+      }
+      s.plan = [...s.plan.slice(0, at + 1), ...s.plan.slice(at + 1).filter((id) => !spliced.has(id))];
+      // Steps from the retried one on run again with fresh attempts (new idempotency keys); map items included.
+      for (const [id, prev] of Object.entries(s.steps)) {
+        const stepBase = ITEM.exec(id)?.[1] ?? id;
+        // Attempts keep counting (also for branch steps), so no retried step reuses an idempotency key.
+        if (spliced.has(stepBase) || s.plan.indexOf(stepBase) >= at)
+          s.steps[id] = { status: 'failed', attempt: prev.attempt };
       }
       c.log('RunRetried', stepId);
-      startStep(c, base);
+      if (startStep(c, base)) advance(c);
       return undefined;
     }
   }
@@ -502,7 +509,15 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
 function scheduleItem(c: Ctx, step: MapStep, _items: unknown[]): void {
   const map = c.s.steps[step.id].map!;
   const index = map.next++;
-  schedule(c, itemStepId(step.id, index), 1);
+  // After a run retry an item keeps counting attempts, so its idempotency key is new.
+  schedule(c, itemStepId(step.id, index), currentAttempt(c, itemStepId(step.id, index)) + 1);
+}
+
+/** The ids of a step and, for a choice, of every step in its branches. */
+function collectIds(step: Step, into: Set<string>): void {
+  into.add(step.id);
+  if (step.kind === 'choice')
+    [...step.branches.flatMap((b) => b.steps), ...step.otherwise].forEach((x) => collectIds(x, into));
 }
 
 /** Marks a step completed and records its output (with a StepCompleted event). */
@@ -632,6 +647,7 @@ function failRun(c: Ctx, stepId: string, error: StepError): void {
     return;
   }
   s.status = 'compensating';
+  delete s.timers['run-timeout']; // compensation runs to its end; a run timeout must not cut it off
   s.compensation = { failedStepId: stepId, queue, index: 0 };
   c.log('Compensating', stepId, undefined, queue.join(' <- '));
   nextCompensation(c);

@@ -52,7 +52,6 @@ export async function bootstrapOrchestrator(
     process.exit(1);
   });
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
-  await readModel.start();
   const producer = createIdempotentProducer(kafka);
   await producer.connect();
   const runs = new RunsService(codec, producer, workflows, readModel);

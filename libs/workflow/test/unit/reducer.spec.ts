@@ -407,3 +407,56 @@ describe('step timings', () => {
     expect(d.state!.steps.charge.endedAt).toBe(clock);
   });
 });
+
+describe('run retry and timeouts (review findings)', () => {
+  it('retrying a run that failed in a map step schedules its items with new idempotency keys', () => {
+    const def = workflow('m', 1)
+      .map('each', { type: 'w', items: () => [1, 2], concurrency: 2, retry: { maxAttempts: 1 } })
+      .build();
+    let d = reduce(def, undefined, start(def));
+    const [first] = d.commands;
+    d = reduce(def, d.state, fail(first, false));
+    expect(d.state!.status).toBe('failed');
+    d = reduce(def, d.state, { ...base(), kind: 'retry' });
+    expect(d.commands.map((c) => c.idempotencyKey)).toEqual(['r1/each[0]/2', 'r1/each[1]/2']);
+    expect(reduce(def, d.state, ok(first)).ignored).toMatch(/stale/); // the first run's late result
+  });
+
+  it('retrying from before a choice runs the chosen branch once; retrying from a choice goes on at once', () => {
+    const def = workflow('c', 1)
+      .task('a', { type: 'a', retry: { maxAttempts: 1 } })
+      .choice('ch', [{ when: () => true, steps: (b) => b.task('b1', { type: 'b' }) }])
+      .task('z', { type: 'z', retry: { maxAttempts: 1 } })
+      .build();
+    let d = reduce(def, undefined, start(def));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    d = reduce(def, d.state, fail(d.commands[0], false));
+    expect(d.state!.plan).toEqual(['a', 'ch', 'b1', 'z']);
+    let r = reduce(def, d.state, { ...base(), kind: 'retry', fromStepId: 'a' });
+    expect(r.commands.map((c) => c.stepId)).toEqual(['a']);
+    r = reduce(def, r.state, ok(r.commands[0]));
+    expect(r.state!.plan).toEqual(['a', 'ch', 'b1', 'z']);
+    const fromChoice = reduce(def, d.state, { ...base(), kind: 'retry', fromStepId: 'ch' });
+    expect(fromChoice.commands.map((c) => c.idempotencyKey)).toEqual(['r1/b1/2']);
+    expect(fromChoice.state!.plan).toEqual(['a', 'ch', 'b1', 'z']);
+  });
+
+  it('a run timeout during compensation does not cut the compensation short', () => {
+    const def = workflow('t', 1)
+      .task('a', { type: 'a', compensate: { type: 'undo-a' } })
+      .task('b', { type: 'b', compensate: { type: 'undo-b' } })
+      .task('c', { type: 'c', retry: { maxAttempts: 1 } })
+      .timeout(60_000)
+      .build();
+    let d = reduce(def, undefined, start(def));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    d = reduce(def, d.state, fail(d.commands[0], false));
+    expect(d.state!.status).toBe('compensating');
+    expect(d.state!.timers['run-timeout']).toBeUndefined();
+    d = reduce(def, d.state, ok(d.commands[0]));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    expect(d.state!.status).toBe('compensated');
+  });
+});

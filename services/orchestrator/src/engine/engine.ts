@@ -55,6 +55,7 @@ export class Engine {
   private consumer?: Consumer;
   private timerProducer?: Producer;
   private readonly owned = new Map<number, OwnedPartition>();
+  private readonly assigned = new Set<number>();
   private readonly fired = new Set<string>();
   private tick?: NodeJS.Timeout;
   private stopping = false;
@@ -134,6 +135,7 @@ export class Engine {
       await admin.disconnect();
     }
     await this.codec.registerTopics(specs.filter((s) => !s.topic.endsWith('.dlq')).map((s) => s.topic));
+    await this.readModel.start(); // before consuming: take-overs wait for it to read their barriers
     this.timerProducer = createIdempotentProducer(this.kafka);
     await this.timerProducer.connect();
 
@@ -179,6 +181,8 @@ export class Engine {
       ...(assignment[this.codec.physical('wf.requests')] ?? []),
       ...(assignment[this.codec.physical('task.results')] ?? []),
     ]);
+    this.assigned.clear();
+    partitions.forEach((p) => this.assigned.add(p));
     for (const [p, o] of this.owned) {
       if (partitions.has(p)) continue;
       o.revoked = true;
@@ -235,15 +239,38 @@ export class Engine {
         'partition restored from wf.state',
       );
     })();
-    o.ready.catch((err) => this.logger.error({ err, partition }, 'partition take-over failed'));
+    o.ready.catch((err) => {
+      this.logger.error({ err, partition }, 'partition take-over failed; retrying');
+      this.retakeOver(o);
+    });
     this.owned.set(partition, o);
+  }
+
+  /**
+   * Replaces a partition's producer and restores it again (after a failed take-over, or a transaction error that
+   * may leave the kafkajs producer unusable). Its batches are redelivered meanwhile: nothing was resolved.
+   */
+  private retakeOver(o: OwnedPartition): void {
+    if (this.owned.get(o.partition) !== o || this.stopping) return;
+    this.owned.delete(o.partition);
+    void o.producer.disconnect().catch(() => undefined);
+    setTimeout(() => {
+      if (!this.stopping && !this.owned.has(o.partition) && this.assigned.has(o.partition))
+        this.takeOver(o.partition);
+    }, 1_000).unref();
   }
 
   private async onBatch(p: EachBatchPayload): Promise<void> {
     const { batch } = p;
     const o = this.owned.get(batch.partition);
     if (!o || batch.messages.length === 0 || this.stopping) return;
-    await o.ready;
+    // Restoring may take a while (the read model catching up): keep the group membership alive meanwhile.
+    const beat = setInterval(() => p.heartbeat().catch(() => undefined), 1_000);
+    try {
+      await o.ready;
+    } finally {
+      clearInterval(beat);
+    }
     // One transaction at a time per partition: the two input topics of partition p share its producer.
     const previous = o.lock;
     let release!: () => void;
@@ -296,7 +323,37 @@ export class Engine {
         this.metrics.ignored.inc({ reason: state ? 'unknown definition' : 'unknown run' });
         continue;
       }
-      const d = reduce(def, state, input);
+      // A definition's mapping, condition or aggregate may throw (or an output may not encode): that input is
+      // dead-lettered with the error, and the partition goes on (it must never block every run behind it).
+      let d: ReturnType<typeof reduce>;
+      let outputs: OutputRecord[] = [];
+      try {
+        d = reduce(def, state, input);
+        if (!d.ignored) {
+          const trace = {
+            traceparent: header(m.headers, 'traceparent') ?? decoded.value.metadata.traceparent ?? null,
+            tracestate: decoded.value.metadata.tracestate ?? null,
+          };
+          outputs = encodeOutputs(this.codec, d.state!, d.commands, d.events, {
+            eventId: input.eventId,
+            at: input.at,
+            ...trace,
+          });
+        }
+      } catch (e) {
+        const err = e instanceof Error ? e : new Error(String(e));
+        this.logger.error(
+          { err, runId: input.runId, kind: input.kind },
+          'applying an input failed; it goes to the DLQ',
+        );
+        dlq.push({
+          m,
+          err: Object.assign(new Error(`${input.kind} for run ${input.runId}: ${err.message}`), {
+            name: `DefinitionError`,
+          }),
+        });
+        continue;
+      }
       if (d.ignored) {
         this.metrics.ignored.inc({ reason: d.ignored.split(' ').slice(0, 2).join(' ') });
         continue;
@@ -307,17 +364,7 @@ export class Engine {
       if (input.kind === 'start') started.push(next.runId);
       if (TERMINAL.has(next.status))
         finished.push({ runId: next.runId, status: next.status, ms: next.updatedAt - next.startedAt });
-      const trace = {
-        traceparent: header(m.headers, 'traceparent') ?? decoded.value.metadata.traceparent ?? null,
-        tracestate: decoded.value.metadata.tracestate ?? null,
-      };
-      records.push(
-        ...encodeOutputs(this.codec, next, d.commands, d.events, {
-          eventId: input.eventId,
-          at: input.at,
-          ...trace,
-        }),
-      );
+      records.push(...outputs);
     }
 
     const tx = await o.producer.transaction();
@@ -371,6 +418,7 @@ export class Engine {
         { err, topic: batch.topic, partition: batch.partition },
         'transaction aborted; the batch will be redelivered',
       );
+      this.retakeOver(o); // a failed commit or abort can leave the kafkajs producer unusable
       throw err;
     }
     // Only now does the in-memory state move on.

@@ -417,6 +417,7 @@ describe('bad input', () => {
         ],
       });
       await producer.disconnect();
+      const exploding = await post(`${url}/runs`, { workflow: 'fragile', input: { explode: true } });
       const { body } = await post(`${url}/runs`, { workflow: 'three-step', input: {} });
       await eventually(
         'a valid run still completes',
@@ -437,11 +438,12 @@ describe('bad input', () => {
             offset: message.headers!['x-dlq-original-offset']!.toString(),
           }),
       });
-      const records = await dlq.wait(2);
+      const records = await dlq.wait(3);
       await c.disconnect();
       expect(records.map((r) => [r.key, r.errorClass]).sort()).toEqual([
         ['r-bad', 'MissingMagicByteError'],
         ['r-x', 'InvalidRequestError'],
+        [exploding.body.runId, 'DefinitionError'],
       ]);
     } finally {
       await h.teardown();

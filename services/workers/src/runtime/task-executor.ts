@@ -100,7 +100,7 @@ export class TaskExecutor {
     });
     const handler = this.o.handlers.get(cmd.taskType);
     if (!handler)
-      return this.deadLetter(m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now(), cmd.taskType);
+      return this.deadLetterCommand(cmd, m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
 
     const begin = await this.o.store.begin(cmd.idempotencyKey);
     if (begin.state === 'completed') {
@@ -134,7 +134,7 @@ export class TaskExecutor {
 
     if (outcome.kind === 'dlq') {
       await this.o.store.release(lease).catch(() => undefined);
-      return this.deadLetter(m, outcome.error, outcome.attempts, outcome.firstFailureAt, cmd.taskType);
+      return this.deadLetterCommand(cmd, m, outcome.error, outcome.attempts, outcome.firstFailureAt);
     }
     await this.untilDone('store the completion record', hc.signal, log, () =>
       this.o.store.complete(lease, outcome as StoredOutcome),
@@ -242,14 +242,14 @@ export class TaskExecutor {
         tracestate: cmd.metadata.tracestate,
       },
     );
-    // A stable event id per (command, outcome): a re-published result is recognisably the same fact.
+    // A stable event id per (command, outcome kind): a re-published result is recognisably the same fact.
     const meta = newMetadata(outcome.kind === 'completed' ? 'TaskCompleted' : 'TaskFailed', {
       key: cmd.runId,
       correlationId: cmd.metadata.correlationId,
       causationId: cmd.metadata.eventId,
       traceparent: trace.traceparent,
       tracestate: trace.tracestate,
-      eventId: `${cmd.metadata.eventId}:result`,
+      eventId: `${cmd.metadata.eventId}:${outcome.kind}`,
     });
     const common = {
       runId: cmd.runId,
@@ -280,6 +280,39 @@ export class TaskExecutor {
       value,
       headers: traceToHeaders(trace),
     });
+  }
+
+  /**
+   * A decodable command no handler can take: DLQ record first (the original bytes, for redrive after a fix), then a
+   * non-retryable TaskFailed (code DEAD_LETTERED) so the run does not wait for its step timeout. A redriven command
+   * that then completes is a late result for the orchestrator; retry the run (POST /runs/:id/retry) to use it.
+   */
+  private async deadLetterCommand(
+    cmd: TaskCommand,
+    m: ConsumedMessage,
+    err: Error,
+    attempts: number,
+    firstFailureAt: number,
+  ): Promise<void> {
+    await this.deadLetter(m, err, attempts, firstFailureAt, cmd.taskType);
+    const now = Date.now();
+    await this.publish(
+      cmd,
+      m,
+      {
+        kind: 'failed',
+        error: {
+          errorClass: err.name,
+          message: err.message,
+          retryable: false,
+          code: 'DEAD_LETTERED',
+          attempts: Math.max(1, attempts),
+          firstFailureAt,
+          lastFailureAt: now,
+        },
+      },
+      false,
+    );
   }
 
   private async deadLetter(

@@ -147,8 +147,21 @@ describe('a worker process', () => {
     });
     await producer.disconnect();
     expect(report).toMatchObject({ moved: 1, byTopic: { [h.codec.physical('task.poison')]: 1 } });
-    const r = await resultFor(poison.idempotencyKey);
-    expect(r.event).toBe('TaskCompleted');
+    const results = await eventually(
+      'the poison result, then the redriven completion',
+      () => h.results.items.filter((x) => x.value.idempotencyKey === poison.idempotencyKey),
+      {
+        until: (rs) => rs.length === 2,
+        timeoutMs: 60_000,
+      },
+    );
+    // First a non-retryable TaskFailed (so the run does not wait for a step timeout), then the redrive completes it.
+    expect(results.map((x) => x.event)).toEqual(['TaskFailed', 'TaskCompleted']);
+    expect((results[0].value as TaskFailed).error).toMatchObject({
+      errorClass: 'TaskInputError',
+      code: 'DEAD_LETTERED',
+      retryable: false,
+    });
   });
 
   it('undecodable bytes and an unknown schema id go to the DLQ with the decode error', async () => {
