@@ -290,6 +290,20 @@ export class EventCodec {
    * @throws SchemaRegistrationError on 409 (incompatible) or 422 (invalid), with the registry's message.
    */
   private async registerSchema(subject: string, schema: AvroSchema): Promise<number> {
+    // Several services register the same subject at startup; a registry may refuse the loser of a concurrent first
+    // registration (seen with Apicurio: 409). Asking again returns the id of the now-existing identical schema, so a
+    // refusal is retried twice before it is taken as the registry's verdict.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.registerOnce(subject, schema);
+      } catch (e) {
+        if (!(e instanceof SchemaRegistrationError) || attempt >= 3) throw e;
+        await new Promise((r) => setTimeout(r, 100 * attempt + Math.random() * 100));
+      }
+    }
+  }
+
+  private async registerOnce(subject: string, schema: AvroSchema): Promise<number> {
     const path = `/subjects/${encodeURIComponent(subject)}/versions`;
     let res: Response;
     try {

@@ -20,24 +20,34 @@ export class PartitionCountMismatchError extends Error {
   }
 }
 
-/** Creates the topics that do not exist yet (replication factor from the broker default) and waits for leaders. */
+/**
+ * Creates the topics that do not exist yet (replication factor from the broker default) and waits until all exist.
+ * Several services may create the same topics at startup: a create that loses the race (TOPIC_ALREADY_EXISTS for
+ * some topics, while the others of the request are created) is followed by another look, up to 5 rounds.
+ * @throws the broker's error when topics are still missing after that.
+ */
 export async function ensureTopics(admin: Admin, specs: TopicSpec[]): Promise<void> {
-  const existing = new Set(await admin.listTopics());
-  const missing: ITopicConfig[] = specs
-    .filter((s) => !existing.has(s.topic))
-    .map((s) => ({
-      topic: s.topic,
-      numPartitions: s.partitions,
-      configEntries: Object.entries(s.configs ?? {}).map(([name, value]) => ({ name, value })),
-    }));
-  if (missing.length === 0) return;
-  try {
-    await admin.createTopics({ topics: missing, waitForLeaders: true });
-  } catch (e) {
-    // Another instance may have created them first (TOPIC_ALREADY_EXISTS): fine when they now exist.
-    const now = new Set(await admin.listTopics());
-    if (!missing.every((m) => now.has(m.topic))) throw e;
+  let lastError: unknown;
+  for (let round = 1; round <= 5; round++) {
+    const existing = new Set(await admin.listTopics());
+    const missing: ITopicConfig[] = specs
+      .filter((s) => !existing.has(s.topic))
+      .map((s) => ({
+        topic: s.topic,
+        numPartitions: s.partitions,
+        configEntries: Object.entries(s.configs ?? {}).map(([name, value]) => ({ name, value })),
+      }));
+    if (missing.length === 0) return;
+    try {
+      await admin.createTopics({ topics: missing, waitForLeaders: true });
+    } catch (e) {
+      lastError = e; // typically TOPIC_ALREADY_EXISTS from a concurrent creator: look again
+      await new Promise((r) => setTimeout(r, 200 * round));
+    }
   }
+  const existing = new Set(await admin.listTopics());
+  const still = specs.filter((s) => !existing.has(s.topic)).map((s) => s.topic);
+  if (still.length) throw lastError ?? new Error(`topics still missing: ${still.join(', ')}`);
 }
 
 /** Partition count of each topic. */
