@@ -49,15 +49,21 @@ export function startService(
   const proc = spawn(process.execPath, ['-r', '@swc-node/register', join(ROOT, entry)], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'ignore'],
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
+  const tail: string[] = [];
+  const keep = (l: string) => {
+    tail.push(l);
+    if (tail.length > 40) tail.shift();
+  };
+  createInterface({ input: proc.stderr! }).on('line', keep);
   const exited = new Promise((r) => proc.once('exit', r));
   const ready = new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).on(
-      'line',
-      (l) => l.includes(`"${readyMsg}"`) && resolve(JSON.parse(l).http),
-    );
-    void exited.then((code) => reject(new Error(`${entry} exited with ${code}`)));
+    createInterface({ input: proc.stdout! }).on('line', (l) => {
+      keep(l);
+      if (l.includes(`"${readyMsg}"`)) resolve(JSON.parse(l).http);
+    });
+    void exited.then((code) => reject(new Error(`${entry} exited with ${code}:\n${tail.join('\n')}`)));
   });
   return { proc, ready, exited };
 }

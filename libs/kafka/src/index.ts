@@ -1,6 +1,7 @@
 export { createKafka, createIdempotentProducer } from './client';
 export {
   ensureTopics,
+  subscribeWhenReady,
   partitionCounts,
   assertCoPartitioned,
   PartitionCountMismatchError,

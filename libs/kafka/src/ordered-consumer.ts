@@ -4,6 +4,7 @@ import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow
 import type { Logger } from '@keyflow/observability';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
+import { subscribeWhenReady } from './topics';
 
 /** One record as the handler sees it. `offset` is a decimal string (int64). */
 export interface ConsumedMessage {
@@ -213,7 +214,7 @@ export class OrderedConsumer {
       }
     });
     await c.connect();
-    for (const topic of this.o.topics) await c.subscribe({ topic, fromBeginning: this.o.fromBeginning });
+    for (const topic of this.o.topics) await subscribeWhenReady(c, topic, this.o.fromBeginning);
     await c.run({
       autoCommit: false,
       eachBatchAutoResolve: false,

@@ -63,3 +63,28 @@ export async function assertCoPartitioned(admin: Admin, topics: string[]): Promi
   if (distinct.size !== 1) throw new PartitionCountMismatchError(counts);
   return [...distinct][0];
 }
+
+/**
+ * Subscribes, retrying while the broker does not know the topic yet (a topic created a moment ago by this or another
+ * service: metadata may lag its creation). Gives up after `timeoutMs` (default 30 000) with the broker's error.
+ */
+export async function subscribeWhenReady(
+  consumer: { subscribe(s: { topic: string; fromBeginning: boolean }): Promise<void> },
+  topic: string,
+  fromBeginning: boolean,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let n = 1; ; n++) {
+    try {
+      await consumer.subscribe({ topic, fromBeginning });
+      return;
+    } catch (e) {
+      const unknown = /does not host this topic-partition|UNKNOWN_TOPIC|not found/i.test(
+        String((e as Error)?.message),
+      );
+      if (!unknown || Date.now() > deadline) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(1_000, 100 * n)));
+    }
+  }
+}

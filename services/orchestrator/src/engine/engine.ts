@@ -15,6 +15,7 @@ import {
   dlqTopicFor,
   ensureTopics,
   header,
+  subscribeWhenReady,
   type TopicSpec,
 } from '@keyflow/kafka';
 import type { Logger } from '@keyflow/observability';
@@ -156,8 +157,8 @@ export class Engine {
       }
     });
     await c.connect();
-    await c.subscribe({ topic: this.codec.physical('wf.requests'), fromBeginning: true });
-    await c.subscribe({ topic: this.codec.physical('task.results'), fromBeginning: true });
+    await subscribeWhenReady(c, this.codec.physical('wf.requests'), true);
+    await subscribeWhenReady(c, this.codec.physical('task.results'), true);
     await c.run({
       autoCommit: false,
       eachBatchAutoResolve: false,

@@ -1,5 +1,6 @@
 import type { Consumer, Kafka } from 'kafkajs';
 import type { EventCodec } from '@keyflow/contracts';
+import { subscribeWhenReady } from '@keyflow/kafka';
 import type { Logger } from '@keyflow/observability';
 import type { RunState, RunStatus } from '@keyflow/workflow';
 
@@ -41,7 +42,7 @@ export class RunReadModel {
     });
     this.consumer = c;
     await c.connect();
-    await c.subscribe({ topic: this.codec.physical('wf.state'), fromBeginning: true });
+    await subscribeWhenReady(c, this.codec.physical('wf.state'), true);
     await c.run({
       autoCommit: false,
       eachMessage: async ({ topic, partition, message }) => {
