@@ -43,6 +43,7 @@ export function spawnService(entry: string, env: Record<string, string>, readyMs
     });
     proc.once('exit', (code) => reject(new Error(`${entry} exited with ${code}`)));
   });
+  ready.catch(() => undefined); // callers that never await readiness must not crash when the process stops
   return {
     proc,
     ready,
