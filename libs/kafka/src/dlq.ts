@@ -39,11 +39,14 @@ export function header(headers: IHeaders | undefined, name: string): string | un
 }
 
 /**
- * Publishes the original bytes and key to `<topic>.dlq` with triage headers, keeping the original headers
- * (trace context, earlier redrive count). acks=all: it returns only once the DLQ record is durable, so the
- * caller may then commit past the original.
+ * The DLQ record for a message: original key and bytes, original headers (trace context, earlier redrive count) and
+ * the triage headers. `host` names the process that gave up on it (default `<hostname>/<pid>`).
  */
-export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: DeadLetter): Promise<void> {
+export function dlqMessage(
+  m: Pick<ConsumedMessage, 'topic' | 'partition' | 'offset' | 'key' | 'value' | 'headers'>,
+  dl: DeadLetter,
+  host = `${hostname()}/${process.pid}`,
+): { key: Buffer | null; value: Buffer | null; headers: IHeaders } {
   const headers: IHeaders = {
     ...m.headers,
     [DLQ_HEADERS.originalTopic]: m.topic,
@@ -55,13 +58,17 @@ export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: Dead
     [DLQ_HEADERS.firstFailureAt]: String(dl.firstFailureAt),
     [DLQ_HEADERS.lastFailureAt]: String(dl.lastFailureAt),
     [DLQ_HEADERS.consumerGroup]: dl.consumerGroup,
-    [DLQ_HEADERS.host]: `${hostname()}/${process.pid}`,
+    [DLQ_HEADERS.host]: host,
   };
-  await producer.send({
-    topic: dlqTopicFor(m.topic),
-    acks: -1,
-    messages: [{ key: m.key, value: m.value, headers }],
-  });
+  return { key: m.key, value: m.value, headers };
+}
+
+/**
+ * Publishes the original bytes and key to `<topic>.dlq` with triage headers (see {@link dlqMessage}). acks=all: it
+ * returns only once the DLQ record is durable, so the caller may then commit past the original.
+ */
+export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: DeadLetter): Promise<void> {
+  await producer.send({ topic: dlqTopicFor(m.topic), acks: -1, messages: [dlqMessage(m, dl)] });
 }
 
 export interface RedriveFilter {

@@ -18,5 +18,6 @@ export type {
 export { OffsetTracker } from './offset-tracker';
 export { Semaphore } from './semaphore';
 export { BatchingProducer } from './batching-producer';
-export { sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
+export { abortableSleep } from './sleep';
+export { dlqMessage, sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';

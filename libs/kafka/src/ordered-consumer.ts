@@ -4,6 +4,7 @@ import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow
 import type { Logger } from '@keyflow/observability';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
+import { abortableSleep } from './sleep';
 import { subscribeWhenReady } from './topics';
 
 /** One record as the handler sees it. `offset` is a decimal string (int64). */
@@ -403,17 +404,4 @@ export class OrderedConsumer {
       }
     }
   }
-}
-
-function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

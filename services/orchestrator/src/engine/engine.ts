@@ -3,13 +3,14 @@ import {
   CompressionTypes,
   Partitioners,
   type Consumer,
+  type IHeaders,
   type EachBatchPayload,
   type Kafka,
   type Producer,
 } from 'kafkajs';
 import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
-  DLQ_HEADERS,
+  dlqMessage,
   assertCoPartitioned,
   createIdempotentProducer,
   dlqTopicFor,
@@ -370,10 +371,7 @@ export class Engine {
 
     const tx = await o.producer.transaction();
     try {
-      const byTopic = new Map<
-        string,
-        Array<{ key: string; value: Buffer; headers?: Record<string, string> }>
-      >();
+      const byTopic = new Map<string, Msg[]>();
       // Within one transaction only the last snapshot of a run matters: earlier ones are superseded at once.
       const snapshotTopic = this.codec.physical('wf.state');
       const lastSnapshot = new Map<string, number>();
@@ -384,25 +382,27 @@ export class Engine {
       });
       for (const { m, err } of dlq) {
         const t = dlqTopicFor(batch.topic);
-        byTopic.set(t, [
-          ...(byTopic.get(t) ?? []),
+        const now = Date.now();
+        const record = dlqMessage(
           {
-            key: m.key?.toString() ?? '',
-            value: m.value ?? Buffer.alloc(0),
-            headers: {
-              [DLQ_HEADERS.originalTopic]: batch.topic,
-              [DLQ_HEADERS.originalPartition]: String(batch.partition),
-              [DLQ_HEADERS.originalOffset]: m.offset,
-              [DLQ_HEADERS.errorClass]: err.name,
-              [DLQ_HEADERS.errorMessage]: err.message,
-              [DLQ_HEADERS.attempts]: '1',
-              [DLQ_HEADERS.firstFailureAt]: String(Date.now()),
-              [DLQ_HEADERS.lastFailureAt]: String(Date.now()),
-              [DLQ_HEADERS.consumerGroup]: this.cfg.ORCHESTRATOR_GROUP_ID,
-              [DLQ_HEADERS.host]: this.cfg.ORCHESTRATOR_INSTANCE_ID,
-            },
+            topic: batch.topic,
+            partition: batch.partition,
+            offset: m.offset,
+            key: m.key ?? null,
+            value: m.value ?? null,
+            headers: m.headers ?? {},
           },
-        ]);
+          {
+            errorClass: err.name,
+            errorMessage: err.message,
+            attempts: 1,
+            firstFailureAt: now,
+            lastFailureAt: now,
+            consumerGroup: this.cfg.ORCHESTRATOR_GROUP_ID,
+          },
+          this.cfg.ORCHESTRATOR_INSTANCE_ID,
+        );
+        byTopic.set(t, [...(byTopic.get(t) ?? []), record]);
       }
       // Requests of at most ~512 KiB (before gzip), so no record batch exceeds the broker's message.max.bytes.
       for (const part of splitBySize([...byTopic], 512 * 1024))
@@ -476,7 +476,7 @@ export class Engine {
   }
 }
 
-type Msg = { key: string; value: Buffer; headers?: Record<string, string> };
+type Msg = { key: string | Buffer | null; value: Buffer | null; headers?: IHeaders };
 
 /** Splits messages into groups of at most `maxBytes` (value sizes; a larger single message goes alone). */
 export function splitBySize(
@@ -488,7 +488,7 @@ export function splitBySize(
   let size = 0;
   for (const [topic, messages] of byTopic) {
     for (const m of messages) {
-      if (size > 0 && size + m.value.length > maxBytes) {
+      if (size > 0 && size + (m.value?.length ?? 0) > maxBytes) {
         parts.push(current);
         current = [];
         size = 0;
@@ -496,7 +496,7 @@ export function splitBySize(
       const last = current.at(-1);
       if (last?.topic === topic) last.messages.push(m);
       else current.push({ topic, messages: [m] });
-      size += m.value.length;
+      size += m.value?.length ?? 0;
     }
   }
   if (current.length) parts.push(current);

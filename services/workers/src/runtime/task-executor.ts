@@ -2,7 +2,13 @@ import { hostname } from 'node:os';
 import type { Producer } from 'kafkajs';
 import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { IdempotencyStore } from '@keyflow/idempotency';
-import { sendToDlq, type BatchingProducer, type ConsumedMessage, type HandleContext } from '@keyflow/kafka';
+import {
+  abortableSleep,
+  sendToDlq,
+  type BatchingProducer,
+  type ConsumedMessage,
+  type HandleContext,
+} from '@keyflow/kafka';
 import { childTraceContext, traceFromHeaders, traceToHeaders, type Logger } from '@keyflow/observability';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {
@@ -199,7 +205,7 @@ export class TaskExecutor {
             { attempt, maxAttempts, errorClass: err.name, err: err.message, retryInMs: delay },
             'task attempt failed; retrying',
           );
-          await sleep(delay, stop);
+          await abortableSleep(delay, stop);
           continue;
         }
         this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'failed' });
@@ -352,25 +358,10 @@ export class TaskExecutor {
         if (stop.aborted) throw err;
         const delay = backoffDelayMs(this.policy, Math.min(n, 20));
         log.warn({ err, retryInMs: delay }, `could not ${what}; retrying (the result is kept in memory)`);
-        await sleep(delay, stop);
+        await abortableSleep(delay, stop);
       }
     }
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const t = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(t);
-      resolve();
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /** Settles with the promise, or rejects with the signal's reason as soon as it aborts. */
