@@ -2,6 +2,7 @@ export { createKafka, createIdempotentProducer } from './client';
 export {
   ensureTopics,
   subscribeWhenReady,
+  retryWhileTopicsSettle,
   partitionCounts,
   assertCoPartitioned,
   PartitionCountMismatchError,

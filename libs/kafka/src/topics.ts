@@ -20,15 +20,33 @@ export class PartitionCountMismatchError extends Error {
   }
 }
 
+const TRANSIENT_METADATA =
+  /does not host this topic-partition|UNKNOWN_TOPIC|already exists|Topic creation errors|LEADER_NOT_AVAILABLE|There is no leader/i;
+
+/**
+ * Runs `f` again while the broker's metadata lags a topic creation (by this or another service starting at the same
+ * time: UNKNOWN_TOPIC_OR_PARTITION, TOPIC_ALREADY_EXISTS, no leader yet), for up to `timeoutMs` (default 30 000).
+ * @throws the last error when it persists, or at once when it is of another kind.
+ */
+export async function retryWhileTopicsSettle<T>(f: () => Promise<T>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let n = 1; ; n++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (!TRANSIENT_METADATA.test(String((e as Error)?.message)) || Date.now() > deadline) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(1_000, 100 * n)));
+    }
+  }
+}
+
 /**
  * Creates the topics that do not exist yet (replication factor from the broker default) and waits until all exist.
- * Several services may create the same topics at startup: a create that loses the race (TOPIC_ALREADY_EXISTS for
- * some topics, while the others of the request are created) is followed by another look, up to 5 rounds.
- * @throws the broker's error when topics are still missing after that.
+ * Several services may create the same topics at startup: a create that loses the race, or metadata that lags a
+ * creation, is retried (see {@link retryWhileTopicsSettle}).
  */
 export async function ensureTopics(admin: Admin, specs: TopicSpec[]): Promise<void> {
-  let lastError: unknown;
-  for (let round = 1; round <= 5; round++) {
+  await retryWhileTopicsSettle(async () => {
     const existing = new Set(await admin.listTopics());
     const missing: ITopicConfig[] = specs
       .filter((s) => !existing.has(s.topic))
@@ -38,21 +56,16 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[]): Promise<vo
         configEntries: Object.entries(s.configs ?? {}).map(([name, value]) => ({ name, value })),
       }));
     if (missing.length === 0) return;
-    try {
-      await admin.createTopics({ topics: missing, waitForLeaders: true });
-    } catch (e) {
-      lastError = e; // typically TOPIC_ALREADY_EXISTS from a concurrent creator: look again
-      await new Promise((r) => setTimeout(r, 200 * round));
-    }
-  }
-  const existing = new Set(await admin.listTopics());
-  const still = specs.filter((s) => !existing.has(s.topic)).map((s) => s.topic);
-  if (still.length) throw lastError ?? new Error(`topics still missing: ${still.join(', ')}`);
+    await admin.createTopics({ topics: missing, waitForLeaders: true });
+    const now = new Set(await admin.listTopics());
+    const still = specs.filter((s) => !now.has(s.topic)).map((s) => s.topic);
+    if (still.length) throw new Error(`UNKNOWN_TOPIC: still missing after create: ${still.join(', ')}`);
+  });
 }
 
 /** Partition count of each topic. */
 export async function partitionCounts(admin: Admin, topics: string[]): Promise<Record<string, number>> {
-  const md = await admin.fetchTopicMetadata({ topics });
+  const md = await retryWhileTopicsSettle(() => admin.fetchTopicMetadata({ topics }));
   return Object.fromEntries(md.topics.map((t) => [t.name, t.partitions.length]));
 }
 
@@ -74,17 +87,5 @@ export async function subscribeWhenReady(
   fromBeginning: boolean,
   timeoutMs = 30_000,
 ): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (let n = 1; ; n++) {
-    try {
-      await consumer.subscribe({ topic, fromBeginning });
-      return;
-    } catch (e) {
-      const unknown = /does not host this topic-partition|UNKNOWN_TOPIC|not found/i.test(
-        String((e as Error)?.message),
-      );
-      if (!unknown || Date.now() > deadline) throw e;
-      await new Promise((r) => setTimeout(r, Math.min(1_000, 100 * n)));
-    }
-  }
+  await retryWhileTopicsSettle(() => consumer.subscribe({ topic, fromBeginning }), timeoutMs);
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Kafka, logLevel, type Admin, type ITopicConfig } from 'kafkajs';
 import Redis from 'ioredis';
+import { ensureTopics } from '@keyflow/kafka';
 import { testInfra, type InfraEndpoints } from './infra';
 
 /**
@@ -54,7 +55,7 @@ export class TestNamespace {
     return this.admin;
   }
 
-  /** Creates topics (names given without the prefix) and waits for their leaders. Returns the full names. */
+  /** Creates topics (names given without the prefix) unless they exist, riding out lagging metadata. Returns the full names. */
   async createTopics(
     ...topics: Array<string | (Omit<ITopicConfig, 'topic'> & { name: string })>
   ): Promise<string[]> {
@@ -64,7 +65,14 @@ export class TestNamespace {
         ? { topic: this.topic(t), numPartitions: 3, replicationFactor: 1 }
         : { replicationFactor: 1, ...t, topic: this.topic(t.name) },
     );
-    await admin.createTopics({ topics: configs, waitForLeaders: true });
+    await ensureTopics(
+      admin,
+      configs.map((c) => ({
+        topic: c.topic,
+        partitions: c.numPartitions ?? 3,
+        configs: Object.fromEntries((c.configEntries ?? []).map((e) => [e.name, e.value])),
+      })),
+    );
     return configs.map((c) => c.topic);
   }
 
