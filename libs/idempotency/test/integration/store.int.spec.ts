@@ -51,6 +51,56 @@ describe('the Redis idempotency store', () => {
     await expect(s.begin('task-d')).resolves.toMatchObject({ state: 'acquired' });
   });
 
+  it('a holder whose lease expired, even with nobody taking it over, cannot write the record (fenced write)', async () => {
+    const s = store(100);
+    const first = await s.begin('task-e');
+    if (first.state !== 'acquired') throw new Error('expected the lease');
+    const redis = ns.redis();
+    const key = ns.redisPrefix('idem:') + 'task-e';
+    while ((await redis.exists(key)) === 1) await new Promise((r) => setTimeout(r, 20));
+    await expect(s.complete(first.lease, { out: 1 })).resolves.toBe(false);
+    await expect(s.begin('task-e')).resolves.toMatchObject({ state: 'acquired' });
+  });
+
+  it('a failed record answers its own and earlier attempts; a later attempt of the step runs again', async () => {
+    const s = store();
+    const first = await s.begin('task-f', 2);
+    if (first.state !== 'acquired') throw new Error('expected the lease');
+    await s.complete(first.lease, { out: -1 }, false);
+    await expect(s.begin('task-f', 1)).resolves.toEqual({ state: 'completed', result: { out: -1 } });
+    await expect(s.begin('task-f', 2)).resolves.toEqual({ state: 'completed', result: { out: -1 } });
+    const third = await s.begin('task-f', 3);
+    expect(third).toMatchObject({ state: 'acquired', lease: { attempt: 3 } });
+  });
+
+  it('a completed record answers every attempt of the step, earlier and later', async () => {
+    const s = store();
+    const first = await s.begin('task-g', 1);
+    if (first.state !== 'acquired') throw new Error('expected the lease');
+    await s.complete(first.lease, { out: 7 });
+    await expect(s.begin('task-g', 3)).resolves.toEqual({ state: 'completed', result: { out: 7 } });
+  });
+
+  it('a fence stops every later command of the undone step; it waits for a holder and keeps a completion', async () => {
+    const s = store();
+    await expect(s.fence('step-h', 'step-h.compensate')).resolves.toEqual({ state: 'fenced' });
+    await expect(s.begin('step-h', 1)).resolves.toEqual({ state: 'fenced', by: 'step-h.compensate' });
+    await expect(s.begin('step-h', 5)).resolves.toEqual({ state: 'fenced', by: 'step-h.compensate' });
+
+    const running = await s.begin('step-i', 1);
+    if (running.state !== 'acquired') throw new Error('expected the lease');
+    await expect(s.fence('step-i', 'c')).resolves.toMatchObject({ state: 'running' });
+    await s.complete(running.lease, { out: 1 });
+    await expect(s.fence('step-i', 'c')).resolves.toEqual({ state: 'completed' });
+    await expect(s.begin('step-i', 2)).resolves.toEqual({ state: 'completed', result: { out: 1 } });
+
+    const failed = await s.begin('step-j', 1);
+    if (failed.state !== 'acquired') throw new Error('expected the lease');
+    await s.complete(failed.lease, { out: 0 }, false);
+    await expect(s.fence('step-j', 'c')).resolves.toEqual({ state: 'fenced' });
+    await expect(s.begin('step-j', 2)).resolves.toMatchObject({ state: 'fenced' });
+  });
+
   it('says Redis is unavailable, as a retryable error, when it does not answer', async () => {
     const dead = new Redis('redis://127.0.0.1:1', {
       lazyConnect: true,
