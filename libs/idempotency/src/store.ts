@@ -2,26 +2,38 @@ import { randomUUID } from 'node:crypto';
 import type Redis from 'ioredis';
 
 /**
- * Idempotency store on Redis. One key per idempotency key, holding either
- *  - a lease `{ s: 'running', t: <token> }` with a TTL (the lease time), while one worker runs the task, or
- *  - a completion record `{ s: 'done', r: <result> }` with a TTL (how long redeliveries are answered from it).
- * Every transition is one Lua script, so two workers never both acquire, and a worker whose lease expired and was
- * taken over cannot overwrite the new holder's state.
+ * Idempotency store on Redis. One key per idempotency key (one per logical step: every attempt of a step shares it),
+ * holding one of
+ *  - a lease `{ s: 'running', t: <token>, a: <attempt> }` with a TTL (the lease time), while one worker runs the task;
+ *  - a completion record `{ s: 'done', ok, a: <attempt>, r: <result> }` with a TTL (how long redeliveries, redrives
+ *    and later attempts are answered from it);
+ *  - a fence `{ s: 'fenced', by: <compensation key> }`: the step was compensated before it ran, so it never runs.
+ * Every transition is one Lua script, so two workers never both acquire, and a worker whose lease expired or was
+ * taken over cannot write a record (the completion write is fenced by the lease token).
  *
- * Durability: a completion record is only as durable as Redis. Run Redis with AOF (appendonly yes) where a lost
- * record must not lead to a re-run; without it, a Redis restart forgets records (at-least-once still holds).
+ * Which attempt runs: a completed record answers every attempt (the step's one effect); a failed record answers
+ * its own and earlier attempts, while a later attempt (the orchestrator retrying the step) takes the lease again.
+ *
+ * Durability: a record is only as durable as Redis. Run Redis with AOF (appendonly yes) where a lost record must
+ * not lead to a re-run; without it, a Redis restart forgets records (at-least-once still holds).
  */
 
 /** Outcome of {@link IdempotencyStore.begin}. */
 export type BeginResult<R> =
   | { state: 'acquired'; lease: Lease }
   | { state: 'completed'; result: R }
-  | { state: 'running'; expiresInMs: number };
+  | { state: 'running'; expiresInMs: number }
+  | { state: 'fenced'; by: string };
+
+/** Outcome of {@link IdempotencyStore.fence}. */
+export type FenceResult =
+  { state: 'fenced' } | { state: 'completed' } | { state: 'running'; expiresInMs: number };
 
 /** A held lease: renew it while the task runs, complete or release it at the end. */
 export interface Lease {
   key: string;
   token: string;
+  attempt: number;
 }
 
 /** Redis did not answer (down, or the connection is being re-established). Retryable. */
@@ -37,13 +49,17 @@ export class IdempotencyStoreUnavailableError extends Error {
   }
 }
 
+// KEYS[1] key; ARGV: lease JSON, lease ms, attempt. A failed record of an earlier attempt gives way to a later one.
 const BEGIN = `
 local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {'acquired', ''}
+if v then
+  local ok, rec = pcall(cjson.decode, v)
+  if not (ok and rec.s == 'done' and rec.ok == false and tonumber(rec.a or 0) < tonumber(ARGV[3])) then
+    return {'exists', v, tostring(redis.call('PTTL', KEYS[1]))}
+  end
 end
-return {'exists', v, tostring(redis.call('PTTL', KEYS[1]))}
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {'acquired', ''}
 `;
 // Renew only our own lease.
 const RENEW = `
@@ -51,10 +67,9 @@ local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 `;
-// Complete when we still hold the lease, or nobody does (it expired and was not taken over).
+// A fenced write: only while we still hold the lease.
 const COMPLETE = `
-local v = redis.call('GET', KEYS[1])
-if (not v) or v == ARGV[1] then
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
@@ -63,6 +78,18 @@ return 0
 const RELEASE = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+`;
+// KEYS[1] the undone step's key; ARGV: fence JSON, ttl ms. Waits for a running holder, keeps a completion.
+const FENCE = `
+local v = redis.call('GET', KEYS[1])
+if v then
+  local ok, rec = pcall(cjson.decode, v)
+  if ok and rec.s == 'running' then return {'running', tostring(redis.call('PTTL', KEYS[1]))} end
+  if ok and rec.s == 'fenced' then return {'fenced', ''} end
+  if not (ok and rec.s == 'done' and rec.ok == false) then return {'completed', ''} end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {'fenced', ''}
 `;
 
 export interface IdempotencyStoreOptions {
@@ -99,20 +126,37 @@ export class IdempotencyStore<R = unknown> {
   }
 
   /**
-   * Takes the lease for `key` unless the task already completed (returns its stored result) or another holder
-   * runs it now (returns how long its lease has left, in ms).
+   * Takes the lease for `key` for attempt `attempt` (1-based, the orchestrator's attempt of the step) unless the
+   * step already completed (returns its stored result), failed in this or a later attempt (returns that stored
+   * result), was fenced by its compensation, or another holder runs it now (returns how long its lease has left,
+   * in ms).
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
    */
-  async begin(key: string): Promise<BeginResult<R>> {
+  async begin(key: string, attempt = 1): Promise<BeginResult<R>> {
     const token = randomUUID();
-    const lease = JSON.stringify({ s: 'running', t: token });
+    const lease = JSON.stringify({ s: 'running', t: token, a: attempt });
     const [state, value, pttl] = (await this.call('begin', () =>
-      this.redis.eval(BEGIN, 1, this.k(key), lease, this.leaseMs),
+      this.redis.eval(BEGIN, 1, this.k(key), lease, this.leaseMs, attempt),
     )) as [string, string, string?];
-    if (state === 'acquired') return { state: 'acquired', lease: { key, token: lease } };
-    const parsed = JSON.parse(value) as { s: string; r?: R };
+    if (state === 'acquired') return { state: 'acquired', lease: { key, token: lease, attempt } };
+    const parsed = JSON.parse(value) as { s: string; r?: R; by?: string };
     if (parsed.s === 'done') return { state: 'completed', result: parsed.r as R };
+    if (parsed.s === 'fenced') return { state: 'fenced', by: parsed.by ?? '' };
     return { state: 'running', expiresInMs: Math.max(0, Number(pttl ?? 0)) };
+  }
+
+  /**
+   * Fences `key` (the step a compensation undoes, named by `by`, the compensation's own key) so that no command of
+   * that step runs after this: an absent key or a failed record becomes a fence with the completion TTL; a
+   * completion is kept (the compensation undoes it); a running holder must finish first.
+   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
+   */
+  async fence(key: string, by: string): Promise<FenceResult> {
+    const [state, pttl] = (await this.call('fence', () =>
+      this.redis.eval(FENCE, 1, this.k(key), JSON.stringify({ s: 'fenced', by }), this.completionTtlMs),
+    )) as [string, string];
+    if (state === 'running') return { state, expiresInMs: Math.max(0, Number(pttl)) };
+    return { state: state as 'fenced' | 'completed' };
   }
 
   /** Extends the lease by the lease time. @returns false when the lease was lost (expired and taken over). */
@@ -125,11 +169,13 @@ export class IdempotencyStore<R = unknown> {
   }
 
   /**
-   * Stores the completion record holding `result`. @returns false when another holder took the lease over
-   * (its outcome wins; ours is still valid to publish, and the reader of results deduplicates).
+   * Stores the completion record holding `result` (`ok` false for a failure, which a later attempt may overwrite),
+   * only while `lease` is still held (a fenced write).
+   * @returns false when the lease was lost (expired, or taken over): nothing was written.
+   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
    */
-  async complete(lease: Lease, result: R): Promise<boolean> {
-    const record = JSON.stringify({ s: 'done', r: result });
+  async complete(lease: Lease, result: R, ok = true): Promise<boolean> {
+    const record = JSON.stringify({ s: 'done', ok, a: lease.attempt, r: result });
     return (
       (await this.call('complete', () =>
         this.redis.eval(COMPLETE, 1, this.k(lease.key), lease.token, record, this.completionTtlMs),

@@ -8,7 +8,7 @@ export {
   PartitionCountMismatchError,
   type TopicSpec,
 } from './topics';
-export { OrderedConsumer } from './ordered-consumer';
+export { OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
 export type {
   ConsumedMessage,
   HandleContext,

@@ -7,6 +7,16 @@ import { Semaphore } from './semaphore';
 import { abortableSleep } from './sleep';
 import { subscribeWhenReady } from './topics';
 
+/** The partition of a message was revoked in a rebalance while it ran: its new owner redelivers it. Retryable. */
+export class PartitionRevokedError extends Error {
+  readonly retryable = true;
+  readonly code = 'PARTITION_REVOKED';
+  constructor(readonly topicPartition: string) {
+    super(`partition ${topicPartition} was revoked in a rebalance; its new owner redelivers the message`);
+    this.name = 'PartitionRevokedError';
+  }
+}
+
 /** One record as the handler sees it. `offset` is a decimal string (int64). */
 export interface ConsumedMessage {
   topic: string;
@@ -20,7 +30,10 @@ export interface ConsumedMessage {
 }
 
 export interface HandleContext {
-  /** Aborted when the consumer stops and the drain deadline passes, or the partition is revoked. */
+  /**
+   * Aborted when the consumer stops and the drain deadline passes (reason: an Error naming the deadline), or when
+   * the message's partition is revoked in a rebalance (reason: PartitionRevokedError): its new owner redelivers it.
+   */
   signal: AbortSignal;
   /** Which infrastructure retry this is (0 on first delivery to the handler in this process). */
   redeliveries: number;
@@ -121,6 +134,8 @@ export class OrderedConsumer {
   private stopping = false;
   private readonly busy = new Set<string>();
   private readonly background = new Set<Promise<void>>();
+  /** Per partition, aborts the handlers of its current batch when the partition is revoked. */
+  private readonly revokers = new Map<string, AbortController>();
   private heartbeatTimer?: NodeJS.Timeout;
   private lastPayload?: EachBatchPayload;
 
@@ -190,7 +205,10 @@ export class OrderedConsumer {
       // A partition lost in this generation may have been processed by another member meanwhile, even if it comes
       // back later: batches started before must neither dispatch, resolve nor commit again.
       for (const tp of before)
-        if (!this.assignment.has(tp)) this.epochs.set(tp, (this.epochs.get(tp) ?? 0) + 1);
+        if (!this.assignment.has(tp)) {
+          this.epochs.set(tp, (this.epochs.get(tp) ?? 0) + 1);
+          this.revokers.get(tp)?.abort(new PartitionRevokedError(tp));
+        }
       this.assigned = this.assignment.size;
       // A partition still working on a batch from before the rebalance stays paused until that batch is done.
       // Every other assigned partition is resumed: kafkajs keeps a partition's paused flag across rebalances, so
@@ -301,6 +319,9 @@ export class OrderedConsumer {
     let committing: Promise<void> = Promise.resolve();
 
     const epoch = this.epochs.get(tp) ?? 0;
+    const revoker = new AbortController();
+    this.revokers.set(tp, revoker);
+    const signal = AbortSignal.any([this.stopController.signal, revoker.signal]);
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const owned = () => !lost() && this.assignment.has(tp) && !this.rebalancing;
@@ -354,7 +375,7 @@ export class OrderedConsumer {
         const previous = chains.get(key) ?? Promise.resolve();
         const run = previous.then(async () => {
           try {
-            const done = await this.handleWithRetry(message, tp, lost);
+            const done = await this.handleWithRetry(message, tp, lost, signal);
             if (done) {
               const last = tracker.complete(m.offset);
               if (last !== undefined) {
@@ -374,15 +395,21 @@ export class OrderedConsumer {
       await commit(true);
     } finally {
       this.blocked.delete(tp);
+      if (this.revokers.get(tp) === revoker) this.revokers.delete(tp);
     }
   }
 
   /** @returns true when handled (committable), false when abandoned because the consumer stops or lost the partition. */
-  private async handleWithRetry(m: ConsumedMessage, tp: string, isStale: () => boolean): Promise<boolean> {
+  private async handleWithRetry(
+    m: ConsumedMessage,
+    tp: string,
+    isStale: () => boolean,
+    signal: AbortSignal,
+  ): Promise<boolean> {
     for (let failures = 0; ; failures++) {
-      if (this.stopController.signal.aborted || isStale()) return false;
+      if (signal.aborted || isStale()) return false;
       try {
-        await this.o.handle(m, { signal: this.stopController.signal, redeliveries: failures });
+        await this.o.handle(m, { signal, redeliveries: failures });
         if (failures > 0) this.blocked.delete(tp);
         return true;
       } catch (err) {
@@ -400,7 +427,7 @@ export class OrderedConsumer {
           },
           'message could not be handled; retrying in place (its key waits, nothing is skipped)',
         );
-        await abortableSleep(delay, this.stopController.signal);
+        await abortableSleep(delay, signal);
       }
     }
   }

@@ -11,7 +11,16 @@ export type {
   TaskOptions,
   WorkflowDefinition,
 } from './dsl';
-export { reduce, dueTimers, seededRandom, stepOf, TERMINAL } from './reducer';
+export {
+  reduce,
+  dueTimers,
+  seededRandom,
+  stepOf,
+  idempotencyKeyOf,
+  TERMINAL,
+  DEAD_LETTERED,
+  STEP_TIMEOUT_ERROR,
+} from './reducer';
 export type {
   RunState,
   RunStatus,

@@ -37,6 +37,8 @@ export type WorkflowInput =
       errorClass: string;
       message: string;
       retryable: boolean;
+      /** The worker's error code; `DEAD_LETTERED` means the command went to the DLQ (it may be redriven). */
+      code?: string | null;
     })
   | (InputBase & { kind: 'timer-fired'; timerId: string })
   | (InputBase & { kind: 'cancel'; reason: string })
@@ -56,9 +58,21 @@ export interface StepState {
   error?: StepError;
   /** Map steps: progress of the fan-out. */
   map?: { total: number; next: number; done: number; outputs: unknown[] };
-  /** When the step was first scheduled and when it completed (ms since epoch, event time). */
+  /** When the step was first scheduled and when it completed (ms since epoch, the engine's clock). */
   startedAt?: number;
   endedAt?: number;
+  /** When the engine dispatched the current attempt (ms since epoch, the engine's clock): its deadline's start. */
+  dispatchedAt?: number;
+  /**
+   * Bumped when a run retry re-runs a step that had completed (a second effect asked for on purpose): it becomes
+   * part of the idempotency key. Absent (0) otherwise, so every attempt of a logical step shares one key.
+   */
+  generation?: number;
+  /**
+   * An attempt ended without a known outcome (its step timeout passed, or its command was dead-lettered and may
+   * be redriven): its effect may have happened, so a failed step with a compensation is still compensated.
+   */
+  uncertain?: boolean;
 }
 
 export interface TimerState {
@@ -117,7 +131,10 @@ export interface CommandSpec {
   input: string;
   timeoutMs: number;
   maxAttempts: number;
+  /** Names the logical step (see {@link idempotencyKeyOf}): every attempt of a step shares it. */
   idempotencyKey: string;
+  /** For a compensation: the idempotency key of the step it undoes (the worker fences it first). */
+  compensates: string | null;
 }
 
 export type LifecycleSpec =
@@ -145,6 +162,21 @@ export interface Decision {
 }
 
 const TIMELINE_MAX = 200;
+/** The worker's error code for a command that went to its DLQ (see services/workers TaskExecutor). */
+export const DEAD_LETTERED = 'DEAD_LETTERED';
+/** The reducer's error class for an attempt whose step timeout passed with no result. */
+export const STEP_TIMEOUT_ERROR = 'StepTimeoutError';
+
+/**
+ * The idempotency key of a logical step: `<runId>/<stepId>`, plus `#<generation>` for a step a run retry re-runs
+ * on purpose after it had completed. Every attempt of a step (retries after a failure or a step timeout, a redrive
+ * of its dead-lettered command, a run retry of the failed step) carries the same key, so a worker that finds the
+ * key completed re-publishes the stored result instead of running the handler again, and a sink or an external API
+ * that dedupes on the key sees one effect per logical step. Design: README "One effect per logical step".
+ */
+export function idempotencyKeyOf(runId: string, stepId: string, generation = 0): string {
+  return generation > 0 ? `${runId}/${stepId}#${generation}` : `${runId}/${stepId}`;
+}
 const compensationStepId = (stepId: string) => `${stepId}.compensate`;
 const itemStepId = (mapId: string, index: number) => `${mapId}[${index}]`;
 const ITEM = /^(.+)\[(\d+)\]$/;
@@ -243,17 +275,28 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
     case 'task-failed': {
       const isCompensation = input.stepId.endsWith('.compensate');
       const st = s.steps[input.stepId];
-      if (!st || st.status !== 'scheduled' || st.attempt !== input.attempt)
+      // Every attempt of a step shares its idempotency key, so a completion of an earlier attempt that outlived its
+      // step timeout (the step is uncertain) is the step's one effect: it is taken while the step still waits for a
+      // result or a retry. A failure only counts for the current attempt.
+      const current = st?.status === 'scheduled' && st.attempt === input.attempt;
+      const earlierCompletion =
+        input.kind === 'task-completed' &&
+        st?.uncertain === true &&
+        (st?.status === 'scheduled' || st?.status === 'waiting-retry') &&
+        input.attempt <= st.attempt;
+      if (!st || !(current || earlierCompletion))
         return `stale result for ${input.stepId} attempt ${input.attempt}`;
       if (isCompensation !== (s.status === 'compensating')) return `stale result for ${input.stepId}`;
-      delete s.timers[`step-timeout:${input.stepId}:${input.attempt}`];
-      if (input.kind === 'task-completed') onCompleted(c, input.stepId, input.attempt, input.output);
-      else
+      clearStepTimers(s, input.stepId);
+      if (input.kind === 'task-completed') onCompleted(c, input.stepId, st.attempt, input.output);
+      else {
+        if (input.code === DEAD_LETTERED) st.uncertain = true;
         onFailed(c, input.stepId, input.attempt, {
           errorClass: input.errorClass,
           message: input.message,
           retryable: input.retryable,
         });
+      }
       return undefined;
     }
     case 'timer-fired': {
@@ -263,8 +306,10 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
       if (t.purpose === 'retry') {
         schedule(c, t.stepId!, t.attempt!);
       } else if (t.purpose === 'step-timeout') {
+        const st = s.steps[t.stepId!];
+        if (st) st.uncertain = true;
         onFailed(c, t.stepId!, t.attempt!, {
-          errorClass: 'StepTimeoutError',
+          errorClass: STEP_TIMEOUT_ERROR,
           message: `no result within the step timeout`,
           retryable: true,
         });
@@ -329,18 +374,30 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
           [...st.branches.flatMap((b) => b.steps), ...st.otherwise].forEach((x) => collectIds(x, spliced));
       }
       s.plan = [...s.plan.slice(0, at + 1), ...s.plan.slice(at + 1).filter((id) => !spliced.has(id))];
-      // Steps from the retried one on run again with fresh attempts (new idempotency keys); map items included.
+      // Steps from the retried one on run again; map items included. Attempts keep counting. A step that had not
+      // completed keeps its idempotency key (its effect happens at most once: a redriven or late command of it and
+      // the retry's command meet on one key); one that had completed is re-run on purpose, in a new generation.
       for (const [id, prev] of Object.entries(s.steps)) {
         const stepBase = ITEM.exec(id)?.[1] ?? id;
-        // Attempts keep counting (also for branch steps), so no retried step reuses an idempotency key.
         if (spliced.has(stepBase) || s.plan.indexOf(stepBase) >= at)
-          s.steps[id] = { status: 'failed', attempt: prev.attempt };
+          s.steps[id] = {
+            status: 'failed',
+            attempt: prev.attempt,
+            generation: (prev.generation ?? 0) + (prev.status === 'completed' ? 1 : 0),
+          };
       }
       c.log('RunRetried', stepId);
       if (startStep(c, base)) advance(c);
       return undefined;
     }
   }
+}
+
+/** Removes the step-timeout timers of every attempt of `stepId` (its result, of whichever attempt, is in). */
+function clearStepTimers(s: RunState, stepId: string): void {
+  const prefix = `step-timeout:${stepId}:`;
+  for (const id of Object.keys(s.timers)) if (id.startsWith(prefix)) delete s.timers[id];
+  delete s.timers[`retry:${stepId}:${(s.steps[stepId]?.attempt ?? 0) + 1}`];
 }
 
 function currentAttempt(c: Ctx, stepId: string): number {
@@ -485,7 +542,9 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     attempt,
     error: undefined,
     startedAt: s.steps[stepId]?.startedAt ?? c.at,
+    dispatchedAt: c.at,
   };
+  const undone = compensation ? compensation.id : undefined;
   c.commands.push({
     stepId,
     taskType,
@@ -494,7 +553,8 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     input: JSON.stringify(input ?? null),
     timeoutMs,
     maxAttempts,
-    idempotencyKey: `${s.runId}/${stepId}/${attempt}`,
+    idempotencyKey: idempotencyKeyOf(s.runId, stepId, s.steps[stepId].generation),
+    compensates: undone ? idempotencyKeyOf(s.runId, undone, s.steps[undone]?.generation) : null,
   });
   s.timers[`step-timeout:${stepId}:${attempt}`] = {
     dueAt: c.at + stepTimeoutMs,
@@ -603,6 +663,11 @@ function onFailed(c: Ctx, stepId: string, attempt: number, error: StepError): vo
     };
     return;
   }
+  // A step whose effect may have happened (an attempt timed out or was dead-lettered) is compensated too: its
+  // compensation fences its key first, so a command of it still queued or redriven later never runs.
+  const step = c.def.stepIndex.get(stepId);
+  if (s.steps[stepId].uncertain && s.status !== 'compensating' && step?.kind === 'task' && step.compensate)
+    s.compensable.push(stepId);
   // A failed map item fails its map step.
   const item = ITEM.exec(stepId);
   failRun(c, item ? item[1] : stepId, error);

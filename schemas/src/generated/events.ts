@@ -386,7 +386,7 @@ export namespace DevKeyflowEvents {
          */
         attempt: number;
     }
-    export const TaskCommandSchema = "{\"type\":\"record\",\"name\":\"TaskCommand\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> workers of one task type. Key: the entity key (default the run's business key).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\",\"doc\":\"Workflow definition name.\"},{\"name\":\"workflowVersion\",\"type\":\"int\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"taskType\",\"type\":\"string\",\"doc\":\"Task type; the command topic is task.<taskType>.\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"Stable across redeliveries and redrives: <runId>/<stepId>/<attempt>.\"},{\"name\":\"input\",\"type\":\"string\",\"doc\":\"Task input as JSON text (small; bulk data by reference in inputRef).\"},{\"name\":\"inputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: URI of a large input in the blob store.\"},{\"name\":\"timeoutMs\",\"type\":\"int\",\"doc\":\"Per-attempt timeout in ms the worker enforces (AbortSignal).\"},{\"name\":\"maxAttempts\",\"type\":\"int\",\"doc\":\"Attempts the worker may make in-process for retryable errors (>= 1).\"}]}";
+    export const TaskCommandSchema = "{\"type\":\"record\",\"name\":\"TaskCommand\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> workers of one task type. Key: the entity key (default the run's business key).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\",\"doc\":\"Workflow definition name.\"},{\"name\":\"workflowVersion\",\"type\":\"int\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"taskType\",\"type\":\"string\",\"doc\":\"Task type; the command topic is task.<taskType>.\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"Names the logical step, stable across attempts, redeliveries, redrives and run retries: <runId>/<stepId> (a step re-run on purpose by a run retry from an earlier step adds #<generation>). Side effects dedupe on it.\"},{\"name\":\"input\",\"type\":\"string\",\"doc\":\"Task input as JSON text (small; bulk data by reference in inputRef).\"},{\"name\":\"inputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: URI of a large input in the blob store.\"},{\"name\":\"timeoutMs\",\"type\":\"int\",\"doc\":\"Per-attempt timeout in ms the worker enforces (AbortSignal).\"},{\"name\":\"maxAttempts\",\"type\":\"int\",\"doc\":\"Attempts the worker may make in-process for retryable errors (>= 1).\"},{\"name\":\"compensates\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"For a compensation command: the idempotency key of the step it undoes. The worker fences that key before running the compensation, so a command of the undone step that is still queued or redriven later never runs.\"}]}";
     export const TaskCommandName = "dev.keyflow.events.TaskCommand";
     /**
      * Orchestrator -> workers of one task type. Key: the entity key (default the run's business key).
@@ -415,7 +415,7 @@ export namespace DevKeyflowEvents {
          */
         attempt: number;
         /**
-         * Stable across redeliveries and redrives: <runId>/<stepId>/<attempt>.
+         * Names the logical step, stable across attempts, redeliveries, redrives and run retries: <runId>/<stepId> (a step re-run on purpose by a run retry from an earlier step adds #<generation>). Side effects dedupe on it.
          */
         idempotencyKey: string;
         /**
@@ -436,6 +436,12 @@ export namespace DevKeyflowEvents {
          * Attempts the worker may make in-process for retryable errors (>= 1).
          */
         maxAttempts: number;
+        /**
+         * For a compensation command: the idempotency key of the step it undoes. The worker fences that key before running the compensation, so a command of the undone step that is still queued or redriven later never runs.
+         *
+         * Default: null
+         */
+        compensates: null | string;
     }
     export const TaskCompletedSchema = "{\"type\":\"record\",\"name\":\"TaskCompleted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Worker -> task.results. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"taskType\",\"type\":\"string\",\"doc\":\"Task type; the command topic is task.<taskType>.\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"Stable across redeliveries and redrives: <runId>/<stepId>/<attempt>.\"},{\"name\":\"output\",\"type\":\"string\",\"doc\":\"Handler result as JSON text.\"},{\"name\":\"outputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check URI of a large output.\"},{\"name\":\"durationMs\",\"type\":\"long\",\"doc\":\"Handler time in ms across attempts.\"},{\"name\":\"workerId\",\"type\":\"string\",\"doc\":\"host/pid of the worker.\"},{\"name\":\"replayed\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True when the worker re-published the stored result of an earlier completion (a redelivered command) instead of running the handler.\"}]}";
     export const TaskCompletedName = "dev.keyflow.events.TaskCompleted";
@@ -576,7 +582,7 @@ export const EVENT_VERSIONS = {
   "StepCompleted": 1,
   "StepFailed": 1,
   "StepScheduled": 1,
-  "TaskCommand": 1,
+  "TaskCommand": 2,
   "TaskCompleted": 2,
   "TaskFailed": 1,
   "TimerFired": 1

@@ -310,11 +310,14 @@ export class Engine {
         }
         throw err;
       }
-      const input = toWorkflowInput(decoded, (name, v) => this.registry.get(name, v)?.version);
-      if ('invalid' in input) {
-        dlq.push({ m, err: Object.assign(new Error(input.invalid), { name: 'InvalidRequestError' }) });
+      const decodedInput = toWorkflowInput(decoded, (name, v) => this.registry.get(name, v)?.version);
+      if ('invalid' in decodedInput) {
+        dlq.push({ m, err: Object.assign(new Error(decodedInput.invalid), { name: 'InvalidRequestError' }) });
         continue;
       }
+      // The engine's own clock, never the producer's occurredAt: a step's deadline starts when it is dispatched,
+      // so a producer's clock skew or the engine's own lag cannot make a fresh command's timeout already due.
+      const input = { ...decodedInput, at: Date.now() };
       const state = overlay.get(input.runId) ?? o.runs.get(input.runId);
       const def = state
         ? this.registry.get(state.workflow, state.version)

@@ -56,6 +56,7 @@ export function toWorkflowInput(
         errorClass: d.value.error.errorClass,
         message: d.value.error.message,
         retryable: d.value.error.retryable,
+        code: d.value.error.code,
       };
     case 'TimerFired':
       return { ...base, runId: d.value.runId, kind: 'timer-fired', timerId: d.value.timerId };
@@ -121,6 +122,7 @@ export function encodeOutputs(
       inputRef: null,
       timeoutMs: c.timeoutMs,
       maxAttempts: c.maxAttempts,
+      compensates: c.compensates,
     };
     out.push({
       topic: codec.physical(logical),

@@ -56,3 +56,33 @@ export class UnknownTaskTypeError extends Error {
     this.name = 'UnknownTaskTypeError';
   }
 }
+
+/**
+ * The worker lost its idempotency lease while running (a renewal found another holder, or Redis could not confirm
+ * the lease within the lease time): the attempt's signal is aborted, nothing is recorded, and the command is
+ * retried in place, where it finds the other holder's outcome or takes the lease again. Retryable.
+ */
+export class LeaseLostError extends Error {
+  readonly retryable = true;
+  readonly code = 'LEASE_LOST';
+  constructor(
+    readonly idempotencyKey: string,
+    reason: string,
+  ) {
+    super(`lease of ${idempotencyKey} lost: ${reason}`);
+    this.name = 'LeaseLostError';
+  }
+}
+
+/** The step's compensation fenced its idempotency key before this command ran: it never runs. Non-retryable. */
+export class StepCompensatedError extends Error {
+  readonly retryable = false;
+  readonly code = 'COMPENSATED';
+  constructor(
+    readonly idempotencyKey: string,
+    readonly by: string,
+  ) {
+    super(`step ${idempotencyKey} was compensated (by ${by}) before it ran; it is not run`);
+    this.name = 'StepCompensatedError';
+  }
+}

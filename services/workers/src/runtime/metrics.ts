@@ -6,6 +6,8 @@ export interface WorkerMetrics {
   attempts: Counter<'type' | 'result'>;
   retries: Counter<'type'>;
   replayed: Counter<'type'>;
+  fenced: Counter<'type'>;
+  leaseLost: Counter<'type'>;
   dlq: Counter<'type' | 'error_class'>;
   handlerSeconds: Histogram<'type'>;
   inFlight: Gauge;
@@ -33,6 +35,18 @@ export function workerMetrics(r: Registry): WorkerMetrics {
       r,
       'worker_task_replayed_total',
       'Redelivered commands answered from the completion record.',
+      ['type'],
+    ) as Counter<'type'>,
+    fenced: metric.counter(
+      r,
+      'worker_task_fenced_total',
+      'Commands not run because their step was compensated first (the compensation fenced its key).',
+      ['type'],
+    ) as Counter<'type'>,
+    leaseLost: metric.counter(
+      r,
+      'worker_lease_lost_total',
+      'Attempts aborted because the idempotency lease was lost (nothing recorded; the command is retried).',
       ['type'],
     ) as Counter<'type'>,
     dlq: metric.counter(r, 'worker_dlq_total', 'Messages sent to the DLQ.', [

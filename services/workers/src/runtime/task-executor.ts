@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import type { Producer } from 'kafkajs';
 import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
-import type { IdempotencyStore } from '@keyflow/idempotency';
+import type { IdempotencyStore, Lease } from '@keyflow/idempotency';
 import {
   abortableSleep,
   sendToDlq,
@@ -12,13 +12,21 @@ import {
 import { childTraceContext, traceFromHeaders, traceToHeaders, type Logger } from '@keyflow/observability';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {
+  DEAD_LETTERED,
   backoffDelayMs,
   retryPolicy,
   shouldRetry,
   type RetryPolicy,
   type RetryPolicyInput,
 } from '@keyflow/workflow';
-import { LeaseHeldError, TaskInputError, TaskTimeoutError, UnknownTaskTypeError } from './errors';
+import {
+  LeaseHeldError,
+  LeaseLostError,
+  StepCompensatedError,
+  TaskInputError,
+  TaskTimeoutError,
+  UnknownTaskTypeError,
+} from './errors';
 import type { WorkerMetrics } from './metrics';
 
 /** What a handler gets besides its input. */
@@ -30,9 +38,15 @@ export interface TaskContext {
   stepAttempt: number;
   /** This worker's in-process attempt for this command (1-based). */
   attempt: number;
-  /** Stable across redeliveries and redrives: use it as the dedup key of downstream side effects. */
+  /**
+   * Names the logical step (`<runId>/<stepId>`): the same for every attempt, redelivery, redrive and run retry of
+   * the step. Use it as the dedup key of downstream side effects (a sink's unique key, an API's Idempotency-Key).
+   */
   idempotencyKey: string;
-  /** Aborted when the attempt times out (timeoutMs) or the worker shuts down. */
+  /**
+   * Aborted when the attempt times out (timeoutMs), the worker shuts down, the partition is revoked, or the
+   * idempotency lease is lost: stop work and side effects when it fires.
+   */
   signal: AbortSignal;
   correlationId: string;
   logger: Logger;
@@ -68,9 +82,16 @@ const workerId = `${hostname()}/${process.pid}`;
  * record, result event. Non-decodable commands, unknown task types and bad input go to `<topic>.dlq`.
  *
  * Order of effects, chosen so a crash at any point loses nothing and runs nothing twice that was recorded:
- * handler -> completion record (Redis) -> result event (acks=all) -> offset commit (by the runner).
- * A crash before the record re-runs the handler after the lease expires (side effects must use the idempotency
- * key); after the record, a redelivery re-publishes the stored result with `replayed = true`.
+ * handler -> completion record (Redis, written only while the lease is held) -> result event (acks=all) -> offset
+ * commit (by the runner). A crash before the record re-runs the handler after the lease expires (side effects must
+ * use the idempotency key); after the record, a redelivery re-publishes the stored result with `replayed = true`.
+ *
+ * One effect per logical step (README "One effect per logical step"): the idempotency key names the step, not the
+ * attempt, so a later attempt, a redrive or a run retry finds the earlier one's lease (and waits) or its completion
+ * record (and re-publishes it under its own attempt number). A compensation first fences the key of the step it
+ * undoes, so a command of that step still queued or redriven later is answered with StepCompensatedError and never
+ * runs. A lease renewal that finds another holder, or that cannot reach Redis for a whole lease time, aborts the
+ * handler's signal; so does a revoked partition.
  */
 export class TaskExecutor {
   private readonly policy: RetryPolicy;
@@ -108,7 +129,19 @@ export class TaskExecutor {
     if (!handler)
       return this.deadLetterCommand(cmd, m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
 
-    const begin = await this.o.store.begin(cmd.idempotencyKey);
+    if (cmd.compensates) {
+      // Fence the undone step first: after this no command of it runs (a running one finishes first).
+      const fence = await this.o.store.fence(cmd.compensates, cmd.idempotencyKey);
+      if (fence.state === 'running') throw new LeaseHeldError(cmd.compensates, fence.expiresInMs);
+    }
+    const begin = await this.o.store.begin(cmd.idempotencyKey, cmd.attempt);
+    if (begin.state === 'fenced') {
+      this.o.metrics.fenced.inc({ type: cmd.taskType });
+      const err = new StepCompensatedError(cmd.idempotencyKey, begin.by);
+      log.warn({ idempotencyKey: cmd.idempotencyKey, by: begin.by }, err.message);
+      const now = Date.now();
+      return this.publish(cmd, m, { kind: 'failed', error: failure(err, false, 1, now, now) }, false);
+    }
     if (begin.state === 'completed') {
       this.o.metrics.replayed.inc({ type: cmd.taskType });
       log.info(
@@ -120,32 +153,72 @@ export class TaskExecutor {
     if (begin.state === 'running') throw new LeaseHeldError(cmd.idempotencyKey, begin.expiresInMs);
 
     const lease = begin.lease;
-    const renewEvery = Math.max(200, Math.floor(this.o.store.leaseMs / 3));
-    const renewal = setInterval(() => {
-      this.o.store.renew(lease).then(
-        (held) => held || log.warn('lease lost while running (expired and taken over)'),
-        (err) => log.warn({ err }, 'lease renewal failed (Redis unavailable); retrying at the next period'),
-      );
-    }, renewEvery);
+    const leaseGuard = this.guardLease(cmd, lease, log);
+    const stop = AbortSignal.any([hc.signal, leaseGuard.signal]);
     let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
     try {
-      outcome = await this.runAttempts(cmd, handler, hc.signal, log);
+      outcome = await this.runAttempts(cmd, handler, stop, log);
     } catch (e) {
-      clearInterval(renewal);
-      // Shutdown interrupted the attempts: give the lease back so the redelivery runs at once.
+      leaseGuard.stop();
+      // Shutdown, revocation or a lost lease interrupted the attempts: give the lease back (if still ours) so the
+      // redelivery or the in-place retry runs at once.
       await this.o.store.release(lease).catch(() => undefined);
       throw e;
     }
-    clearInterval(renewal);
+    leaseGuard.stop();
 
     if (outcome.kind === 'dlq') {
       await this.o.store.release(lease).catch(() => undefined);
       return this.deadLetterCommand(cmd, m, outcome.error, outcome.attempts, outcome.firstFailureAt);
     }
-    await this.untilDone('store the completion record', hc.signal, log, () =>
-      this.o.store.complete(lease, outcome as StoredOutcome),
-    );
+    let held = true;
+    await this.untilDone('store the completion record', hc.signal, log, async () => {
+      held = await this.o.store.complete(lease, outcome as StoredOutcome, outcome.kind === 'completed');
+    });
+    if (!held) {
+      // Someone else may hold the step now: publish nothing of ours; the in-place retry finds its outcome.
+      this.o.metrics.leaseLost.inc({ type: cmd.taskType });
+      throw new LeaseLostError(
+        cmd.idempotencyKey,
+        'it expired or was taken over before the record was written',
+      );
+    }
     return this.publish(cmd, m, outcome, false);
+  }
+
+  /**
+   * Renews `lease` every third of the lease time while the handler runs. The returned signal aborts with
+   * LeaseLostError when a renewal finds another holder, or when no renewal succeeded for a whole lease time (Redis
+   * unreachable: the lease may have expired there), so the handler stops before another worker may start.
+   */
+  private guardLease(cmd: TaskCommand, lease: Lease, log: Logger): { signal: AbortSignal; stop: () => void } {
+    const ac = new AbortController();
+    const leaseMs = this.o.store.leaseMs;
+    let confirmedAt = Date.now();
+    const lose = (reason: string) => {
+      if (ac.signal.aborted) return;
+      this.o.metrics.leaseLost.inc({ type: cmd.taskType });
+      log.warn(
+        { idempotencyKey: cmd.idempotencyKey, reason },
+        'lease lost while running: aborting the handler',
+      );
+      ac.abort(new LeaseLostError(cmd.idempotencyKey, reason));
+    };
+    const timer = setInterval(
+      () => {
+        const asked = Date.now();
+        this.o.store.renew(lease).then(
+          (held) =>
+            held ? (confirmedAt = asked) : lose('another holder has it (it expired and was taken over)'),
+          (err) => {
+            if (Date.now() - confirmedAt >= leaseMs) lose(`Redis unreachable for ${leaseMs} ms`);
+            else log.warn({ err }, 'lease renewal failed (Redis unavailable); retrying at the next period');
+          },
+        );
+      },
+      Math.max(100, Math.floor(leaseMs / 3)),
+    );
+    return { signal: ac.signal, stop: () => clearInterval(timer) };
   }
 
   private async runAttempts(cmd: TaskCommand, handler: TaskHandlerFn, stop: AbortSignal, log: Logger) {
@@ -212,15 +285,7 @@ export class TaskExecutor {
         log.warn({ attempt, errorClass: err.name, err: err.message, retryable }, 'task failed for good');
         return {
           kind: 'failed' as const,
-          error: {
-            errorClass: err.name,
-            message: err.message,
-            retryable,
-            code: (err as { code?: string }).code ?? null,
-            attempts: attempt,
-            firstFailureAt,
-            lastFailureAt: now,
-          },
+          error: failure(err, retryable, attempt, firstFailureAt, now),
         };
       } finally {
         clearTimeout(timer);
@@ -301,24 +366,8 @@ export class TaskExecutor {
     firstFailureAt: number,
   ): Promise<void> {
     await this.deadLetter(m, err, attempts, firstFailureAt, cmd.taskType);
-    const now = Date.now();
-    await this.publish(
-      cmd,
-      m,
-      {
-        kind: 'failed',
-        error: {
-          errorClass: err.name,
-          message: err.message,
-          retryable: false,
-          code: 'DEAD_LETTERED',
-          attempts: Math.max(1, attempts),
-          firstFailureAt,
-          lastFailureAt: now,
-        },
-      },
-      false,
-    );
+    const error = failure(err, false, attempts, firstFailureAt, Date.now(), DEAD_LETTERED);
+    await this.publish(cmd, m, { kind: 'failed', error }, false);
   }
 
   private async deadLetter(
@@ -362,6 +411,26 @@ export class TaskExecutor {
       }
     }
   }
+}
+
+/** A TaskFailed error record for `err` (its own `code` unless one is given). */
+function failure(
+  err: Error,
+  retryable: boolean,
+  attempts: number,
+  firstFailureAt: number,
+  lastFailureAt: number,
+  code?: string,
+): TaskFailed['error'] {
+  return {
+    errorClass: err.name,
+    message: err.message,
+    retryable,
+    code: code ?? (err as { code?: string }).code ?? null,
+    attempts: Math.max(1, attempts),
+    firstFailureAt,
+    lastFailureAt,
+  };
 }
 
 /** Settles with the promise, or rejects with the signal's reason as soon as it aborts. */

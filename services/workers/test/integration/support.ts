@@ -6,6 +6,7 @@ import type { Consumer, Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { TestNamespace, Collector } from '@keyflow/testing';
+import { idempotencyKeyOf } from '@keyflow/workflow';
 import { createTables, dropTables } from '../fixtures/test-handlers';
 
 export const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -71,7 +72,11 @@ export class WorkerHarness {
     this.groupId = this.ns.groupId('workers');
   }
 
+  /** The task types set up (and consumed by the workers started here). */
+  private taskTypes: string[] = [];
+
   async setup(taskTypes: string[], partitions = 3): Promise<void> {
+    this.taskTypes = taskTypes;
     await dropTables(this.table, (s) => this.pg.query(s));
     await createTables(this.table, (s) => this.pg.query(s));
     await this.ns.createTopics(
@@ -108,6 +113,7 @@ export class WorkerHarness {
       KEYFLOW_TOPIC_PREFIX: this.prefix,
       WORKER_GROUP_ID: this.groupId,
       TEST_TABLE_PREFIX: this.table,
+      WORKER_TASK_TYPES: this.taskTypes.join(','),
       WORKER_SESSION_TIMEOUT_MS: '10000',
       WORKER_HEARTBEAT_INTERVAL_MS: '1000',
       WORKER_LEASE_MS: '3000',
@@ -133,6 +139,8 @@ export class WorkerHarness {
       attempt?: number;
       maxAttempts?: number;
       timeoutMs?: number;
+      /** For a compensation command: the idempotency key of the step it undoes. */
+      compensates?: string;
     } = {},
   ): TaskCommand {
     const runId = opts.runId ?? `run-${entity}`;
@@ -147,11 +155,12 @@ export class WorkerHarness {
       stepId,
       taskType,
       attempt,
-      idempotencyKey: `${runId}/${stepId}/${attempt}`,
+      idempotencyKey: idempotencyKeyOf(runId, stepId),
       input: JSON.stringify(input),
       inputRef: null,
       timeoutMs: opts.timeoutMs ?? 10_000,
       maxAttempts: opts.maxAttempts ?? 3,
+      compensates: opts.compensates ?? null,
     };
   }
 
