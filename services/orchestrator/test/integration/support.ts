@@ -92,8 +92,12 @@ export class OrchestratorHarness {
     return p;
   }
 
-  async startWorker(extra: Record<string, string> = {}): Promise<ServiceProcess> {
-    const p = new ServiceProcess('services/workers/src/main.ts', this.env(extra), 'worker ready');
+  /** A worker process: the service's own (built-in handlers), or another entry such as the workers' test process. */
+  async startWorker(
+    extra: Record<string, string> = {},
+    entry = 'services/workers/src/main.ts',
+  ): Promise<ServiceProcess> {
+    const p = new ServiceProcess(entry, this.env(extra), 'worker ready');
     this.processes.push(p);
     await p.ready;
     return p;
