@@ -22,3 +22,9 @@ export { BatchingProducer } from './batching-producer';
 export { abortableSleep } from './sleep';
 export { dlqMessage, sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';
+export {
+  assignSubscribed,
+  subscribedRoundRobinAssigner,
+  SUBSCRIBED_ASSIGNER,
+  type SubscribedMember,
+} from './subscribed-assigner';
