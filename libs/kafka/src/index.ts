@@ -8,6 +8,16 @@ export {
   PartitionCountMismatchError,
   type TopicSpec,
 } from './topics';
+export {
+  assignCoPartitioned,
+  planCoPartitions,
+  coPartitionedAssigner,
+  encodeOwnedPartitions,
+  decodeOwnedPartitions,
+  CO_PARTITIONED_PROTOCOL,
+  type CoPartitionMember,
+  type CoPartitionedAssignment,
+} from './co-partitioned-assigner';
 export { OrderedConsumer } from './ordered-consumer';
 export type {
   ConsumedMessage,
