@@ -109,21 +109,28 @@ async function stableAssignment(
 /** Run id -> workflow name of every run started. */
 const workflowOf = new Map<string, string>();
 
-/** Starts runs over HTTP, spread round-robin over `urls`, 50 at a time. Returns their run ids. */
+/**
+ * Starts runs over HTTP, spread round-robin over `urls`, 50 at a time. An instance that does not answer (it died:
+ * the report lists it) is skipped for the next one, with the same Idempotency-Key. Returns their run ids.
+ */
 async function startRuns(urls: string[], workflow: string, n: number, tag: string): Promise<string[]> {
   const ids: string[] = [];
-  for (let i = 0; i < n; i += 50) {
-    const batch = await Promise.all(
-      Array.from({ length: Math.min(50, n - i) }, (_, j) => {
-        const k = i + j;
-        const input = workflow === ORDER_SAGA ? { orderId: `${tag}-${k}`, amount: 1 + (k % 97) } : { n: k };
-        return post(
-          `${urls[k % urls.length]}/runs`,
+  const startOne = async (k: number) => {
+    const input = workflow === ORDER_SAGA ? { orderId: `${tag}-${k}`, amount: 1 + (k % 97) } : { n: k };
+    for (let i = 0; ; i++) {
+      try {
+        return await post(
+          `${urls[(k + i) % urls.length]}/runs`,
           { workflow, input },
           { 'Idempotency-Key': `${tag}-${k}` },
         );
-      }),
-    );
+      } catch (e) {
+        if (i + 1 >= urls.length) throw e;
+      }
+    }
+  };
+  for (let i = 0; i < n; i += 50) {
+    const batch = await Promise.all(Array.from({ length: Math.min(50, n - i) }, (_, j) => startOne(i + j)));
     for (const r of batch) {
       if (r.status !== 202) throw new Error(`POST /runs answered ${r.status}: ${JSON.stringify(r.body)}`);
       ids.push(r.body.runId as string);
