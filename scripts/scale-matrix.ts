@@ -38,7 +38,7 @@ const ok = (r: ScaleReport) =>
   r.duplicateStepCompleted.length === 0 &&
   r.wrongSteps.length === 0 &&
   r.exits.length === 0 &&
-  r.snapshots.every((s) => s.split.length === 0);
+  r.snapshots.every((s) => s.settled && s.split.length === 0);
 
 function table(rows: Row[]): string {
   const head = [
@@ -49,6 +49,7 @@ function table(rows: Row[]): string {
     'lost',
     'dup StepCompleted',
     'split partitions',
+    'moved (added, killed)',
     'seconds',
     'other exits',
     'ok',
@@ -62,12 +63,16 @@ function table(rows: Row[]): string {
           r.completed,
           r.lost.length,
           r.duplicateStepCompleted.length,
-          r.snapshots.map((s) => `${s.phase}:${s.split.length}`).join(' '),
+          r.snapshots.map((s) => `${s.phase}:${s.settled ? s.split.length : 'unsettled'}`).join(' '),
+          r.snapshots
+            .slice(1)
+            .map((s) => s.moved)
+            .join(', '),
           r.seconds.toFixed(1),
           r.exits.length,
           ok(r) ? 'yes' : 'NO',
         ]
-      : [`${n}`, '', '', '', '', '', '', '', '', `NO: ${error}`],
+      : [`${n}`, '', '', '', '', '', '', '', '', '', `NO: ${error}`],
   );
   const cells = [head, ...body].map((row) => row.map(String));
   const widths = head.map((_, i) => Math.max(...cells.map((row) => (row[i] ?? '').length)));

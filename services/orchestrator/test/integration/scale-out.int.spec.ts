@@ -24,10 +24,17 @@ describe('scale-out: orchestrator instances joining and dying under load', () =>
       log: (l) => console.log(l),
     });
     console.log(
-      JSON.stringify({ ...report, snapshots: report.snapshots.map((s) => ({ ...s, members: undefined })) }),
+      JSON.stringify({ ...report, snapshots: report.snapshots.map(({ members: _, ...rest }) => rest) }),
     );
-    for (const snap of report.snapshots)
-      expect({ phase: snap.phase, split: snap.split }).toEqual({ phase: snap.phase, split: [] });
+    expect(report.snapshots.map(({ phase, settled, split }) => ({ phase, settled, split }))).toEqual(
+      ['start', 'added', 'killed'].map((phase) => ({ phase, settled: true, split: [] })),
+    );
+    // Sticky: the 4th member takes one partition (2,2,2 -> 2,2,1,1: the fewest moves a balanced assignment allows);
+    // after the kill only the dead member's partitions move.
+    const [, added, killed] = report.snapshots;
+    expect(added.moved).toBe(1);
+    const victim = Object.entries(added.members).find(([client]) => client.endsWith('-o0'))!;
+    expect(killed.moved).toBe(Object.values(victim[1])[0].length);
     expect(report.exits).toEqual([]);
     expect(report.lost.slice(0, 5)).toEqual([]);
     expect(report.notCompleted).toEqual([]);

@@ -34,10 +34,14 @@ export interface ScaleScenario {
 export interface GroupSnapshot {
   /** Why it was taken: `start`, `added`, `killed`. */
   phase: string;
+  /** Whether the group became Stable with the expected member count before the deadline (else: the last seen). */
+  settled: boolean;
   /** client id (keyflow-orchestrator-<instance>) -> physical topic -> partitions. */
   members: Record<string, Record<string, number[]>>;
   /** Partitions p whose wf.requests and task.results copies are not on one member, or not assigned at all. */
   split: number[];
+  /** Partitions of wf.requests whose owner changed since the previous snapshot (each costs a fence + restore). */
+  moved: number;
 }
 
 export interface ScaleReport {
@@ -72,7 +76,10 @@ export const THREE_STEP = 'three-step';
 export const ORDER_SAGA = 'order-saga';
 const TERMINAL = ['RunCompleted', 'RunFailed', 'RunCompensated', 'RunCancelled'];
 
-/** Reads the group's current assignment from the broker, when it is Stable with `size` members. */
+/**
+ * Reads the group's assignment from the broker once it is Stable with `size` members (or, at the deadline, the last
+ * one seen, with `settled: false`).
+ */
 async function stableAssignment(
   h: OrchestratorHarness,
   groupId: string,
@@ -80,30 +87,40 @@ async function stableAssignment(
   phase: string,
   partitions: number,
   timeoutMs: number,
+  previous?: GroupSnapshot,
 ): Promise<GroupSnapshot> {
   const admin = await h.ns.getAdmin();
   const requests = h.codec.physical('wf.requests');
   const results = h.codec.physical('task.results');
-  const group = await eventually(
-    `group ${groupId} Stable with ${size} members (${phase})`,
-    async () => (await admin.describeGroups([groupId])).groups[0],
-    { until: (g) => g?.state === 'Stable' && g.members.length === size, timeoutMs, intervalMs: 200 },
-  );
+  const describe = async () => (await admin.describeGroups([groupId])).groups[0];
+  const isSettled = (g?: Awaited<ReturnType<typeof describe>>) =>
+    g?.state === 'Stable' && g.members.length === size;
+  let group: Awaited<ReturnType<typeof describe>>;
+  try {
+    group = await eventually(`group ${groupId} Stable with ${size} members (${phase})`, describe, {
+      until: isSettled,
+      timeoutMs,
+      intervalMs: 200,
+    });
+  } catch (e) {
+    if (!(e instanceof AwaitTimeoutError)) throw e;
+    group = await describe();
+  }
   const members: GroupSnapshot['members'] = {};
-  for (const m of group.members) {
-    const decoded = AssignerProtocol.MemberAssignment.decode(m.memberAssignment);
-    members[`${m.clientId}/${m.memberId.slice(-6)}`] = decoded?.assignment ?? {};
-  }
+  for (const m of group.members)
+    members[m.clientId] = AssignerProtocol.MemberAssignment.decode(m.memberAssignment)?.assignment ?? {};
+  const owners = (snapshot: GroupSnapshot['members'], topic: string, p: number) =>
+    Object.entries(snapshot)
+      .filter(([, a]) => (a[topic] ?? []).includes(p))
+      .map(([id]) => id);
   const split: number[] = [];
+  let moved = 0;
   for (let p = 0; p < partitions; p++) {
-    const holding = (topic: string) =>
-      Object.entries(members)
-        .filter(([, a]) => (a[topic] ?? []).includes(p))
-        .map(([id]) => id);
-    const [r, t] = [holding(requests), holding(results)];
+    const [r, t] = [owners(members, requests, p), owners(members, results, p)];
     if (r.length !== 1 || t.length !== 1 || r[0] !== t[0]) split.push(p);
+    if (previous && owners(previous.members, requests, p).join() !== r.join()) moved++;
   }
-  return { phase, members, split };
+  return { phase, settled: isSettled(group), members, split, moved };
 }
 
 /** Run id -> workflow name of every run started. */
@@ -156,7 +173,7 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
     ORCHESTRATOR_SESSION_TIMEOUT_MS: String(s.sessionTimeoutMs),
   };
   const groupId = h.env().ORCHESTRATOR_GROUP_ID;
-  const settle = s.sessionTimeoutMs * 10;
+  const settle = s.sessionTimeoutMs * 5;
   const orchestrators = new Map<string, ServiceProcess>();
   // Waits for `count()` to reach `target`; stuck runs are what the report measures, so a timeout only moves on.
   const progressOrGoOn = async (
@@ -202,7 +219,17 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
 
     const added = `o${s.orchestrators}`;
     orchestrators.set(added, await h.startOrchestrator({ ...env, ORCHESTRATOR_INSTANCE_ID: added }));
-    snapshots.push(await stableAssignment(h, groupId, s.orchestrators + 1, 'added', s.partitions, settle));
+    snapshots.push(
+      await stableAssignment(
+        h,
+        groupId,
+        s.orchestrators + 1,
+        'added',
+        s.partitions,
+        settle,
+        snapshots.at(-1),
+      ),
+    );
     log(`added ${added}`);
     ids.push(
       ...(await startRuns(await urls(), THREE_STEP, s.runs - half(s.runs), `${s.label}-b`)),
@@ -219,7 +246,9 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
     await victim.exited;
     orchestrators.delete('o0');
     log('SIGKILLed o0');
-    snapshots.push(await stableAssignment(h, groupId, s.orchestrators, 'killed', s.partitions, settle));
+    snapshots.push(
+      await stableAssignment(h, groupId, s.orchestrators, 'killed', s.partitions, settle, snapshots.at(-1)),
+    );
 
     const ended = () =>
       new Set(h.events.items.filter((e) => TERMINAL.includes(e.event)).map((e) => e.value.runId));
