@@ -33,8 +33,8 @@ describe('scale-out: orchestrator instances joining and dying under load', () =>
     // after the kill only the dead member's partitions move.
     const [, added, killed] = report.snapshots;
     expect(added.moved).toBe(1);
-    const victim = Object.entries(added.members).find(([client]) => client.endsWith('-o0'))!;
-    expect(killed.moved).toBe(Object.values(victim[1])[0].length);
+    expect(report.victimPartitions.length).toBeGreaterThan(0);
+    expect(killed.moved).toBe(report.victimPartitions.length);
     expect(report.exits).toEqual([]);
     expect(report.lost.slice(0, 5)).toEqual([]);
     expect(report.notCompleted).toEqual([]);

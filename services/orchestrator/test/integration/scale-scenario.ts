@@ -65,6 +65,8 @@ export interface ScaleReport {
   exits: string[];
   /** The group's assignment after the start, after the instance was added, after the SIGKILL. */
   snapshots: GroupSnapshot[];
+  /** The partitions the SIGKILLed instance held (in the `added` snapshot): the least a rebalance must move. */
+  victimPartitions: number[];
 }
 
 const stepsOf = (name: string): string[] => {
@@ -241,11 +243,16 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
       stepCompleted,
       before + Math.max(1, Math.floor(ids.length / 8)),
     );
-    const victim = orchestrators.get('o0')!;
+    const victimId = 'o0';
+    const victim = orchestrators.get(victimId)!;
+    const victimClient = Object.keys(snapshots.at(-1)!.members).find((c) => c.endsWith(`-${victimId}`));
+    const victimPartitions = victimClient
+      ? (snapshots.at(-1)!.members[victimClient][h.codec.physical('wf.requests')] ?? [])
+      : [];
     victim.kill('SIGKILL');
     await victim.exited;
-    orchestrators.delete('o0');
-    log('SIGKILLed o0');
+    orchestrators.delete(victimId);
+    log(`SIGKILLed ${victimId}`);
     snapshots.push(
       await stableAssignment(h, groupId, s.orchestrators, 'killed', s.partitions, settle, snapshots.at(-1)),
     );
@@ -309,6 +316,7 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
       seconds,
       exits,
       snapshots,
+      victimPartitions,
     };
   } finally {
     await h.teardown();
