@@ -10,6 +10,7 @@ import {
   type SchemaSet,
 } from '@keyflow/schemas';
 import {
+  CompatibilityConflictError,
   IncompatibleWriterSchemaError,
   InvalidEventError,
   MalformedPayloadError,
@@ -136,26 +137,62 @@ export class EventCodec {
     return ids;
   }
 
-  /** Sets a subject's compatibility mode (PUT /config/{subject}); Apicurio needs this before the first register. */
+  /**
+   * Sets a subject's compatibility mode (PUT /config/{subject}); Apicurio needs this before the first register.
+   * Idempotent under concurrency: services starting together configure the same subject at once, and a registry may
+   * refuse the loser (Apicurio 3: HTTP 409 "A rule named 'COMPATIBILITY' already exists"). Any 4xx answer is
+   * therefore checked against the subject's config (GET /config/{subject}): already `mode` is success.
+   * @throws CompatibilityConflictError when the subject holds another mode after a refused PUT.
+   * @throws SchemaRegistrationError when the PUT was refused and the subject has no config to compare.
+   * @throws RegistryUnavailableError on a network error or HTTP 5xx.
+   */
   async setCompatibility(subject: string, mode: CompatibilityMode): Promise<void> {
+    const path = `/config/${encodeURIComponent(subject)}`;
+    const res = await this.registryCall('PUT', path, { compatibility: mode });
+    if (res.ok) return;
+    const current = await this.registryCall('GET', path);
+    const level = current.ok
+      ? ((current.json as { compatibilityLevel?: string; compatibility?: string }).compatibilityLevel ??
+        (current.json as { compatibility?: string }).compatibility)
+      : undefined;
+    if (level === mode) return;
+    if (level !== undefined) throw new CompatibilityConflictError(subject, mode, level, res.text);
+    throw new SchemaRegistrationError(
+      subject,
+      `setting compatibility ${mode}: HTTP ${res.status} ${res.text}`,
+    );
+  }
+
+  /**
+   * One registry request with this codec's timeout. Returns status and body of any answer below 500.
+   * @throws RegistryUnavailableError on a network error, a timeout or HTTP 5xx.
+   */
+  private async registryCall(
+    method: 'GET' | 'PUT' | 'POST',
+    path: string,
+    body?: unknown,
+  ): Promise<{ ok: boolean; status: number; text: string; json: unknown }> {
     let res: Response;
     try {
-      res = await fetch(`${this.opts.registryUrl}/config/${encodeURIComponent(subject)}`, {
-        method: 'PUT',
+      res = await fetch(`${this.opts.registryUrl}${path}`, {
+        method,
         headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
-        body: JSON.stringify({ compatibility: mode }),
+        body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.opts.registryTimeoutMs ?? 5_000),
       });
     } catch (e) {
-      throw new RegistryUnavailableError(`PUT /config/${subject}`, e);
+      throw new RegistryUnavailableError(`${method} ${path}`, e);
     }
+    const text = await res.text();
     if (res.status >= 500)
-      throw new RegistryUnavailableError(`PUT /config/${subject}`, new Error(`HTTP ${res.status}`));
-    if (!res.ok)
-      throw new SchemaRegistrationError(
-        subject,
-        `setting compatibility ${mode}: HTTP ${res.status} ${await res.text()}`,
-      );
+      throw new RegistryUnavailableError(`${method} ${path}`, new Error(`HTTP ${res.status}: ${text}`));
+    let json: unknown = undefined;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      /* not JSON: callers use the text */
+    }
+    return { ok: res.ok, status: res.status, text, json };
   }
 
   /**
@@ -305,30 +342,12 @@ export class EventCodec {
 
   private async registerOnce(subject: string, schema: AvroSchema): Promise<number> {
     const path = `/subjects/${encodeURIComponent(subject)}/versions`;
-    let res: Response;
-    try {
-      res = await fetch(`${this.opts.registryUrl}${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
-        body: JSON.stringify({ schema: JSON.stringify(schema) }),
-        signal: AbortSignal.timeout(this.opts.registryTimeoutMs ?? 5_000),
-      });
-    } catch (e) {
-      throw new RegistryUnavailableError(`POST ${path}`, e);
-    }
-    const text = await res.text();
-    if (res.status >= 500)
-      throw new RegistryUnavailableError(`POST ${path}`, new Error(`HTTP ${res.status}: ${text}`));
+    const res = await this.registryCall('POST', path, { schema: JSON.stringify(schema) });
     if (!res.ok) {
-      let reason = text;
-      try {
-        reason = (JSON.parse(text) as { message?: string }).message ?? text;
-      } catch {
-        /* not JSON: keep the text */
-      }
+      let reason = (res.json as { message?: string } | undefined)?.message ?? res.text;
       if (res.status === 409) reason += await this.explainIncompatibility(subject, schema);
       throw new SchemaRegistrationError(subject, `HTTP ${res.status}: ${reason}`);
     }
-    return (JSON.parse(text) as { id: number }).id;
+    return (res.json as { id: number }).id;
   }
 }

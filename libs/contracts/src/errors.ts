@@ -12,6 +12,7 @@ export type ContractErrorCode =
   | 'UNEXPECTED_EVENT'
   | 'REGISTRY_UNAVAILABLE'
   | 'SCHEMA_REGISTRATION_REJECTED'
+  | 'COMPATIBILITY_MODE_CONFLICT'
   | 'INVALID_EVENT'
   | 'TOPIC_NOT_REGISTERED';
 
@@ -109,6 +110,25 @@ export class SchemaRegistrationError extends ContractError {
     options?: { cause?: unknown },
   ) {
     super(`the registry rejected the schema for subject ${subject}: ${registryReason}`, options);
+  }
+}
+
+/**
+ * A subject's compatibility mode could not be set because the registry holds another one for it (another service,
+ * or an operator, set a different mode at the same moment). Not retryable: the deployments disagree on the mode.
+ */
+export class CompatibilityConflictError extends ContractError {
+  readonly code = 'COMPATIBILITY_MODE_CONFLICT' as const;
+  readonly retryable = false;
+  constructor(
+    readonly subject: string,
+    readonly wanted: string,
+    readonly actual: string,
+    readonly registryAnswer: string,
+  ) {
+    super(
+      `subject ${subject} has compatibility ${actual} but this service wants ${wanted} (the registry refused to change it: ${registryAnswer})`,
+    );
   }
 }
 

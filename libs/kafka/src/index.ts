@@ -9,6 +9,16 @@ export {
   type TopicSpec,
 } from './topics';
 export { OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
+export {
+  assignCoPartitioned,
+  planCoPartitions,
+  coPartitionedAssigner,
+  encodeOwnedPartitions,
+  decodeOwnedPartitions,
+  CO_PARTITIONED_PROTOCOL,
+  type CoPartitionMember,
+  type CoPartitionedAssignment,
+} from './co-partitioned-assigner';
 export type {
   ConsumedMessage,
   HandleContext,

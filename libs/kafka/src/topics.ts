@@ -7,8 +7,12 @@ export interface TopicSpec {
   configs?: Record<string, string>;
 }
 
-/** Topics that must be co-partitioned have different partition counts. Not retryable: fix the topics. */
+/**
+ * Topics that must be co-partitioned have different partition counts (at startup, or in the group leader's
+ * co-partitioned assignment). Not retryable: fix the topics.
+ */
 export class PartitionCountMismatchError extends Error {
+  readonly code = 'PARTITION_COUNT_MISMATCH' as const;
   readonly retryable = false;
   constructor(readonly counts: Record<string, number>) {
     super(

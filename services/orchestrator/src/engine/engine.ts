@@ -12,6 +12,7 @@ import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts'
 import {
   dlqMessage,
   assertCoPartitioned,
+  coPartitionedAssigner,
   createIdempotentProducer,
   dlqTopicFor,
   ensureTopics,
@@ -147,6 +148,8 @@ export class Engine {
       sessionTimeout: this.cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS,
       heartbeatInterval: Math.floor(this.cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS / 5),
       maxWaitTimeInMs: 100,
+      // Partition p of wf.requests and of task.results on one member, sticky (round-robin splits them).
+      partitionAssigners: [coPartitionedAssigner({ ownedPartitions: () => this.assigned })],
     });
     this.consumer = c;
     c.on(c.events.GROUP_JOIN, (e) => this.onAssignment(e.payload.memberAssignment));
