@@ -1,11 +1,12 @@
 import { hostname } from 'node:os';
-import type { Consumer, EachBatchPayload, IHeaders, Kafka } from 'kafkajs';
+import { PartitionAssigners, type Consumer, type EachBatchPayload, type IHeaders, type Kafka } from 'kafkajs';
 import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow';
 import type { Logger } from '@keyflow/observability';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
 import { abortableSleep } from './sleep';
 import { subscribeWhenReady } from './topics';
+import { subscribedRoundRobinAssigner } from './subscribed-assigner';
 
 /** The partition of a message was revoked in a rebalance while it ran: its new owner redelivers it. Retryable. */
 export class PartitionRevokedError extends Error {
@@ -190,6 +191,9 @@ export class OrderedConsumer {
       maxWaitTimeInMs: this.o.fetchMaxWaitMs,
       readUncommitted: false,
       retry: { retries: 10 },
+      // Members with different subscriptions (workers of different task types) may share a group: each gets only
+      // its own topics. kafkajs's round robin stays as a fallback so a rolling upgrade from it can join.
+      partitionAssigners: [subscribedRoundRobinAssigner, PartitionAssigners.roundRobin],
     });
     this.consumer = c;
     c.on(c.events.REBALANCING, () => {

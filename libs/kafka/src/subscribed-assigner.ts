@@ -50,17 +50,18 @@ export const SUBSCRIBED_ASSIGNER = 'KeyflowSubscribedRoundRobin';
 export const subscribedRoundRobinAssigner: PartitionAssigner = ({ cluster }) => ({
   name: SUBSCRIBED_ASSIGNER,
   version: 0,
-  async assign({ members, topics }) {
+  async assign({ members }) {
+    // kafkajs hands the leader only its OWN subscription as `topics`: the group's topics are the union of what the
+    // members announced, and the leader's metadata must cover the ones it does not read itself.
+    const subscribed = members.map((m) => ({
+      memberId: m.memberId,
+      topics: AssignerProtocol.MemberMetadata.decode(m.memberMetadata)?.topics ?? [],
+    }));
+    const all = [...new Set(subscribed.flatMap((m) => m.topics))];
+    await cluster.addMultipleTargetTopics(all);
     const partitions: Record<string, number> = {};
-    for (const t of topics) partitions[t] = cluster.findTopicPartitionMetadata(t).length;
-    const assigned = assignSubscribed(
-      members.map((m) => ({
-        memberId: m.memberId,
-        topics: AssignerProtocol.MemberMetadata.decode(m.memberMetadata)?.topics ?? [],
-      })),
-      partitions,
-    );
-    return [...assigned].map(([memberId, assignment]) => ({
+    for (const t of all) partitions[t] = cluster.findTopicPartitionMetadata(t).length;
+    return [...assignSubscribed(subscribed, partitions)].map(([memberId, assignment]) => ({
       memberId,
       memberAssignment: AssignerProtocol.MemberAssignment.encode({
         version: 0,

@@ -11,7 +11,9 @@ const WORKER_FIXTURE = 'services/workers/test/fixtures/test-worker.ts';
 /**
  * One effect per logical step, end to end (issue "Scale-out"): a real orchestrator and real worker processes, every
  * handler execution counted in an append-only PostgreSQL table (<p>_exec: one row per execution, never an upsert),
- * so a second execution of a logical step shows as a second row whatever Redis says.
+ * so a second execution of a logical step shows as a second row whatever Redis says. The two worker processes
+ * (task types seq, and charge + refund) share one consumer group, as two deployments of the default group would:
+ * each must be assigned only its own topics.
  */
 describe('one effect per logical step (orchestrator and workers)', () => {
   const h = new OrchestratorHarness('one-effect');
@@ -22,7 +24,6 @@ describe('one effect per logical step (orchestrator and workers)', () => {
     TEST_TABLE_PREFIX: table,
     TEST_CREATE_TABLES: '1',
     WORKER_TASK_TYPES: types,
-    WORKER_GROUP_ID: h.ns.groupId(`workers-${types}`),
     WORKER_LEASE_MS: '3000',
   });
   let payments: ServiceProcess | undefined;
