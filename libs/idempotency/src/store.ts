@@ -8,8 +8,9 @@ import type Redis from 'ioredis';
  *  - a completion record `{ s: 'done', ok, a: <attempt>, r: <result> }` with a TTL (how long redeliveries, redrives
  *    and later attempts are answered from it);
  *  - a fence `{ s: 'fenced', by: <compensation key> }`: the step was compensated before it ran, so it never runs.
- * Every transition is one Lua script, so two workers never both acquire, and a worker whose lease expired or was
- * taken over cannot write a record (the completion write is fenced by the lease token).
+ * Every transition is one Lua script, so two workers never both acquire, and a worker whose lease was taken over
+ * cannot write a record (the completion write is fenced by the lease token; an empty key, where the lease expired
+ * in a Redis outage and nobody took it, is taken back, so an outage alone never makes a finished task run again).
  *
  * Which attempt runs: a completed record answers every attempt (the step's one effect); a failed record answers
  * its own and earlier attempts, while a later attempt (the orchestrator retrying the step) takes the lease again.
@@ -61,15 +62,21 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {'acquired', ''}
 `;
-// Renew only our own lease.
+// Renew our own lease; take it back if the key is gone (expired during a Redis outage, or Redis restarted without
+// it): nobody else holds the step then. Another holder or a record means the lease is lost.
 const RENEW = `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
 return 0
 `;
-// A fenced write: only while we still hold the lease.
+// A fenced write: while we hold the lease, or nobody holds the key; never over another holder's lease or record.
 const COMPLETE = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] or not v then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
@@ -159,7 +166,11 @@ export class IdempotencyStore<R = unknown> {
     return { state: state as 'fenced' | 'completed' };
   }
 
-  /** Extends the lease by the lease time. @returns false when the lease was lost (expired and taken over). */
+  /**
+   * Extends the lease by the lease time, taking it back if the key is gone (nobody else holds the step).
+   * @returns false when the lease was lost: another holder, a record or a fence is there now.
+   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
+   */
   async renew(lease: Lease): Promise<boolean> {
     return (
       (await this.call('renew', () =>
@@ -170,8 +181,9 @@ export class IdempotencyStore<R = unknown> {
 
   /**
    * Stores the completion record holding `result` (`ok` false for a failure, which a later attempt may overwrite),
-   * only while `lease` is still held (a fenced write).
-   * @returns false when the lease was lost (expired, or taken over): nothing was written.
+   * only while `lease` is still held or the key is empty (a fenced write: never over another holder's lease, a
+   * record or a fence).
+   * @returns false when the lease was lost to another holder: nothing was written.
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
    */
   async complete(lease: Lease, result: R, ok = true): Promise<boolean> {

@@ -51,15 +51,28 @@ describe('the Redis idempotency store', () => {
     await expect(s.begin('task-d')).resolves.toMatchObject({ state: 'acquired' });
   });
 
-  it('a holder whose lease expired, even with nobody taking it over, cannot write the record (fenced write)', async () => {
+  it('a holder whose lease expired with nobody taking it over renews and records it (an outage alone never forces a re-run)', async () => {
     const s = store(100);
     const first = await s.begin('task-e');
     if (first.state !== 'acquired') throw new Error('expected the lease');
     const redis = ns.redis();
     const key = ns.redisPrefix('idem:') + 'task-e';
     while ((await redis.exists(key)) === 1) await new Promise((r) => setTimeout(r, 20));
+    await expect(s.renew(first.lease)).resolves.toBe(true);
+    await expect(s.begin('task-e')).resolves.toMatchObject({ state: 'running' });
+    await expect(s.complete(first.lease, { out: 1 })).resolves.toBe(true);
+    await expect(s.begin('task-e')).resolves.toEqual({ state: 'completed', result: { out: 1 } });
+  });
+
+  it('a holder whose lease was taken over can neither renew nor write over a fence', async () => {
+    const s = store();
+    const first = await s.begin('task-e2');
+    if (first.state !== 'acquired') throw new Error('expected the lease');
+    const redis = ns.redis();
+    await redis.set(ns.redisPrefix('idem:') + 'task-e2', JSON.stringify({ s: 'fenced', by: 'x' }));
+    await expect(s.renew(first.lease)).resolves.toBe(false);
     await expect(s.complete(first.lease, { out: 1 })).resolves.toBe(false);
-    await expect(s.begin('task-e')).resolves.toMatchObject({ state: 'acquired' });
+    await expect(s.begin('task-e2')).resolves.toEqual({ state: 'fenced', by: 'x' });
   });
 
   it('a failed record answers its own and earlier attempts; a later attempt of the step runs again', async () => {

@@ -133,6 +133,7 @@ export class OrchestratorHarness {
   async simulateWorker(
     taskTypes: string[],
     respond: (cmd: TaskCommand) => { output: unknown } | { error: string; retryable: boolean } | undefined,
+    opts: { clockSkewMs?: number } = {},
   ): Promise<TaskCommand[]> {
     const seen: TaskCommand[] = [];
     await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
@@ -164,7 +165,12 @@ export class OrchestratorHarness {
           workerId: 'sim',
         };
         const meta = (e: 'TaskCompleted' | 'TaskFailed') =>
-          newMetadata(e, { key: cmd.runId, correlationId: cmd.runId, causationId: cmd.metadata.eventId });
+          newMetadata(e, {
+            key: cmd.runId,
+            correlationId: cmd.runId,
+            causationId: cmd.metadata.eventId,
+            occurredAt: Date.now() + (opts.clockSkewMs ?? 0), // a worker whose clock is off
+          });
         const value =
           'output' in r
             ? this.codec.encode('task.results', 'TaskCompleted', {

@@ -58,8 +58,8 @@ export class UnknownTaskTypeError extends Error {
 }
 
 /**
- * The worker lost its idempotency lease while running (a renewal found another holder, or Redis could not confirm
- * the lease within the lease time): the attempt's signal is aborted, nothing is recorded, and the command is
+ * The worker lost its idempotency lease while running (a renewal found another holder, a record or a fence on the
+ * key): the attempt's signal is aborted, nothing is recorded, and the command is
  * retried in place, where it finds the other holder's outcome or takes the lease again. Retryable.
  */
 export class LeaseLostError extends Error {

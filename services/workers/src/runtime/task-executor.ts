@@ -90,8 +90,9 @@ const workerId = `${hostname()}/${process.pid}`;
  * attempt, so a later attempt, a redrive or a run retry finds the earlier one's lease (and waits) or its completion
  * record (and re-publishes it under its own attempt number). A compensation first fences the key of the step it
  * undoes, so a command of that step still queued or redriven later is answered with StepCompensatedError and never
- * runs. A lease renewal that finds another holder, or that cannot reach Redis for a whole lease time, aborts the
- * handler's signal; so does a revoked partition.
+ * runs. A lease renewal that finds another holder aborts the handler's signal; so does a revoked partition. The
+ * signal only asks: a handler is never abandoned, and the lease is held until it settles (a handler that ignores
+ * its signal delays its key, it never runs twice at once).
  */
 export class TaskExecutor {
   private readonly policy: RetryPolicy;
@@ -178,23 +179,20 @@ export class TaskExecutor {
     if (!held) {
       // Someone else may hold the step now: publish nothing of ours; the in-place retry finds its outcome.
       this.o.metrics.leaseLost.inc({ type: cmd.taskType });
-      throw new LeaseLostError(
-        cmd.idempotencyKey,
-        'it expired or was taken over before the record was written',
-      );
+      throw new LeaseLostError(cmd.idempotencyKey, 'another holder took it before the record was written');
     }
     return this.publish(cmd, m, outcome, false);
   }
 
   /**
    * Renews `lease` every third of the lease time while the handler runs. The returned signal aborts with
-   * LeaseLostError when a renewal finds another holder, or when no renewal succeeded for a whole lease time (Redis
-   * unreachable: the lease may have expired there), so the handler stops before another worker may start.
+   * LeaseLostError when a renewal finds another holder (or a record, or a fence) on the key. A renewal that cannot
+   * reach Redis is retried at the next period and aborts nothing: while Redis is down nobody else can take the
+   * lease, and once it answers an empty key is taken back (a worker cut off from a Redis that others still reach
+   * is the one case where two may run: side effects dedupe on the idempotency key for it).
    */
   private guardLease(cmd: TaskCommand, lease: Lease, log: Logger): { signal: AbortSignal; stop: () => void } {
     const ac = new AbortController();
-    const leaseMs = this.o.store.leaseMs;
-    let confirmedAt = Date.now();
     const lose = (reason: string) => {
       if (ac.signal.aborted) return;
       this.o.metrics.leaseLost.inc({ type: cmd.taskType });
@@ -206,17 +204,12 @@ export class TaskExecutor {
     };
     const timer = setInterval(
       () => {
-        const asked = Date.now();
         this.o.store.renew(lease).then(
-          (held) =>
-            held ? (confirmedAt = asked) : lose('another holder has it (it expired and was taken over)'),
-          (err) => {
-            if (Date.now() - confirmedAt >= leaseMs) lose(`Redis unreachable for ${leaseMs} ms`);
-            else log.warn({ err }, 'lease renewal failed (Redis unavailable); retrying at the next period');
-          },
+          (held) => held || lose('another holder, a record or a fence is on the key'),
+          (err) => log.warn({ err }, 'lease renewal failed (Redis unavailable); retrying at the next period'),
         );
       },
-      Math.max(100, Math.floor(leaseMs / 3)),
+      Math.max(100, Math.floor(this.o.store.leaseMs / 3)),
     );
     return { signal: ac.signal, stop: () => clearInterval(timer) };
   }
@@ -238,20 +231,20 @@ export class TaskExecutor {
       const signal = AbortSignal.any([timeout.signal, stop]);
       const end = this.o.metrics.handlerSeconds.startTimer({ type: cmd.taskType });
       try {
-        const result = await raceAbort(
-          handler(input, {
-            runId: cmd.runId,
-            stepId: cmd.stepId,
-            taskType: cmd.taskType,
-            stepAttempt: cmd.attempt,
-            attempt,
-            idempotencyKey: cmd.idempotencyKey,
-            signal,
-            correlationId: cmd.metadata.correlationId,
-            logger: log,
-          }),
+        // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
+        // the lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler
+        // that ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
+        const result = await handler(input, {
+          runId: cmd.runId,
+          stepId: cmd.stepId,
+          taskType: cmd.taskType,
+          stepAttempt: cmd.attempt,
+          attempt,
+          idempotencyKey: cmd.idempotencyKey,
           signal,
-        );
+          correlationId: cmd.metadata.correlationId,
+          logger: log,
+        });
         end();
         this.o.metrics.attempts.inc({ type: cmd.taskType, result: 'ok' });
         this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'completed' });
@@ -431,23 +424,4 @@ function failure(
     firstFailureAt,
     lastFailureAt,
   };
-}
-
-/** Settles with the promise, or rejects with the signal's reason as soon as it aborts. */
-function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
 }

@@ -129,7 +129,7 @@ describe('one effect per logical step (worker)', () => {
     await eventually('running', () => executions(cmd.idempotencyKey), { until: (n) => n === 1 });
     // Another holder takes the key (as after an expiry in Redis): the next renewal finds it and must abort.
     const redis = new Redis(h.ns.infra.redisUrl);
-    const keys = await redis.keys(`*${cmd.idempotencyKey}`);
+    const keys = await redis.keys(`${h.prefix}*${cmd.idempotencyKey}`);
     expect(keys).toHaveLength(1);
     await redis.set(keys[0], JSON.stringify({ s: 'running', t: 'intruder', a: 1 }), 'PX', 2_000);
     redis.disconnect();
