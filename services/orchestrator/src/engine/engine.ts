@@ -8,7 +8,7 @@ import {
   type Kafka,
   type Producer,
 } from 'kafkajs';
-import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
+import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
   dlqMessage,
   assertCoPartitioned,
@@ -453,7 +453,7 @@ export class Engine {
               metadata: newMetadata('TimerFired', {
                 key: s.runId,
                 correlationId: s.runId,
-                eventId: `timer/${s.runId}/${timerId}/${t.dueAt}`,
+                eventId: derivedEventId(s.runId, `timer/${timerId}/${t.dueAt}`),
               }),
               runId: s.runId,
               timerId,
