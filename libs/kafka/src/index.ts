@@ -22,3 +22,4 @@ export { BatchingProducer } from './batching-producer';
 export { abortableSleep } from './sleep';
 export { dlqMessage, sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';
+export { watchProducer, isProducerFailure } from './producer-health';

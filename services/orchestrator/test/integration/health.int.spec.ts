@@ -6,7 +6,7 @@ jest.setTimeout(180_000);
 
 const PARTITIONS = 4;
 
-type Health = { status: string; partitions: number[]; components?: Record<string, unknown> };
+type Health = { status: string; partitions: number[]; failed: Array<{ component: string }> };
 const health = async (url: string) => {
   const r = await fetch(`${url}/health`);
   return { code: r.status, body: (await r.json()) as Health };
@@ -56,7 +56,15 @@ describe('orchestrator health and the read model', () => {
       expect(ha.code).toBe(200);
       expect(ha.body.status).toBe('ok');
       const metrics = await (await fetch(`${ua}/metrics`)).text();
-      expect(metrics).toMatch(/orchestrator_read_model_snapshots_skipped_total\{[^}]*\} 8/);
+      const skipped = [
+        ...metrics.matchAll(/orchestrator_read_model_snapshots_skipped_total\{([^}]*)\} (\d+)/g),
+      ];
+      // 4 undecodable records and 4 snapshots whose state is not JSON, each counted under its reason
+      expect(skipped.map((m) => [m[1].match(/reason="([^"]+)"/)?.[1], Number(m[2])]).sort()).toEqual([
+        ['state not JSON', 4],
+        ['undecodable', 4],
+      ]);
+      expect(ha.body).toMatchObject({ readModel: { snapshotsSkipped: 8 }, failed: [] });
 
       // A second instance reads the same topic from the start, takes partitions over (barriers), and answers.
       const b = await h.startOrchestrator({ ORCHESTRATOR_PARTITIONS: String(PARTITIONS) });
