@@ -1,96 +1,24 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import Redis from 'ioredis';
-import { TestNamespace } from '@keyflow/testing';
+import {
+  freePort,
+  OwnRedisServer,
+  REDIS_AOF_ARGS,
+  REDIS_NO_PERSISTENCE_ARGS,
+  TestNamespace,
+} from '@keyflow/testing';
 import { checkRedisPersistence, IdempotencyStore } from '../../src';
 
-/** A redis-server (from PATH) this test owns: its own port and data dir, so it can be stopped and started again. */
-class OwnRedis {
-  proc?: ChildProcess;
-  constructor(
-    readonly dir: string,
-    readonly port: number,
-    private readonly args: string[],
-  ) {}
-
-  get url(): string {
-    return `redis://127.0.0.1:${this.port}`;
-  }
-
-  /** Starts it and resolves once it logs "Ready to accept connections" (AOF loaded). */
-  start(): Promise<void> {
-    const p = spawn(
-      'redis-server',
-      [
-        '--bind',
-        '127.0.0.1',
-        '--port',
-        String(this.port),
-        '--dir',
-        this.dir,
-        '--daemonize',
-        'no',
-        ...this.args,
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    this.proc = p;
-    return new Promise((resolve, reject) => {
-      let out = '';
-      p.stdout!.on('data', (b: Buffer) => {
-        out += b.toString();
-        if (out.includes('Ready to accept connections')) resolve();
-      });
-      p.once('exit', (code) =>
-        reject(new Error(`redis-server exited (${code}) before it was ready:\n${out}`)),
-      );
-      p.once('error', reject);
-    });
-  }
-
-  /** SIGTERM (Redis fsyncs the AOF and exits) and waits for the exit. */
-  stop(): Promise<void> {
-    const p = this.proc;
-    if (!p || p.exitCode !== null || p.signalCode !== null) return Promise.resolve();
-    return new Promise((resolve) => {
-      p.once('exit', () => resolve());
-      p.kill('SIGTERM');
-    });
-  }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-const AOF = ['--appendonly', 'yes', '--appendfsync', 'everysec', '--save', ''];
+const AOF = REDIS_AOF_ARGS;
 const client = (url: string) => new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: false });
 
 describe('idempotency records on a persistent Redis', () => {
-  const dirs: string[] = [];
-  const servers: OwnRedis[] = [];
-  const own = async (args: string[]) => {
-    const dir = mkdtempSync(join(tmpdir(), 'keyflow-redis-'));
-    dirs.push(dir);
-    const r = new OwnRedis(dir, await freePort(), args);
+  const servers: OwnRedisServer[] = [];
+  const own = async (args: readonly string[]) => {
+    const r = await OwnRedisServer.start(args);
     servers.push(r);
-    await r.start();
     return r;
   };
-  afterAll(async () => {
-    await Promise.all(servers.map((s) => s.stop()));
-    dirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
-  });
+  afterAll(() => Promise.all(servers.map((s) => s.remove())));
 
   it('a completion record survives a Redis restart on AOF: begin answers completed with the stored result', async () => {
     const server = await own(AOF);
@@ -114,7 +42,7 @@ describe('idempotency records on a persistent Redis', () => {
   });
 
   it('without persistence the same restart forgets the record (what the AOF test guards against)', async () => {
-    const server = await own(['--appendonly', 'no', '--save', '']);
+    const server = await own(REDIS_NO_PERSISTENCE_ARGS);
     let redis = client(server.url);
     const store = new IdempotencyStore<{ out: number }>(redis, { keyPrefix: 'volatile:' });
     const first = await store.begin('k');
@@ -143,7 +71,7 @@ describe('idempotency records on a persistent Redis', () => {
 
   it('the persistence check works where CONFIG is refused (as on managed Redis), from INFO alone', async () => {
     const aof = await own([...AOF, '--rename-command', 'CONFIG', '']);
-    const none = await own(['--appendonly', 'no', '--save', '', '--rename-command', 'CONFIG', '']);
+    const none = await own([...REDIS_NO_PERSISTENCE_ARGS, '--rename-command', 'CONFIG', '']);
     const a = client(aof.url);
     const n = client(none.url);
     await expect(checkRedisPersistence(a)).resolves.toMatchObject({
