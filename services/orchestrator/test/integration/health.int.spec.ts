@@ -82,4 +82,26 @@ describe('orchestrator health and the read model', () => {
       await h.teardown();
     }
   });
+
+  it('an engine consumer that crashes for good (the broker refuses its session timeout) turns /health 503 naming it, and the process exits 1', async () => {
+    const h = new OrchestratorHarness('orch-crash');
+    try {
+      // Above the broker's group.max.session.timeout.ms (30 min by default): JoinGroup answers INVALID_SESSION_TIMEOUT,
+      // which kafkajs does not retry: its consumer crashes without restart.
+      const p = await h.startOrchestrator({
+        ORCHESTRATOR_PARTITIONS: String(PARTITIONS),
+        ORCHESTRATOR_SESSION_TIMEOUT_MS: String(31 * 60_000),
+        KEYFLOW_FATAL_EXIT_DELAY_MS: '15000',
+      });
+      const url = await p.ready;
+      const r = await health(url);
+      expect(r.code).toBe(503);
+      expect(r.body.status).toBe('unhealthy');
+      expect(r.body.failed.map((f) => f.component)).toEqual(['engine consumer']);
+      await expect(p.exited).resolves.toBe(1);
+      expect(p.logs.some((l) => l.includes('"engine consumer failed for good; exiting"'))).toBe(true);
+    } finally {
+      await h.teardown();
+    }
+  });
 });

@@ -6,10 +6,10 @@ jest.setTimeout(120_000);
 type Health = {
   status: string;
   idempotency: { durable: boolean | null; reason: string };
-  failed: unknown[];
+  failed: Array<{ component: string }>;
 };
 
-describe("a worker's /health about its idempotency store", () => {
+describe("a worker's /health", () => {
   const h = new WorkerHarness('worker-health');
   const servers: OwnRedisServer[] = [];
   beforeAll(() => h.setup(['seq']));
@@ -50,5 +50,20 @@ describe("a worker's /health about its idempotency store", () => {
     expect(code).toBe(200);
     expect(body.idempotency).toMatchObject({ durable: true, aof: true });
     expect(w.logs.some((l) => l.includes('persists nothing'))).toBe(false);
+  });
+
+  it('a task consumer that crashes for good (the broker refuses its session timeout) turns /health 503 naming it, and the process exits 1', async () => {
+    // Above the broker's group.max.session.timeout.ms (30 min by default): JoinGroup answers INVALID_SESSION_TIMEOUT,
+    // which kafkajs does not retry.
+    const w = await h.startWorker({
+      WORKER_SESSION_TIMEOUT_MS: String(31 * 60_000),
+      KEYFLOW_FATAL_EXIT_DELAY_MS: '15000',
+    });
+    const r = await fetch(`${await w.ready}/health`);
+    expect(r.status).toBe(503);
+    const body = (await r.json()) as Health;
+    expect(body.status).toBe('unhealthy');
+    expect(body.failed.map((f) => f.component)).toEqual(['task consumer']);
+    await expect(w.exited).resolves.toBe(1);
   });
 });
