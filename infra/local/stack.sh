@@ -12,7 +12,11 @@
 # Settings (environment):
 #   KAFKA_VERSION (4.1.1)  KAFKA_PORT (9092)  KAFKA_CONTROLLER_PORT (9093)  KAFKA_HEAP_OPTS (-Xms256m -Xmx512m)
 #   APICURIO_VERSION (3.0.9)  REGISTRY_PORT (8081)  REGISTRY_MANAGEMENT_PORT (9001)  REGISTRY_HEAP_OPTS (-Xms128m -Xmx512m)
-#   REDIS_URL (redis://127.0.0.1:6379)  started here only if nothing answers PING there
+#   KEYFLOW_REDIS_PORT or REDIS_PORT (6390)  the Redis this script starts for idempotency records, with AOF
+#     (appendonly yes, appendfsync everysec; data in <run dir>/redis/data), so completion records survive a restart
+#   REDIS_URL (redis://127.0.0.1:<KEYFLOW_REDIS_PORT>)  set it to use another Redis: it is then reused when it
+#     answers PING (its persistence is its own business; the workers warn when it persists nothing), and started
+#     here with AOF on its host:port otherwise
 #   POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test)  the workers' tests and the ETL sink; the machine's
 #     cluster is started (pg_ctlcluster) if it is installed and down
 #   KEYFLOW_CACHE_DIR (${XDG_CACHE_HOME:-~/.cache}/keyflow)  downloaded artifacts, shared by every clone
@@ -29,7 +33,10 @@ APICURIO_VERSION="${APICURIO_VERSION:-3.0.9}"
 REGISTRY_PORT="${REGISTRY_PORT:-8081}"
 REGISTRY_MANAGEMENT_PORT="${REGISTRY_MANAGEMENT_PORT:-9001}"
 REGISTRY_HEAP_OPTS="${REGISTRY_HEAP_OPTS:--Xms128m -Xmx512m}"
-REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+REDIS_PORT="${KEYFLOW_REDIS_PORT:-${REDIS_PORT:-6390}}"
+# Given by the user: reused when it answers. Not given: this script's own AOF Redis on REDIS_PORT.
+REDIS_URL_GIVEN="${REDIS_URL:+1}"
+REDIS_URL="${REDIS_URL:-redis://127.0.0.1:$REDIS_PORT}"
 POSTGRES_URL="${POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 CACHE_DIR="${KEYFLOW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/keyflow}"
 RUN_DIR="${KEYFLOW_RUN_DIR:-$HERE/.run}"
@@ -223,9 +230,15 @@ redis_ping() {
   [[ "$r" == *PONG* || "$r" == *NOAUTH* ]]
 }
 
+# The Redis this script started is the one REDIS_URL names (it records the URL next to the pid).
+redis_ours() { alive redis && [[ "$(cat "$RUN_DIR/redis.url" 2>/dev/null)" == "$REDIS_URL" ]]; }
+
 redis_up() {
+  if redis_ours && redis_ping; then log "redis already running (pid $(pid_of redis)) at $REDIS_URL"; return 0; fi
   if redis_ping; then
-    alive redis && log "redis already running (pid $(pid_of redis))" || log "redis answers at $REDIS_URL: reusing it"
+    # A Redis this script did not start: reuse it only when the user named it in REDIS_URL.
+    [[ -n "$REDIS_URL_GIVEN" ]] || die "port $(redis_port) answers as a Redis this script did not start; stop it, or set KEYFLOW_REDIS_PORT, or name it in REDIS_URL to reuse it"
+    log "redis answers at $REDIS_URL (given in REDIS_URL): reusing it"
     return 0
   fi
   if ! command -v redis-server >/dev/null; then
@@ -233,23 +246,28 @@ redis_up() {
       log "redis-server not installed: installing Debian's package"
       (apt-get install -y -q redis-server >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null; }) \
         || die "could not install redis-server"
-      redis_ping && { log "redis answers at $REDIS_URL after install: reusing it"; return 0; }
+      # Debian's package may start its own service on 6379; this script's Redis is a separate process below.
+      if [[ -n "$REDIS_URL_GIVEN" ]] && redis_ping; then log "redis answers at $REDIS_URL after install: reusing it"; return 0; fi
     else
-      die "nothing answers at $REDIS_URL and redis-server is not installed"
+      die "nothing answers at $REDIS_URL and redis-server is not installed (Debian: apt-get install redis-server)"
     fi
   fi
-  local dir="$RUN_DIR/redis"; mkdir -p "$dir"
-  log "starting redis on $(redis_host):$(redis_port)"
-  setsid nohup redis-server --bind "$(redis_host)" --port "$(redis_port)" --save "" --appendonly no --dir "$dir" \
-    --daemonize no >"$dir/redis.log" 2>&1 </dev/null &
+  local dir="$RUN_DIR/redis"; mkdir -p "$dir/data"
+  [[ -f "$dir/redis.log" ]] && mv -f "$dir/redis.log" "$dir/redis.log.prev"
+  log "starting redis on $(redis_host):$(redis_port) with AOF (appendfsync everysec) in $dir/data"
+  # AOF, fsync every second: a completion record survives a Redis restart or crash (at most ~1 s of writes is lost
+  # on a machine crash). https://redis.io/docs/latest/operate/oss_and_stack/management/persistence/
+  setsid nohup redis-server --bind "$(redis_host)" --port "$(redis_port)" --dir "$dir/data" \
+    --appendonly yes --appendfsync everysec --save "" --daemonize no >"$dir/redis.log" 2>&1 </dev/null &
   echo $! >"$RUN_DIR/redis.pid"
+  echo "$REDIS_URL" >"$RUN_DIR/redis.url"
   local t0=$SECONDS
   until redis_ping; do
     alive redis || fail_start redis "$dir/redis.log" "process exited"
     (( SECONDS - t0 > 20 )) && fail_start redis "$dir/redis.log" "no PONG after 20s"
     sleep 0.1
   done
-  log "redis ready at $REDIS_URL"
+  log "redis ready at $REDIS_URL (AOF in $dir/data)"
 }
 
 # ---------- postgres ----------
@@ -288,7 +306,8 @@ cmd_up() {
 cmd_down() {
   stop_pid registry 20
   stop_pid kafka 30
-  stop_pid redis 10
+  stop_pid redis 10 # SIGTERM: Redis fsyncs its AOF and exits
+  rm -f "$RUN_DIR/redis.url"
   if [[ -f "$RUN_DIR/postgres.started" ]]; then
     log "stopping the PostgreSQL cluster started here"
     pg_ctlcluster --skip-systemctl-redirect "$(cat "$RUN_DIR/postgres.started")" main stop || true
@@ -304,7 +323,10 @@ cmd_status() {
     case "$name" in
       kafka) port_open 127.0.0.1 "$KAFKA_PORT" && s="$s, answering on 127.0.0.1:$KAFKA_PORT" ;;
       registry) registry_ready && s="$s, answering at $(registry_url)" ;;
-      redis) redis_ping && s="$s, answering at $REDIS_URL" ;;
+      redis)
+        alive redis && s="$s at $(cat "$RUN_DIR/redis.url" 2>/dev/null)"
+        redis_ping && s="$s, answering at $REDIS_URL"
+        redis_ours && s="$s, AOF in $RUN_DIR/redis/data" ;;
     esac
     printf '%-9s %s\n' "$name" "$s"
   done

@@ -6,6 +6,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export KEYFLOW_RUN_DIR="$(mktemp -d)" KAFKA_PORT="${VERIFY_KAFKA_PORT:-29092}" KAFKA_CONTROLLER_PORT="${VERIFY_CONTROLLER_PORT:-29093}"
 export REGISTRY_PORT="${VERIFY_REGISTRY_PORT:-28081}" REGISTRY_MANAGEMENT_PORT="${VERIFY_REGISTRY_MANAGEMENT_PORT:-29001}"
+export KEYFLOW_REDIS_PORT="${VERIFY_REDIS_PORT:-26390}"
 trap '"$HERE/stack.sh" down --purge >/dev/null 2>&1 || true' EXIT
 CACHE="${KEYFLOW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/keyflow}/kafka-${KAFKA_VERSION:-4.1.1}/libs"
 tool() { java -Dlog4j2.configurationFile="$HERE/tools-log4j2.properties" -cp "$CACHE/*" "$@"; }

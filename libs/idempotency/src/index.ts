@@ -1,2 +1,3 @@
 export { IdempotencyStore, IdempotencyStoreUnavailableError } from './store';
 export type { BeginResult, Lease, IdempotencyStoreOptions } from './store';
+export { checkRedisPersistence, type RedisPersistence } from './persistence';

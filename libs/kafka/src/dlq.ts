@@ -92,8 +92,23 @@ export interface RedriveReport {
 /**
  * Re-publishes the DLQ records that match `filter` to their original topic, with their original key, bytes
  * and headers (so the idempotency key inside the payload is kept), minus the triage headers, plus
- * `x-dlq-redrive-count`. Reads the DLQ from the beginning up to its end offsets at the start of the call, at most
- * `ratePerSec` records per second. Records may be redriven more than once; the idempotency layer makes that safe.
+ * `x-dlq-redrive-count`. Reads the DLQ (read_committed) from the beginning up to its last stable offsets at the start
+ * of the call, at most `ratePerSec` records per second, then returns. Records may be redriven more than once; the
+ * idempotency layer makes that safe.
+ *
+ * Transactional DLQs (the orchestrator writes wf.requests.dlq and task.results.dlq inside its transactions): the
+ * log holds commit and abort markers and aborted records, none of which a read_committed consumer is given, and a
+ * transaction still open hides everything after its first record. So:
+ *  - the end of each partition is its last stable offset (LSO): kafkajs's `admin.fetchTopicOffsets` sends
+ *    ListOffsets v2+ with isolation_level READ_COMMITTED (the default of requests/listOffsets in kafkajs 2.2.4 when
+ *    the admin's cluster sets none), which the broker answers with the LSO, not the high watermark
+ *    (KIP-98, https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging);
+ *  - the position reached counts every offset fetched, given or not: the consumer's END_BATCH_PROCESS event carries
+ *    the batch's `lastOffset`, the last offset of the raw fetched records including control records and aborted
+ *    ones (kafkajs consumer/batch.js `lastOffset()`; the runner emits the event also for a batch that held only
+ *    markers or aborted records, consumer/runner.js `isEmptyDueToFiltering`). A partition is done when that position
+ *    reaches its end, so the redrive no longer waits for a marker's offset that is never delivered.
+ * @throws whatever the consumer or producer throws (kafkajs errors)
  */
 export async function redrive(
   kafka: Kafka,
@@ -119,6 +134,15 @@ export async function redrive(
   await consumer.connect();
   await consumer.subscribe({ topic: dlqTopic, fromBeginning: true });
   await new Promise<void>((resolve, reject) => {
+    /** Everything below `next` in `partition` was fetched (delivered, aborted or a marker). */
+    const reached = (partition: number, next: bigint) => {
+      const end = remaining.get(partition);
+      if (end !== undefined && next >= end) remaining.delete(partition);
+      if (remaining.size === 0) resolve();
+    };
+    consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+      if (payload.topic === dlqTopic) reached(payload.partition, BigInt(payload.lastOffset) + 1n);
+    });
     consumer
       .run({
         autoCommit: false,
@@ -148,8 +172,7 @@ export async function redrive(
             report.moved++;
             report.byTopic[original] = (report.byTopic[original] ?? 0) + 1;
           } else report.skipped++;
-          if (BigInt(message.offset) + 1n >= end) remaining.delete(partition);
-          if (remaining.size === 0) resolve();
+          reached(partition, BigInt(message.offset) + 1n);
         },
       })
       .catch(reject);

@@ -38,3 +38,4 @@ export {
   SUBSCRIBED_ASSIGNER,
   type SubscribedMember,
 } from './subscribed-assigner';
+export { watchProducer, isProducerFailure } from './producer-health';

@@ -15,3 +15,9 @@ export {
   traceToHeaders,
   type TraceContext,
 } from './trace';
+export {
+  ComponentHealth,
+  exitOnComponentFailure,
+  FATAL_EXIT_DELAY_MS,
+  type ComponentFailure,
+} from './health';

@@ -2,3 +2,4 @@ export { testInfra, infraFromEnv, InfraUnavailableError, ENV_KEYS, type InfraEnd
 export { dockerAvailable, startContainers, type StartedInfra } from './containers';
 export { TestNamespace } from './namespace';
 export { eventually, Collector, AwaitTimeoutError } from './await';
+export { OwnRedisServer, freePort, REDIS_AOF_ARGS, REDIS_NO_PERSISTENCE_ARGS } from './redis-server';

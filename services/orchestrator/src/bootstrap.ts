@@ -3,13 +3,19 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { EventCodec } from '@keyflow/contracts';
-import { createIdempotentProducer, createKafka } from '@keyflow/kafka';
-import { createLogger, createMetricsRegistry } from '@keyflow/observability';
+import { createIdempotentProducer, createKafka, watchProducer } from '@keyflow/kafka';
+import {
+  ComponentHealth,
+  createLogger,
+  createMetricsRegistry,
+  exitOnComponentFailure,
+} from '@keyflow/observability';
 import type { WorkflowDefinition } from '@keyflow/workflow';
 import { loadOrchestratorConfig } from './config';
 import { Engine } from './engine/engine';
 import { orchestratorMetrics } from './engine/metrics';
 import { RunReadModel } from './engine/read-model';
+import { COMPONENTS } from './engine/components';
 import { Scheduler, type ScheduleDef } from './engine/scheduler';
 import { HealthController, METRICS_REGISTRY } from './api/health.controller';
 import { RunsController, WEBHOOK_SECRET } from './api/runs.controller';
@@ -18,8 +24,10 @@ import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
 
 /**
  * Starts an orchestrator instance: the read model (all of wf.state), the engine (its share of the partitions) and
- * the HTTP API (OpenAPI at /docs, /health, /metrics). SIGTERM/SIGINT close it and exit 0; a crashed engine
- * consumer makes /health answer 503.
+ * the HTTP API (OpenAPI at /docs, /health, /metrics). SIGTERM/SIGINT close it and exit 0. When a part fails for
+ * good (the engine's consumer crashes, its producer or the API's fails, the read model's consumer crashes), /health
+ * answers 503 naming it and the process exits 1 shortly after (KEYFLOW_FATAL_EXIT_DELAY_MS), so a supervisor
+ * restarts it.
  */
 export async function bootstrapOrchestrator(
   definitions: WorkflowDefinition[] = [],
@@ -40,19 +48,20 @@ export async function bootstrapOrchestrator(
     registryUrl: cfg.SCHEMA_REGISTRY_URL,
     topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
   });
+  const health = new ComponentHealth();
+  exitOnComponentFailure(health, logger);
   const readModel = new RunReadModel(
     kafka,
     codec,
     `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
     logger,
+    { health, skipped: metrics.snapshotsSkipped },
   );
-  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics);
-  engine.onCrash((err) => {
-    logger.fatal({ err }, 'engine consumer crashed for good; exiting');
-    process.exit(1);
-  });
+  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health);
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
-  const producer = createIdempotentProducer(kafka);
+  const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
+    health.fail(COMPONENTS.apiProducer, err),
+  );
   await producer.connect();
   const runs = new RunsService(codec, producer, workflows, readModel);
   const scheduler = new Scheduler(
@@ -80,6 +89,7 @@ export async function bootstrapOrchestrator(
           { provide: Engine, useValue: engine },
           { provide: RunReadModel, useValue: readModel },
           { provide: METRICS_REGISTRY, useValue: registry },
+          { provide: ComponentHealth, useValue: health },
           { provide: WEBHOOK_SECRET, useValue: cfg.WEBHOOK_SECRET },
         ],
       };

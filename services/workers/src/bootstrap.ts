@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { Module, type DynamicModule, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { createLogger, createMetricsRegistry } from '@keyflow/observability';
+import { createLogger, createMetricsRegistry, exitOnComponentFailure } from '@keyflow/observability';
 import { loadWorkerConfig, type WorkerConfig } from './config';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
@@ -12,7 +12,9 @@ import { BlobStore } from './runtime/blob-store';
 /**
  * Starts a worker: an HTTP app (GET /health, GET /metrics) with the Kafka task transport connected as a
  * microservice. `handlers` are the NestJS providers whose methods carry @TaskHandler.
- * Exits non-zero when the consumer crashes for good, so a supervisor restarts it (it never sits alive and idle).
+ * When the consumer crashes for good or the result producer fails for good, /health answers 503 naming it and the
+ * process exits 1 shortly after (KEYFLOW_FATAL_EXIT_DELAY_MS), so a supervisor restarts it (it never sits alive and
+ * idle). Warns at startup when the idempotency store's Redis persists nothing (/health says so too).
  */
 export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJS.ProcessEnv = process.env) {
   const cfg: WorkerConfig = loadWorkerConfig(env);
@@ -57,10 +59,7 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
       );
     });
   }
-  transport.onCrash((err) => {
-    logger.fatal({ err }, 'consumer crashed for good; exiting');
-    process.exit(1);
-  });
+  exitOnComponentFailure(transport.health, logger);
   await app.startAllMicroservices();
   await app.listen(cfg.WORKER_HTTP_PORT, '127.0.0.1');
   const url = await app.getUrl();

@@ -11,13 +11,22 @@ export class HealthController {
     @Inject(METRICS_REGISTRY) private readonly registry: Registry,
   ) {}
 
-  /** 200 with consumer figures while the group member is alive; 503 once it crashed or before it started. */
+  /**
+   * 200 `{ status: 'ok', stats, idempotency: { durable, reason }, failed: [] }` while the group member and the
+   * result producer are alive; 503 with `status: 'unhealthy'` and `failed` naming what stopped for good (component,
+   * error, code, at in ms since epoch), or before the consumer started. `idempotency.durable: false` (a Redis that
+   * persists nothing) is reported, not unhealthy: the worker still works, with weaker redelivery guarantees.
+   */
   @Get('health')
   health() {
-    const stats = this.transport.stats();
+    const body = {
+      stats: this.transport.stats(),
+      idempotency: this.transport.idempotency(),
+      failed: this.transport.health.failures(),
+    };
     if (!this.transport.healthy())
-      throw new HttpException({ status: 'unhealthy', stats }, HttpStatus.SERVICE_UNAVAILABLE);
-    return { status: 'ok', stats };
+      throw new HttpException({ status: 'unhealthy', ...body }, HttpStatus.SERVICE_UNAVAILABLE);
+    return { status: 'ok', ...body };
   }
 
   @Get('metrics')

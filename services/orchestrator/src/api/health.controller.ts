@@ -1,6 +1,6 @@
 import { Controller, Get, Header, HttpException, Inject } from '@nestjs/common';
 import { ApiExcludeController } from '@nestjs/swagger';
-import type { Registry } from '@keyflow/observability';
+import { ComponentHealth, type Registry } from '@keyflow/observability';
 import { Engine } from '../engine/engine';
 import { RunReadModel } from '../engine/read-model';
 
@@ -13,12 +13,27 @@ export class HealthController {
     @Inject(Engine) private readonly engine: Engine,
     @Inject(RunReadModel) private readonly readModel: RunReadModel,
     @Inject(METRICS_REGISTRY) private readonly registry: Registry,
+    @Inject(ComponentHealth) private readonly components: ComponentHealth,
   ) {}
 
+  /**
+   * 200 `{ status: 'ok', partitions, runsKnown, readModel: { snapshotsRead, snapshotsSkipped }, failed: [] }`, or
+   * 503 with `status: 'unhealthy'` and `failed` naming each part that stopped for good (component, error, code, at
+   * in ms since epoch): the engine's consumer or producer, the read model, the API's producer.
+   */
   @Get('health')
   health() {
-    const body = { partitions: this.engine.ownedPartitions(), runsKnown: this.readModel.size };
-    if (!this.engine.healthy()) throw new HttpException({ status: 'unhealthy', ...body }, 503);
+    const body = {
+      partitions: this.engine.ownedPartitions(),
+      runsKnown: this.readModel.size,
+      readModel: {
+        snapshotsRead: this.readModel.snapshotsRead,
+        snapshotsSkipped: this.readModel.snapshotsSkipped,
+      },
+      failed: this.components.failures(),
+    };
+    if (!this.engine.healthy() || !this.readModel.healthy() || !this.components.healthy)
+      throw new HttpException({ status: 'unhealthy', ...body }, 503);
     return { status: 'ok', ...body };
   }
 

@@ -8,7 +8,7 @@ import {
   type Kafka,
   type Producer,
 } from 'kafkajs';
-import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
+import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
   dlqMessage,
   assertCoPartitioned,
@@ -18,21 +18,31 @@ import {
   ensureTopics,
   header,
   subscribeWhenReady,
+  watchProducer,
   type TopicSpec,
 } from '@keyflow/kafka';
-import type { Logger } from '@keyflow/observability';
+import { ComponentHealth, type Logger } from '@keyflow/observability';
 import { dueTimers, reduce, TERMINAL, type RunState } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import { encodeOutputs, toWorkflowInput, type OutputRecord } from './mapping';
 import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
+import { COMPONENTS } from './components';
+
+/**
+ * Failed take-overs of one partition in a row (each replaces its transactional producer) after which the engine's
+ * producer counts as failed for good: /health goes 503 and the process exits, instead of retrying forever.
+ */
+export const MAX_CONSECUTIVE_TAKEOVER_FAILURES = 5;
 
 interface OwnedPartition {
   partition: number;
   producer: Producer;
   runs: Map<string, RunState>;
   ready: Promise<void>;
+  /** Failed take-overs or transactions of this partition since its last commit (carried over by a re-take-over). */
+  failures: number;
   /** Serialises the batches of wf.requests and task.results of this partition (one transaction at a time). */
   lock: Promise<void>;
   revoked: boolean;
@@ -73,6 +83,8 @@ export class Engine {
     private readonly readModel: RunReadModel,
     private readonly logger: Logger,
     private readonly metrics: OrchestratorMetrics,
+    /** Where consumer and producer failures for good are reported (COMPONENTS.engineConsumer / engineProducer). */
+    readonly health: ComponentHealth = new ComponentHealth(),
   ) {}
 
   /** Logical topics the engine reads and writes, with the task topics its definitions use. */
@@ -109,8 +121,9 @@ export class Engine {
     this.crashListeners.push(listener);
   }
 
+  /** False before start and once the consumer crashed or a producer failed for good. */
   healthy(): boolean {
-    return this.consumer !== undefined && !this.crashed;
+    return this.consumer !== undefined && !this.crashed && this.health.healthy;
   }
 
   ownedPartitions(): number[] {
@@ -139,7 +152,9 @@ export class Engine {
     }
     await this.codec.registerTopics(specs.filter((s) => !s.topic.endsWith('.dlq')).map((s) => s.topic));
     await this.readModel.start(); // before consuming: take-overs wait for it to read their barriers
-    this.timerProducer = createIdempotentProducer(this.kafka);
+    this.timerProducer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
+      this.health.fail(COMPONENTS.engineProducer, err),
+    );
     await this.timerProducer.connect();
 
     const c = this.kafka.consumer({
@@ -157,6 +172,7 @@ export class Engine {
       this.logger.error({ err: e.payload.error, restart: e.payload.restart }, 'engine consumer crashed');
       if (!e.payload.restart) {
         this.crashed = e.payload.error;
+        this.health.fail(COMPONENTS.engineConsumer, e.payload.error);
         this.crashListeners.forEach((l) => l(e.payload.error));
       }
     });
@@ -200,7 +216,7 @@ export class Engine {
   }
 
   /** Fences the previous owner, writes a barrier, restores the partition's runs once the barrier is read. */
-  private takeOver(partition: number): void {
+  private takeOver(partition: number, failures = 0): void {
     const producer = this.kafka.producer({
       transactionalId: `${this.cfg.ORCHESTRATOR_GROUP_ID}-p${partition}`,
       createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as Java: run-keyed topics stay co-partitioned
@@ -214,6 +230,7 @@ export class Engine {
       producer,
       runs: new Map(),
       ready: Promise.resolve(),
+      failures,
       lock: Promise.resolve(),
       revoked: false,
     };
@@ -246,7 +263,7 @@ export class Engine {
     })();
     o.ready.catch((err) => {
       this.logger.error({ err, partition }, 'partition take-over failed; retrying');
-      this.retakeOver(o);
+      this.retakeOver(o, err);
     });
     this.owned.set(partition, o);
   }
@@ -255,13 +272,24 @@ export class Engine {
    * Replaces a partition's producer and restores it again (after a failed take-over, or a transaction error that
    * may leave the kafkajs producer unusable). Its batches are redelivered meanwhile: nothing was resolved.
    */
-  private retakeOver(o: OwnedPartition): void {
+  private retakeOver(o: OwnedPartition, err: unknown): void {
     if (this.owned.get(o.partition) !== o || this.stopping) return;
     this.owned.delete(o.partition);
     void o.producer.disconnect().catch(() => undefined);
+    const failures = o.failures + 1;
+    if (failures >= MAX_CONSECUTIVE_TAKEOVER_FAILURES) {
+      this.health.fail(
+        COMPONENTS.engineProducer,
+        new Error(
+          `partition ${o.partition}: ${failures} take-overs or transactions failed in a row; last: ${(err as Error)?.message ?? String(err)}`,
+          { cause: err },
+        ),
+      );
+      return;
+    }
     setTimeout(() => {
       if (!this.stopping && !this.owned.has(o.partition) && this.assigned.has(o.partition))
-        this.takeOver(o.partition);
+        this.takeOver(o.partition, failures);
     }, 1_000).unref();
   }
 
@@ -425,10 +453,11 @@ export class Engine {
         { err, topic: batch.topic, partition: batch.partition },
         'transaction aborted; the batch will be redelivered',
       );
-      this.retakeOver(o); // a failed commit or abort can leave the kafkajs producer unusable
+      this.retakeOver(o, err); // a failed commit or abort can leave the kafkajs producer unusable
       throw err;
     }
     // Only now does the in-memory state move on.
+    o.failures = 0;
     for (const [id, s] of overlay) o.runs.set(id, s);
     p.resolveOffset(batch.lastOffset());
     this.metrics.transitions.inc(transitions);
@@ -459,7 +488,7 @@ export class Engine {
               metadata: newMetadata('TimerFired', {
                 key: s.runId,
                 correlationId: s.runId,
-                eventId: `timer/${s.runId}/${timerId}/${t.dueAt}`,
+                eventId: derivedEventId(s.runId, `timer/${timerId}/${t.dueAt}`),
               }),
               runId: s.runId,
               timerId,

@@ -1,4 +1,4 @@
-import { newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
+import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
 import type { CommandSpec, LifecycleSpec, RunState, WorkflowInput } from '@keyflow/workflow';
 
@@ -78,8 +78,8 @@ export function toWorkflowInput(
   }
 }
 
-/** Deterministic output event ids: re-processing one input (after an aborted transaction) yields the same ids. */
-const outId = (causation: string, i: number) => `${causation}/${i}`;
+/** Name of the snapshot's id derived from its input's id (outputs use their index 0, 1, ...). */
+const SNAPSHOT_ID_NAME = 'snapshot';
 
 export interface OutputRecord {
   topic: string;
@@ -102,7 +102,8 @@ export function encodeOutputs(
       key,
       correlationId: state.runId,
       causationId: cause.eventId,
-      eventId: outId(cause.eventId, i++),
+      // Deterministic: re-processing one input (after an aborted transaction) yields the same ids.
+      eventId: derivedEventId(cause.eventId, i++),
       occurredAt: cause.at,
       traceparent: cause.traceparent,
       tracestate: cause.tracestate,
@@ -157,7 +158,7 @@ export function encodeSnapshot(
       key: state.runId,
       correlationId: state.runId,
       causationId: cause.eventId,
-      eventId: `${cause.eventId}/snapshot`,
+      eventId: derivedEventId(cause.eventId, SNAPSHOT_ID_NAME),
       occurredAt: cause.at,
     }),
     runId: state.runId,

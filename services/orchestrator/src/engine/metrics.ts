@@ -7,6 +7,7 @@ export interface OrchestratorMetrics {
   ignored: Counter<'reason'>;
   timersFired: Counter;
   restores: Counter;
+  snapshotsSkipped: Counter<'reason'>;
   dlq: Counter;
   runSeconds: Histogram<'status'>;
 }
@@ -38,6 +39,12 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       'orchestrator_partition_restores_total',
       'Partitions restored from wf.state on assignment.',
     ),
+    snapshotsSkipped: metric.counter(
+      r,
+      'orchestrator_read_model_snapshots_skipped_total',
+      'wf.state records the read model skipped: undecodable, a state that is not JSON or not a run.',
+      ['reason'],
+    ) as Counter<'reason'>,
     dlq: metric.counter(
       r,
       'orchestrator_dlq_total',

@@ -1,11 +1,31 @@
 import type { Consumer, Kafka } from 'kafkajs';
-import type { EventCodec } from '@keyflow/contracts';
+import { ContractError, type EventCodec } from '@keyflow/contracts';
 import { subscribeWhenReady } from '@keyflow/kafka';
-import type { Logger } from '@keyflow/observability';
+import type { ComponentHealth, Counter, Logger } from '@keyflow/observability';
 import type { RunState, RunStatus } from '@keyflow/workflow';
+import { COMPONENTS } from './components';
 
 /** Key prefix of the barrier records the engine writes to wf.state when it takes a partition over. */
 export const BARRIER_PREFIX = '__barrier__/';
+
+/** Why a wf.state record was skipped (the `reason` label of the skipped-snapshots metric). */
+export const SKIP_REASONS = {
+  undecodable: 'undecodable',
+  stateNotJson: 'state not JSON',
+  notRunState: 'state not a run',
+} as const;
+
+/** The read model's consumer died for good: take-overs waiting on a barrier stop waiting. Not retryable here. */
+export class ReadModelStoppedError extends Error {
+  readonly code = 'READ_MODEL_STOPPED';
+  readonly retryable = false;
+  constructor(cause: unknown) {
+    super(`the read model's wf.state consumer stopped: ${(cause as Error)?.message ?? String(cause)}`, {
+      cause,
+    });
+    this.name = 'ReadModelStoppedError';
+  }
+}
 
 export interface RunEntry {
   state: RunState;
@@ -22,16 +42,47 @@ export interface RunEntry {
 export class RunReadModel {
   private readonly runs = new Map<string, RunEntry>();
   private readonly barriers = new Map<number, string>();
-  private waiters: Array<{ partition: number; nonce: string; resolve: () => void }> = [];
+  private waiters: Array<{
+    partition: number;
+    nonce: string;
+    resolve: () => void;
+    reject: (e: Error) => void;
+  }> = [];
   private consumer?: Consumer;
+  private stopped?: Error;
   snapshotsRead = 0;
+  snapshotsSkipped = 0;
 
+  /**
+   * @param opts.health where a crash for good of the consumer is reported (as {@link COMPONENTS.readModel})
+   * @param opts.skipped counter of skipped records, labelled by `reason` ({@link SKIP_REASONS})
+   */
   constructor(
     private readonly kafka: Kafka,
     private readonly codec: EventCodec,
     private readonly groupId: string,
     private readonly logger: Logger,
+    private readonly opts: { health?: ComponentHealth; skipped?: Counter<'reason'> } = {},
   ) {}
+
+  /** A record that cannot be a run's snapshot: logged, counted, and passed over (it must never stop the reader). */
+  private skip(
+    reason: (typeof SKIP_REASONS)[keyof typeof SKIP_REASONS],
+    where: { topic: string; partition: number; offset: string; key: string },
+    err?: unknown,
+  ): void {
+    this.snapshotsSkipped++;
+    this.opts.skipped?.inc({ reason });
+    this.logger.error({ err, reason, ...where }, 'malformed wf.state record skipped by the read model');
+  }
+
+  /** Marks the read model dead: /health says so, and barrier waiters fail at once instead of timing out. */
+  private onStopped(err: Error): void {
+    this.stopped = new ReadModelStoppedError(err);
+    this.waiters.forEach((w) => w.reject(this.stopped!));
+    this.waiters = [];
+    this.opts.health?.fail(COMPONENTS.readModel, err);
+  }
 
   async start(): Promise<void> {
     const c = this.kafka.consumer({
@@ -41,6 +92,10 @@ export class RunReadModel {
       sessionTimeout: 30_000,
     });
     this.consumer = c;
+    c.on(c.events.CRASH, (e) => {
+      this.logger.error({ err: e.payload.error, restart: e.payload.restart }, 'read model consumer crashed');
+      if (!e.payload.restart) this.onStopped(e.payload.error);
+    });
     await c.connect();
     await subscribeWhenReady(c, this.codec.physical('wf.state'), true);
     await c.run({
@@ -51,6 +106,7 @@ export class RunReadModel {
           this.runs.delete(key);
           return;
         }
+        const where = { topic, partition, offset: message.offset, key };
         let d;
         try {
           d = await this.codec.decode('wf.state', message.value, {
@@ -59,10 +115,9 @@ export class RunReadModel {
             offset: message.offset,
           });
         } catch (err) {
-          this.logger.error(
-            { err, topic, partition, offset: message.offset },
-            'undecodable snapshot skipped by the read model',
-          );
+          // A registry that is away (retryable) is retried by the consumer; bytes that never decode are skipped.
+          if (err instanceof ContractError && err.retryable) throw err;
+          this.skip(SKIP_REASONS.undecodable, where, err);
           return;
         }
         if (d.event !== 'RunSnapshot') return;
@@ -77,7 +132,22 @@ export class RunReadModel {
           });
           return;
         }
-        const state = JSON.parse(d.value.state) as RunState;
+        let state: RunState;
+        try {
+          state = JSON.parse(d.value.state) as RunState;
+        } catch (err) {
+          this.skip(SKIP_REASONS.stateNotJson, where, err);
+          return;
+        }
+        if (
+          typeof state !== 'object' ||
+          state === null ||
+          typeof state.runId !== 'string' ||
+          typeof state.sequence !== 'number'
+        ) {
+          this.skip(SKIP_REASONS.notRunState, where);
+          return;
+        }
         const prev = this.runs.get(state.runId);
         if (!prev || prev.state.sequence <= state.sequence) this.runs.set(state.runId, { state, partition });
         this.snapshotsRead++;
@@ -89,9 +159,19 @@ export class RunReadModel {
     await this.consumer?.disconnect();
   }
 
-  /** Resolves when the barrier `nonce` written to `partition` has been read. */
+  /** False once the consumer died for good. */
+  healthy(): boolean {
+    return this.consumer !== undefined && !this.stopped;
+  }
+
+  /**
+   * Resolves when the barrier `nonce` written to `partition` has been read.
+   * @throws ReadModelStoppedError at once when the consumer died for good (before or while waiting); an Error
+   *   after `timeoutMs` (ms) otherwise
+   */
   waitForBarrier(partition: number, nonce: string, timeoutMs = 60_000): Promise<void> {
     if (this.barriers.get(partition) === nonce) return Promise.resolve();
+    if (this.stopped) return Promise.reject(this.stopped);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(
         () => reject(new Error(`wf.state partition ${partition}: barrier not read within ${timeoutMs} ms`)),
@@ -103,6 +183,10 @@ export class RunReadModel {
         resolve: () => {
           clearTimeout(timer);
           resolve();
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
         },
       });
     });

@@ -20,7 +20,7 @@ import {
   type InputFormat,
   type ReferenceData,
 } from '@keyflow/etl';
-import { newMetadata } from '@keyflow/contracts';
+import { derivedEventId, newMetadata } from '@keyflow/contracts';
 import type { CityEnriched } from '@keyflow/schemas';
 import { BlobStore } from '../runtime/blob-store';
 import { TaskInputError } from '../runtime/errors';
@@ -127,7 +127,7 @@ export class EtlHandlers {
           metadata: newMetadata('CityEnriched', {
             key: k,
             correlationId: ctx.runId,
-            eventId: `${ctx.runId}/${k}`,
+            eventId: derivedEventId(ctx.runId, k),
           }),
           runId: ctx.runId,
           naturalKey: k,

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import type { Producer } from 'kafkajs';
-import { ContractError, newMetadata, type EventCodec } from '@keyflow/contracts';
+import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { IdempotencyStore, Lease } from '@keyflow/idempotency';
 import {
   abortableSleep,
@@ -313,7 +313,7 @@ export class TaskExecutor {
       causationId: cmd.metadata.eventId,
       traceparent: trace.traceparent,
       tracestate: trace.tracestate,
-      eventId: `${cmd.metadata.eventId}:${outcome.kind}`,
+      eventId: derivedEventId(cmd.metadata.eventId, outcome.kind),
     });
     const common = {
       runId: cmd.runId,

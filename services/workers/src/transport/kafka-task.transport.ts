@@ -3,7 +3,7 @@ import { lastValueFrom } from 'rxjs';
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import type { Kafka, Producer } from 'kafkajs';
 import { EventCodec } from '@keyflow/contracts';
-import { IdempotencyStore } from '@keyflow/idempotency';
+import { checkRedisPersistence, IdempotencyStore, type RedisPersistence } from '@keyflow/idempotency';
 import {
   BatchingProducer,
   createIdempotentProducer,
@@ -11,8 +11,9 @@ import {
   dlqTopicFor,
   ensureTopics,
   OrderedConsumer,
+  watchProducer,
 } from '@keyflow/kafka';
-import type { Logger, Registry } from '@keyflow/observability';
+import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from '../config';
 import {
   TaskExecutor,
@@ -22,6 +23,19 @@ import {
 } from '../runtime/task-executor';
 import { workerMetrics, type WorkerMetrics } from '../runtime/metrics';
 import type { EventPublisher } from '../runtime/event-publisher';
+
+/** Names of the worker's parts that must keep running, as /health and the fatal log line name them. */
+export const WORKER_COMPONENTS = {
+  /** The ordered consumer of the task topics. */
+  taskConsumer: 'task consumer',
+  /** The producer of results (task.results), DLQ records and handler events. */
+  resultProducer: 'result producer',
+} as const;
+
+/** What /health says about the idempotency store's Redis (see checkRedisPersistence). */
+export type IdempotencyHealth =
+  | (Pick<RedisPersistence, 'durable' | 'reason'> & { aof: boolean; checkedAt: number })
+  | { durable: null; reason: string };
 
 /**
  * A custom transport strategy of @nestjs/microservices: NestJS handlers declared with @TaskHandler(type) consume
@@ -36,6 +50,9 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
   private readonly metrics: WorkerMetrics;
   private gaugeTimer?: NodeJS.Timeout;
   private crashListeners: Array<(e: Error) => void> = [];
+  /** Parts that failed for good (see WORKER_COMPONENTS); the bootstrap exits the process on the first one. */
+  readonly health = new ComponentHealth();
+  private persistence: IdempotencyHealth = { durable: null, reason: 'not checked yet (Redis not ready)' };
 
   constructor(
     private readonly cfg: WorkerConfig,
@@ -52,8 +69,34 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     this.crashListeners.push(listener);
   }
 
+  /** False before the consumer started, once it crashed, or once the result producer failed for good. */
   healthy(): boolean {
-    return this.consumer?.healthy() ?? false;
+    return (this.consumer?.healthy() ?? false) && this.health.healthy;
+  }
+
+  /** Whether the idempotency records' Redis persists them: checked at each (re)connection. Informational. */
+  idempotency(): IdempotencyHealth {
+    return this.persistence;
+  }
+
+  /**
+   * Asks Redis whether it persists (AOF or RDB snapshots) and warns when it persists nothing: a Redis restart would
+   * then forget completion records, and redelivered tasks would run again. Never fails the worker.
+   */
+  private async checkPersistence(redis: Redis): Promise<void> {
+    try {
+      const p = await checkRedisPersistence(redis);
+      this.persistence = { durable: p.durable, reason: p.reason, aof: p.aof, checkedAt: Date.now() };
+      if (p.durable) this.log.info({ idempotency: p }, 'idempotency store persists its records');
+      else
+        this.log.warn(
+          { idempotency: p },
+          `idempotency store (Redis) persists nothing: ${p.reason}. Run it with appendonly yes (infra/local/stack.sh does)`,
+        );
+    } catch (err) {
+      this.persistence = { durable: null, reason: `check failed: ${(err as Error).message}` };
+      this.log.warn({ err }, 'could not check whether the idempotency store persists');
+    }
   }
 
   stats() {
@@ -108,7 +151,9 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     }
     await codec.registerTopics(['task.results', ...taskTopics]);
 
-    this.producer = createIdempotentProducer(this.kafka);
+    this.producer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
+      this.health.fail(WORKER_COMPONENTS.resultProducer, err),
+    );
     await this.producer.connect();
     // No offline queue: while Redis is away, calls fail at once (retryable) and the consumer holds its messages.
     this.redis = new Redis(this.cfg.REDIS_URL, {
@@ -118,6 +163,8 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       retryStrategy: (n) => Math.min(50 * n, 1_000),
     });
     this.redis.on('error', (err) => this.log.warn({ err: err.message }, 'redis connection error'));
+    // At every (re)connection: a Redis replaced by one without persistence is noticed too.
+    this.redis.on('ready', () => void this.checkPersistence(this.redis!));
     const store = new IdempotencyStore<StoredOutcome>(this.redis, {
       keyPrefix: `${this.cfg.KEYFLOW_TOPIC_PREFIX}keyflow:idem:`,
       leaseMs: this.cfg.WORKER_LEASE_MS,
@@ -158,7 +205,10 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       sessionTimeoutMs: this.cfg.WORKER_SESSION_TIMEOUT_MS,
       heartbeatIntervalMs: this.cfg.WORKER_HEARTBEAT_INTERVAL_MS,
     });
-    this.consumer.onCrash((e) => this.crashListeners.forEach((l) => l(e)));
+    this.consumer.onCrash((e) => {
+      this.health.fail(WORKER_COMPONENTS.taskConsumer, e);
+      this.crashListeners.forEach((l) => l(e));
+    });
     this.gaugeTimer = setInterval(() => {
       const s = this.consumer?.stats();
       if (!s) return;

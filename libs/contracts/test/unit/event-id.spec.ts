@@ -1,0 +1,43 @@
+import { randomUUID } from 'node:crypto';
+import { validate, version } from 'uuid';
+import { DERIVED_EVENT_ID_LENGTH, derivedEventId } from '../../src';
+
+describe('derived event ids', () => {
+  it('stay 36 characters along a chain of 10,000 derivations, each distinct from all before it', () => {
+    const seen = new Set<string>();
+    let id: string = randomUUID();
+    seen.add(id);
+    for (let i = 0; i < 10_000; i++) {
+      // command -> its result -> the next command, as the worker and the engine chain them
+      id = derivedEventId(id, i % 2 === 0 ? 'completed' : 0);
+      expect(id).toHaveLength(DERIVED_EVENT_ID_LENGTH);
+      expect(seen.has(id)).toBe(false);
+      seen.add(id);
+    }
+    expect(validate(id) && version(id)).toBe(5);
+  });
+
+  it('are deterministic: the same cause and name give the same id, in any process', () => {
+    const cause = 'run-1/cmd-7';
+    expect(derivedEventId(cause, 3)).toBe(derivedEventId(cause, 3));
+    expect(derivedEventId(cause, 'completed')).toBe(derivedEventId(cause, 'completed'));
+    // pinned: a change of namespace or of the name encoding would re-key every stored event
+    expect(derivedEventId('cause', 0)).toBe(derivedEventId('cause', '0'));
+    expect(derivedEventId('cause', 0)).toMatchInlineSnapshot(`"0309fe10-ce66-5517-bea6-b84b11760c97"`);
+  });
+
+  it('are distinct for distinct causes and names, also where plain concatenation would collide', () => {
+    const cause = randomUUID();
+    const ids = [
+      derivedEventId(cause, 0),
+      derivedEventId(cause, 1),
+      derivedEventId(cause, 'completed'),
+      derivedEventId(cause, 'failed'),
+      derivedEventId(`${cause}:a`, 'b'),
+      derivedEventId(cause, 'a:b'),
+      derivedEventId(`${cause}/0`, 0),
+      derivedEventId(cause, '0/0'),
+    ];
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+});

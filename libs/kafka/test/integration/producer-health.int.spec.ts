@@ -1,0 +1,43 @@
+import { TestNamespace } from '@keyflow/testing';
+import { createIdempotentProducer, watchProducer } from '../../src';
+
+jest.setTimeout(60_000);
+
+describe('a watched producer', () => {
+  const ns = new TestNamespace('producer-health');
+  afterAll(() => ns.cleanup());
+
+  it('reports a producer that can no longer send (disconnected under its users) as failed for good', async () => {
+    const [topic] = await ns.createTopics({ name: 'out', numPartitions: 1 });
+    const raw = createIdempotentProducer(ns.kafka);
+    const failures: Error[] = [];
+    const p = watchProducer(raw, (e) => failures.push(e));
+    await p.connect();
+    await p.send({ topic, acks: -1, messages: [{ key: 'k', value: 'ok' }] });
+    expect(failures).toEqual([]);
+    await raw.disconnect(); // not through the watched producer: as if the client died by itself
+    await expect(p.send({ topic, acks: -1, messages: [{ key: 'k', value: 'lost' }] })).rejects.toThrow();
+    expect(failures).toHaveLength(1);
+  });
+
+  it('does not report a record the broker refuses (too large): the producer stays usable', async () => {
+    const [topic] = await ns.createTopics({
+      name: 'small',
+      numPartitions: 1,
+      configEntries: [{ name: 'max.message.bytes', value: '1024' }],
+    });
+    const failures: Error[] = [];
+    const p = watchProducer(createIdempotentProducer(ns.kafka), (e) => failures.push(e));
+    await p.connect();
+    const err = await p
+      .send({ topic, acks: -1, messages: [{ key: 'k', value: Buffer.alloc(4096, 1) }] })
+      .catch((e) => e);
+    expect(err).toMatchObject({ type: 'MESSAGE_TOO_LARGE' });
+    await p.send({ topic, acks: -1, messages: [{ key: 'k', value: 'small' }] });
+    expect(failures).toEqual([]);
+    await p.disconnect();
+    // a send after our own disconnect is our shutdown, not a failure
+    await expect(p.send({ topic, messages: [{ value: 'x' }] })).rejects.toThrow();
+    expect(failures).toEqual([]);
+  });
+});

@@ -1,0 +1,103 @@
+import type { KafkaMessage, Producer } from 'kafkajs';
+import { createLogger } from '@keyflow/observability';
+import { Collector, TestNamespace } from '@keyflow/testing';
+import { createIdempotentProducer, dlqMessage, dlqTopicFor, redrive, type RedriveReport } from '../../src';
+
+jest.setTimeout(90_000);
+
+/** Fails instead of hanging: the bug this file reproduces is a redrive that never returns. */
+const within = <T>(ms: number, what: string, p: Promise<T>) =>
+  Promise.race([
+    p,
+    new Promise<never>((_, reject) =>
+      setTimeout(() => reject(new Error(`${what} did not finish within ${ms} ms`)), ms).unref(),
+    ),
+  ]);
+
+describe('redrive of a DLQ written inside Kafka transactions (as the orchestrator writes wf.requests.dlq)', () => {
+  const ns = new TestNamespace('redrive-tx');
+  const producers: Producer[] = [];
+  afterAll(async () => {
+    await Promise.allSettled(producers.map((p) => p.disconnect()));
+    await ns.cleanup();
+  });
+
+  it('finishes, republishes only the committed records (not the aborted ones, not those of an open transaction), and exits', async () => {
+    const [original, dlq] = await ns.createTopics(
+      { name: 'orig', numPartitions: 1 },
+      { name: 'orig.dlq', numPartitions: 2 },
+    );
+    expect(dlq).toBe(dlqTopicFor(original));
+    const record = (value: string, partition: number) => ({
+      partition,
+      ...dlqMessage(
+        {
+          topic: original,
+          partition: 0,
+          offset: '0',
+          key: Buffer.from(value),
+          value: Buffer.from(value),
+          headers: {},
+        },
+        {
+          errorClass: 'InvalidRequestError',
+          errorMessage: 'test',
+          attempts: 1,
+          firstFailureAt: Date.now(),
+          lastFailureAt: Date.now(),
+          consumerGroup: 'g',
+        },
+      ),
+    });
+    const txProducer = (id: string) => {
+      const p = ns.kafka.producer({
+        transactionalId: `${ns.prefix}-${id}`,
+        idempotent: true,
+        maxInFlightRequests: 1,
+      });
+      producers.push(p);
+      return p;
+    };
+    const writer = txProducer('writer');
+    await writer.connect();
+    const inTx = async (messages: ReturnType<typeof record>[], end: 'commit' | 'abort') => {
+      const tx = await writer.transaction();
+      await tx.send({ topic: dlq, messages });
+      await tx[end]();
+    };
+    // partition 0: committed, aborted, committed, aborted (its log ends with an abort marker)
+    await inTx([record('c1', 0), record('c2', 0), record('c3', 1)], 'commit');
+    await inTx([record('a1', 0), record('a2', 1)], 'abort');
+    await inTx([record('c4', 0)], 'commit');
+    await inTx([record('a3', 0)], 'abort');
+    // partition 1: then a transaction left open while the redrive runs (its records are past the last stable offset)
+    const other = txProducer('open');
+    await other.connect();
+    const open = await other.transaction();
+    await open.send({ topic: dlq, messages: [record('o1', 1)] });
+
+    const producer = createIdempotentProducer(ns.kafka);
+    producers.push(producer);
+    await producer.connect();
+    const report: RedriveReport = await within(
+      30_000,
+      'the redrive',
+      redrive(ns.kafka, { dlqTopic: dlq, producer, logger: createLogger('redrive-test'), ratePerSec: 1_000 }),
+    );
+    await open.abort();
+
+    expect(report).toMatchObject({ scanned: 4, moved: 4, skipped: 0, byTopic: { [original]: 4 } });
+    // What landed on the original topic: exactly the committed records, once each.
+    const got = new Collector<KafkaMessage>();
+    const reader = ns.kafka.consumer({ groupId: ns.groupId('reader') });
+    await reader.connect();
+    await reader.subscribe({ topic: original, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => got.push(message) });
+    const admin = await ns.getAdmin();
+    const [{ high }] = await admin.fetchTopicOffsets(original);
+    expect(Number(high)).toBe(4);
+    const values = (await got.wait(4)).map((m) => m.value!.toString()).sort();
+    await reader.disconnect();
+    expect(values).toEqual(['c1', 'c2', 'c3', 'c4']);
+  });
+});

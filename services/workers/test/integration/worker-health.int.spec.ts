@@ -1,0 +1,69 @@
+import { eventually, OwnRedisServer, REDIS_AOF_ARGS, REDIS_NO_PERSISTENCE_ARGS } from '@keyflow/testing';
+import { WorkerHarness } from './support';
+
+jest.setTimeout(120_000);
+
+type Health = {
+  status: string;
+  idempotency: { durable: boolean | null; reason: string };
+  failed: Array<{ component: string }>;
+};
+
+describe("a worker's /health", () => {
+  const h = new WorkerHarness('worker-health');
+  const servers: OwnRedisServer[] = [];
+  beforeAll(() => h.setup(['seq']));
+  afterAll(async () => {
+    await h.teardown();
+    await Promise.all(servers.map((s) => s.remove()));
+  });
+
+  const healthOf = async (url: string) =>
+    eventually(
+      'the persistence check to have run',
+      async () => {
+        const r = await fetch(`${url}/health`);
+        return { code: r.status, body: (await r.json()) as Health };
+      },
+      { until: (x) => x.body.idempotency.durable !== null, timeoutMs: 20_000 },
+    );
+
+  it('on a Redis that persists nothing: warns at startup, /health says durable: false with the reason, and stays 200', async () => {
+    const redis = await OwnRedisServer.start(REDIS_NO_PERSISTENCE_ARGS);
+    servers.push(redis);
+    const w = await h.startWorker({ REDIS_URL: redis.url });
+    const { code, body } = await healthOf(await w.ready);
+    expect(code).toBe(200);
+    expect(body.status).toBe('ok');
+    expect(body.idempotency.durable).toBe(false);
+    expect(body.idempotency.reason).toMatch(/AOF is off and RDB snapshots are off/);
+    expect(body.failed).toEqual([]);
+    const warning = w.logs.find((l) => l.includes('idempotency store (Redis) persists nothing'));
+    expect(warning && JSON.parse(warning).level).toBe(40); // pino's warn
+  });
+
+  it('on a Redis with AOF (as infra/local/stack.sh runs it): /health says durable: true, and no warning', async () => {
+    const redis = await OwnRedisServer.start(REDIS_AOF_ARGS);
+    servers.push(redis);
+    const w = await h.startWorker({ REDIS_URL: redis.url });
+    const { code, body } = await healthOf(await w.ready);
+    expect(code).toBe(200);
+    expect(body.idempotency).toMatchObject({ durable: true, aof: true });
+    expect(w.logs.some((l) => l.includes('persists nothing'))).toBe(false);
+  });
+
+  it('a task consumer that crashes for good (the broker refuses its session timeout) turns /health 503 naming it, and the process exits 1', async () => {
+    // Above the broker's group.max.session.timeout.ms (30 min by default): JoinGroup answers INVALID_SESSION_TIMEOUT,
+    // which kafkajs does not retry.
+    const w = await h.startWorker({
+      WORKER_SESSION_TIMEOUT_MS: String(31 * 60_000),
+      KEYFLOW_FATAL_EXIT_DELAY_MS: '15000',
+    });
+    const r = await fetch(`${await w.ready}/health`);
+    expect(r.status).toBe(503);
+    const body = (await r.json()) as Health;
+    expect(body.status).toBe('unhealthy');
+    expect(body.failed.map((f) => f.component)).toEqual(['task consumer']);
+    await expect(w.exited).resolves.toBe(1);
+  });
+});
