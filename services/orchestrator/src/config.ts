@@ -14,6 +14,12 @@ const Schema = z.object({
   TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),
   ORCHESTRATOR_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6000).default(10_000),
   ORCHESTRATOR_TIMER_TICK_MS: z.coerce.number().int().min(10).default(200),
+  /**
+   * How long a partition's take-overs and transactions may keep failing (retried with backoff, 500 ms doubling to
+   * 15 s, full jitter) before the engine producer counts as failed for good: /health 503, then exit. A broker
+   * restart or a leader election must fit in it.
+   */
+  ORCHESTRATOR_TAKEOVER_GIVE_UP_MS: z.coerce.number().int().min(1000).default(120_000),
   /** Secret for webhook HMAC-SHA256 signatures (X-Keyflow-Signature: sha256=<hex>). */
   WEBHOOK_SECRET: z.string().default(''),
 });

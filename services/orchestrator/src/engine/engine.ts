@@ -22,7 +22,7 @@ import {
   type TopicSpec,
 } from '@keyflow/kafka';
 import { ComponentHealth, type Logger } from '@keyflow/observability';
-import { dueTimers, reduce, TERMINAL, type RunState } from '@keyflow/workflow';
+import { backoffDelayMs, dueTimers, reduce, retryPolicy, TERMINAL, type RunState } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import { encodeOutputs, toWorkflowInput, type OutputRecord } from './mapping';
@@ -30,19 +30,23 @@ import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
 
-/**
- * Failed take-overs of one partition in a row (each replaces its transactional producer) after which the engine's
- * producer counts as failed for good: /health goes 503 and the process exits, instead of retrying forever.
- */
-export const MAX_CONSECUTIVE_TAKEOVER_FAILURES = 5;
+/** Backoff between take-overs of a partition whose take-over or transaction failed (full jitter). */
+const TAKEOVER_RETRY = retryPolicy({
+  maxAttempts: Number.MAX_SAFE_INTEGER,
+  initialDelayMs: 500,
+  maxDelayMs: 15_000,
+});
 
 interface OwnedPartition {
   partition: number;
   producer: Producer;
   runs: Map<string, RunState>;
   ready: Promise<void>;
-  /** Failed take-overs or transactions of this partition since its last commit (carried over by a re-take-over). */
-  failures: number;
+  /**
+   * Failed take-overs or transactions of this partition since its last commit, and when the first of them happened
+   * (ms since epoch); carried over by a re-take-over.
+   */
+  failures: { count: number; since: number } | null;
   /** Serialises the batches of wf.requests and task.results of this partition (one transaction at a time). */
   lock: Promise<void>;
   revoked: boolean;
@@ -216,7 +220,7 @@ export class Engine {
   }
 
   /** Fences the previous owner, writes a barrier, restores the partition's runs once the barrier is read. */
-  private takeOver(partition: number, failures = 0): void {
+  private takeOver(partition: number, failures: OwnedPartition['failures'] = null): void {
     const producer = this.kafka.producer({
       transactionalId: `${this.cfg.ORCHESTRATOR_GROUP_ID}-p${partition}`,
       createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as Java: run-keyed topics stay co-partitioned
@@ -276,21 +280,24 @@ export class Engine {
     if (this.owned.get(o.partition) !== o || this.stopping) return;
     this.owned.delete(o.partition);
     void o.producer.disconnect().catch(() => undefined);
-    const failures = o.failures + 1;
-    if (failures >= MAX_CONSECUTIVE_TAKEOVER_FAILURES) {
+    const failures = { count: (o.failures?.count ?? 0) + 1, since: o.failures?.since ?? Date.now() };
+    if (Date.now() - failures.since >= this.cfg.ORCHESTRATOR_TAKEOVER_GIVE_UP_MS) {
       this.health.fail(
         COMPONENTS.engineProducer,
         new Error(
-          `partition ${o.partition}: ${failures} take-overs or transactions failed in a row; last: ${(err as Error)?.message ?? String(err)}`,
+          `partition ${o.partition}: take-overs or transactions failed ${failures.count} times over ${Date.now() - failures.since} ms; last: ${(err as Error)?.message ?? String(err)}`,
           { cause: err },
         ),
       );
       return;
     }
-    setTimeout(() => {
-      if (!this.stopping && !this.owned.has(o.partition) && this.assigned.has(o.partition))
-        this.takeOver(o.partition, failures);
-    }, 1_000).unref();
+    setTimeout(
+      () => {
+        if (!this.stopping && !this.owned.has(o.partition) && this.assigned.has(o.partition))
+          this.takeOver(o.partition, failures);
+      },
+      backoffDelayMs(TAKEOVER_RETRY, Math.min(failures.count, 20)),
+    ).unref();
   }
 
   private async onBatch(p: EachBatchPayload): Promise<void> {
@@ -457,7 +464,7 @@ export class Engine {
       throw err;
     }
     // Only now does the in-memory state move on.
-    o.failures = 0;
+    o.failures = null;
     for (const [id, s] of overlay) o.runs.set(id, s);
     p.resolveOffset(batch.lastOffset());
     this.metrics.transitions.inc(transitions);
