@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand } from '@keyflow/schemas';
+import { idempotencyKeyOf } from '@keyflow/workflow';
 import { pct, spawnService, until } from './support';
 
 /**
@@ -61,9 +62,10 @@ function command(i: number): TaskCommand {
     stepId: 'noop',
     taskType: 'noop',
     attempt: 1,
-    idempotencyKey: `${runId}/noop/1`,
+    idempotencyKey: idempotencyKeyOf(runId, 'noop'),
     input: '{}',
     inputRef: null,
+    compensates: null,
     timeoutMs: 30_000,
     maxAttempts: 1,
   };

@@ -1,6 +1,6 @@
 import { Collector, TestNamespace, eventually } from '@keyflow/testing';
 import { createLogger } from '@keyflow/observability';
-import { OrderedConsumer, type ConsumedMessage } from '../../src';
+import { OrderedConsumer, PartitionRevokedError, type ConsumedMessage } from '../../src';
 
 const logger = createLogger('test', { level: 'silent' });
 
@@ -12,7 +12,10 @@ describe('the ordered consumer', () => {
   });
   afterAll(() => ns.cleanup());
 
-  async function produce(topic: string, messages: Array<{ key: string | null; value: string }>) {
+  async function produce(
+    topic: string,
+    messages: Array<{ key: string | null; value: string; partition?: number }>,
+  ) {
     const p = ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     await p.connect();
     await p.send({ topic, acks: -1, messages });
@@ -204,4 +207,54 @@ describe('the ordered consumer', () => {
     const [member] = (await (await ns.getAdmin()).describeGroups([groupId])).groups;
     expect(member.state).toBe('Stable');
   }, 60_000);
+  it('a partition revoked in a rebalance aborts the signal of the handlers running on it, and only those', async () => {
+    const [topic] = await ns.createTopics({ name: 'revoke', numPartitions: 2 });
+    const groupId = ns.groupId('revoke');
+    const started = new Collector<number>();
+    const aborted = new Collector<{ partition: number; reason: unknown }>();
+    const release = new AbortController();
+    const first = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId,
+      topics: [topic],
+      logger,
+      sessionTimeoutMs: 10_000,
+      heartbeatIntervalMs: 500,
+      // Each handler waits until the test ends or its own signal aborts (a rebalance taking its partition).
+      handle: (m, ctx) =>
+        new Promise<void>((resolve) => {
+          started.push(m.partition);
+          const onAbort = () => {
+            aborted.push({ partition: m.partition, reason: ctx.signal.reason });
+            resolve();
+          };
+          if (ctx.signal.aborted) return onAbort();
+          ctx.signal.addEventListener('abort', onAbort, { once: true });
+          release.signal.addEventListener('abort', () => resolve(), { once: true });
+        }),
+    });
+    consumers.push(first);
+    await first.start();
+    await produce(topic, [
+      { key: 'a', value: 'x', partition: 0 },
+      { key: 'b', value: 'y', partition: 1 },
+    ]);
+    await started.wait(2, 30_000);
+    expect(aborted.items).toEqual([]);
+    // A second member joins: one of the two partitions moves to it.
+    const second = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId,
+      topics: [topic],
+      logger,
+      handle: async () => {},
+    });
+    consumers.push(second);
+    await second.start();
+    const [gone] = await aborted.wait(1, 30_000);
+    expect(gone.reason).toBeInstanceOf(PartitionRevokedError);
+    expect((gone.reason as PartitionRevokedError).code).toBe('PARTITION_REVOKED');
+    release.abort();
+    expect(aborted.items).toHaveLength(1); // the partition this member kept was not aborted
+  });
 });
