@@ -18,6 +18,7 @@ describe("the engine's clock", () => {
     await h.readEvents();
     await h.simulateWorker(['saga.reserve', 'saga.charge', 'saga.ship'], () => ({ output: { ok: true } }), {
       clockSkewMs: -3_600_000,
+      delayMs: 1_000, // longer than a timer tick: a deadline already due would fire first
     });
     const { body } = await post(`${url}/runs`, { workflow: 'saga', input: {} });
     const runId = body.runId as string;

@@ -133,7 +133,7 @@ export class OrchestratorHarness {
   async simulateWorker(
     taskTypes: string[],
     respond: (cmd: TaskCommand) => { output: unknown } | { error: string; retryable: boolean } | undefined,
-    opts: { clockSkewMs?: number } = {},
+    opts: { clockSkewMs?: number; delayMs?: number } = {},
   ): Promise<TaskCommand[]> {
     const seen: TaskCommand[] = [];
     await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
@@ -156,6 +156,7 @@ export class OrchestratorHarness {
         seen.push(cmd);
         const r = respond(cmd);
         if (!r) return;
+        if (opts.delayMs) await new Promise((resolve) => setTimeout(resolve, opts.delayMs)); // a slow handler
         const common = {
           runId: cmd.runId,
           stepId: cmd.stepId,
