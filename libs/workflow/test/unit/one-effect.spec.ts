@@ -159,3 +159,92 @@ describe('one effect per logical step', () => {
     expect(d.state!.timers['step-timeout:charge:1'].dueAt).toBe(dispatchedAt + 5_000);
   });
 });
+
+describe('one effect per logical step: review findings', () => {
+  const timed = workflow('timed', 1)
+    .task('reserve', { type: 'inventory.reserve', compensate: { type: 'inventory.release' } })
+    .task('charge', {
+      type: 'payment.charge',
+      compensate: { type: 'payment.refund' },
+      stepTimeoutMs: 5_000,
+      retry: { maxAttempts: 3, initialDelayMs: 100 },
+    })
+    .task('ship', { type: 'shipping.create' })
+    .timeout(60_000)
+    .build();
+
+  function reserved(): Decision {
+    const d = reduce(timed, undefined, {
+      ...base(),
+      kind: 'start',
+      workflow: 'timed',
+      version: 1,
+      businessKey: 'o-2',
+      input: {},
+    });
+    return reduce(timed, d.state, ok(d.commands[0]));
+  }
+
+  it('a run timeout compensates the step it interrupts (its command may still run) and fences its key', () => {
+    let d = reserved(); // charge is in flight
+    d = reduce(timed, d.state, fire(d, 'run-timeout'));
+    expect(d.state!.status).toBe('compensating');
+    expect(d.state!.compensation!.queue).toEqual(['charge', 'reserve']);
+    expect(d.commands).toMatchObject([{ stepId: 'charge.compensate', compensates: 'r1/charge' }]);
+  });
+
+  it('a run timeout while a step waits for its retry compensates that step too', () => {
+    let d = reserved();
+    d = reduce(timed, d.state, fire(d, 'step-timeout'));
+    expect(d.state!.steps.charge.status).toBe('waiting-retry');
+    d = reduce(timed, d.state, fire(d, 'run-timeout'));
+    expect(d.state!.compensation!.queue).toEqual(['charge', 'reserve']);
+  });
+
+  it('a result carrying the key of an older generation of the step is stale', () => {
+    const two = workflow('gen', 1)
+      .task('email', { type: 'email', stepTimeoutMs: 5_000, retry: { maxAttempts: 3, initialDelayMs: 10 } })
+      .task('next', { type: 'next', retry: { maxAttempts: 1 } })
+      .build();
+    let d = reduce(two, undefined, {
+      ...base(),
+      kind: 'start',
+      workflow: 'gen',
+      version: 1,
+      businessKey: 'k',
+      input: {},
+    });
+    const gen0 = d.commands[0];
+    d = reduce(two, d.state, fire(d, 'step-timeout'));
+    d = reduce(two, d.state, fire(d, 'retry'));
+    d = reduce(two, d.state, ok(d.commands[0], { gen: 0 }));
+    d = reduce(two, d.state, failed(d.commands[0], false)); // next fails: the run fails
+    d = reduce(two, d.state, { ...base(), kind: 'retry', fromStepId: 'email' });
+    const gen1 = d.commands[0];
+    expect(gen1.idempotencyKey).toBe('r1/email#1');
+    d = reduce(two, d.state, fire(d, 'step-timeout')); // generation 1 is uncertain now
+    // The worker replays generation 0's record for attempt 1's late command: it names the old key.
+    const late = reduce(two, d.state, { ...ok(gen0, { gen: 0 }), idempotencyKey: gen0.idempotencyKey });
+    expect(late.ignored).toMatch(/stale/);
+    const current = reduce(two, d.state, { ...ok(gen1, { gen: 1 }), idempotencyKey: gen1.idempotencyKey });
+    expect(current.ignored).toBeUndefined();
+  });
+
+  it('cancelling a run that compensates lets the compensation finish', () => {
+    let d = reserved();
+    d = reduce(timed, d.state, ok(d.commands[0])); // charge
+    d = reduce(timed, d.state, failed(d.commands[0], false)); // ship fails for good
+    expect(d.state!.status).toBe('compensating');
+    const c = reduce(timed, d.state, { ...base(), kind: 'cancel', reason: 'operator' });
+    expect(c.ignored).toMatch(/compensating/);
+  });
+
+  it('refuses a step id that ends in .compensate (it would be taken for a compensation)', () => {
+    expect(() =>
+      workflow('bad', 1)
+        .task('a', { type: 'a', compensate: { type: 'undo' } })
+        .task('a.compensate', { type: 'b' })
+        .build(),
+    ).toThrow(/\.compensate/);
+  });
+});
