@@ -1,3 +1,3 @@
-export { IdempotencyStore, IdempotencyStoreUnavailableError } from './store';
+export { IdempotencyStore, IdempotencyStoreUnavailableError, ForeignRecordError } from './store';
 export type { BeginResult, Lease, IdempotencyStoreOptions } from './store';
 export { checkRedisPersistence, type RedisPersistence } from './persistence';

@@ -50,12 +50,37 @@ export class IdempotencyStoreUnavailableError extends Error {
   }
 }
 
+/**
+ * The key holds a value this store did not write (not a JSON object): something else uses the key prefix. Not
+ * retryable: the key must be cleaned up or the prefix changed (`keyPrefix`).
+ */
+export class ForeignRecordError extends Error {
+  readonly retryable = false;
+  readonly code = 'IDEMPOTENCY_FOREIGN_RECORD';
+  constructor(readonly redisKey: string) {
+    super(
+      `idempotency key ${redisKey} holds a value this store did not write; clean it up or change keyPrefix`,
+    );
+    this.name = 'ForeignRecordError';
+  }
+}
+
+function parseRecord<R>(redisKey: string, value: string): { s: string; r?: R; by?: string } {
+  try {
+    const v: unknown = JSON.parse(value);
+    if (v && typeof v === 'object' && typeof (v as { s?: unknown }).s === 'string') return v as { s: string };
+  } catch {
+    /* not JSON: foreign */
+  }
+  throw new ForeignRecordError(redisKey);
+}
+
 // KEYS[1] key; ARGV: lease JSON, lease ms, attempt. A failed record of an earlier attempt gives way to a later one.
 const BEGIN = `
 local v = redis.call('GET', KEYS[1])
 if v then
   local ok, rec = pcall(cjson.decode, v)
-  if not (ok and rec.s == 'done' and rec.ok == false and tonumber(rec.a or 0) < tonumber(ARGV[3])) then
+  if not (ok and type(rec) == 'table' and rec.s == 'done' and rec.ok == false and tonumber(rec.a or 0) < tonumber(ARGV[3])) then
     return {'exists', v, tostring(redis.call('PTTL', KEYS[1]))}
   end
 end
@@ -91,9 +116,10 @@ const FENCE = `
 local v = redis.call('GET', KEYS[1])
 if v then
   local ok, rec = pcall(cjson.decode, v)
-  if ok and rec.s == 'running' then return {'running', tostring(redis.call('PTTL', KEYS[1]))} end
-  if ok and rec.s == 'fenced' then return {'fenced', ''} end
-  if not (ok and rec.s == 'done' and rec.ok == false) then return {'completed', ''} end
+  if not (ok and type(rec) == 'table') then return {'foreign', ''} end
+  if rec.s == 'running' then return {'running', tostring(redis.call('PTTL', KEYS[1]))} end
+  if rec.s == 'fenced' then return {'fenced', ''} end
+  if not (rec.s == 'done' and rec.ok == false) then return {'completed', ''} end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {'fenced', ''}
@@ -138,6 +164,7 @@ export class IdempotencyStore<R = unknown> {
    * result), was fenced by its compensation, or another holder runs it now (returns how long its lease has left,
    * in ms).
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
+   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write.
    */
   async begin(key: string, attempt = 1): Promise<BeginResult<R>> {
     const token = randomUUID();
@@ -146,7 +173,7 @@ export class IdempotencyStore<R = unknown> {
       this.redis.eval(BEGIN, 1, this.k(key), lease, this.leaseMs, attempt),
     )) as [string, string, string?];
     if (state === 'acquired') return { state: 'acquired', lease: { key, token: lease, attempt } };
-    const parsed = JSON.parse(value) as { s: string; r?: R; by?: string };
+    const parsed = parseRecord<R>(this.k(key), value);
     if (parsed.s === 'done') return { state: 'completed', result: parsed.r as R };
     if (parsed.s === 'fenced') return { state: 'fenced', by: parsed.by ?? '' };
     return { state: 'running', expiresInMs: Math.max(0, Number(pttl ?? 0)) };
@@ -157,12 +184,14 @@ export class IdempotencyStore<R = unknown> {
    * that step runs after this: an absent key or a failed record becomes a fence with the completion TTL; a
    * completion is kept (the compensation undoes it); a running holder must finish first.
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
+   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write.
    */
   async fence(key: string, by: string): Promise<FenceResult> {
     const [state, pttl] = (await this.call('fence', () =>
       this.redis.eval(FENCE, 1, this.k(key), JSON.stringify({ s: 'fenced', by }), this.completionTtlMs),
     )) as [string, string];
     if (state === 'running') return { state, expiresInMs: Math.max(0, Number(pttl)) };
+    if (state === 'foreign') throw new ForeignRecordError(this.k(key));
     return { state: state as 'fenced' | 'completed' };
   }
 

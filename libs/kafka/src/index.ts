@@ -29,7 +29,7 @@ export type {
 export { OffsetTracker } from './offset-tracker';
 export { Semaphore } from './semaphore';
 export { BatchingProducer } from './batching-producer';
-export { abortableSleep } from './sleep';
+export { abortableSleep, linkSignals } from './sleep';
 export { dlqMessage, sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';
 export {

@@ -4,7 +4,7 @@ import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow
 import type { Logger } from '@keyflow/observability';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
-import { abortableSleep } from './sleep';
+import { abortableSleep, linkSignals } from './sleep';
 import { subscribeWhenReady } from './topics';
 import { subscribedRoundRobinAssigner } from './subscribed-assigner';
 
@@ -36,6 +36,11 @@ export interface HandleContext {
    * the message's partition is revoked in a rebalance (reason: PartitionRevokedError): its new owner redelivers it.
    */
   signal: AbortSignal;
+  /**
+   * Aborted only when the consumer stops and its drain deadline passes (not on revocation): work that must finish
+   * even for a revoked partition (writing the record of a step that ran) stops on this one.
+   */
+  shutdown: AbortSignal;
   /** Which infrastructure retry this is (0 on first delivery to the handler in this process). */
   redeliveries: number;
 }
@@ -325,7 +330,8 @@ export class OrderedConsumer {
     const epoch = this.epochs.get(tp) ?? 0;
     const revoker = new AbortController();
     this.revokers.set(tp, revoker);
-    const signal = AbortSignal.any([this.stopController.signal, revoker.signal]);
+    const link = linkSignals([this.stopController.signal, revoker.signal]);
+    const signal = link.signal;
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const owned = () => !lost() && this.assignment.has(tp) && !this.rebalancing;
@@ -400,6 +406,7 @@ export class OrderedConsumer {
     } finally {
       this.blocked.delete(tp);
       if (this.revokers.get(tp) === revoker) this.revokers.delete(tp);
+      link.dispose();
     }
   }
 
@@ -413,7 +420,7 @@ export class OrderedConsumer {
     for (let failures = 0; ; failures++) {
       if (signal.aborted || isStale()) return false;
       try {
-        await this.o.handle(m, { signal, redeliveries: failures });
+        await this.o.handle(m, { signal, shutdown: this.stopController.signal, redeliveries: failures });
         if (failures > 0) this.blocked.delete(tp);
         return true;
       } catch (err) {

@@ -43,24 +43,42 @@ export function assignSubscribed(
 /** The kafkajs assigner's protocol name: a member with another assigner cannot join the group by mistake. */
 export const SUBSCRIBED_ASSIGNER = 'KeyflowSubscribedRoundRobin';
 
+/** Partition counts a member knows for its own topics (0 for a topic its metadata does not hold). */
+function countsOf(cluster: { findTopicPartitionMetadata(topic: string): unknown[] }, topics: string[]) {
+  const counts: Record<string, number> = {};
+  for (const t of topics) {
+    try {
+      counts[t] = cluster.findTopicPartitionMetadata(t).length;
+    } catch {
+      counts[t] = 0;
+    }
+  }
+  return counts;
+}
+
 /**
- * kafkajs PartitionAssigner over {@link assignSubscribed}: each member's subscription travels in its protocol
- * metadata (kafkajs `AssignerProtocol.MemberMetadata`), and partition counts come from the cluster metadata.
+ * kafkajs PartitionAssigner over {@link assignSubscribed}. Each member announces its subscription and the partition
+ * counts its own metadata holds for those topics (`AssignerProtocol.MemberMetadata`, counts as JSON userData):
+ * kafkajs hands the leader only its own subscription, and the leader must not add other members' topics to its
+ * metadata (a topic deleted later would then fail every metadata refresh of the leader).
  */
 export const subscribedRoundRobinAssigner: PartitionAssigner = ({ cluster }) => ({
   name: SUBSCRIBED_ASSIGNER,
   version: 0,
   async assign({ members }) {
-    // kafkajs hands the leader only its OWN subscription as `topics`: the group's topics are the union of what the
-    // members announced, and the leader's metadata must cover the ones it does not read itself.
-    const subscribed = members.map((m) => ({
-      memberId: m.memberId,
-      topics: AssignerProtocol.MemberMetadata.decode(m.memberMetadata)?.topics ?? [],
-    }));
-    const all = [...new Set(subscribed.flatMap((m) => m.topics))];
-    await cluster.addMultipleTargetTopics(all);
     const partitions: Record<string, number> = {};
-    for (const t of all) partitions[t] = cluster.findTopicPartitionMetadata(t).length;
+    const subscribed = members.map((m) => {
+      const meta = AssignerProtocol.MemberMetadata.decode(m.memberMetadata);
+      let counts: Record<string, number> = {};
+      try {
+        counts = JSON.parse(meta?.userData?.toString('utf8') || '{}') as Record<string, number>;
+      } catch {
+        /* a member of another version: its topics count as unknown (0) unless another member knows them */
+      }
+      for (const [t, n] of Object.entries(counts))
+        if (Number.isInteger(n)) partitions[t] = Math.max(partitions[t] ?? 0, n);
+      return { memberId: m.memberId, topics: meta?.topics ?? [] };
+    });
     return [...assignSubscribed(subscribed, partitions)].map(([memberId, assignment]) => ({
       memberId,
       memberAssignment: AssignerProtocol.MemberAssignment.encode({
@@ -73,7 +91,11 @@ export const subscribedRoundRobinAssigner: PartitionAssigner = ({ cluster }) => 
   protocol({ topics }) {
     return {
       name: SUBSCRIBED_ASSIGNER,
-      metadata: AssignerProtocol.MemberMetadata.encode({ version: 0, topics, userData: Buffer.alloc(0) }),
+      metadata: AssignerProtocol.MemberMetadata.encode({
+        version: 0,
+        topics,
+        userData: Buffer.from(JSON.stringify(countsOf(cluster, topics))),
+      }),
     };
   },
 });

@@ -1,5 +1,7 @@
 import { retryPolicy, type RetryPolicy, type RetryPolicyInput } from './retry';
 
+/** Suffix of a compensation's step id (`<step>.compensate`); no step of a definition may use it. */
+export const COMPENSATION_SUFFIX = '.compensate';
 /**
  * The workflow definition DSL. Definitions are TypeScript values, named and versioned; a run keeps the version it
  * started with. Steps run in sequence; step kinds: task, choice, map (parallel fan-out and fan-in), wait.
@@ -238,7 +240,10 @@ export class WorkflowBuilder extends StepsBuilder {
     return this;
   }
 
-  /** @throws InvalidDefinitionError on a duplicate or malformed step id, or an empty workflow. */
+  /**
+   * @throws InvalidDefinitionError on a duplicate or malformed step id (one ending in `.compensate` included), or an
+   * empty workflow.
+   */
   build(): WorkflowDefinition {
     const stepIndex = new Map<string, Step>();
     const visit = (steps: Step[]) =>
@@ -247,6 +252,11 @@ export class WorkflowBuilder extends StepsBuilder {
           throw new InvalidDefinitionError(
             this.name,
             `step id ${JSON.stringify(s.id)} must match [A-Za-z0-9_.-]+`,
+          );
+        if (s.id.endsWith(COMPENSATION_SUFFIX))
+          throw new InvalidDefinitionError(
+            this.name,
+            `step id ${s.id} must not end in ${COMPENSATION_SUFFIX}: that names a step's compensation`,
           );
         if (stepIndex.has(s.id)) throw new InvalidDefinitionError(this.name, `duplicate step id ${s.id}`);
         stepIndex.set(s.id, s);

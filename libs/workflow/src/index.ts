@@ -1,6 +1,6 @@
 export { retryPolicy, backoffCapMs, backoffDelayMs, shouldRetry, InvalidRetryPolicyError } from './retry';
 export type { RetryPolicy, RetryPolicyInput } from './retry';
-export { workflow, StepsBuilder, WorkflowBuilder, InvalidDefinitionError } from './dsl';
+export { workflow, StepsBuilder, WorkflowBuilder, InvalidDefinitionError, COMPENSATION_SUFFIX } from './dsl';
 export type {
   Step,
   TaskStep,

@@ -1,5 +1,12 @@
 import { backoffDelayMs, shouldRetry, type RetryPolicy } from './retry';
-import type { MapStep, Step, StepContext, TaskStep, WorkflowDefinition } from './dsl';
+import {
+  COMPENSATION_SUFFIX,
+  type MapStep,
+  type Step,
+  type StepContext,
+  type TaskStep,
+  type WorkflowDefinition,
+} from './dsl';
 
 /**
  * The pure, deterministic reducer: (run state, input) -> (new state, task commands, lifecycle events).
@@ -29,7 +36,14 @@ export type WorkflowInput =
       businessKey: string;
       input: Record<string, unknown>;
     })
-  | (InputBase & { kind: 'task-completed'; stepId: string; attempt: number; output: unknown })
+  | (InputBase & {
+      kind: 'task-completed';
+      stepId: string;
+      attempt: number;
+      output: unknown;
+      /** The idempotency key the result answers: a result of another generation of the step is stale. */
+      idempotencyKey?: string;
+    })
   | (InputBase & {
       kind: 'task-failed';
       stepId: string;
@@ -177,7 +191,7 @@ export const STEP_TIMEOUT_ERROR = 'StepTimeoutError';
 export function idempotencyKeyOf(runId: string, stepId: string, generation = 0): string {
   return generation > 0 ? `${runId}/${stepId}#${generation}` : `${runId}/${stepId}`;
 }
-const compensationStepId = (stepId: string) => `${stepId}.compensate`;
+const compensationStepId = (stepId: string) => `${stepId}${COMPENSATION_SUFFIX}`;
 const itemStepId = (mapId: string, index: number) => `${mapId}[${index}]`;
 const ITEM = /^(.+)\[(\d+)\]$/;
 
@@ -273,7 +287,7 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
   switch (input.kind) {
     case 'task-completed':
     case 'task-failed': {
-      const isCompensation = input.stepId.endsWith('.compensate');
+      const isCompensation = input.stepId.endsWith(COMPENSATION_SUFFIX);
       const st = s.steps[input.stepId];
       // Every attempt of a step shares its idempotency key, so a completion of an earlier attempt that outlived its
       // step timeout (the step is uncertain) is the step's one effect: it is taken while the step still waits for a
@@ -286,6 +300,12 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
         input.attempt <= st.attempt;
       if (!st || !(current || earlierCompletion))
         return `stale result for ${input.stepId} attempt ${input.attempt}`;
+      if (
+        input.kind === 'task-completed' &&
+        input.idempotencyKey !== undefined &&
+        input.idempotencyKey !== idempotencyKeyOf(s.runId, input.stepId, st.generation)
+      )
+        return `stale result for ${input.stepId}: key ${input.idempotencyKey} is another generation`;
       if (isCompensation !== (s.status === 'compensating')) return `stale result for ${input.stepId}`;
       clearStepTimers(s, input.stepId);
       if (input.kind === 'task-completed') onCompleted(c, input.stepId, st.attempt, input.output);
@@ -349,6 +369,8 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
       return undefined;
     }
     case 'cancel':
+      // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
+      if (s.status === 'compensating') return 'run is compensating: cancel applies to a running run';
       s.status = 'cancelled';
       s.timers = {};
       s.endedAt = c.at;
@@ -481,8 +503,8 @@ function taskOf(
   c: Ctx,
   stepId: string,
 ): { step: TaskStep | MapStep; item?: number; compensation?: TaskStep } {
-  if (stepId.endsWith('.compensate')) {
-    const base = stepId.slice(0, -'.compensate'.length);
+  if (stepId.endsWith(COMPENSATION_SUFFIX)) {
+    const base = stepId.slice(0, -COMPENSATION_SUFFIX.length);
     return {
       step: c.def.stepIndex.get(base) as TaskStep,
       compensation: c.def.stepIndex.get(base) as TaskStep,
@@ -692,6 +714,16 @@ function failRun(c: Ctx, stepId: string, error: StepError): void {
     c.log('RunFailed', stepId, undefined, 'compensation failed');
     return;
   }
+  // A task step still outstanding (its command queued or running: a run timeout, or another step of the run
+  // failing) may yet have its effect: it is compensated like a completed one, and its compensation fences its key.
+  for (const [id, st] of Object.entries(s.steps)) {
+    const step = c.def.stepIndex.get(id);
+    const outstanding = st.status === 'scheduled' || st.status === 'waiting-retry';
+    if (outstanding && step?.kind === 'task' && step.compensate && !s.compensable.includes(id)) {
+      st.uncertain = true;
+      s.compensable.push(id);
+    }
+  }
   // Outstanding work of the failed run is now stale.
   for (const [id, t] of Object.entries(s.timers)) if (t.purpose !== 'run-timeout') delete s.timers[id];
   for (const st of Object.values(s.steps))
@@ -742,5 +774,6 @@ export function dueTimers(s: RunState, now: number): Array<[string, TimerState]>
 
 /** The step a definition names, for callers that look steps up by id. */
 export function stepOf(def: WorkflowDefinition, id: string): Step | undefined {
-  return def.stepIndex.get(ITEM.exec(id)?.[1] ?? id.replace(/\.compensate$/, ''));
+  const base = id.endsWith(COMPENSATION_SUFFIX) ? id.slice(0, -COMPENSATION_SUFFIX.length) : id;
+  return def.stepIndex.get(ITEM.exec(base)?.[1] ?? base);
 }

@@ -14,6 +14,7 @@ const ok = (c: CommandSpec, output: unknown = { done: c.stepId }): WorkflowInput
   stepId: c.stepId,
   attempt: c.attempt,
   output,
+  idempotencyKey: c.idempotencyKey, // as the worker answers
 });
 const failed = (c: CommandSpec, retryable: boolean, code: string | null = null): WorkflowInput => ({
   ...base(),
@@ -203,7 +204,7 @@ describe('one effect per logical step: review findings', () => {
 
   it('a result carrying the key of an older generation of the step is stale', () => {
     const two = workflow('gen', 1)
-      .task('email', { type: 'email', stepTimeoutMs: 5_000, retry: { maxAttempts: 3, initialDelayMs: 10 } })
+      .task('email', { type: 'email', stepTimeoutMs: 5_000, retry: { maxAttempts: 5, initialDelayMs: 10 } })
       .task('next', { type: 'next', retry: { maxAttempts: 1 } })
       .build();
     let d = reduce(two, undefined, {
@@ -224,9 +225,9 @@ describe('one effect per logical step: review findings', () => {
     expect(gen1.idempotencyKey).toBe('r1/email#1');
     d = reduce(two, d.state, fire(d, 'step-timeout')); // generation 1 is uncertain now
     // The worker replays generation 0's record for attempt 1's late command: it names the old key.
-    const late = reduce(two, d.state, { ...ok(gen0, { gen: 0 }), idempotencyKey: gen0.idempotencyKey });
+    const late = reduce(two, d.state, ok(gen0, { gen: 0 }));
     expect(late.ignored).toMatch(/stale/);
-    const current = reduce(two, d.state, { ...ok(gen1, { gen: 1 }), idempotencyKey: gen1.idempotencyKey });
+    const current = reduce(two, d.state, ok(gen1, { gen: 1 }));
     expect(current.ignored).toBeUndefined();
   });
 

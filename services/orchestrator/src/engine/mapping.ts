@@ -44,6 +44,7 @@ export function toWorkflowInput(
         stepId: d.value.stepId,
         attempt: d.value.attempt,
         output,
+        idempotencyKey: d.value.idempotencyKey,
       };
     }
     case 'TaskFailed':

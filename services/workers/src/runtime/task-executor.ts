@@ -1,9 +1,10 @@
 import { hostname } from 'node:os';
 import type { Producer } from 'kafkajs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
-import type { IdempotencyStore, Lease } from '@keyflow/idempotency';
+import { ForeignRecordError, type IdempotencyStore, type Lease } from '@keyflow/idempotency';
 import {
   abortableSleep,
+  linkSignals,
   sendToDlq,
   type BatchingProducer,
   type ConsumedMessage,
@@ -130,12 +131,19 @@ export class TaskExecutor {
     if (!handler)
       return this.deadLetterCommand(cmd, m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
 
-    if (cmd.compensates) {
-      // Fence the undone step first: after this no command of it runs (a running one finishes first).
-      const fence = await this.o.store.fence(cmd.compensates, cmd.idempotencyKey);
-      if (fence.state === 'running') throw new LeaseHeldError(cmd.compensates, fence.expiresInMs);
+    let begin: Awaited<ReturnType<IdempotencyStore<StoredOutcome>['begin']>>;
+    try {
+      if (cmd.compensates) {
+        // Fence the undone step first: after this no command of it runs (a running one finishes first).
+        const fence = await this.o.store.fence(cmd.compensates, cmd.idempotencyKey);
+        if (fence.state === 'running') throw new LeaseHeldError(cmd.compensates, fence.expiresInMs);
+      }
+      begin = await this.o.store.begin(cmd.idempotencyKey, cmd.attempt);
+    } catch (e) {
+      // A value this store did not write sits on the key: no retry fixes that, the command goes to the DLQ.
+      if (e instanceof ForeignRecordError) return this.deadLetterCommand(cmd, m, e, 0, Date.now());
+      throw e;
     }
-    const begin = await this.o.store.begin(cmd.idempotencyKey, cmd.attempt);
     if (begin.state === 'fenced') {
       this.o.metrics.fenced.inc({ type: cmd.taskType });
       const err = new StepCompensatedError(cmd.idempotencyKey, begin.by);
@@ -155,27 +163,36 @@ export class TaskExecutor {
 
     const lease = begin.lease;
     const leaseGuard = this.guardLease(cmd, lease, log);
-    const stop = AbortSignal.any([hc.signal, leaseGuard.signal]);
+    const link = linkSignals([hc.signal, leaseGuard.signal]);
+    const stop = link.signal;
     let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
     try {
       outcome = await this.runAttempts(cmd, handler, stop, log);
     } catch (e) {
       leaseGuard.stop();
+      link.dispose();
       // Shutdown, revocation or a lost lease interrupted the attempts: give the lease back (if still ours) so the
       // redelivery or the in-place retry runs at once.
       await this.o.store.release(lease).catch(() => undefined);
       throw e;
     }
-    leaseGuard.stop();
+    link.dispose();
 
     if (outcome.kind === 'dlq') {
+      leaseGuard.stop();
       await this.o.store.release(lease).catch(() => undefined);
       return this.deadLetterCommand(cmd, m, outcome.error, outcome.attempts, outcome.firstFailureAt);
     }
+    // The lease stays renewed until the record is written (a Redis outage must not let it lapse into a re-run),
+    // and a revoked partition does not stop the write: the step ran, its record must exist for the new owner.
     let held = true;
-    await this.untilDone('store the completion record', hc.signal, log, async () => {
-      held = await this.o.store.complete(lease, outcome as StoredOutcome, outcome.kind === 'completed');
-    });
+    try {
+      await this.untilDone('store the completion record', hc.shutdown, log, async () => {
+        held = await this.o.store.complete(lease, outcome as StoredOutcome, outcome.kind === 'completed');
+      });
+    } finally {
+      leaseGuard.stop();
+    }
     if (!held) {
       // Someone else may hold the step now: publish nothing of ours; the in-place retry finds its outcome.
       this.o.metrics.leaseLost.inc({ type: cmd.taskType });
@@ -228,7 +245,8 @@ export class TaskExecutor {
         () => timeout.abort(new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`)),
         cmd.timeoutMs,
       );
-      const signal = AbortSignal.any([timeout.signal, stop]);
+      const attemptLink = linkSignals([timeout.signal, stop]);
+      const signal = attemptLink.signal;
       const end = this.o.metrics.handlerSeconds.startTimer({ type: cmd.taskType });
       try {
         // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
@@ -282,6 +300,7 @@ export class TaskExecutor {
         };
       } finally {
         clearTimeout(timer);
+        attemptLink.dispose();
       }
     }
   }
