@@ -39,3 +39,11 @@ export {
   type SubscribedMember,
 } from './subscribed-assigner';
 export { watchProducer, isProducerFailure } from './producer-health';
+export {
+  registerCompressionCodecs,
+  UndecodableBatchError,
+  ZstdCompressionUnavailableError,
+  canCompressZstd,
+  KAFKA_CODEC_IDS,
+  type KafkaCodecName,
+} from './codecs';
