@@ -70,7 +70,7 @@ const MESSAGE_DELIMITER = '<~kcat-end~>';
 
 /**
  * Produces `records` to `topic` with kcat, compressed with `codec`, in one librdkafka batch per partition
- * (linger 50 ms), acks=all. Keys are hashed by librdkafka's consistent_random partitioner unless `partition` is set.
+ * (linger 50 ms), acks=all. Keys are placed by murmur2 (the Java client's partitioner) unless `partition` is set.
  * Values are raw bytes (e.g. Confluent wire format Avro); a null key is not supported.
  * @throws Error with kcat's stderr when it exits non-zero, or when a key or value contains a delimiter.
  */
@@ -106,6 +106,10 @@ export async function produceWithKcat(opts: {
     'linger.ms=50',
     '-X',
     'acks=all',
+    // The Java client's partitioner (murmur2 over the key), as kafkajs's DefaultPartitioner in libs/kafka: a keyed
+    // record lands where the project's own producers put that key (the engine's topics are co-partitioned by key).
+    '-X',
+    'partitioner=murmur2_random',
     ...(opts.partition === undefined ? [] : ['-p', String(opts.partition)]),
   ];
   await new Promise<void>((resolve, reject) => {
