@@ -110,8 +110,11 @@ function batchAround(compressed: Buffer, codecId: number): UndecodableBatchError
   };
 }
 
-/** Wraps a codec so a decompression failure is an UndecodableBatchError naming the codec and the batch. */
-function guarded(codecId: number, codec: () => KafkaCodec): () => KafkaCodec {
+/**
+ * Wraps a codec factory so a decompression failure is an UndecodableBatchError naming the codec id (Kafka's, 1-7)
+ * and the batch. Every codec registerCompressionCodecs installs is wrapped so.
+ */
+export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => KafkaCodec {
   return () => {
     const c = codec();
     return {
@@ -168,10 +171,10 @@ let registered = false;
 export function registerCompressionCodecs(): void {
   if (registered) return;
   const codecs = CompressionCodecs as Record<number, () => KafkaCodec>;
-  codecs[CompressionTypes.GZIP] = guarded(KAFKA_CODEC_IDS.gzip, codecs[CompressionTypes.GZIP]);
-  codecs[CompressionTypes.Snappy] = guarded(KAFKA_CODEC_IDS.snappy, snappyCodec);
-  codecs[CompressionTypes.LZ4] = guarded(KAFKA_CODEC_IDS.lz4, lz4Codec);
-  codecs[CompressionTypes.ZSTD] = guarded(KAFKA_CODEC_IDS.zstd, zstdCodec);
+  codecs[CompressionTypes.GZIP] = guardedCodec(KAFKA_CODEC_IDS.gzip, codecs[CompressionTypes.GZIP]);
+  codecs[CompressionTypes.Snappy] = guardedCodec(KAFKA_CODEC_IDS.snappy, snappyCodec);
+  codecs[CompressionTypes.LZ4] = guardedCodec(KAFKA_CODEC_IDS.lz4, lz4Codec);
+  codecs[CompressionTypes.ZSTD] = guardedCodec(KAFKA_CODEC_IDS.zstd, zstdCodec);
   for (let id = KAFKA_CODEC_IDS.zstd + 1; id <= CODEC_MASK; id++) codecs[id] = undefinedCodec(id);
   registered = true;
 }

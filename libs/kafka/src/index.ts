@@ -41,9 +41,11 @@ export {
 export { watchProducer, isProducerFailure } from './producer-health';
 export {
   registerCompressionCodecs,
+  guardedCodec,
   UndecodableBatchError,
   ZstdCompressionUnavailableError,
   canCompressZstd,
   KAFKA_CODEC_IDS,
   type KafkaCodecName,
+  type KafkaCodec,
 } from './codecs';

@@ -1,6 +1,14 @@
 import { Collector, KCAT_CODECS, TestNamespace, ensureKcat, produceWithKcat } from '@keyflow/testing';
 import { createLogger } from '@keyflow/observability';
-import { OrderedConsumer, type ConsumedMessage } from '../../src';
+import { CompressionCodecs, CompressionTypes } from 'kafkajs';
+import {
+  KAFKA_CODEC_IDS,
+  OrderedConsumer,
+  UndecodableBatchError,
+  guardedCodec,
+  type ConsumedMessage,
+  type KafkaCodec,
+} from '../../src';
 
 const logger = createLogger('test', { level: 'silent' });
 
@@ -51,5 +59,53 @@ describe('records compressed by a librdkafka producer', () => {
       [...records].sort(byValue),
     );
     expect(c.stats().crashed).toBeUndefined();
+  });
+
+  it('a batch its codec rejects stops the consumer at once with UNDECODABLE_BATCH and no restart, instead of a retry loop', async () => {
+    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    // The broker refuses corrupt compressed batches on produce (Kafka 4.1: "This record has failed the validation on
+    // broker"), so an undecodable batch on a topic means a codec gap on the reading side: here, an lz4 decompressor
+    // that rejects every frame stands in for one, with kafkajs's real fetch path and runner around it.
+    const [topic] = await ns.createTopics({ name: 'z-undecodable', numPartitions: 1 });
+    await produceWithKcat({
+      brokers: ns.infra.kafkaBrokers,
+      topic,
+      codec: 'lz4',
+      records: [0, 1, 2].map((i) => ({ key: `k${i}`, value: Buffer.alloc(100, i) })),
+    });
+    const codecs = CompressionCodecs as Record<number, () => KafkaCodec>;
+    const real = codecs[CompressionTypes.LZ4];
+    codecs[CompressionTypes.LZ4] = guardedCodec(KAFKA_CODEC_IDS.lz4, () => ({
+      compress: (e) => real().compress(e),
+      decompress: () => Promise.reject(new Error('unsupported LZ4 frame feature (stand-in)')),
+    }));
+    try {
+      const handled: ConsumedMessage[] = [];
+      const c = new OrderedConsumer({
+        kafka: ns.kafka,
+        groupId: ns.groupId('z-undecodable'),
+        topics: [topic],
+        logger,
+        handle: async (m) => void handled.push(m),
+      });
+      consumers.push(c);
+      const crashed = new Promise<Error>((resolve) => c.onCrash(resolve));
+      const t0 = Date.now();
+      await c.start();
+      const err = await crashed;
+      expect(err).toBeInstanceOf(UndecodableBatchError);
+      expect(err).toMatchObject({
+        code: 'UNDECODABLE_BATCH',
+        retryable: false,
+        codecId: KAFKA_CODEC_IDS.lz4,
+        batch: { baseOffset: '0', lastOffset: '2', records: 3 },
+      });
+      // kafkajs retries an ordinary fetch error 10 times (about 2 minutes) and then restarts the consumer for ever.
+      expect(Date.now() - t0).toBeLessThan(15_000);
+      expect(c.healthy()).toBe(false);
+      expect(handled).toEqual([]);
+    } finally {
+      codecs[CompressionTypes.LZ4] = real;
+    }
   });
 });
