@@ -22,8 +22,11 @@
  * UndecodableBatchError from inside kafkajs's fetch-response parser. What kafkajs 2.2.4 does with it
  * (src/consumer/runner.js scheduleFetchManager, src/consumer/index.js onCrash): the parser knows no topic or
  * partition and the error fails the whole fetch (every partition led by that broker), so kafkajs cannot skip or
- * pause one partition; a plain Error would be retried 10 times with backoff (about 2 minutes) and the consumer then
- * restarted for ever, refetching the same batch (a silent loop). UndecodableBatchError is a KafkaJSNotImplemented,
+ * pause one partition. A plain Error is retried (consumer retry: 10) and then reported as
+ * KafkaJSNumberOfRetriesExceeded, which kafkajs restarts: measured with a decompressor throwing a plain Error
+ * (consumer retry 10, Kafka 4.1.1), CRASH restart=true after 24 s, then again every ~31 s, for ever, each time
+ * refetching the same batch while no partition of that broker moves (a loop a liveness probe does not see).
+ * UndecodableBatchError is a KafkaJSNotImplemented,
  * which the runner bails on at once and does not restart (`retriable: false`): the consumer emits CRASH with
  * restart=false, OrderedConsumer/Engine report it, and the service exits 1 for its supervisor, with the codec id
  * and the batch's base offset in the log. Pausing only that partition would need a fork of kafkajs's fetch path.

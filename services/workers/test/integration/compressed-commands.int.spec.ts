@@ -46,3 +46,42 @@ describe('a worker reading compressed task commands', () => {
     for (const w of h.workers) expect(w.proc.exitCode).toBeNull();
   });
 });
+
+describe('a worker meeting a batch it cannot decode', () => {
+  const h = new WorkerHarness('undecodable');
+  beforeAll(() => h.setup(['seq'], 1));
+  afterAll(() => h.teardown());
+
+  it('reports UNDECODABLE_BATCH in /health with the offsets, and exits 1 for its supervisor instead of looping', async () => {
+    const kcatMissing = await ensureKcat().then(
+      () => undefined,
+      (e: Error) => e.message,
+    );
+    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    const w = await h.startWorker({ TEST_REJECT_LZ4: '1', KEYFLOW_FATAL_EXIT_DELAY_MS: '3000' });
+    const url = await w.ready;
+    const cmd = h.command('seq', 'lz4-undecodable', { entity: 'lz4-undecodable', seq: 1 });
+    await produceWithKcat({
+      brokers: h.ns.infra.kafkaBrokers,
+      topic: h.codec.physical('task.seq'),
+      codec: 'lz4',
+      records: [{ key: cmd.metadata.key, value: h.codec.encode('task.seq', 'TaskCommand', cmd) }],
+    });
+    const health = await eventually(
+      '/health 503 naming the undecodable batch',
+      async () => {
+        const r = await fetch(`${url}/health`);
+        return {
+          status: r.status,
+          body: (await r.json()) as { failed: Array<{ component: string; code: string; error: string }> },
+        };
+      },
+      { until: (x) => x.status === 503 },
+    );
+    expect(health.body.failed).toEqual([
+      expect.objectContaining({ code: 'UNDECODABLE_BATCH', error: expect.stringContaining('offsets 0..0') }),
+    ]);
+    await expect(w.exited).resolves.toBe(1);
+    expect(h.results.items).toEqual([]);
+  });
+});
