@@ -6,6 +6,8 @@ export { OwnRedisServer, freePort, REDIS_AOF_ARGS, REDIS_NO_PERSISTENCE_ARGS } f
 export {
   ensureKcat,
   produceWithKcat,
+  javaKafkaClient,
+  produceWithJavaClient,
   kcatLibrdkafkaVersion,
   KcatUnavailableError,
   KCAT_CODECS,

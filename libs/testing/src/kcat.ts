@@ -6,6 +6,9 @@
  * root): `apt-get install -y kcat`, then once more after `apt-get update` if that fails.
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 
 /** The compression codecs librdkafka's `-z` takes (Kafka codec ids 1-4). */
 export type KcatCodec = 'gzip' | 'snappy' | 'lz4' | 'zstd';
@@ -123,5 +126,73 @@ export async function produceWithKcat(opts: {
         : reject(new Error(`kcat -P -z ${opts.codec} to ${opts.topic} failed (exit ${code}): ${stderr}`)),
     );
     child.stdin.end(Buffer.concat(parts));
+  });
+}
+
+/**
+ * The Java client's jars that infra/local/stack.sh fetched for the broker (kafka-clients, kafka-tools, lz4-java,
+ * snappy-java, zstd-jni), and a `java`: `{ classpath }` for produceWithJavaClient, or `{ missing }` saying why not.
+ * Looks in $KEYFLOW_CACHE_DIR (else $XDG_CACHE_HOME/keyflow, else ~/.cache/keyflow)/kafka-$KEYFLOW_KAFKA_VERSION/libs.
+ */
+export function javaKafkaClient(): { classpath: string } | { missing: string } {
+  const version = process.env.KEYFLOW_KAFKA_VERSION;
+  if (!version) return { missing: 'KEYFLOW_KAFKA_VERSION is not set (the stack exports it)' };
+  const cache =
+    process.env.KEYFLOW_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'keyflow');
+  const libs = join(cache, `kafka-${version}`, 'libs');
+  if (!existsSync(join(libs, `kafka-tools-${version}.jar`)))
+    return { missing: `no Kafka ${version} jars in ${libs}` };
+  if (spawnSync('java', ['-version']).status !== 0) return { missing: 'no java on PATH' };
+  return { classpath: join(libs, '*') };
+}
+
+/**
+ * Produces text records with the Java client (Kafka's ConsoleProducer, acks=all, linger 50 ms, one batch), compressed
+ * with `codec`: snappy through snappy-java (xerial framing), lz4 through lz4-java, zstd through zstd-jni.
+ * Keys and values are text without newlines or tabs (the key separator used here). Takes a JVM start (~2 s).
+ * @throws Error with the JVM's stderr when it exits non-zero
+ */
+export async function produceWithJavaClient(opts: {
+  classpath: string;
+  brokers: string[];
+  topic: string;
+  codec: KcatCodec;
+  records: Array<{ key: string; value: string }>;
+}): Promise<void> {
+  const separator = '\t';
+  const args = [
+    '-cp',
+    opts.classpath,
+    'org.apache.kafka.tools.ConsoleProducer',
+    '--bootstrap-server',
+    opts.brokers.join(','),
+    '--topic',
+    opts.topic,
+    '--compression-codec',
+    opts.codec,
+    '--property',
+    'parse.key=true',
+    '--property',
+    `key.separator=${separator}`,
+    '--producer-property',
+    'linger.ms=50',
+    '--producer-property',
+    'acks=all',
+  ];
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn('java', args, { stdio: ['pipe', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 && !/ERROR|Exception/.test(stderr)
+        ? resolve()
+        : reject(
+            new Error(
+              `Java ConsoleProducer -z ${opts.codec} to ${opts.topic} failed (exit ${code}): ${stderr}`,
+            ),
+          ),
+    );
+    child.stdin.end(opts.records.map((r) => `${r.key}${separator}${r.value}\n`).join(''));
   });
 }

@@ -1,4 +1,12 @@
-import { Collector, KCAT_CODECS, TestNamespace, ensureKcat, produceWithKcat } from '@keyflow/testing';
+import {
+  Collector,
+  KCAT_CODECS,
+  TestNamespace,
+  ensureKcat,
+  javaKafkaClient,
+  produceWithJavaClient,
+  produceWithKcat,
+} from '@keyflow/testing';
 import { createLogger } from '@keyflow/observability';
 import { CompressionCodecs, CompressionTypes } from 'kafkajs';
 import {
@@ -11,12 +19,14 @@ import {
 } from '../../src';
 
 const logger = createLogger('test', { level: 'silent' });
+/** A test that starts a JVM (the Java client) gets this long, in ms: a JVM start takes seconds on a busy machine. */
+const JVM_START_BUDGET_MS = 30_000;
 
 /**
- * Records written by librdkafka (kcat) with each compression codec Kafka defines are read by the OrderedConsumer.
+ * Records written by librdkafka (kcat) and by the Java client with each codec Kafka defines are read by the OrderedConsumer.
  * kafkajs alone reads only gzip: snappy, lz4 and zstd made its fetch throw and the consumer crash.
  */
-describe('records compressed by a librdkafka producer', () => {
+describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
   const ns = new TestNamespace('compression');
   const consumers: OrderedConsumer[] = [];
   let kcatMissing: string | undefined;
@@ -60,6 +70,40 @@ describe('records compressed by a librdkafka producer', () => {
     );
     expect(c.stats().crashed).toBeUndefined();
   });
+
+  it.each(KCAT_CODECS)(
+    'are read by the ordered consumer when the Java client compressed them with %s',
+    async (codec) => {
+      const java = javaKafkaClient();
+      if ('missing' in java) return console.warn(`skipped: ${java.missing}`);
+      const [topic] = await ns.createTopics({ name: `j-${codec}`, numPartitions: 1 });
+      const records = Array.from({ length: 10 }, (_, i) => ({
+        key: `k${i % 3}`,
+        value: `${codec}-${i}-${'x'.repeat(100)}`,
+      }));
+      await produceWithJavaClient({
+        classpath: java.classpath,
+        brokers: ns.infra.kafkaBrokers,
+        topic,
+        codec,
+        records,
+      });
+
+      const seen = new Collector<ConsumedMessage>();
+      const c = new OrderedConsumer({
+        kafka: ns.kafka,
+        groupId: ns.groupId(`j-${codec}`),
+        topics: [topic],
+        logger,
+        handle: async (m) => seen.push(m),
+      });
+      consumers.push(c);
+      await c.start();
+      const got = await seen.wait(records.length, 20_000);
+      expect(got.map((m) => ({ key: m.key!.toString(), value: m.value!.toString() }))).toEqual(records);
+    },
+    JVM_START_BUDGET_MS,
+  );
 
   it('a batch its codec rejects stops the consumer at once with UNDECODABLE_BATCH and no restart, instead of a retry loop', async () => {
     if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
