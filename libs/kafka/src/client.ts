@@ -1,5 +1,7 @@
 import { Kafka, logLevel, Partitioners, type KafkaConfig, type Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
+// For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
+import './codecs';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.ERROR]: 'error',

@@ -39,3 +39,13 @@ export {
   type SubscribedMember,
 } from './subscribed-assigner';
 export { watchProducer, isProducerFailure } from './producer-health';
+export {
+  registerCompressionCodecs,
+  guardedCodec,
+  UndecodableBatchError,
+  ZstdCompressionUnavailableError,
+  canCompressZstd,
+  KAFKA_CODEC_IDS,
+  type KafkaCodecName,
+  type KafkaCodec,
+} from './codecs';

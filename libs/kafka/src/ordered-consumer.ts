@@ -7,6 +7,7 @@ import { Semaphore } from './semaphore';
 import { abortableSleep, linkSignals } from './sleep';
 import { subscribeWhenReady } from './topics';
 import { subscribedRoundRobinAssigner } from './subscribed-assigner';
+import { UndecodableBatchError } from './codecs';
 
 /** The partition of a message was revoked in a rebalance while it ran: its new owner redelivers it. Retryable. */
 export class PartitionRevokedError extends Error {
@@ -233,7 +234,13 @@ export class OrderedConsumer {
     });
     c.on(c.events.CRASH, (e) => {
       this.o.logger.error(
-        { err: e.payload.error, restart: e.payload.restart, groupId: this.o.groupId },
+        {
+          err: e.payload.error,
+          restart: e.payload.restart,
+          groupId: this.o.groupId,
+          // kafkajs's fetch parser cannot say which partition an undecodable batch is on: one of these.
+          ...(e.payload.error instanceof UndecodableBatchError ? { assignment: [...this.assignment] } : {}),
+        },
         'consumer crashed',
       );
       if (!e.payload.restart) {

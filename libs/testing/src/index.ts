@@ -3,3 +3,13 @@ export { dockerAvailable, startContainers, type StartedInfra } from './container
 export { TestNamespace } from './namespace';
 export { eventually, Collector, AwaitTimeoutError } from './await';
 export { OwnRedisServer, freePort, REDIS_AOF_ARGS, REDIS_NO_PERSISTENCE_ARGS } from './redis-server';
+export {
+  ensureKcat,
+  produceWithKcat,
+  javaKafkaClient,
+  produceWithJavaClient,
+  kcatLibrdkafkaVersion,
+  KcatUnavailableError,
+  KCAT_CODECS,
+  type KcatCodec,
+} from './kcat';

@@ -18,6 +18,7 @@ import {
   ensureTopics,
   header,
   subscribeWhenReady,
+  UndecodableBatchError,
   watchProducer,
   type TopicSpec,
 } from '@keyflow/kafka';
@@ -173,7 +174,17 @@ export class Engine {
     this.consumer = c;
     c.on(c.events.GROUP_JOIN, (e) => this.onAssignment(e.payload.memberAssignment));
     c.on(c.events.CRASH, (e) => {
-      this.logger.error({ err: e.payload.error, restart: e.payload.restart }, 'engine consumer crashed');
+      this.logger.error(
+        {
+          err: e.payload.error,
+          restart: e.payload.restart,
+          // kafkajs's fetch parser cannot say which partition an undecodable batch is on: one of these.
+          ...(e.payload.error instanceof UndecodableBatchError
+            ? { ownedPartitions: this.ownedPartitions() }
+            : {}),
+        },
+        'engine consumer crashed',
+      );
       if (!e.payload.restart) {
         this.crashed = e.payload.error;
         this.health.fail(COMPONENTS.engineConsumer, e.payload.error);

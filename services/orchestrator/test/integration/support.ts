@@ -133,7 +133,13 @@ export class OrchestratorHarness {
   async simulateWorker(
     taskTypes: string[],
     respond: (cmd: TaskCommand) => { output: unknown } | { error: string; retryable: boolean } | undefined,
-    opts: { clockSkewMs?: number; delayMs?: number } = {},
+    opts: {
+      clockSkewMs?: number;
+      /** Answers after this many ms (a slow handler). */
+      delayMs?: number;
+      /** Publishes a result (default: this harness's kafkajs producer), e.g. with another client or codec. */
+      publish?: (topic: string, key: string, value: Buffer) => Promise<void>;
+    } = {},
   ): Promise<TaskCommand[]> {
     const seen: TaskCommand[] = [];
     await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
@@ -195,11 +201,13 @@ export class OrchestratorHarness {
                   lastFailureAt: Date.now(),
                 },
               });
-        await this.producer!.send({
-          topic: this.codec.physical('task.results'),
-          acks: -1,
-          messages: [{ key: cmd.runId, value }],
-        });
+        if (opts.publish) await opts.publish(this.codec.physical('task.results'), cmd.runId, value);
+        else
+          await this.producer!.send({
+            topic: this.codec.physical('task.results'),
+            acks: -1,
+            messages: [{ key: cmd.runId, value }],
+          });
       },
     });
     return seen;

@@ -1,0 +1,190 @@
+/**
+ * Compression codecs for kafkajs, registered once for the whole process (this module is imported for its effect by
+ * ./client, so every Kafka client made with createKafka can read and write them).
+ *
+ * kafkajs 2.2.4 ships only gzip; a record batch compressed with anything else makes its fetch throw
+ * KafkaJSNotImplemented ("Snappy compression not implemented") and the consumer crashes. Java, Go (franz-go, sarama)
+ * and librdkafka producers with `compression.type` set write such batches, so a consumer must read all of them.
+ *
+ * The codec id is the low three bits of a record batch's `attributes` (Kafka protocol, message format v2; the same
+ * ids in the v0/v1 message attributes): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd (KIP-110, Kafka 2.1). Ids 5-7 are
+ * not defined; kafkajs then decodes the batch as uncompressed, which fails (see UndecodableBatchError).
+ *
+ * - 2 snappy: `kafkajs-snappy` (snappyjs, pure JS). Reads raw snappy (librdkafka, Go) and the xerial block framing
+ *   (snappy-java, the Java client); writes raw snappy, which every client reads.
+ * - 3 lz4: `lz4-napi` (the Rust lz4_flex crate behind N-API, via napi-rs; its binary ships inside a per-platform npm package, nothing is
+ *   downloaded at install). Kafka's lz4 is the LZ4 frame format (magic 0x184D2204), read and written with
+ *   decompressFrame/compressFrame. The KAFKA-3160 header-checksum bug concerns magic v0/v1 only; kafkajs writes v2.
+ *
+ * Checked against other clients (Kafka 4.1.1 broker): batches written by librdkafka (kcat, tests) and by the Java
+ * client 4.1.1 (ConsoleProducer --compression-codec gzip|snappy|lz4|zstd; snappy-java's xerial framing) are read;
+ * snappy and lz4 batches written by kafkajs with these codecs are accepted by the broker (which decompresses to
+ * validate) and read by kcat and the Java ConsoleConsumer.
+ * - 4 zstd: `fzstd` (pure JS) decompresses any zstd frame. Compressing needs node:zlib's zstd (Node >= 22.15 / 23.8);
+ *   on an older Node `compress` rejects with ZstdCompressionUnavailableError instead of writing something unreadable.
+ *
+ * A batch that still cannot be decoded (codec id 5-7, or compressed bytes the codec rejects) throws
+ * UndecodableBatchError from inside kafkajs's fetch-response parser. What kafkajs 2.2.4 does with it
+ * (src/consumer/runner.js scheduleFetchManager, src/consumer/index.js onCrash): the parser knows no topic or
+ * partition and the error fails the whole fetch (every partition led by that broker), so kafkajs cannot skip or
+ * pause one partition. A plain Error is retried (consumer retry: 10) and then reported as
+ * KafkaJSNumberOfRetriesExceeded, which kafkajs restarts: measured with a decompressor throwing a plain Error
+ * (consumer retry 10, Kafka 4.1.1), CRASH restart=true after 24 s, then again every ~31 s, for ever, each time
+ * refetching the same batch while no partition of that broker moves (a loop a liveness probe does not see).
+ * UndecodableBatchError is a KafkaJSNotImplemented,
+ * which the runner bails on at once and does not restart (`retriable: false`): the consumer emits CRASH with
+ * restart=false, OrderedConsumer/Engine report it, and the service exits 1 for its supervisor, with the codec id
+ * and the batch's base offset in the log. Pausing only that partition would need a fork of kafkajs's fetch path.
+ */
+import * as zlib from 'node:zlib';
+import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
+import { decompress as zstdDecompress } from 'fzstd';
+import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
+// kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const snappyCodec = require('kafkajs-snappy') as () => KafkaCodec;
+
+/** kafkajs's codec shape: `compress` gets kafkajs's Encoder (its bytes are `encoder.buffer`). */
+export interface KafkaCodec {
+  compress(encoder: { buffer: Buffer }): Promise<Buffer>;
+  decompress(buffer: Buffer): Promise<Buffer>;
+}
+
+/** Kafka's codec ids (record batch attributes & 0x07), by the name `compression.type` uses. */
+export const KAFKA_CODEC_IDS = { none: 0, gzip: 1, snappy: 2, lz4: 3, zstd: 4 } as const;
+export type KafkaCodecName = keyof typeof KAFKA_CODEC_IDS;
+
+/** This Node cannot write zstd (node:zlib has no zstd before Node 22.15); reading zstd still works. Not retryable. */
+export class ZstdCompressionUnavailableError extends Error {
+  readonly code = 'ZSTD_COMPRESSION_UNAVAILABLE';
+  readonly retryable = false;
+  constructor() {
+    super(
+      `zstd (Kafka codec id ${KAFKA_CODEC_IDS.zstd}) compression needs node:zlib zstd (Node >= 22.15); ` +
+        `this is Node ${process.versions.node}: produce with another codec (reading zstd works)`,
+    );
+    this.name = 'ZstdCompressionUnavailableError';
+  }
+}
+
+/** Record batch v2 header bytes before the records (KIP-98 layout): base offset ... records count. */
+const BATCH_HEADER_BYTES = 61;
+const MAGIC_V2 = 2;
+const CODEC_MASK = 0x07;
+
+/**
+ * A compressed record batch that cannot be decoded: an unknown codec id (5-7), or bytes its codec rejects
+ * (corrupt, truncated, or a framing this codec does not read). Not retryable: refetching returns the same bytes.
+ * kafkajs's runner bails on its name (KafkaJSNotImplemented) and does not restart the consumer; see the module doc.
+ * `batch` is read from the bytes before the records when kafkajs hands a view of the fetch response (it does in
+ * 2.2.4); the topic and partition are unknown at this layer.
+ */
+export class UndecodableBatchError extends KafkaJSNotImplemented {
+  readonly code = 'UNDECODABLE_BATCH';
+  readonly retryable = false;
+  constructor(
+    readonly codecId: number,
+    readonly batch: { baseOffset: string; lastOffset: string; records: number } | undefined,
+    readonly reason: string,
+  ) {
+    // kafkajs's typings declare no constructor arguments; at runtime it takes (message) like every KafkaJSError.
+    super(
+      ...([
+        `UNDECODABLE_BATCH: a record batch compressed with Kafka codec id ${codecId} ` +
+          `${batch ? `(offsets ${batch.baseOffset}..${batch.lastOffset}, ${batch.records} records) ` : ''}` +
+          `cannot be decoded: ${reason}. The consumer stops (not retryable); fix the producer or skip the batch by ` +
+          `committing past it, then restart`,
+      ] as unknown as []),
+    );
+  }
+}
+
+/** The batch header around `compressed`, when `compressed` is a view into kafkajs's fetch response buffer. */
+function batchAround(compressed: Buffer, codecId: number): UndecodableBatchError['batch'] {
+  const start = compressed.byteOffset - BATCH_HEADER_BYTES;
+  if (start < 0) return undefined;
+  const h = Buffer.from(compressed.buffer, start, BATCH_HEADER_BYTES);
+  const batchLength = h.readInt32BE(8);
+  const consistent =
+    h.readInt8(16) === MAGIC_V2 &&
+    (h.readInt16BE(21) & CODEC_MASK) === codecId &&
+    batchLength === BATCH_HEADER_BYTES - 12 + compressed.length;
+  if (!consistent) return undefined;
+  const base = h.readBigInt64BE(0);
+  return {
+    baseOffset: base.toString(),
+    lastOffset: (base + BigInt(h.readInt32BE(23))).toString(),
+    records: h.readInt32BE(57),
+  };
+}
+
+/**
+ * Wraps a codec factory so a decompression failure is an UndecodableBatchError naming the codec id (Kafka's, 1-7)
+ * and the batch. Every codec registerCompressionCodecs installs is wrapped so.
+ */
+export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => KafkaCodec {
+  return () => {
+    const c = codec();
+    return {
+      compress: (encoder) => c.compress(encoder),
+      decompress: async (buffer) => {
+        try {
+          return await c.decompress(buffer);
+        } catch (err) {
+          throw new UndecodableBatchError(codecId, batchAround(buffer, codecId), (err as Error).message);
+        }
+      },
+    };
+  };
+}
+
+/** Codec ids 5-7 are not defined by Kafka: without this, kafkajs would parse the compressed bytes as records. */
+const undefinedCodec = (codecId: number) => (): KafkaCodec => ({
+  compress: () => Promise.reject(new Error(`Kafka defines no compression codec ${codecId}`)),
+  decompress: (buffer) =>
+    Promise.reject(
+      new UndecodableBatchError(codecId, batchAround(buffer, codecId), 'Kafka defines no such codec'),
+    ),
+});
+
+type ZstdCompress = (buf: Buffer, cb: (err: Error | null, out: Buffer) => void) => void;
+const nodeZstdCompress = (zlib as unknown as { zstdCompress?: ZstdCompress }).zstdCompress;
+
+/** Kafka codec 3: LZ4 frame format, via lz4_flex (lz4-napi). */
+export const lz4Codec = (): KafkaCodec => ({
+  compress: async (encoder) => lz4CompressFrame(encoder.buffer),
+  decompress: async (buffer) => lz4DecompressFrame(buffer),
+});
+
+/** Kafka codec 4 (KIP-110): zstd frames; decompression in pure JS (fzstd), compression only where node:zlib has it. */
+export const zstdCodec = (): KafkaCodec => ({
+  compress: (encoder) =>
+    nodeZstdCompress
+      ? new Promise((resolve, reject) =>
+          nodeZstdCompress(encoder.buffer, (err, out) => (err ? reject(err) : resolve(out))),
+        )
+      : Promise.reject(new ZstdCompressionUnavailableError()),
+  decompress: async (buffer) => {
+    const out = zstdDecompress(buffer);
+    return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
+  },
+});
+
+/** Whether this process can produce zstd (reading it always works once the codecs are registered). */
+export const canCompressZstd = (): boolean => nodeZstdCompress !== undefined;
+
+let registered = false;
+
+/** Registers snappy (2), lz4 (3), zstd (4) and failing codecs for 5-7 with kafkajs, and guards gzip (1). Idempotent; runs when this module is first imported. */
+export function registerCompressionCodecs(): void {
+  if (registered) return;
+  const codecs = CompressionCodecs as Record<number, () => KafkaCodec>;
+  codecs[CompressionTypes.GZIP] = guardedCodec(KAFKA_CODEC_IDS.gzip, codecs[CompressionTypes.GZIP]);
+  codecs[CompressionTypes.Snappy] = guardedCodec(KAFKA_CODEC_IDS.snappy, snappyCodec);
+  codecs[CompressionTypes.LZ4] = guardedCodec(KAFKA_CODEC_IDS.lz4, lz4Codec);
+  codecs[CompressionTypes.ZSTD] = guardedCodec(KAFKA_CODEC_IDS.zstd, zstdCodec);
+  for (let id = KAFKA_CODEC_IDS.zstd + 1; id <= CODEC_MASK; id++) codecs[id] = undefinedCodec(id);
+  registered = true;
+}
+
+registerCompressionCodecs();

@@ -1,0 +1,198 @@
+/**
+ * kcat (librdkafka's command-line client) as a producer that is not kafkajs: records it writes with
+ * `compression.type` set are what Java, Go and librdkafka clients put on topics, so tests read them as they are.
+ *
+ * ensureKcat installs Debian's `kcat` package when it is missing and we are root (CI is a fresh machine, run as
+ * root): `apt-get install -y kcat`, then once more after `apt-get update` if that fails.
+ */
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+/** The compression codecs librdkafka's `-z` takes (Kafka codec ids 1-4). */
+export type KcatCodec = 'gzip' | 'snappy' | 'lz4' | 'zstd';
+export const KCAT_CODECS: readonly KcatCodec[] = ['gzip', 'snappy', 'lz4', 'zstd'];
+
+/** kcat is missing and could not be installed; `message` says why (for a test's skip notice). */
+export class KcatUnavailableError extends Error {
+  readonly code = 'KCAT_UNAVAILABLE';
+  readonly retryable = false;
+  constructor(reason: string) {
+    super(`kcat (librdkafka) is not available and could not be installed: ${reason}`);
+    this.name = 'KcatUnavailableError';
+  }
+}
+
+let resolved: Promise<string> | undefined;
+
+const onPath = (): string | undefined => {
+  const r = spawnSync('sh', ['-c', 'command -v kcat'], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : undefined;
+};
+
+/**
+ * The path of kcat, installing it with apt-get when missing and running as root. Memoised per process.
+ * @throws KcatUnavailableError when it is missing and cannot be installed (not root, no apt-get, apt failed).
+ */
+export function ensureKcat(): Promise<string> {
+  resolved ??= (async () => {
+    const found = onPath();
+    if (found) return found;
+    if (process.getuid?.() !== 0) throw new KcatUnavailableError('not root, so apt-get cannot install it');
+    const apt = (args: string[]) =>
+      spawnSync('apt-get', args, {
+        encoding: 'utf8',
+        env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+        timeout: 300_000,
+      });
+    let r = apt(['install', '-y', 'kcat']);
+    if (r.status !== 0) {
+      apt(['update']);
+      r = apt(['install', '-y', 'kcat']);
+    }
+    const installed = onPath();
+    if (!installed)
+      throw new KcatUnavailableError(
+        `apt-get install -y kcat failed (${r.error?.message ?? `exit ${r.status}`}): ${(r.stderr ?? '').slice(-400)}`,
+      );
+    return installed;
+  })();
+  return resolved;
+}
+
+/** librdkafka's version as kcat reports it (e.g. "2.0.2"), for test names and logs. */
+export function kcatLibrdkafkaVersion(kcat: string): string {
+  const out = execFileSync(kcat, ['-V'], { encoding: 'utf8' });
+  return /librdkafka version ([^\s]+)/.exec(out)?.[1] ?? 'unknown';
+}
+
+// Chosen so that no Avro body in a test contains them; produceWithKcat checks.
+const KEY_DELIMITER = '<~kcat-key~>';
+const MESSAGE_DELIMITER = '<~kcat-end~>';
+
+/**
+ * Produces `records` to `topic` with kcat, compressed with `codec`, in one librdkafka batch per partition
+ * (linger 50 ms), acks=all. Keys are placed by murmur2 (the Java client's partitioner) unless `partition` is set.
+ * Values are raw bytes (e.g. Confluent wire format Avro); a null key is not supported.
+ * @throws Error with kcat's stderr when it exits non-zero, or when a key or value contains a delimiter.
+ */
+export async function produceWithKcat(opts: {
+  brokers: string[];
+  topic: string;
+  codec: KcatCodec;
+  records: Array<{ key: string | Buffer; value: Buffer }>;
+  partition?: number;
+}): Promise<void> {
+  const kcat = await ensureKcat();
+  const parts: Buffer[] = [];
+  for (const r of opts.records) {
+    const key = Buffer.isBuffer(r.key) ? r.key : Buffer.from(r.key);
+    for (const b of [key, r.value])
+      if (b.includes(KEY_DELIMITER) || b.includes(MESSAGE_DELIMITER))
+        throw new Error('a record contains a kcat delimiter; produceWithKcat cannot send it');
+    parts.push(key, Buffer.from(KEY_DELIMITER), r.value, Buffer.from(MESSAGE_DELIMITER));
+  }
+  const args = [
+    '-P',
+    '-b',
+    opts.brokers.join(','),
+    '-t',
+    opts.topic,
+    '-z',
+    opts.codec,
+    '-K',
+    KEY_DELIMITER,
+    '-D',
+    MESSAGE_DELIMITER,
+    '-X',
+    'linger.ms=50',
+    '-X',
+    'acks=all',
+    // The Java client's partitioner (murmur2 over the key), as kafkajs's DefaultPartitioner in libs/kafka: a keyed
+    // record lands where the project's own producers put that key (the engine's topics are co-partitioned by key).
+    '-X',
+    'partitioner=murmur2_random',
+    ...(opts.partition === undefined ? [] : ['-p', String(opts.partition)]),
+  ];
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn(kcat, args, { stdio: ['pipe', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 && !/Delivery failed|ERROR/.test(stderr)
+        ? resolve()
+        : reject(new Error(`kcat -P -z ${opts.codec} to ${opts.topic} failed (exit ${code}): ${stderr}`)),
+    );
+    child.stdin.end(Buffer.concat(parts));
+  });
+}
+
+/**
+ * The Java client's jars that infra/local/stack.sh fetched for the broker (kafka-clients, kafka-tools, lz4-java,
+ * snappy-java, zstd-jni), and a `java`: `{ classpath }` for produceWithJavaClient, or `{ missing }` saying why not.
+ * Looks in $KEYFLOW_CACHE_DIR (else $XDG_CACHE_HOME/keyflow, else ~/.cache/keyflow)/kafka-$KEYFLOW_KAFKA_VERSION/libs.
+ */
+export function javaKafkaClient(): { classpath: string } | { missing: string } {
+  const version = process.env.KEYFLOW_KAFKA_VERSION;
+  if (!version) return { missing: 'KEYFLOW_KAFKA_VERSION is not set (the stack exports it)' };
+  const cache =
+    process.env.KEYFLOW_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'keyflow');
+  const libs = join(cache, `kafka-${version}`, 'libs');
+  if (!existsSync(join(libs, `kafka-tools-${version}.jar`)))
+    return { missing: `no Kafka ${version} jars in ${libs}` };
+  if (spawnSync('java', ['-version']).status !== 0) return { missing: 'no java on PATH' };
+  return { classpath: join(libs, '*') };
+}
+
+/**
+ * Produces text records with the Java client (Kafka's ConsoleProducer, acks=all, linger 50 ms, one batch), compressed
+ * with `codec`: snappy through snappy-java (xerial framing), lz4 through lz4-java, zstd through zstd-jni.
+ * Keys and values are text without newlines or tabs (the key separator used here). Takes a JVM start (~2 s).
+ * @throws Error with the JVM's stderr when it exits non-zero
+ */
+export async function produceWithJavaClient(opts: {
+  classpath: string;
+  brokers: string[];
+  topic: string;
+  codec: KcatCodec;
+  records: Array<{ key: string; value: string }>;
+}): Promise<void> {
+  const separator = '\t';
+  const args = [
+    '-cp',
+    opts.classpath,
+    'org.apache.kafka.tools.ConsoleProducer',
+    '--bootstrap-server',
+    opts.brokers.join(','),
+    '--topic',
+    opts.topic,
+    '--compression-codec',
+    opts.codec,
+    '--property',
+    'parse.key=true',
+    '--property',
+    `key.separator=${separator}`,
+    '--producer-property',
+    'linger.ms=50',
+    '--producer-property',
+    'acks=all',
+  ];
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn('java', args, { stdio: ['pipe', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 && !/ERROR|Exception/.test(stderr)
+        ? resolve()
+        : reject(
+            new Error(
+              `Java ConsoleProducer -z ${opts.codec} to ${opts.topic} failed (exit ${code}): ${stderr}`,
+            ),
+          ),
+    );
+    child.stdin.end(opts.records.map((r) => `${r.key}${separator}${r.value}\n`).join(''));
+  });
+}
