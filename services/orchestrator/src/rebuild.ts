@@ -89,23 +89,48 @@ export function diffRun(live: RunState, rebuilt: RunState): Difference[] {
 }
 
 /**
- * Rebuilds every run's state from the input topics (wf.requests and task.results, replayed per run in event-time
- * order, requests before results at equal times) with the pure reducer, and compares it with the live snapshots
- * in wf.state. The engine applies the two topics' partitions in arrival order, which event time approximates:
- * runs whose inputs raced (a timer and a result within the same millisecond) may be reported as different.
+ * Rebuilds every run's state from the input topics (wf.requests and task.results) with the pure reducer, and
+ * compares it with the live snapshots in wf.state.
+ *
+ * Order and clock: the engine applies inputs in arrival order at its own clock, and every lifecycle event it wrote
+ * for an input names that input as its causation id and carries the engine's time (wf.events, one partition per
+ * run, in application order). An input that caused events is replayed at its first event's position and time; an
+ * input that caused none (ignored, or a signal buffered for later) is placed by its own occurredAt, requests before
+ * results at equal times. So a producer's clock skew no longer reorders a run's inputs.
  */
 export async function rebuildRuns(
   kafka: Kafka,
   codec: EventCodec,
   registry: WorkflowRegistry,
 ): Promise<RebuildReport> {
-  await codec.registerTopics(['wf.requests', 'task.results', 'wf.state']);
-  const [requests, results, snapshots] = await Promise.all([
+  await codec.registerTopics(['wf.requests', 'task.results', 'wf.state', 'wf.events']);
+  const [requests, results, snapshots, events] = await Promise.all([
     readAll(kafka, codec.physical('wf.requests'), 'wf.requests'),
     readAll(kafka, codec.physical('task.results'), 'task.results'),
     readAll(kafka, codec.physical('wf.state'), 'wf.state'),
+    readAll(kafka, codec.physical('wf.events'), 'wf.events'),
   ]);
-  const perRun = new Map<string, Array<{ input: WorkflowInput; rank: number; offset: bigint }>>();
+  // Where and when the engine applied each input: its first lifecycle event (offset in the run's partition, time).
+  const applied = new Map<string, { offset: bigint; at: number }>();
+  for (const r of events) {
+    let d;
+    try {
+      d = await codec.decode(r.logical, r.value, {
+        topic: r.topic,
+        partition: r.partition,
+        offset: r.offset,
+      });
+    } catch {
+      continue;
+    }
+    const cause = d.value.metadata.causationId;
+    if (cause && !applied.has(cause))
+      applied.set(cause, { offset: BigInt(r.offset), at: d.value.metadata.occurredAt });
+  }
+  const perRun = new Map<
+    string,
+    Array<{ input: WorkflowInput; rank: number; offset: bigint; applied: boolean }>
+  >();
   let inputsRead = 0;
   for (const r of [...requests, ...results]) {
     let d;
@@ -118,23 +143,36 @@ export async function rebuildRuns(
     } catch {
       continue; // undecodable inputs were dead-lettered by the engine too
     }
-    const input = toWorkflowInput(d, (name, v) => registry.get(name, v)?.version);
-    if ('invalid' in input) continue;
+    const decoded = toWorkflowInput(d, (name, v) => registry.get(name, v)?.version);
+    if ('invalid' in decoded) continue;
+    const when = applied.get(decoded.eventId);
+    const input = when ? { ...decoded, at: when.at } : decoded;
     inputsRead++;
     perRun.set(input.runId, [
       ...(perRun.get(input.runId) ?? []),
-      { input, rank: r.logical === 'wf.requests' ? 0 : 1, offset: BigInt(r.offset) },
+      {
+        input,
+        rank: r.logical === 'wf.requests' ? 0 : 1,
+        offset: when ? when.offset : BigInt(r.offset),
+        applied: when !== undefined,
+      },
     ]);
   }
   const rebuilt = new Map<string, RunState>();
   const unrebuildable: string[] = [];
   for (const [runId, inputs] of perRun) {
-    inputs.sort(
-      (x, y) =>
-        x.input.at - y.input.at ||
-        x.rank - y.rank ||
-        (x.offset < y.offset ? -1 : x.offset > y.offset ? 1 : 0),
-    );
+    const cmp = (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0);
+    // Applied inputs in the order of their events; the others merged in by time (see the doc above).
+    const byEvents = inputs.filter((x) => x.applied).sort((x, y) => cmp(x.offset, y.offset));
+    const byTime = inputs
+      .filter((x) => !x.applied)
+      .sort((x, y) => x.input.at - y.input.at || x.rank - y.rank || cmp(x.offset, y.offset));
+    inputs.length = 0;
+    for (const x of byEvents) {
+      while (byTime.length && byTime[0].input.at < x.input.at) inputs.push(byTime.shift()!);
+      inputs.push(x);
+    }
+    inputs.push(...byTime);
     const start = inputs.find((i) => i.input.kind === 'start')?.input;
     const def = start && start.kind === 'start' ? registry.get(start.workflow, start.version) : undefined;
     if (!def) {

@@ -1,4 +1,7 @@
 import { eventually } from '@keyflow/testing';
+import { rebuildRuns } from '../../src/rebuild';
+import { saga } from '../fixtures/test-workflows';
+import { WorkflowRegistry } from '../../src/workflows/registry';
 import { OrchestratorHarness, post } from './support';
 
 jest.setTimeout(120_000);
@@ -32,5 +35,11 @@ describe("the engine's clock", () => {
       ['charge', 1],
       ['ship', 1],
     ]);
+
+    // Rebuild replays the inputs in the engine's order and at its times (from wf.events), not by the skewed
+    // producer clock, which would put the results before the run's start.
+    const registry = new WorkflowRegistry().register(saga);
+    const report = await rebuildRuns(h.ns.kafka, h.codec, registry);
+    expect(report).toMatchObject({ runsLive: 1, runsRebuilt: 1, matching: 1, differences: [] });
   });
 });

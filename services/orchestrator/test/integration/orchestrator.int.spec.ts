@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { eventually } from '@keyflow/testing';
-import { workflow } from '@keyflow/workflow';
 import { rebuildRuns } from '../../src/rebuild';
+import { saga } from '../fixtures/test-workflows';
 import { WorkflowRegistry, builtinWorkflows } from '../../src/workflows/registry';
 import { OrchestratorHarness, post, type Lifecycle } from './support';
 
@@ -205,14 +205,7 @@ describe('the orchestrator', () => {
       });
 
       // Rebuilding from the topics agrees with the live state.
-      const registry = new WorkflowRegistry().register(
-        ...builtinWorkflows,
-        workflow('saga', 1)
-          .task('reserve', { type: 'saga.reserve', compensate: { type: 'saga.release' } })
-          .task('charge', { type: 'saga.charge', compensate: { type: 'saga.refund' } })
-          .task('ship', { type: 'saga.ship', retry: { maxAttempts: 2, initialDelayMs: 50 } })
-          .build(),
-      );
+      const registry = new WorkflowRegistry().register(...builtinWorkflows, saga);
       const report = await rebuildRuns(h.ns.kafka, h.codec, registry);
       expect(report).toMatchObject({
         runsLive: 1,
