@@ -112,17 +112,14 @@ export async function rebuildRuns(
   ]);
   // Where and when the engine applied each input: its first lifecycle event (offset in the run's partition, time).
   const applied = new Map<string, { offset: bigint; at: number }>();
+  // Undecodable records are skipped: the engine dead-lettered such inputs too.
+  const decodeOrSkip = (r: Raw) =>
+    codec
+      .decode(r.logical, r.value, { topic: r.topic, partition: r.partition, offset: r.offset })
+      .catch(() => undefined);
   for (const r of events) {
-    let d;
-    try {
-      d = await codec.decode(r.logical, r.value, {
-        topic: r.topic,
-        partition: r.partition,
-        offset: r.offset,
-      });
-    } catch {
-      continue;
-    }
+    const d = await decodeOrSkip(r);
+    if (!d) continue;
     const cause = d.value.metadata.causationId;
     if (cause && !applied.has(cause))
       applied.set(cause, { offset: BigInt(r.offset), at: d.value.metadata.occurredAt });
@@ -133,16 +130,8 @@ export async function rebuildRuns(
   >();
   let inputsRead = 0;
   for (const r of [...requests, ...results]) {
-    let d;
-    try {
-      d = await codec.decode(r.logical, r.value, {
-        topic: r.topic,
-        partition: r.partition,
-        offset: r.offset,
-      });
-    } catch {
-      continue; // undecodable inputs were dead-lettered by the engine too
-    }
+    const d = await decodeOrSkip(r);
+    if (!d) continue;
     const decoded = toWorkflowInput(d, (name, v) => registry.get(name, v)?.version);
     if ('invalid' in decoded) continue;
     const when = applied.get(decoded.eventId);
