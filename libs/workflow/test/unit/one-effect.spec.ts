@@ -249,3 +249,27 @@ describe('one effect per logical step: review findings', () => {
     ).toThrow(/\.compensate/);
   });
 });
+
+describe('run retry from a named step', () => {
+  it('refuses to start after the failed step (that would skip it)', () => {
+    const three = workflow('three', 1)
+      .task('a', { type: 'a' })
+      .task('b', { type: 'b', retry: { maxAttempts: 1 } })
+      .task('c', { type: 'c' })
+      .build();
+    let d = reduce(three, undefined, {
+      ...base(),
+      kind: 'start',
+      workflow: 'three',
+      version: 1,
+      businessKey: 'k',
+      input: {},
+    });
+    d = reduce(three, d.state, ok(d.commands[0]));
+    d = reduce(three, d.state, failed(d.commands[0], false));
+    expect(d.state!.status).toBe('failed');
+    const skip = reduce(three, d.state, { ...base(), kind: 'retry', fromStepId: 'c' });
+    expect(skip.ignored).toMatch(/after the failed step b/);
+    expect(reduce(three, d.state, { ...base(), kind: 'retry', fromStepId: 'a' }).ignored).toBeUndefined();
+  });
+});
