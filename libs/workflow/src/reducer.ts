@@ -384,6 +384,10 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
       const base = ITEM.test(stepId) ? ITEM.exec(stepId)![1] : stepId;
       const at = s.plan.indexOf(base);
       if (at < 0) return `step ${stepId} is not in the run's plan`;
+      const failedBase = ITEM.exec(s.error.stepId)?.[1] ?? s.error.stepId;
+      const failedAt = s.plan.indexOf(failedBase);
+      if (failedAt >= 0 && at > failedAt)
+        return `retry from ${stepId} would start after the failed step ${failedBase}`;
       s.status = 'running';
       s.position = at;
       s.error = undefined;
