@@ -49,39 +49,65 @@ describe('a worker reading compressed task commands', () => {
 
 describe('a worker meeting a batch it cannot decode', () => {
   const h = new WorkerHarness('undecodable');
-  beforeAll(() => h.setup(['seq'], 1));
+  beforeAll(() => h.setup(['seq'], 2));
   afterAll(() => h.teardown());
 
-  it('reports UNDECODABLE_BATCH in /health with the offsets, and exits 1 for its supervisor instead of looping', async () => {
+  it('pauses only that partition, names it in /health and /metrics, keeps working the others, and never exits', async () => {
     const kcatMissing = await ensureKcat().then(
       () => undefined,
       (e: Error) => e.message,
     );
     if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
-    const w = await h.startWorker({ TEST_REJECT_LZ4: '1', KEYFLOW_FATAL_EXIT_DELAY_MS: '3000' });
+    const w = await h.startWorker({ TEST_REJECT_LZ4: '1', KEYFLOW_FATAL_EXIT_DELAY_MS: '1000' });
     const url = await w.ready;
-    const cmd = h.command('seq', 'lz4-undecodable', { entity: 'lz4-undecodable', seq: 1 });
-    await produceWithKcat({
-      brokers: h.ns.infra.kafkaBrokers,
-      topic: h.codec.physical('task.seq'),
-      codec: 'lz4',
-      records: [{ key: cmd.metadata.key, value: h.codec.encode('task.seq', 'TaskCommand', cmd) }],
+    const topic = h.codec.physical('task.seq');
+    const bad = h.command('seq', 'lz4-undecodable', { entity: 'lz4-undecodable', seq: 1 });
+    const after = h.command('seq', 'after-undecodable', { entity: 'after-undecodable', seq: 2 });
+    const other = h.command('seq', 'other-partition', { entity: 'other-partition', seq: 3 });
+    const rec = (c: typeof bad) => ({
+      key: c.metadata.key,
+      value: h.codec.encode('task.seq', 'TaskCommand', c),
     });
+    const brokers = h.ns.infra.kafkaBrokers;
+    await produceWithKcat({ brokers, topic, codec: 'lz4', partition: 0, records: [rec(bad)] });
+    await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 0, records: [rec(after)] });
+    await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 1, records: [rec(other)] });
+
+    // The other partition flows.
+    await eventually('the command on the other partition completes', () =>
+      h.results.items.find((x) => x.value.idempotencyKey === other.idempotencyKey),
+    );
     const health = await eventually(
-      '/health 503 naming the undecodable batch',
+      '/health degraded naming the undecodable batch',
       async () => {
         const r = await fetch(`${url}/health`);
         return {
           status: r.status,
-          body: (await r.json()) as { failed: Array<{ component: string; code: string; error: string }> },
+          body: (await r.json()) as {
+            status: string;
+            degraded: Array<{ component: string; code: string; error: string }>;
+          },
         };
       },
-      { until: (x) => x.status === 503 },
+      { until: (x) => x.body.degraded?.length > 0 },
     );
-    expect(health.body.failed).toEqual([
-      expect.objectContaining({ code: 'UNDECODABLE_BATCH', error: expect.stringContaining('offsets 0..0') }),
+    expect(health.status).toBe(200);
+    expect(health.body.status).toBe('degraded');
+    expect(health.body.degraded).toEqual([
+      expect.objectContaining({
+        code: 'UNDECODABLE_BATCH',
+        error: expect.stringMatching(new RegExp(`${topic}:0 .*offsets 0\\.\\.0`)),
+      }),
     ]);
-    await expect(w.exited).resolves.toBe(1);
-    expect(h.results.items).toEqual([]);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toMatch(
+      new RegExp(`keyflow_undecodable_batches_total\\{[^}]*topic="${topic}"[^}]*partition="0"[^}]*\\} [1-9]`),
+    );
+    expect(metrics).toMatch(new RegExp(`keyflow_quarantined_partitions\\{[^}]*\\} 1`));
+    // Nothing behind the bad batch on its partition ran (order), and the process is alive.
+    const ran = h.results.items.map((x) => x.value.idempotencyKey);
+    expect(ran).not.toContain(bad.idempotencyKey);
+    expect(ran).not.toContain(after.idempotencyKey);
+    expect(w.proc.exitCode).toBeNull();
   });
 });
