@@ -23,22 +23,19 @@
  * - 4 zstd: `fzstd` (pure JS) decompresses any zstd frame. Compressing needs node:zlib's zstd (Node >= 22.15 / 23.8);
  *   on an older Node `compress` rejects with ZstdCompressionUnavailableError instead of writing something unreadable.
  *
- * A batch that still cannot be decoded (codec id 5-7, or compressed bytes the codec rejects) throws
- * UndecodableBatchError from inside kafkajs's fetch-response parser. What kafkajs 2.2.4 does with it
- * (src/consumer/runner.js scheduleFetchManager, src/consumer/index.js onCrash): the parser knows no topic or
- * partition and the error fails the whole fetch (every partition led by that broker), so kafkajs cannot skip or
- * pause one partition. A plain Error is retried (consumer retry: 10) and then reported as
- * KafkaJSNumberOfRetriesExceeded, which kafkajs restarts: measured with a decompressor throwing a plain Error
- * (consumer retry 10, Kafka 4.1.1), CRASH restart=true after 24 s, then again every ~31 s, for ever, each time
- * refetching the same batch while no partition of that broker moves (a loop a liveness probe does not see).
- * UndecodableBatchError is a KafkaJSNotImplemented,
- * which the runner bails on at once and does not restart (`retriable: false`): the consumer emits CRASH with
- * restart=false, OrderedConsumer/Engine report it, and the service exits 1 for its supervisor, with the codec id
- * and the batch's base offset in the log. Pausing only that partition would need a fork of kafkajs's fetch path.
+ * A batch that still cannot be decoded (codec id 5-7, or compressed bytes the codec rejects) must not fail the fetch:
+ * kafkajs 2.2.4 decompresses inside its fetch-response parser, which knows no topic or partition, so a throw there
+ * fails every partition led by that broker, on every refetch (a plain Error is retried and then restarted for ever,
+ * measured: CRASH restart=true after 24 s, then every ~31 s; a KafkaJSNotImplemented stops the consumer for good).
+ * The guarded codecs return a stand-in for the batch instead (./undecodable: records that carry a marker header
+ * naming the codec, offsets and reason), and each consumer quarantines just that partition: paused, named in /health
+ * and the metrics, retried periodically, nothing skipped. Only when the batch header cannot be read around the
+ * compressed bytes (kafkajs did not hand a view of the fetch response) does the codec throw UndecodableBatchError.
  */
 import * as zlib from 'node:zlib';
 import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
 import { decompress as zstdDecompress } from 'fzstd';
+import { UNDECODABLE_CODE, standInRecords } from './undecodable';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
 // kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -80,23 +77,43 @@ const CODEC_MASK = 0x07;
  * 2.2.4); the topic and partition are unknown at this layer.
  */
 export class UndecodableBatchError extends KafkaJSNotImplemented {
-  readonly code = 'UNDECODABLE_BATCH';
+  readonly code = UNDECODABLE_CODE;
   readonly retryable = false;
+  /**
+   * @param where the topic and partition, when a reader of a stand-in record (./undecodable) raises it; the codec
+   *   itself does not know them.
+   */
   constructor(
     readonly codecId: number,
     readonly batch: { baseOffset: string; lastOffset: string; records: number } | undefined,
     readonly reason: string,
+    readonly where?: { topic: string; partition: number },
   ) {
     // kafkajs's typings declare no constructor arguments; at runtime it takes (message) like every KafkaJSError.
     super(
       ...([
-        `UNDECODABLE_BATCH: a record batch compressed with Kafka codec id ${codecId} ` +
+        `${UNDECODABLE_CODE}: a record batch ${where ? `on ${where.topic}:${where.partition} ` : ''}compressed with Kafka codec id ${codecId} ` +
           `${batch ? `(offsets ${batch.baseOffset}..${batch.lastOffset}, ${batch.records} records) ` : ''}` +
-          `cannot be decoded: ${reason}. The consumer stops (not retryable); fix the producer or skip the batch by ` +
-          `committing past it, then restart`,
+          `cannot be decoded: ${reason}. Not retryable: fix the reader's codecs, or skip the batch by committing ` +
+          `past it`,
       ] as unknown as []),
     );
   }
+}
+
+/** The error a one-shot reader (redrive, rebuild) raises on a stand-in record of `topic`/`partition`. */
+export function undecodableBatchError(
+  topic: string,
+  partition: number,
+  b: { codecId: number; baseOffset: string; lastOffset: string; reason: string },
+): UndecodableBatchError {
+  const records = Number(BigInt(b.lastOffset) - BigInt(b.baseOffset)) + 1;
+  return new UndecodableBatchError(
+    b.codecId,
+    { baseOffset: b.baseOffset, lastOffset: b.lastOffset, records },
+    b.reason,
+    { topic, partition },
+  );
 }
 
 /** The batch header around `compressed`, when `compressed` is a view into kafkajs's fetch response buffer. */
@@ -118,9 +135,17 @@ function batchAround(compressed: Buffer, codecId: number): UndecodableBatchError
   };
 }
 
+/** The stand-in records for an undecodable batch (see ./undecodable), or UndecodableBatchError when its header is unknown. */
+function standInOrThrow(codecId: number, compressed: Buffer, reason: string): Buffer {
+  const batch = batchAround(compressed, codecId);
+  const standIn = batch && standInRecords({ codecId, ...batch, reason });
+  if (!standIn) throw new UndecodableBatchError(codecId, batch, reason);
+  return standIn;
+}
+
 /**
- * Wraps a codec factory so a decompression failure is an UndecodableBatchError naming the codec id (Kafka's, 1-7)
- * and the batch. Every codec registerCompressionCodecs installs is wrapped so.
+ * Wraps a codec factory so a decompression failure yields stand-in records naming the codec id (Kafka's, 1-7), the
+ * batch and the reason (see ./undecodable), never a failed fetch. Every codec registerCompressionCodecs installs is wrapped so.
  */
 export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => KafkaCodec {
   return () => {
@@ -131,7 +156,7 @@ export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => Ka
         try {
           return await c.decompress(buffer);
         } catch (err) {
-          throw new UndecodableBatchError(codecId, batchAround(buffer, codecId), (err as Error).message);
+          return standInOrThrow(codecId, buffer, (err as Error).message);
         }
       },
     };
@@ -141,10 +166,7 @@ export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => Ka
 /** Codec ids 5-7 are not defined by Kafka: without this, kafkajs would parse the compressed bytes as records. */
 const undefinedCodec = (codecId: number) => (): KafkaCodec => ({
   compress: () => Promise.reject(new Error(`Kafka defines no compression codec ${codecId}`)),
-  decompress: (buffer) =>
-    Promise.reject(
-      new UndecodableBatchError(codecId, batchAround(buffer, codecId), 'Kafka defines no such codec'),
-    ),
+  decompress: async (buffer) => standInOrThrow(codecId, buffer, 'Kafka defines no such codec'),
 });
 
 type ZstdCompress = (buf: Buffer, cb: (err: Error | null, out: Buffer) => void) => void;

@@ -2,6 +2,8 @@ import { hostname } from 'node:os';
 import type { IHeaders, Kafka, Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 import type { ConsumedMessage } from './ordered-consumer';
+import { undecodableBatchError } from './codecs';
+import { undecodableBatchOf } from './undecodable';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
 export const DLQ_HEADERS = {
@@ -108,7 +110,9 @@ export interface RedriveReport {
  *    ones (kafkajs consumer/batch.js `lastOffset()`; the runner emits the event also for a batch that held only
  *    markers or aborted records, consumer/runner.js `isEmptyDueToFiltering`). A partition is done when that position
  *    reaches its end, so the redrive no longer waits for a marker's offset that is never delivered.
- * @throws whatever the consumer or producer throws (kafkajs errors)
+ * @throws UndecodableBatchError (code UNDECODABLE_BATCH, naming the DLQ partition and offsets) when a record batch
+ *   of the DLQ cannot be decompressed: nothing after it in that partition is moved; whatever else the consumer or
+ *   producer throws (kafkajs errors)
  */
 export async function redrive(
   kafka: Kafka,
@@ -149,6 +153,8 @@ export async function redrive(
         eachMessage: async ({ partition, message }) => {
           const end = remaining.get(partition);
           if (end === undefined || BigInt(message.offset) >= end) return;
+          const undecodable = undecodableBatchOf(message);
+          if (undecodable) return reject(undecodableBatchError(dlqTopic, partition, undecodable));
           report.scanned++;
           const h = message.headers ?? {};
           const last = Number(header(h, DLQ_HEADERS.lastFailureAt) ?? 0);
@@ -176,8 +182,7 @@ export async function redrive(
         },
       })
       .catch(reject);
-  });
-  await consumer.disconnect();
+  }).finally(() => consumer.disconnect());
   opts.logger.info({ dlqTopic, filter, ...report }, 'redrive finished');
   return report;
 }

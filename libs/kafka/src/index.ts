@@ -43,9 +43,22 @@ export {
   registerCompressionCodecs,
   guardedCodec,
   UndecodableBatchError,
+  undecodableBatchError,
   ZstdCompressionUnavailableError,
   canCompressZstd,
   KAFKA_CODEC_IDS,
   type KafkaCodecName,
   type KafkaCodec,
 } from './codecs';
+export {
+  PartitionQuarantine,
+  undecodableAt,
+  undecodableBatchOf,
+  standInRecords,
+  UNDECODABLE_HEADER,
+  UNDECODABLE_CODE,
+  UNDECODABLE_RETRY_MS,
+  type UndecodableBatch,
+  type QuarantinedPartition,
+  type PartitionSwitch,
+} from './undecodable';

@@ -1,13 +1,19 @@
 import { hostname } from 'node:os';
 import { PartitionAssigners, type Consumer, type EachBatchPayload, type IHeaders, type Kafka } from 'kafkajs';
 import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow';
-import type { Logger } from '@keyflow/observability';
+import type { ComponentHealth, Logger, Registry } from '@keyflow/observability';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
 import { abortableSleep, linkSignals } from './sleep';
 import { subscribeWhenReady } from './topics';
 import { subscribedRoundRobinAssigner } from './subscribed-assigner';
 import { UndecodableBatchError } from './codecs';
+import {
+  PartitionQuarantine,
+  UNDECODABLE_RETRY_MS,
+  undecodableAt,
+  type QuarantinedPartition,
+} from './undecodable';
 
 /** The partition of a message was revoked in a rebalance while it ran: its new owner redelivers it. Retryable. */
 export class PartitionRevokedError extends Error {
@@ -18,6 +24,12 @@ export class PartitionRevokedError extends Error {
     this.name = 'PartitionRevokedError';
   }
 }
+
+/** `topic:partition` back to its parts (topic names may hold ':' in a prefix; the partition never does). */
+const splitTp = (tp: string): [string, number] => {
+  const i = tp.lastIndexOf(':');
+  return [tp.slice(0, i), Number(tp.slice(i + 1))];
+};
 
 /** One record as the handler sees it. `offset` is a decimal string (int64). */
 export interface ConsumedMessage {
@@ -85,9 +97,21 @@ export interface OrderedConsumerOptions {
    * the fetch in flight, so this bounds the added latency; lower costs more idle fetch requests.
    */
   fetchMaxWaitMs?: number;
+  /** Where a partition paused on an undecodable batch is reported (degraded, see ./undecodable). */
+  health?: ComponentHealth;
+  /** Where the undecodable-batch metrics are registered. */
+  registry?: Registry;
+  /** The name /health gives this consumer (default `consumer:<groupId>`). */
+  component?: string;
+  /** ms between tries of a partition paused on an undecodable batch (default KEYFLOW_UNDECODABLE_RETRY_MS, 60 000). */
+  undecodableRetryMs?: number;
 }
 
-type Resolved = Required<Omit<OrderedConsumerOptions, 'infraRetry'>> & { infraRetry: RetryPolicy };
+type Resolved = Required<Omit<OrderedConsumerOptions, 'infraRetry' | 'health' | 'registry'>> & {
+  infraRetry: RetryPolicy;
+  health?: ComponentHealth;
+  registry?: Registry;
+};
 
 /** Live figures for metrics and health. */
 export interface ConsumerStats {
@@ -98,6 +122,8 @@ export interface ConsumerStats {
   committedTotal: number;
   /** Group joins since start: 1 when no rebalance happened. */
   joins: number;
+  /** Partitions paused on a record batch no codec can decode (see ./undecodable). */
+  quarantined: QuarantinedPartition[];
   crashed?: Error;
 }
 
@@ -145,6 +171,7 @@ export class OrderedConsumer {
   private readonly revokers = new Map<string, AbortController>();
   private heartbeatTimer?: NodeJS.Timeout;
   private lastPayload?: EachBatchPayload;
+  private readonly quarantine: PartitionQuarantine;
 
   constructor(opts: OrderedConsumerOptions) {
     this.o = {
@@ -158,6 +185,8 @@ export class OrderedConsumer {
       commitIntervalMs: 1_000,
       maxBytesPerPartition: 1024 * 1024,
       fetchMaxWaitMs: 100,
+      component: `consumer:${opts.groupId}`,
+      undecodableRetryMs: UNDECODABLE_RETRY_MS,
       ...opts,
       infraRetry:
         opts.infraRetry ??
@@ -168,6 +197,20 @@ export class OrderedConsumer {
         `heartbeatIntervalMs (${this.o.heartbeatIntervalMs}) must be at most a third of sessionTimeoutMs (${this.o.sessionTimeoutMs})`,
       );
     this.processSlots = new Semaphore(this.o.maxInFlight);
+    this.quarantine = new PartitionQuarantine({
+      component: this.o.component,
+      logger: this.o.logger,
+      health: this.o.health,
+      registry: this.o.registry,
+      retryMs: this.o.undecodableRetryMs,
+      partitions: {
+        pause: (topic, partition) => this.pausePartition(`${topic}:${partition}`),
+        resume: (topic, partition) => {
+          const tp = `${topic}:${partition}`;
+          if (!this.stopping && this.assignment.has(tp) && !this.busy.has(tp)) this.resumePartition(tp);
+        },
+      },
+    });
   }
 
   /** Called when the consumer crashed and kafkajs will not restart it: the process should exit non-zero. */
@@ -182,6 +225,7 @@ export class OrderedConsumer {
       assigned: this.assigned,
       committedTotal: this.committedTotal,
       joins: this.joins,
+      quarantined: this.quarantine.list(),
       crashed: this.crashed,
     };
   }
@@ -218,13 +262,14 @@ export class OrderedConsumer {
         if (!this.assignment.has(tp)) {
           this.epochs.set(tp, (this.epochs.get(tp) ?? 0) + 1);
           this.revokers.get(tp)?.abort(new PartitionRevokedError(tp));
+          this.quarantine.drop(...splitTp(tp));
         }
       this.assigned = this.assignment.size;
       // A partition still working on a batch from before the rebalance stays paused until that batch is done.
       // Every other assigned partition is resumed: kafkajs keeps a partition's paused flag across rebalances, so
       // one paused while busy, revoked, and assigned back later would otherwise never be fetched again.
       for (const tp of this.assignment) {
-        if (this.busy.has(tp)) this.pausePartition(tp);
+        if (this.busy.has(tp) || this.quarantine.has(...splitTp(tp))) this.pausePartition(tp);
         else this.resumePartition(tp);
       }
       this.o.logger.info(
@@ -267,13 +312,13 @@ export class OrderedConsumer {
   }
 
   private pausePartition(tp: string): void {
-    const i = tp.lastIndexOf(':');
-    this.consumer?.pause([{ topic: tp.slice(0, i), partitions: [Number(tp.slice(i + 1))] }]);
+    const [topic, partition] = splitTp(tp);
+    this.consumer?.pause([{ topic, partitions: [partition] }]);
   }
 
   private resumePartition(tp: string): void {
-    const i = tp.lastIndexOf(':');
-    this.consumer?.resume([{ topic: tp.slice(0, i), partitions: [Number(tp.slice(i + 1))] }]);
+    const [topic, partition] = splitTp(tp);
+    this.consumer?.resume([{ topic, partitions: [partition] }]);
   }
 
   /** Takes a batch: pauses its partition, works it in the background, returns at once (see the class doc). */
@@ -284,16 +329,22 @@ export class OrderedConsumer {
       if (this.stopping || this.busy.has(tp)) this.pausePartition(tp); // nothing resolved: refetched later
       return;
     }
+    // A stand-in for a batch no codec could decode: work what comes before it, then keep the partition paused.
+    const bad = undecodableAt(p.batch.messages);
+    const messages = bad ? p.batch.messages.slice(0, bad.index) : p.batch.messages;
+    if (bad) this.quarantine.add(p.batch.topic, p.batch.partition, bad.batch);
+    if (messages.length === 0) return;
     this.busy.add(tp);
     this.pausePartition(tp);
-    const work = this.runBatch(p)
+    const work = this.runBatch(p, messages)
       .catch((err) =>
         this.o.logger.error({ err, tp }, 'batch processing failed; its partition will be refetched'),
       )
       .finally(() => {
         this.busy.delete(tp);
         this.background.delete(work);
-        if (!this.stopping && this.assignment.has(tp)) this.resumePartition(tp);
+        if (this.stopping || !this.assignment.has(tp)) return;
+        if (!this.quarantine.has(...splitTp(tp))) this.resumePartition(tp);
       });
     this.background.add(work);
   }
@@ -321,14 +372,18 @@ export class OrderedConsumer {
     } finally {
       clearTimeout(timer);
       clearInterval(this.heartbeatTimer);
+      this.quarantine.close();
       this.stopController.abort(new Error('consumer stopped'));
     }
   }
 
-  private async runBatch(p: EachBatchPayload): Promise<void> {
+  private async runBatch(
+    p: EachBatchPayload,
+    messages: EachBatchPayload['batch']['messages'],
+  ): Promise<void> {
     const { batch } = p;
     const tp = `${batch.topic}:${batch.partition}`;
-    const tracker = new OffsetTracker(batch.messages.map((m) => m.offset));
+    const tracker = new OffsetTracker(messages.map((m) => m.offset));
     const partitionSlots = new Semaphore(this.o.maxInFlightPerPartition);
     const chains = new Map<string, Promise<void>>();
     let lastCommit = Date.now();
@@ -366,7 +421,7 @@ export class OrderedConsumer {
     };
 
     try {
-      for (const m of batch.messages) {
+      for (const m of messages) {
         if (this.stopping || lost() || this.stopController.signal.aborted) break;
         if (partitionSlots.free === 0 || this.processSlots.free === 0) this.blocked.add(tp);
         await partitionSlots.acquire();

@@ -9,6 +9,14 @@ export interface ComponentFailure {
   at: number;
 }
 
+/** A condition that keeps a process working but not wholly, as /health reports it (see ComponentHealth.degrade). */
+export interface DegradedCondition {
+  id: string;
+  code: string;
+  error: string;
+  at: number;
+}
+
 /**
  * What a process knows about the parts that must keep running (a consumer, a producer, the read model): each one
  * that fails for good is recorded here, /health answers 503 naming it, and the listeners (see
@@ -18,6 +26,7 @@ export interface ComponentFailure {
 export class ComponentHealth {
   private readonly failed = new Map<string, ComponentFailure>();
   private listeners: Array<(f: ComponentFailure, err: Error) => void> = [];
+  private readonly conditions = new Map<string, DegradedCondition>();
 
   /**
    * Records that `component` failed for good. The first failure of a component wins; listeners are called once
@@ -34,6 +43,26 @@ export class ComponentHealth {
     };
     this.failed.set(component, f);
     this.listeners.forEach((l) => l(f, e));
+  }
+
+  /**
+   * Records a condition that keeps the process working but not wholly (a partition paused on a batch it cannot
+   * decode): /health answers 200 with `status: 'degraded'` and lists it, and no listener fires (the process must not
+   * exit or restart over it: a restart meets the same condition). `id` names the condition (one per id; a later call
+   * replaces it); {@link recover} clears it.
+   */
+  degrade(id: string, condition: { code: string; error: string }): void {
+    this.conditions.set(id, { id, ...condition, at: this.conditions.get(id)?.at ?? Date.now() });
+  }
+
+  /** Clears the condition `id` (no-op when there is none). */
+  recover(id: string): void {
+    this.conditions.delete(id);
+  }
+
+  /** The degraded conditions, oldest first. `at` is ms since epoch. */
+  degraded(): DegradedCondition[] {
+    return [...this.conditions.values()];
   }
 
   onFailure(listener: (f: ComponentFailure, err: Error) => void): void {

@@ -20,4 +20,5 @@ export {
   exitOnComponentFailure,
   FATAL_EXIT_DELAY_MS,
   type ComponentFailure,
+  type DegradedCondition,
 } from './health';

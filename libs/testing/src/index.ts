@@ -13,3 +13,4 @@ export {
   KCAT_CODECS,
   type KcatCodec,
 } from './kcat';
+export { rejectLz4Batches } from './codec-gap';

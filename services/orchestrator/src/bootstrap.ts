@@ -55,7 +55,7 @@ export async function bootstrapOrchestrator(
     codec,
     `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
     logger,
-    { health, skipped: metrics.snapshotsSkipped },
+    { health, skipped: metrics.snapshotsSkipped, registry },
   );
   const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health);
   await engine.start(); // creates topics, checks co-partitioning, registers schemas

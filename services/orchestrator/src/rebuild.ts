@@ -1,4 +1,5 @@
 import type { Kafka } from 'kafkajs';
+import { undecodableBatchError, undecodableBatchOf } from '@keyflow/kafka';
 import type { EventCodec } from '@keyflow/contracts';
 import { reduce, type RunState, type WorkflowInput } from '@keyflow/workflow';
 import { toWorkflowInput } from './engine/mapping';
@@ -29,6 +30,8 @@ type Raw = { logical: string; partition: number; offset: string; value: Buffer |
  * Reads a topic from the beginning (read_committed) up to its end offsets at the start of the call. Trailing
  * transaction markers occupy offsets no record is delivered for, so a partition also counts as read once nothing
  * new arrived for `idleMs` (default 2 000 ms).
+ * @throws UndecodableBatchError (UNDECODABLE_BATCH, naming topic, partition and offsets) when a record batch cannot
+ *   be decompressed: a rebuild that silently left out those records would report differences that are not there.
  */
 async function readAll(kafka: Kafka, topic: string, logical: string, idleMs = 2_000): Promise<Raw[]> {
   const admin = kafka.admin();
@@ -48,18 +51,25 @@ async function readAll(kafka: Kafka, topic: string, logical: string, idleMs = 2_
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
   let last = Date.now();
+  let failed: Error | undefined;
   await consumer.run({
     autoCommit: false,
     eachMessage: async ({ partition, message }) => {
       last = Date.now();
       const end = pending.get(partition);
-      if (end === undefined || BigInt(message.offset) >= end) return;
+      if (end === undefined || BigInt(message.offset) >= end || failed) return;
+      const undecodable = undecodableBatchOf(message);
+      if (undecodable) {
+        failed = undecodableBatchError(topic, partition, undecodable);
+        return pending.clear();
+      }
       out.push({ logical, topic, partition, offset: message.offset, value: message.value });
       if (BigInt(message.offset) + 1n >= end) pending.delete(partition);
     },
   });
   while (pending.size > 0 && Date.now() - last < idleMs) await new Promise((r) => setTimeout(r, 50));
   await consumer.disconnect();
+  if (failed) throw failed;
   return out;
 }
 

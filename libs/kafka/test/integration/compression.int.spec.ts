@@ -168,7 +168,7 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
       expect(c.healthy()).toBe(true);
       // The fix: the codec reads the batch now. The periodic retry resumes the partition, in offset order.
       fixed = true;
-      await handled.wait(6, 20_000);
+      await handled.wait(7, 20_000);
       expect(handled.items.filter((x) => x.startsWith('0:'))).toEqual([
         '0:a0',
         '0:b1',

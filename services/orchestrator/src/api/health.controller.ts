@@ -17,7 +17,10 @@ export class HealthController {
   ) {}
 
   /**
-   * 200 `{ status: 'ok', partitions, runsKnown, readModel: { snapshotsRead, snapshotsSkipped }, failed: [] }`, or
+   * 200 `{ status: 'ok', partitions, runsKnown, readModel: { snapshotsRead, snapshotsSkipped }, failed: [],
+   * degraded: [] }`; 200 with `status: 'degraded'` while `degraded` lists conditions that stop part of the work but not
+   * the process (an input or wf.state partition paused on a record batch no codec decodes: code UNDECODABLE_BATCH,
+   * `error` naming topic:partition and offsets; a restart would meet the same batch); or
    * 503 with `status: 'unhealthy'` and `failed` naming each part that stopped for good (component, error, code, at
    * in ms since epoch): the engine's consumer or producer, the read model, the API's producer.
    */
@@ -31,10 +34,11 @@ export class HealthController {
         snapshotsSkipped: this.readModel.snapshotsSkipped,
       },
       failed: this.components.failures(),
+      degraded: this.components.degraded(),
     };
     if (!this.engine.healthy() || !this.readModel.healthy() || !this.components.healthy)
       throw new HttpException({ status: 'unhealthy', ...body }, 503);
-    return { status: 'ok', ...body };
+    return { status: body.degraded.length > 0 ? 'degraded' : 'ok', ...body };
   }
 
   @Get('metrics')

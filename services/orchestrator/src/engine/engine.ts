@@ -19,6 +19,8 @@ import {
   header,
   subscribeWhenReady,
   UndecodableBatchError,
+  PartitionQuarantine,
+  undecodableAt,
   watchProducer,
   type TopicSpec,
 } from '@keyflow/kafka';
@@ -78,6 +80,7 @@ export class Engine {
   private tick?: NodeJS.Timeout;
   private stopping = false;
   private crashed?: Error;
+  private readonly quarantine: PartitionQuarantine;
   private crashListeners: Array<(e: Error) => void> = [];
 
   constructor(
@@ -90,7 +93,21 @@ export class Engine {
     private readonly metrics: OrchestratorMetrics,
     /** Where consumer and producer failures for good are reported (COMPONENTS.engineConsumer / engineProducer). */
     readonly health: ComponentHealth = new ComponentHealth(),
-  ) {}
+  ) {
+    this.quarantine = new PartitionQuarantine({
+      component: COMPONENTS.engineConsumer,
+      logger,
+      health,
+      registry: metrics.registry,
+      partitions: {
+        pause: (topic, partition) => this.consumer?.pause([{ topic, partitions: [partition] }]),
+        resume: (topic, partition) => {
+          if (!this.stopping && this.assigned.has(partition))
+            this.consumer?.resume([{ topic, partitions: [partition] }]);
+        },
+      },
+    });
+  }
 
   /** Logical topics the engine reads and writes, with the task topics its definitions use. */
   static topics(cfg: OrchestratorConfig, registry: WorkflowRegistry): TopicSpec[] {
@@ -207,6 +224,7 @@ export class Engine {
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.tick);
+    this.quarantine.close();
     await this.consumer?.disconnect();
     await Promise.allSettled([...this.owned.values()].map((o) => o.producer.disconnect()));
     await this.timerProducer?.disconnect();
@@ -219,8 +237,15 @@ export class Engine {
     ]);
     this.assigned.clear();
     partitions.forEach((p) => this.assigned.add(p));
+    const inputs = [this.codec.physical('wf.requests'), this.codec.physical('task.results')];
+    for (const topic of inputs)
+      for (const p of assignment[topic] ?? []) {
+        // kafkajs keeps a partition's paused flag across rebalances: only a quarantined one stays paused.
+        if (!this.quarantine.has(topic, p)) this.consumer?.resume([{ topic, partitions: [p] }]);
+      }
     for (const [p, o] of this.owned) {
       if (partitions.has(p)) continue;
+      inputs.forEach((topic) => this.quarantine.drop(topic, p));
       o.revoked = true;
       this.owned.delete(p);
       void o.lock.then(() => o.producer.disconnect()).catch(() => undefined);
@@ -337,6 +362,15 @@ export class Engine {
 
   private async processBatch(o: OwnedPartition, p: EachBatchPayload): Promise<void> {
     const { batch } = p;
+    // A stand-in for a batch no codec could decode: apply what comes before it, then keep the partition paused.
+    const bad = undecodableAt(batch.messages);
+    const messages = bad ? batch.messages.slice(0, bad.index) : batch.messages;
+    if (messages.length === 0) {
+      if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
+      return;
+    }
+    // Without a stand-in, past the whole batch (trailing transaction markers included); with one, up to it.
+    const lastOffset = bad ? messages[messages.length - 1].offset : batch.lastOffset();
     const logical = batch.topic === this.codec.physical('task.results') ? 'task.results' : 'wf.requests';
     const overlay = new Map<string, RunState>();
     const records: OutputRecord[] = [];
@@ -344,7 +378,7 @@ export class Engine {
     let transitions = 0;
     const started: string[] = [];
     const finished: Array<{ runId: string; status: string; ms: number }> = [];
-    for (const m of batch.messages) {
+    for (const m of messages) {
       let decoded;
       try {
         decoded = await this.codec.decode(logical, m.value, {
@@ -459,7 +493,7 @@ export class Engine {
       // Requests of at most ~512 KiB (before gzip), so no record batch exceeds the broker's message.max.bytes.
       for (const part of splitBySize([...byTopic], 512 * 1024))
         await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
-      const next = (BigInt(batch.lastOffset()) + 1n).toString();
+      const next = (BigInt(lastOffset) + 1n).toString();
       await tx.sendOffsets({
         consumerGroupId: this.cfg.ORCHESTRATOR_GROUP_ID,
         topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
@@ -477,7 +511,8 @@ export class Engine {
     // Only now does the in-memory state move on.
     o.failures = null;
     for (const [id, s] of overlay) o.runs.set(id, s);
-    p.resolveOffset(batch.lastOffset());
+    p.resolveOffset(lastOffset);
+    if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
     this.metrics.transitions.inc(transitions);
     this.metrics.started.inc(started.length);
     for (const f of finished) {

@@ -1,6 +1,8 @@
 import { metric, type Counter, type Histogram, type Registry } from '@keyflow/observability';
 
 export interface OrchestratorMetrics {
+  /** The registry these are in (consumers register the undecodable-batch metrics there too). */
+  registry: Registry;
   started: Counter;
   finished: Counter<'status'>;
   transitions: Counter;
@@ -14,6 +16,7 @@ export interface OrchestratorMetrics {
 
 export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
   return {
+    registry: r,
     started: metric.counter(r, 'orchestrator_runs_started_total', 'Runs started.'),
     finished: metric.counter(r, 'orchestrator_runs_finished_total', 'Runs that reached a terminal status.', [
       'status',

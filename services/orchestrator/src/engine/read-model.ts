@@ -1,7 +1,7 @@
 import type { Consumer, Kafka } from 'kafkajs';
 import { ContractError, type EventCodec } from '@keyflow/contracts';
-import { subscribeWhenReady } from '@keyflow/kafka';
-import type { ComponentHealth, Counter, Logger } from '@keyflow/observability';
+import { PartitionQuarantine, subscribeWhenReady, undecodableBatchOf } from '@keyflow/kafka';
+import type { ComponentHealth, Counter, Logger, Registry } from '@keyflow/observability';
 import type { RunState, RunStatus } from '@keyflow/workflow';
 import { COMPONENTS } from './components';
 
@@ -49,6 +49,11 @@ export class RunReadModel {
     reject: (e: Error) => void;
   }> = [];
   private consumer?: Consumer;
+  /**
+   * wf.state partitions paused on a record batch no codec decodes. A take-over of such a partition waits for its
+   * barrier (behind the batch) and so retries until the batch is read or ORCHESTRATOR_TAKEOVER_GIVE_UP_MS passes.
+   */
+  private readonly quarantine: PartitionQuarantine;
   private stopped?: Error;
   snapshotsRead = 0;
   snapshotsSkipped = 0;
@@ -62,8 +67,23 @@ export class RunReadModel {
     private readonly codec: EventCodec,
     private readonly groupId: string,
     private readonly logger: Logger,
-    private readonly opts: { health?: ComponentHealth; skipped?: Counter<'reason'> } = {},
-  ) {}
+    private readonly opts: {
+      health?: ComponentHealth;
+      skipped?: Counter<'reason'>;
+      registry?: Registry;
+    } = {},
+  ) {
+    this.quarantine = new PartitionQuarantine({
+      component: COMPONENTS.readModel,
+      logger,
+      health: opts.health,
+      registry: opts.registry,
+      partitions: {
+        pause: (topic, partition) => this.consumer?.pause([{ topic, partitions: [partition] }]),
+        resume: (topic, partition) => this.consumer?.resume([{ topic, partitions: [partition] }]),
+      },
+    });
+  }
 
   /** A record that cannot be a run's snapshot: logged, counted, and passed over (it must never stop the reader). */
   private skip(
@@ -101,6 +121,14 @@ export class RunReadModel {
     await c.run({
       autoCommit: false,
       eachMessage: async ({ topic, partition, message }) => {
+        // A stand-in for a batch no codec could decode: pause here and refetch it on the next try (kafkajs
+        // resolves a message once eachMessage returns, so the position is set back with a seek).
+        const undecodable = undecodableBatchOf(message);
+        if (undecodable) {
+          this.quarantine.add(topic, partition, undecodable);
+          c.seek({ topic, partition, offset: undecodable.baseOffset });
+          return;
+        }
         const key = message.key?.toString() ?? '';
         if (message.value === null) {
           this.runs.delete(key);
@@ -156,6 +184,7 @@ export class RunReadModel {
   }
 
   async stop(): Promise<void> {
+    this.quarantine.close();
     await this.consumer?.disconnect();
   }
 

@@ -1,3 +1,4 @@
+import { Partitioners } from 'kafkajs';
 import { newMetadata } from '@keyflow/contracts';
 import type { RunSnapshot } from '@keyflow/schemas';
 import { Collector, ensureKcat, eventually, produceWithKcat } from '@keyflow/testing';
@@ -90,5 +91,96 @@ describe('the orchestrator reading zstd-compressed records', () => {
     expect(h.processes.every((p) => p.proc.exitCode === null)).toBe(true);
     // The service still takes new runs through its own (kafkajs) producer.
     expect((await post(`${url}/runs`, { workflow: 'three-step', input: {} })).status).toBe(202);
+  });
+});
+
+describe('the orchestrator meeting an input batch it cannot decode', () => {
+  const h = new OrchestratorHarness('orch-undecodable');
+  afterAll(() => h.teardown());
+
+  it('pauses only that wf.requests partition, names it in /health and /metrics, runs every other partition, and never exits', async () => {
+    const kcatMissing = await ensureKcat().then(
+      () => undefined,
+      (e: Error) => e.message,
+    );
+    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    const orch = await h.startOrchestrator({ TEST_REJECT_LZ4: '1', KEYFLOW_FATAL_EXIT_DELAY_MS: '1000' });
+    const url = await orch.ready;
+    await h.readEvents();
+    await h.codec.registerTopics(['wf.requests']);
+    await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }));
+    const topic = h.codec.physical('wf.requests');
+    const partitions = Number(h.env().ORCHESTRATOR_PARTITIONS);
+    // Where the project's producers (and kcat's murmur2) put a run's records.
+    const partitionOf = (key: string) =>
+      Partitioners.DefaultPartitioner()({
+        topic,
+        partitionMetadata: Array.from({ length: partitions }, (_, i) => ({
+          partitionId: i,
+          leader: 0,
+          partitionErrorCode: 0,
+          replicas: [0],
+          isr: [0],
+        })),
+        message: { key, value: null },
+      });
+    const blocked = `undecodable-${h.ns.prefix}`;
+    await produceWithKcat({
+      brokers: h.ns.infra.kafkaBrokers,
+      topic,
+      codec: 'lz4',
+      records: [
+        {
+          key: blocked,
+          value: h.codec.encode('wf.requests', 'StartRun', {
+            metadata: newMetadata('StartRun', { key: blocked, correlationId: blocked }),
+            runId: blocked,
+            workflow: 'three-step',
+            workflowVersion: null,
+            businessKey: blocked,
+            input: '{}',
+            idempotencyKey: null,
+            trigger: 'test',
+          }),
+        },
+      ],
+    });
+    const health = await eventually(
+      '/health degraded naming the undecodable batch',
+      async () => {
+        const r = await fetch(`${url}/health`);
+        return {
+          status: r.status,
+          body: (await r.json()) as { status: string; degraded: Array<{ code: string; error: string }> },
+        };
+      },
+      { until: (x) => x.body.degraded?.length > 0 },
+    );
+    expect(health.status).toBe(200);
+    expect(health.body.status).toBe('degraded');
+    const pa = partitionOf(blocked);
+    expect(health.body.degraded).toEqual([
+      expect.objectContaining({
+        code: 'UNDECODABLE_BATCH',
+        error: expect.stringContaining(`${topic}:${pa} `),
+      }),
+    ]);
+    // Runs started after it: those on other partitions complete; those behind it on its partition wait (order).
+    const runs = Array.from({ length: 8 }, (_, i) => `after-${i}-${h.ns.prefix}`);
+    for (const runId of runs)
+      expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
+    const elsewhere = runs.filter((r) => partitionOf(r) !== pa);
+    const behind = runs.filter((r) => partitionOf(r) === pa);
+    expect(elsewhere.length).toBeGreaterThan(0);
+    for (const runId of elsewhere)
+      await eventually(`RunCompleted ${runId}`, () => h.of(runId).some((e) => e.event === 'RunCompleted'));
+    for (const runId of [blocked, ...behind]) expect(h.of(runId)).toEqual([]);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toMatch(
+      new RegExp(
+        `keyflow_undecodable_batches_total\\{[^}]*topic="${topic}"[^}]*partition="${pa}"[^}]*\\} [1-9]`,
+      ),
+    );
+    expect(orch.proc.exitCode).toBeNull();
   });
 });

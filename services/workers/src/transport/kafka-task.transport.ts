@@ -57,7 +57,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
   constructor(
     private readonly cfg: WorkerConfig,
     private readonly log: Logger,
-    registry: Registry,
+    private readonly registry: Registry,
     private readonly publisher?: EventPublisher,
   ) {
     super();
@@ -204,6 +204,9 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       partitionsConsumedConcurrently: this.cfg.WORKER_PARTITIONS_CONCURRENTLY,
       sessionTimeoutMs: this.cfg.WORKER_SESSION_TIMEOUT_MS,
       heartbeatIntervalMs: this.cfg.WORKER_HEARTBEAT_INTERVAL_MS,
+      component: WORKER_COMPONENTS.taskConsumer,
+      health: this.health,
+      registry: this.registry,
     });
     this.consumer.onCrash((e) => {
       this.health.fail(WORKER_COMPONENTS.taskConsumer, e);
