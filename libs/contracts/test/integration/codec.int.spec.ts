@@ -1,11 +1,14 @@
 import * as avsc from 'avsc';
 import { createServer, connect, type Server, type Socket } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import { schemaSet, type EventName, type TaskCompleted } from '@keyflow/schemas';
 import { TestNamespace } from '@keyflow/testing';
 import {
   EventCodec,
   MalformedPayloadError,
   MissingMagicByteError,
+  NotAvroSchemaError,
+  RegistryRefusedError,
   RegistryUnavailableError,
   SchemaRegistrationError,
   TombstoneError,
@@ -261,6 +264,77 @@ describe('the Avro codec over the real registry', () => {
       await proxy.start(proxy.port);
       const back = await codec.decode('task.results', anotherUnknown, at(62)).catch((e) => e);
       expect(back).toBeInstanceOf(UnknownSchemaIdError); // the registry answers again: now a definite 404
+    });
+  });
+
+  describe('what a registry answers about a schema id', () => {
+    it('a schema id that resolves to a JSON Schema (a shared registry) is a non-retryable NOT_AVRO_SCHEMA naming the id and type', async () => {
+      const codec = new EventCodec({ registryUrl, topicPrefix: `${prefix}json.` });
+      await codec.registerTopics(['task.results']);
+      const subject = `${prefix}json-schema-subject-value`;
+      const res = await fetch(`${registryUrl}/subjects/${encodeURIComponent(subject)}/versions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
+        body: JSON.stringify({ schemaType: 'JSON', schema: JSON.stringify({ type: 'object' }) }),
+      });
+      expect(res.status).toBe(200);
+      const { id } = (await res.json()) as { id: number };
+      const err = await codec
+        .decode('task.results', toWireFormat(id, Buffer.from('{}')), at(3))
+        .catch((e) => e);
+      expect(err).toBeInstanceOf(NotAvroSchemaError);
+      expect(err).toMatchObject({
+        code: 'NOT_AVRO_SCHEMA',
+        retryable: false,
+        schemaId: id,
+        schemaType: 'JSON',
+      });
+      expect(err.message).toContain('x[0]@3');
+    });
+
+    /** A registry (or the auth proxy in front of it) that answers every request with `status`. */
+    async function answering(status: number): Promise<{ url: string; close: () => Promise<void> }> {
+      const server = createHttpServer((_req, res) => {
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error_code: status, message: `answered ${status}` }));
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      const { port } = server.address() as { port: number };
+      return { url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(() => r())) };
+    }
+
+    it.each([401, 403, 429])(
+      'a %i answer is a named REGISTRY_REFUSED with the status, retried (the record is not at fault, never dead-lettered)',
+      async (status) => {
+        const registry = await answering(status);
+        try {
+          const codec = new EventCodec({ registryUrl: registry.url, topicPrefix: `${prefix}refused.` });
+          codec['topics'].set('task.results', { logical: 'task.results' } as never);
+          const err = await codec
+            .decode('task.results', toWireFormat(77, Buffer.from([0])), at(4))
+            .catch((e) => e);
+          expect(err).toBeInstanceOf(RegistryRefusedError);
+          expect(err).toMatchObject({ code: 'REGISTRY_REFUSED', retryable: true, status });
+          expect(err.message).toContain(`HTTP ${status}`);
+        } finally {
+          await registry.close();
+        }
+      },
+    );
+
+    it('a 5xx answer is REGISTRY_UNAVAILABLE, retried', async () => {
+      const registry = await answering(503);
+      try {
+        const codec = new EventCodec({ registryUrl: registry.url, topicPrefix: `${prefix}down.` });
+        codec['topics'].set('task.results', { logical: 'task.results' } as never);
+        const err = await codec
+          .decode('task.results', toWireFormat(78, Buffer.from([0])), at(5))
+          .catch((e) => e);
+        expect(err).toBeInstanceOf(RegistryUnavailableError);
+        expect(err).toMatchObject({ code: 'REGISTRY_UNAVAILABLE', retryable: true });
+      } finally {
+        await registry.close();
+      }
     });
   });
 });
