@@ -15,6 +15,8 @@ import {
   InvalidEventError,
   MalformedPayloadError,
   RegistryUnavailableError,
+  RegistryRefusedError,
+  NotAvroSchemaError,
   SchemaRegistrationError,
   TombstoneError,
   TopicNotRegisteredError,
@@ -229,7 +231,9 @@ export class EventCodec {
    * service's reader schema (defaults applied to fields the writer did not have).
    * @throws TombstoneError, MissingMagicByteError, UnknownSchemaIdError, MalformedPayloadError,
    *         IncompatibleWriterSchemaError, UnexpectedEventError (all non-retryable, with the location);
-   *         RegistryUnavailableError (retryable) when the writer id is not cached and the registry is down.
+   *         NotAvroSchemaError (a JSON Schema or Protobuf id) (all non-retryable, with the location);
+   *         RegistryUnavailableError (network, timeout, 5xx) or RegistryRefusedError (another 4xx), both retryable,
+   *         when the writer id is not cached and the registry does not give it.
    */
   async decode(logicalTopic: string, value: Buffer | null, location: MessageLocation): Promise<DecodedEvent> {
     const t = this.topics.get(logicalTopic);
@@ -261,20 +265,43 @@ export class EventCodec {
     let pending = this.writers.get(schemaId);
     if (!pending) {
       this.registryLookups++;
-      pending = this.registry
-        .getSchema(schemaId)
-        .then((s) => avsc.Type.forSchema((s as unknown as avsc.Type).schema() as avsc.Schema, typeOpts()));
+      pending = this.fetchWriter(schemaId, location);
       this.writers.set(schemaId, pending);
       // A failed look-up is not cached: the next message asks again.
       pending.then((t) => this.writersReady.set(schemaId, t)).catch(() => this.writers.delete(schemaId));
     }
+    return pending;
+  }
+
+  /**
+   * GET /schemas/ids/{id} (Confluent API; Apicurio's ccompat): the writer schema of a record.
+   * @throws UnknownSchemaIdError on 404; NotAvroSchemaError when `schemaType` is not AVRO (absent means AVRO);
+   *   IncompatibleWriterSchemaError when the text is no valid Avro schema (all non-retryable, the record is at
+   *   fault); RegistryRefusedError on another 4xx and RegistryUnavailableError on a network error, timeout or 5xx
+   *   (retryable: the registry is, not the record).
+   */
+  private async fetchWriter(schemaId: number, location: MessageLocation): Promise<avsc.Type> {
+    const path = `/schemas/ids/${schemaId}`;
+    const res = await this.registryCall('GET', path);
+    if (res.status === 404) throw new UnknownSchemaIdError(location, schemaId);
+    if (!res.ok) throw new RegistryRefusedError(`GET ${path}`, res.status, res.text);
+    const body = (res.json ?? {}) as { schema?: string; schemaType?: string; references?: unknown[] };
+    const type = body.schemaType ?? 'AVRO';
+    if (type.toUpperCase() !== 'AVRO') throw new NotAvroSchemaError(location, schemaId, type);
+    if (body.references?.length) {
+      // Named references: the registry client resolves them (one call per reference).
+      const s = await this.registry.getSchema(schemaId).catch((e) => {
+        throw new RegistryUnavailableError(`GET ${path} (references)`, e);
+      });
+      return avsc.Type.forSchema((s as unknown as avsc.Type).schema() as avsc.Schema, typeOpts());
+    }
     try {
-      return await pending;
+      return avsc.Type.forSchema(JSON.parse(body.schema ?? '') as avsc.Schema, typeOpts());
     } catch (e) {
-      // 404 is a definite answer. The client reports network failures as status 400 (mappersmith), and 5xx is
-      // the registry's own trouble: both may clear, so they are retryable.
-      if ((e as { status?: number }).status === 404) throw new UnknownSchemaIdError(location, schemaId);
-      throw new RegistryUnavailableError(`GET /schemas/ids/${schemaId}`, e);
+      throw new IncompatibleWriterSchemaError(
+        location,
+        `writer schema id ${schemaId} is not a valid Avro schema: ${(e as Error).message}`,
+      );
     }
   }
 

@@ -11,6 +11,8 @@ export type ContractErrorCode =
   | 'INCOMPATIBLE_WRITER_SCHEMA'
   | 'UNEXPECTED_EVENT'
   | 'REGISTRY_UNAVAILABLE'
+  | 'REGISTRY_REFUSED'
+  | 'NOT_AVRO_SCHEMA'
   | 'SCHEMA_REGISTRATION_REJECTED'
   | 'COMPATIBILITY_MODE_CONFLICT'
   | 'INVALID_EVENT'
@@ -84,6 +86,39 @@ export class IncompatibleWriterSchemaError extends DecodeError {
 export class UnexpectedEventError extends DecodeError {
   readonly code = 'UNEXPECTED_EVENT' as const;
   readonly retryable = false;
+}
+
+/**
+ * The schema id resolves to a schema that is not Avro (a shared registry also holds JSON Schema or Protobuf subjects,
+ * Confluent's `schemaType`): this record was not written by an Avro producer of the topic. Not retryable (DLQ).
+ */
+export class NotAvroSchemaError extends DecodeError {
+  readonly code = 'NOT_AVRO_SCHEMA' as const;
+  readonly retryable = false;
+  constructor(
+    location: MessageLocation,
+    readonly schemaId: number,
+    readonly schemaType: string,
+  ) {
+    super(location, `schema id ${schemaId} is a ${schemaType} schema, not Avro`);
+  }
+}
+
+/**
+ * The registry answered a look-up with a 4xx other than 404 (401/403: credentials, 429: rate limit, ...). Named,
+ * and retryable: the record is not at fault, so it must not be dead-lettered; the consumer retries with backoff and
+ * reports the condition in /health until the registry answers.
+ */
+export class RegistryRefusedError extends ContractError {
+  readonly code = 'REGISTRY_REFUSED' as const;
+  readonly retryable = true;
+  constructor(
+    readonly operation: string,
+    readonly status: number,
+    body: string,
+  ) {
+    super(`schema registry refused ${operation}: HTTP ${status} ${body.slice(0, 300)}`);
+  }
 }
 
 /** The registry could not be reached (network error or HTTP 5xx) for a schema that is not cached. Retryable. */

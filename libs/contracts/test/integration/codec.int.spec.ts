@@ -275,7 +275,11 @@ describe('the Avro codec over the real registry', () => {
       const res = await fetch(`${registryUrl}/subjects/${encodeURIComponent(subject)}/versions`, {
         method: 'POST',
         headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
-        body: JSON.stringify({ schemaType: 'JSON', schema: JSON.stringify({ type: 'object' }) }),
+        body: JSON.stringify({
+          schemaType: 'JSON',
+          // Apicurio tells the artifact type from the content: a JSON Schema needs its $schema.
+          schema: JSON.stringify({ $schema: 'http://json-schema.org/draft-07/schema#', type: 'object' }),
+        }),
       });
       expect(res.status).toBe(200);
       const { id } = (await res.json()) as { id: number };
