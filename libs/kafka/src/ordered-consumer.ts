@@ -105,6 +105,11 @@ export interface OrderedConsumerOptions {
   component?: string;
   /** ms between tries of a partition paused on an undecodable batch (default KEYFLOW_UNDECODABLE_RETRY_MS, 60 000). */
   undecodableRetryMs?: number;
+  /**
+   * A message whose handler keeps rejecting (an infrastructure outage: registry, Redis, broker) is named in /health
+   * as degraded after this many ms of retries (default 30 000), until it is handled.
+   */
+  retryingDegradedAfterMs?: number;
 }
 
 type Resolved = Required<Omit<OrderedConsumerOptions, 'infraRetry' | 'health' | 'registry'>> & {
@@ -187,6 +192,7 @@ export class OrderedConsumer {
       fetchMaxWaitMs: 100,
       component: `consumer:${opts.groupId}`,
       undecodableRetryMs: UNDECODABLE_RETRY_MS,
+      retryingDegradedAfterMs: 30_000,
       ...opts,
       infraRetry:
         opts.infraRetry ??
@@ -333,6 +339,7 @@ export class OrderedConsumer {
     const bad = undecodableAt(p.batch.messages);
     const messages = bad ? p.batch.messages.slice(0, bad.index) : p.batch.messages;
     if (bad) this.quarantine.add(p.batch.topic, p.batch.partition, bad.batch);
+    else this.quarantine.ok(p.batch.topic, p.batch.partition);
     if (messages.length === 0) return;
     this.busy.add(tp);
     this.pausePartition(tp);
@@ -479,29 +486,46 @@ export class OrderedConsumer {
     isStale: () => boolean,
     signal: AbortSignal,
   ): Promise<boolean> {
-    for (let failures = 0; ; failures++) {
-      if (signal.aborted || isStale()) return false;
-      try {
-        await this.o.handle(m, { signal, shutdown: this.stopController.signal, redeliveries: failures });
-        if (failures > 0) this.blocked.delete(tp);
-        return true;
-      } catch (err) {
-        this.blocked.add(tp);
-        const delay = backoffDelayMs(this.o.infraRetry, Math.min(failures + 1, 30));
-        this.o.logger.warn(
-          {
-            err,
-            topic: m.topic,
-            partition: m.partition,
-            offset: m.offset,
-            failures: failures + 1,
-            retryInMs: delay,
-            host: hostname(),
-          },
-          'message could not be handled; retrying in place (its key waits, nothing is skipped)',
-        );
-        await abortableSleep(delay, signal);
+    // A message retried past retryingDegradedAfterMs (a registry or broker outage) is named in /health until it
+    // is handled or abandoned; its partition is held meanwhile (its batch is not done) and nothing is skipped.
+    const condition = `${this.o.component}:${tp}:retrying`;
+    const since = Date.now();
+    let degraded = false;
+    try {
+      for (let failures = 0; ; failures++) {
+        if (signal.aborted || isStale()) return false;
+        try {
+          await this.o.handle(m, { signal, shutdown: this.stopController.signal, redeliveries: failures });
+          if (failures > 0) this.blocked.delete(tp);
+          return true;
+        } catch (err) {
+          this.blocked.add(tp);
+          const delay = backoffDelayMs(this.o.infraRetry, Math.min(failures + 1, 30));
+          const e = err as Error & { code?: string };
+          if (Date.now() - since >= this.o.retryingDegradedAfterMs) {
+            degraded = true;
+            this.o.health?.degrade(condition, {
+              code: String(e.code ?? e.name),
+              error: `${tp} offset ${m.offset} has been retried for ${Date.now() - since} ms (${failures + 1} tries; nothing is skipped or dead-lettered for it): ${e.message}`,
+            });
+          }
+          this.o.logger.warn(
+            {
+              err,
+              topic: m.topic,
+              partition: m.partition,
+              offset: m.offset,
+              failures: failures + 1,
+              retryInMs: delay,
+              host: hostname(),
+            },
+            'message could not be handled; retrying in place (its key waits, nothing is skipped)',
+          );
+          await abortableSleep(delay, signal);
+        }
       }
+    } finally {
+      if (degraded) this.o.health?.recover(condition);
     }
   }
 }

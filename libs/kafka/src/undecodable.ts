@@ -130,19 +130,28 @@ export function undecodableAt<M extends Pick<KafkaMessage, 'headers' | 'key' | '
   return undefined;
 }
 
-/** A partition paused on an undecodable batch, as stats and /health report it. `since` is ms since epoch. */
+/**
+ * A partition paused on a condition its consumer waits out (an undecodable batch, a registry that does not answer),
+ * as stats and /health report it. `since` is ms since epoch; the batch fields are set for UNDECODABLE_BATCH.
+ */
 export interface QuarantinedPartition {
   topic: string;
   partition: number;
-  code: typeof UNDECODABLE_CODE;
-  codecId: number;
-  baseOffset: string;
-  lastOffset: string;
+  /** UNDECODABLE_BATCH, or the code of the retryable error that holds the partition (e.g. REGISTRY_UNAVAILABLE). */
+  code: string;
   reason: string;
   since: number;
-  /** Tries so far (1 on the first quarantine). */
+  /** Tries so far on this condition (1 on the first). */
   tries: number;
+  /** ms until the next try. */
+  retryInMs: number;
+  codecId?: number;
+  baseOffset?: string;
+  lastOffset?: string;
 }
+
+/** Backoff between tries of a partition held by a retryable error, in ms: 1 s doubling up to 30 s. */
+export const HOLD_BACKOFF = { initialMs: 1_000, maxMs: 30_000 } as const;
 
 interface QuarantineMetrics {
   batches: ReturnType<typeof metric.counter>;
@@ -164,8 +173,8 @@ function quarantineMetrics(registry: Registry): QuarantineMetrics {
       quarantined: metric.gauge(
         registry,
         'quarantined_partitions',
-        'Partitions paused on an undecodable record batch (see /health degraded).',
-        ['topic', 'partition'],
+        'Partitions paused on a condition their consumer waits out, by reason (UNDECODABLE_BATCH, REGISTRY_UNAVAILABLE, ...; see /health degraded).',
+        ['topic', 'partition', 'reason'],
       ),
     };
     metricsByRegistry.set(registry, m);
@@ -180,19 +189,27 @@ export interface PartitionSwitch {
 }
 
 /**
- * The partitions of one consumer that are paused on an undecodable batch (see the module doc). The consumer calls
- * {@link add} when it meets a stand-in record (after working the messages before it, committing nothing from it on),
- * {@link drop} when the partition is revoked, and {@link close} when it stops.
+ * The partitions of one consumer that are paused on a condition (see the module doc): an undecodable batch
+ * ({@link add}) or a retryable error that holds the partition, such as a registry outage ({@link hold}). A paused
+ * partition is resumed for its next try after a delay; the condition stays in /health (degraded) until the consumer
+ * reports the partition read again ({@link ok}), so a failed try does not make it flap. The consumer also calls
+ * {@link drop} when the partition is revoked and {@link close} when it stops.
  */
 export class PartitionQuarantine {
-  private readonly entries = new Map<string, { q: QuarantinedPartition; timer: NodeJS.Timeout }>();
-  /** Per partition: the base offset of the batch last logged, and the tries on it. */
-  private readonly tries = new Map<string, { baseOffset: string; count: number }>();
+  /**
+   * Per partition: its report, what identifies the condition (code and the batch's base offset or the code), and
+   * the timer of its next try while paused.
+   */
+  private readonly entries = new Map<
+    string,
+    { q: QuarantinedPartition; key: string; timer?: NodeJS.Timeout }
+  >();
   private readonly metrics?: QuarantineMetrics;
 
   /**
-   * @param o.component the name /health gives the consumer (e.g. `worker-consumer`)
-   * @param o.retryMs ms until a quarantined partition is tried again (default {@link UNDECODABLE_RETRY_MS})
+   * @param o.component the name /health gives the consumer (e.g. `task consumer`)
+   * @param o.retryMs ms until a partition paused on an undecodable batch is tried again (default
+   *   {@link UNDECODABLE_RETRY_MS}); a held one backs off per {@link HOLD_BACKOFF}
    */
   constructor(
     private readonly o: {
@@ -207,51 +224,58 @@ export class PartitionQuarantine {
     this.metrics = o.registry ? quarantineMetrics(o.registry) : undefined;
   }
 
-  /** Pauses `topic`/`partition` on `batch` and schedules its next try. */
+  /** Pauses `topic`/`partition` at the undecodable `batch` and schedules its next try. */
   add(topic: string, partition: number, batch: UndecodableBatch): void {
-    const tp = `${topic}:${partition}`;
-    const existing = this.entries.get(tp);
-    if (existing) clearTimeout(existing.timer);
-    const last = this.tries.get(tp);
-    const tries = last?.baseOffset === batch.baseOffset ? last.count + 1 : 1;
-    this.tries.set(tp, { baseOffset: batch.baseOffset, count: tries });
-    const q: QuarantinedPartition = {
-      topic,
-      partition,
-      code: UNDECODABLE_CODE,
-      codecId: batch.codecId,
-      baseOffset: batch.baseOffset,
-      lastOffset: batch.lastOffset,
-      reason: batch.reason,
-      since: existing?.q.since ?? Date.now(),
-      tries,
-    };
-    this.o.partitions.pause(topic, partition);
     const retryMs = this.o.retryMs ?? UNDECODABLE_RETRY_MS;
-    const timer = setTimeout(() => this.retry(tp), retryMs);
-    timer.unref();
-    this.entries.set(tp, { q, timer });
     this.metrics?.batches.inc({ topic, partition: String(partition) });
-    this.metrics?.quarantined.set({ topic, partition: String(partition) }, 1);
-    const message =
-      `${UNDECODABLE_CODE}: ${tp} is paused at a record batch compressed with Kafka codec id ${batch.codecId} ` +
-      `(offsets ${batch.baseOffset}..${batch.lastOffset}) that cannot be decoded: ${batch.reason}. ` +
-      `Retried every ${retryMs} ms; other partitions flow`;
-    this.o.health?.degrade(`${this.o.component}:${tp}`, { code: UNDECODABLE_CODE, error: message });
-    if (tries === 1) this.o.logger.error({ ...q, retryMs }, message);
+    this.pause(topic, partition, {
+      code: UNDECODABLE_CODE,
+      key: batch.baseOffset,
+      retryMs: () => retryMs,
+      reason: batch.reason,
+      batch: { codecId: batch.codecId, baseOffset: batch.baseOffset, lastOffset: batch.lastOffset },
+      message:
+        `${UNDECODABLE_CODE}: ${topic}:${partition} is paused at a record batch compressed with Kafka codec id ` +
+        `${batch.codecId} (offsets ${batch.baseOffset}..${batch.lastOffset}) that cannot be decoded: ` +
+        `${batch.reason}. Retried every ${retryMs} ms; other partitions flow`,
+    });
   }
 
-  /** Whether `topic`/`partition` is quarantined now (its consumer must keep it paused). */
+  /**
+   * Pauses `topic`/`partition` because of a retryable error (nothing of the batch was applied) and schedules its
+   * next try with backoff ({@link HOLD_BACKOFF}).
+   */
+  hold(topic: string, partition: number, err: Error & { code?: string }): void {
+    const code = err.code ?? err.name;
+    this.pause(topic, partition, {
+      code,
+      key: code,
+      retryMs: (tries) => Math.min(HOLD_BACKOFF.maxMs, HOLD_BACKOFF.initialMs * 2 ** Math.min(tries - 1, 20)),
+      reason: err.message,
+      message: `${code}: ${topic}:${partition} is paused: ${err.message}. Retried with backoff; nothing is dead-lettered for it`,
+    });
+  }
+
+  /** The consumer read (or applied) `topic`/`partition` again: its condition is over. */
+  ok(topic: string, partition: number): void {
+    const tp = `${topic}:${partition}`;
+    const e = this.entries.get(tp);
+    if (!e || e.timer) return; // none, or paused now (a try is still to come)
+    this.release(tp);
+    this.o.logger.info({ topic, partition, code: e.q.code, tries: e.q.tries }, 'partition read again');
+  }
+
+  /** Whether `topic`/`partition` is paused now (its consumer must keep it paused). */
   has(topic: string, partition: number): boolean {
-    return this.entries.has(`${topic}:${partition}`);
+    return this.entries.get(`${topic}:${partition}`)?.timer !== undefined;
   }
 
-  /** Forgets a partition this consumer no longer owns (its new owner meets the batch itself). */
+  /** Forgets a partition this consumer no longer owns (its new owner meets the condition itself). */
   drop(topic: string, partition: number): void {
     this.release(`${topic}:${partition}`);
-    this.tries.delete(`${topic}:${partition}`);
   }
 
+  /** The partitions paused or waiting to be read again. */
   list(): QuarantinedPartition[] {
     return [...this.entries.values()].map((e) => e.q);
   }
@@ -260,19 +284,62 @@ export class PartitionQuarantine {
     for (const tp of [...this.entries.keys()]) this.release(tp);
   }
 
+  private pause(
+    topic: string,
+    partition: number,
+    c: {
+      code: string;
+      key: string;
+      retryMs: (tries: number) => number;
+      reason: string;
+      message: string;
+      batch?: Pick<QuarantinedPartition, 'codecId' | 'baseOffset' | 'lastOffset'>;
+    },
+  ): void {
+    const tp = `${topic}:${partition}`;
+    const existing = this.entries.get(tp);
+    if (existing?.timer) clearTimeout(existing.timer);
+    const key = `${c.code}/${c.key}`;
+    const same = existing !== undefined && existing.key === key;
+    const tries = same ? existing.q.tries + 1 : 1;
+    const retryInMs = c.retryMs(tries);
+    const q: QuarantinedPartition = {
+      topic,
+      partition,
+      code: c.code,
+      reason: c.reason,
+      since: same ? existing.q.since : Date.now(),
+      tries,
+      retryInMs,
+      ...c.batch,
+    };
+    this.o.partitions.pause(topic, partition);
+    const timer = setTimeout(() => this.retry(tp), retryInMs);
+    timer.unref();
+    this.entries.set(tp, { q, key, timer });
+    this.metrics?.quarantined.set({ topic, partition: String(partition), reason: c.code }, 1);
+    this.o.health?.degrade(`${this.o.component}:${tp}`, { code: c.code, error: c.message });
+    if (tries === 1) this.o.logger.error({ ...q }, c.message);
+    else this.o.logger.warn({ topic, partition, code: c.code, tries, retryInMs }, 'partition still paused');
+  }
+
   private retry(tp: string): void {
     const e = this.entries.get(tp);
-    if (!e) return;
-    this.release(tp);
+    if (!e?.timer) return;
+    e.timer = undefined;
     this.o.partitions.resume(e.q.topic, e.q.partition);
   }
 
   private release(tp: string): void {
     const e = this.entries.get(tp);
     if (!e) return;
-    clearTimeout(e.timer);
+    if (e.timer) clearTimeout(e.timer);
     this.entries.delete(tp);
-    this.metrics?.quarantined.remove({ topic: e.q.topic, partition: String(e.q.partition) });
+    this.metrics?.quarantined.remove({
+      topic: e.q.topic,
+      partition: String(e.q.partition),
+      reason: e.q.code,
+    });
     this.o.health?.recover(`${this.o.component}:${tp}`);
   }
 }

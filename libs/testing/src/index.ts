@@ -14,3 +14,4 @@ export {
   type KcatCodec,
 } from './kcat';
 export { rejectLz4Batches } from './codec-gap';
+export { RegistryProxy } from './registry-proxy';

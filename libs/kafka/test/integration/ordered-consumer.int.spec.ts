@@ -1,5 +1,5 @@
 import { Collector, TestNamespace, eventually } from '@keyflow/testing';
-import { createLogger } from '@keyflow/observability';
+import { ComponentHealth, createLogger } from '@keyflow/observability';
 import { OrderedConsumer, PartitionRevokedError, type ConsumedMessage } from '../../src';
 
 const logger = createLogger('test', { level: 'silent' });
@@ -176,6 +176,49 @@ describe('the ordered consumer', () => {
     expect(calls.filter((x) => x === 'a1')).toHaveLength(3);
     expect(finished.indexOf('a1')).toBeLessThan(finished.indexOf('a2'));
     expect(calls.indexOf('a2')).toBeGreaterThan(calls.lastIndexOf('a1'));
+  });
+
+  it('a message retried past the bound is named in /health as degraded with its error code until it is handled', async () => {
+    const [topic] = await ns.createTopics({ name: 'retry-health', numPartitions: 1 });
+    await produce(topic, [{ key: 'a', value: '1' }]);
+    const health = new ComponentHealth();
+    let registryUp = false;
+    const done = new Collector<string>();
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId: ns.groupId('retry-health'),
+      topics: [topic],
+      logger,
+      health,
+      component: 'tasks',
+      retryingDegradedAfterMs: 200,
+      infraRetry: {
+        maxAttempts: 1000,
+        initialDelayMs: 20,
+        maxDelayMs: 50,
+        multiplier: 2,
+        nonRetryableErrors: [],
+      },
+      handle: async (m) => {
+        if (!registryUp)
+          throw Object.assign(new Error('schema registry unavailable'), { code: 'REGISTRY_UNAVAILABLE' });
+        done.push(`${m.key}${m.value}`);
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    const degraded = await eventually('degraded', () => health.degraded(), { until: (d) => d.length > 0 });
+    expect(degraded).toEqual([
+      expect.objectContaining({
+        id: `tasks:${topic}:0:retrying`,
+        code: 'REGISTRY_UNAVAILABLE',
+        error: expect.stringContaining(`${topic}:0 offset 0 has been retried`),
+      }),
+    ]);
+    expect(health.healthy).toBe(true);
+    registryUp = true;
+    expect(await done.wait(1)).toEqual(['a1']);
+    await eventually('recovered', () => health.degraded(), { until: (d) => d.length === 0 });
   });
 
   it('a handler three times longer than the session timeout runs once, with no rebalance', async () => {

@@ -355,6 +355,14 @@ export class Engine {
     try {
       if (o.revoked || p.isStale()) return;
       await this.processBatch(o, p);
+    } catch (err) {
+      // The registry does not answer (5xx, network) or refuses (4xx): nothing of the batch was applied, and the
+      // records are not at fault. The partition waits, named in /health, and is fetched again with backoff.
+      if (err instanceof ContractError && err.retryable) {
+        this.quarantine.hold(batch.topic, batch.partition, err);
+        return;
+      }
+      throw err;
     } finally {
       release();
     }
@@ -513,6 +521,7 @@ export class Engine {
     for (const [id, s] of overlay) o.runs.set(id, s);
     p.resolveOffset(lastOffset);
     if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
+    else this.quarantine.ok(batch.topic, batch.partition);
     this.metrics.transitions.inc(transitions);
     this.metrics.started.inc(started.length);
     for (const f of finished) {

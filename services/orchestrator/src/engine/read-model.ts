@@ -143,11 +143,17 @@ export class RunReadModel {
             offset: message.offset,
           });
         } catch (err) {
-          // A registry that is away (retryable) is retried by the consumer; bytes that never decode are skipped.
-          if (err instanceof ContractError && err.retryable) throw err;
+          // A registry that is away or refuses (retryable): the partition waits, named in /health, and this record
+          // is fetched again with backoff. Bytes that never decode are skipped.
+          if (err instanceof ContractError && err.retryable) {
+            this.quarantine.hold(topic, partition, err);
+            c.seek({ topic, partition, offset: message.offset });
+            return;
+          }
           this.skip(SKIP_REASONS.undecodable, where, err);
           return;
         }
+        this.quarantine.ok(topic, partition);
         if (d.event !== 'RunSnapshot') return;
         if (key.startsWith(BARRIER_PREFIX)) {
           this.barriers.set(partition, d.value.state);
