@@ -9,9 +9,11 @@ export {
   javaKafkaClient,
   produceWithJavaClient,
   kcatLibrdkafkaVersion,
+  kcatMissing,
   KcatUnavailableError,
   KCAT_CODECS,
   type KcatCodec,
 } from './kcat';
 export { rejectLz4Batches } from './codec-gap';
 export { RegistryProxy } from './registry-proxy';
+export { healthOf, degradedWith, type HealthAnswer } from './health';

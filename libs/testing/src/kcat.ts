@@ -62,6 +62,14 @@ export function ensureKcat(): Promise<string> {
 }
 
 /** librdkafka's version as kcat reports it (e.g. "2.0.2"), for test names and logs. */
+/** Why kcat cannot be had here (a test then skips with that reason), or undefined once it is installed. */
+export function kcatMissing(): Promise<string | undefined> {
+  return ensureKcat().then(
+    () => undefined,
+    (e: Error) => e.message,
+  );
+}
+
 export function kcatLibrdkafkaVersion(kcat: string): string {
   const out = execFileSync(kcat, ['-V'], { encoding: 'utf8' });
   return /librdkafka version ([^\s]+)/.exec(out)?.[1] ?? 'unknown';

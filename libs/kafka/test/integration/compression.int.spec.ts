@@ -2,7 +2,7 @@ import {
   Collector,
   KCAT_CODECS,
   TestNamespace,
-  ensureKcat,
+  kcatMissing,
   eventually,
   javaKafkaClient,
   produceWithJavaClient,
@@ -29,12 +29,9 @@ const JVM_START_BUDGET_MS = 30_000;
 describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
   const ns = new TestNamespace('compression');
   const consumers: OrderedConsumer[] = [];
-  let kcatMissing: string | undefined;
+  let noKcat: string | undefined;
   beforeAll(async () => {
-    kcatMissing = await ensureKcat().then(
-      () => undefined,
-      (e: Error) => e.message,
-    );
+    noKcat = await kcatMissing();
   });
   afterEach(async () => {
     await Promise.all(consumers.splice(0).map((c) => c.stop(5_000)));
@@ -42,7 +39,7 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
   afterAll(() => ns.cleanup());
 
   it.each(KCAT_CODECS)('are read by the ordered consumer when compressed with %s', async (codec) => {
-    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
     const [topic] = await ns.createTopics({ name: `z-${codec}`, numPartitions: 2 });
     // Binary values, repetitive enough that every codec really compresses them.
     const records = Array.from({ length: 20 }, (_, i) => ({
@@ -106,7 +103,7 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
   );
 
   it('a batch its codec rejects pauses only its partition, named in stats and health, and is read in order once the codec is fixed', async () => {
-    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
     // The broker refuses corrupt compressed batches on produce (Kafka 4.1: "This record has failed the validation on
     // broker"), so an undecodable batch on a topic means a codec gap on the reading side: here, an lz4 decompressor
     // that rejects every frame stands in for one, with kafkajs's real fetch path and runner around it.

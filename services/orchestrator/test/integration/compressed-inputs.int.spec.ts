@@ -1,7 +1,7 @@
 import { Partitioners } from 'kafkajs';
 import { newMetadata } from '@keyflow/contracts';
 import type { RunSnapshot } from '@keyflow/schemas';
-import { Collector, ensureKcat, eventually, produceWithKcat } from '@keyflow/testing';
+import { Collector, degradedWith, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
 
 jest.setTimeout(90_000);
@@ -13,15 +13,12 @@ jest.setTimeout(90_000);
  */
 describe('the orchestrator reading zstd-compressed records', () => {
   const h = new OrchestratorHarness('orch-zstd');
-  let kcatMissing: string | undefined;
+  let noKcat: string | undefined;
   let url: string;
   const zstd = (topic: string, key: string, value: Buffer) =>
     produceWithKcat({ brokers: h.ns.infra.kafkaBrokers, topic, codec: 'zstd', records: [{ key, value }] });
   beforeAll(async () => {
-    kcatMissing = await ensureKcat().then(
-      () => undefined,
-      (e: Error) => e.message,
-    );
+    noKcat = await kcatMissing();
     url = await (await h.startOrchestrator()).ready;
     await h.readEvents();
     await h.codec.registerTopics(['wf.requests', 'wf.state']);
@@ -29,7 +26,7 @@ describe('the orchestrator reading zstd-compressed records', () => {
   afterAll(() => h.teardown());
 
   it('a zstd StartRun on wf.requests and zstd TaskCompleted results run three-step to completion, and a zstd wf.state snapshot is served by the read model', async () => {
-    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
     await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }), { publish: zstd });
     const runId = `zstd-run-${h.ns.prefix}`;
     await zstd(
@@ -99,11 +96,8 @@ describe('the orchestrator meeting an input batch it cannot decode', () => {
   afterAll(() => h.teardown());
 
   it('pauses only that wf.requests partition, names it in /health and /metrics, runs every other partition, and never exits', async () => {
-    const kcatMissing = await ensureKcat().then(
-      () => undefined,
-      (e: Error) => e.message,
-    );
-    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    const missing = await kcatMissing();
+    if (missing) return console.warn(`skipped: ${missing}`);
     const orch = await h.startOrchestrator({ TEST_REJECT_LZ4: '1', KEYFLOW_FATAL_EXIT_DELAY_MS: '1000' });
     const url = await orch.ready;
     await h.readEvents();
@@ -145,17 +139,7 @@ describe('the orchestrator meeting an input batch it cannot decode', () => {
         },
       ],
     });
-    const health = await eventually(
-      '/health degraded naming the undecodable batch',
-      async () => {
-        const r = await fetch(`${url}/health`);
-        return {
-          status: r.status,
-          body: (await r.json()) as { status: string; degraded: Array<{ code: string; error: string }> },
-        };
-      },
-      { until: (x) => x.body.degraded?.length > 0 },
-    );
+    const health = await degradedWith(url, 'UNDECODABLE_BATCH');
     expect(health.status).toBe(200);
     expect(health.body.status).toBe('degraded');
     const pa = partitionOf(blocked);

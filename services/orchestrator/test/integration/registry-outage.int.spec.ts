@@ -1,6 +1,6 @@
 import { EventCodec } from '@keyflow/contracts';
 import { schemaSet, type TaskCompleted } from '@keyflow/schemas';
-import { RegistryProxy, eventually } from '@keyflow/testing';
+import { RegistryProxy, degradedWith, eventually, healthOf } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
 
 jest.setTimeout(120_000);
@@ -48,17 +48,7 @@ describe('the orchestrator while the schema registry is away', () => {
       const runId = `registry-away-${h.ns.prefix}`;
       expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
 
-      const health = await eventually(
-        '/health degraded with REGISTRY_UNAVAILABLE',
-        async () => {
-          const r = await fetch(`${url}/health`);
-          return {
-            status: r.status,
-            body: (await r.json()) as { status: string; degraded: Array<{ code: string; error: string }> },
-          };
-        },
-        { until: (x) => x.body.degraded?.some((d) => d.code === 'REGISTRY_UNAVAILABLE'), timeoutMs: 60_000 },
-      );
+      const health = await degradedWith(url, 'REGISTRY_UNAVAILABLE', 60_000);
       expect(health.status).toBe(200);
       expect(health.body.status).toBe('degraded');
       expect(h.of(runId).map((e) => e.event)).toEqual(['RunStarted', 'StepScheduled']); // first result held
@@ -67,11 +57,7 @@ describe('the orchestrator while the schema registry is away', () => {
       await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'), {
         timeoutMs: 60_000,
       });
-      await eventually(
-        '/health ok again',
-        async () => ((await (await fetch(`${url}/health`)).json()) as { status: string }).status,
-        { until: (s) => s === 'ok' },
-      );
+      await eventually('/health ok again', () => healthOf(url), { until: (x) => x.body.status === 'ok' });
       const admin = await h.ns.getAdmin();
       const dlq = await admin.fetchTopicOffsets(h.codec.physical('task.results.dlq'));
       expect(dlq.map((p) => p.high)).toEqual(dlq.map(() => '0'));

@@ -1,5 +1,5 @@
 import type { TaskCompleted } from '@keyflow/schemas';
-import { KCAT_CODECS, ensureKcat, eventually, produceWithKcat } from '@keyflow/testing';
+import { KCAT_CODECS, degradedWith, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
 import { WorkerHarness } from './support';
 
 jest.setTimeout(60_000);
@@ -10,19 +10,16 @@ jest.setTimeout(60_000);
  */
 describe('a worker reading compressed task commands', () => {
   const h = new WorkerHarness('compressed');
-  let kcatMissing: string | undefined;
+  let noKcat: string | undefined;
   beforeAll(async () => {
-    kcatMissing = await ensureKcat().then(
-      () => undefined,
-      (e: Error) => e.message,
-    );
+    noKcat = await kcatMissing();
     await h.setup(['seq']);
     await h.startWorker();
   });
   afterAll(() => h.teardown());
 
   it.each(KCAT_CODECS)('a %s-compressed command from a librdkafka producer is executed', async (codec) => {
-    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
     const commands = [1, 2, 3].map((seq) =>
       h.command('seq', `${codec}-${seq}`, { entity: `${codec}-${seq}`, seq }),
     );
@@ -53,11 +50,8 @@ describe('a worker meeting a batch it cannot decode', () => {
   afterAll(() => h.teardown());
 
   it('pauses only that partition, names it in /health and /metrics, keeps working the others, and never exits', async () => {
-    const kcatMissing = await ensureKcat().then(
-      () => undefined,
-      (e: Error) => e.message,
-    );
-    if (kcatMissing) return console.warn(`skipped: ${kcatMissing}`);
+    const missing = await kcatMissing();
+    if (missing) return console.warn(`skipped: ${missing}`);
     const w = await h.startWorker({ TEST_REJECT_LZ4: '1', KEYFLOW_FATAL_EXIT_DELAY_MS: '1000' });
     const url = await w.ready;
     const topic = h.codec.physical('task.seq');
@@ -77,20 +71,7 @@ describe('a worker meeting a batch it cannot decode', () => {
     await eventually('the command on the other partition completes', () =>
       h.results.items.find((x) => x.value.idempotencyKey === other.idempotencyKey),
     );
-    const health = await eventually(
-      '/health degraded naming the undecodable batch',
-      async () => {
-        const r = await fetch(`${url}/health`);
-        return {
-          status: r.status,
-          body: (await r.json()) as {
-            status: string;
-            degraded: Array<{ component: string; code: string; error: string }>;
-          },
-        };
-      },
-      { until: (x) => x.body.degraded?.length > 0 },
-    );
+    const health = await degradedWith(url, 'UNDECODABLE_BATCH');
     expect(health.status).toBe(200);
     expect(health.body.status).toBe('degraded');
     expect(health.body.degraded).toEqual([
