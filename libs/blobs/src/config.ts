@@ -3,6 +3,7 @@ import { BlobConfigError } from './errors';
 import { FsBlobStore } from './fs-store';
 import { PgBlobStore } from './pg-store';
 import { DEFAULT_BLOB_GRACE_MS } from './retention';
+import { ClaimCheck } from './claim-check';
 import type { BlobStore } from './store';
 
 /**
@@ -62,4 +63,13 @@ export function createBlobStore(c: BlobConfig): BlobStore {
   return c.KEYFLOW_BLOB_STORE === 'postgres'
     ? new PgBlobStore({ url: c.KEYFLOW_BLOB_URL, schema: c.KEYFLOW_BLOB_SCHEMA })
     : new FsBlobStore(c.KEYFLOW_BLOB_DIR);
+}
+
+/** The claim check the configuration describes, over `store` (default: the configured store). */
+export function claimCheckFromConfig(c: BlobConfig, store: BlobStore = createBlobStore(c)): ClaimCheck {
+  return new ClaimCheck(store, {
+    maxMessageBytes: c.KEYFLOW_MAX_MESSAGE_BYTES,
+    maxBlobBytes: c.KEYFLOW_BLOB_MAX_BYTES,
+    graceMs: c.KEYFLOW_BLOB_GRACE_MS,
+  });
 }

@@ -98,3 +98,13 @@ export const blobJson = {
       .map((l) => JSON.parse(l) as T);
   },
 };
+
+/**
+ * A blob key for a payload of `kind` in run `runId` named by `name` (e.g. an idempotency key, which may contain
+ * `[`, `]`, `#`): `<kind>/<runId, unsafe characters as _>/<sha256(name) first 32 hex>`. Deterministic, so a
+ * replayed result rewrites the same blob.
+ */
+export function payloadBlobKey(kind: string, runId: string, name: string): string {
+  const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]/g, '_').replace(/^\.+/, '_');
+  return `${safe(kind)}/${safe(runId)}/${createHash('sha256').update(name).digest('hex').slice(0, 32)}`;
+}
