@@ -35,9 +35,13 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
   });
 
   const resultFor = async (key: string) =>
-    (await eventually(`result for ${key}`, () => h.results.items.find((r) => r.value.idempotencyKey === key), {
-      timeoutMs: 60_000,
-    }))!;
+    (await eventually(
+      `result for ${key}`,
+      () => h.results.items.find((r) => r.value.idempotencyKey === key),
+      {
+        timeoutMs: 60_000,
+      },
+    ))!;
   const health = async () => {
     const r = await fetch(`${url}/health`);
     return { status: r.status, body: (await r.json()) as { status: string } };
@@ -75,7 +79,9 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
   });
 
   it('a stored (idempotency) result too big for the topic is re-published through the claim check, or failed, never retried forever', async () => {
-    const store = new IdempotencyStore<StoredOutcome>(h.ns.redis(), { keyPrefix: `${h.prefix}keyflow:idem:` });
+    const store = new IdempotencyStore<StoredOutcome>(h.ns.redis(), {
+      keyPrefix: `${h.prefix}keyflow:idem:`,
+    });
     const record = async (key: string, bytes: number) => {
       const b = await store.begin(key);
       if (b.state !== 'acquired') throw new Error('expected the lease');
