@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Pool } from 'pg';
+import { Kafka, logLevel } from 'kafkajs';
+import { EventCodec } from '@keyflow/contracts';
 import { readDefaultCities } from '@keyflow/etl';
 import { eventually } from '@keyflow/testing';
 import { startService } from './support';
@@ -56,7 +58,7 @@ describe('the GeoNames ETL across two hosts sharing the PostgreSQL blob store', 
     name: string,
     workers: Array<Record<string, string>>,
     shared: Record<string, string>,
-  ): Promise<{ report: Report }> {
+  ): Promise<{ report: Report; ranBy: Record<string, string[]> }> {
     const p = `claim-${tag}-${name}.`;
     const env = {
       KEYFLOW_TOPIC_PREFIX: p,
@@ -96,11 +98,33 @@ describe('the GeoNames ETL across two hosts sharing the PostgreSQL blob store', 
         },
       );
       expect(done.status).toBe('completed');
-      // Which process ran each step: the pid of the worker that completed it, from task.results.
-      const pids = ws.map((w) => String(w.proc.pid));
+      // Which process ran each step: the workerId (host/pid) of every TaskCompleted of the run, from task.results.
+      const ranBy: Record<string, Set<string>> = {};
+      const codec = new EventCodec({ registryUrl: process.env.SCHEMA_REGISTRY_URL!, topicPrefix: p });
+      const kafka = new Kafka({ brokers: process.env.KAFKA_BROKERS!.split(','), logLevel: logLevel.NOTHING });
+      const c = kafka.consumer({ groupId: `${p}ran-by`, maxWaitTimeInMs: 100 });
+      await codec.registerTopics(['task.results']);
+      await c.connect();
+      await c.subscribe({ topic: codec.physical('task.results'), fromBeginning: true });
+      await c.run({
+        eachMessage: async ({ topic, partition, message }) => {
+          const d = await codec.decode('task.results', message.value, {
+            topic,
+            partition,
+            offset: message.offset,
+          });
+          if (d.event !== 'TaskCompleted' || d.value.runId !== runId) return;
+          const pid = d.value.workerId.split('/').pop()!;
+          (ranBy[d.value.taskType] ??= new Set()).add(
+            `worker${ws.findIndex((w) => String(w.proc.pid) === pid)}`,
+          );
+        },
+      });
+      await eventually('the report step in task.results', () => ranBy['etl.report']);
+      await c.disconnect();
       return {
         report: done.output!,
-        workerIds: Object.fromEntries(pids.map((pid, i) => [pid, `worker${i}`])),
+        ranBy: Object.fromEntries(Object.entries(ranBy).map(([t, s]) => [t, [...s].sort()])),
       };
     } finally {
       all.forEach((s) => s.proc.kill('SIGTERM'));
@@ -126,6 +150,14 @@ describe('the GeoNames ETL across two hosts sharing the PostgreSQL blob store', 
       ],
       pgStore,
     );
+    // Recorded from task.results: extract (and dedupe, report) ran on process 0, transform and load on process 1.
+    expect(two.ranBy).toEqual({
+      'etl.extract': ['worker0'],
+      'etl.transform': ['worker1'],
+      'etl.dedupe': ['worker0'],
+      'etl.load': ['worker1'],
+      'etl.report': ['worker0'],
+    });
     for (const r of [single.report, two.report]) {
       expect(r.balanced).toBe(true);
       expect(r.sinkMatches).toBe(true);
