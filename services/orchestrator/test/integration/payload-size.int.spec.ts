@@ -55,13 +55,13 @@ describe('runs whose outputs exceed max.message.bytes', () => {
   });
 
   const run = async (id: string) =>
-    (await (await fetch(`${url}/runs/${id}`)).json()) as Record<string, never>;
+    (await (await fetch(`${url}/runs/${id}`)).json()) as Record<string, unknown>;
   const finished = (id: string) =>
     eventually(
       `run ${id} finished`,
       async () => {
         const r = await run(id);
-        return ['completed', 'failed', 'compensated'].includes(r.status) ? r : undefined;
+        return ['completed', 'failed', 'compensated'].includes(String(r.status)) ? r : undefined;
       },
       { timeoutMs: 60_000 },
     );
