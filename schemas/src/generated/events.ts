@@ -178,7 +178,7 @@ export namespace DevKeyflowEvents {
         failedStepId: string;
         compensatedSteps: string[];
     }
-    export const RunCompletedSchema = "{\"type\":\"record\",\"name\":\"RunCompleted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The run finished successfully.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"output\",\"type\":\"string\"}]}";
+    export const RunCompletedSchema = "{\"type\":\"record\",\"name\":\"RunCompleted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The run finished successfully.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"output\",\"type\":\"string\"},{\"name\":\"outputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the output (JSON) when it is larger than the topic accepts; `output` is then empty.\"}]}";
     export const RunCompletedName = "dev.keyflow.events.RunCompleted";
     /**
      * The run finished successfully.
@@ -190,6 +190,12 @@ export namespace DevKeyflowEvents {
          */
         runId: string;
         output: string;
+        /**
+         * Claim check: `blob:<key>` of the output (JSON) when it is larger than the topic accepts; `output` is then empty.
+         *
+         * Default: null
+         */
+        outputRef: null | string;
     }
     export const RunFailedSchema = "{\"type\":\"record\",\"name\":\"RunFailed\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The run failed for good (and any compensation failed or there was none).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"failedStepId\",\"type\":\"string\"},{\"name\":\"reason\",\"type\":\"string\"}]}";
     export const RunFailedName = "dev.keyflow.events.RunFailed";
@@ -205,7 +211,7 @@ export namespace DevKeyflowEvents {
         failedStepId: string;
         reason: string;
     }
-    export const RunSnapshotSchema = "{\"type\":\"record\",\"name\":\"RunSnapshot\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.state (compacted): the latest state of a run. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"sequence\",\"type\":\"long\",\"doc\":\"Count of inputs applied to this run; a snapshot with a lower sequence is stale.\"},{\"name\":\"status\",\"type\":\"string\"},{\"name\":\"state\",\"type\":\"string\",\"doc\":\"The run state as JSON text (libs/workflow RunState).\"}]}";
+    export const RunSnapshotSchema = "{\"type\":\"record\",\"name\":\"RunSnapshot\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.state (compacted): the latest state of a run. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"sequence\",\"type\":\"long\",\"doc\":\"Count of inputs applied to this run; a snapshot with a lower sequence is stale.\"},{\"name\":\"status\",\"type\":\"string\"},{\"name\":\"state\",\"type\":\"string\",\"doc\":\"The run state as JSON text (libs/workflow RunState).\"},{\"name\":\"stateRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the run state (JSON) when it is larger than the topic accepts; `state` is then empty. Readers of v1 see an empty state and must skip it.\"}]}";
     export const RunSnapshotName = "dev.keyflow.events.RunSnapshot";
     /**
      * Orchestrator -> wf.state (compacted): the latest state of a run. Key: run id.
@@ -225,8 +231,14 @@ export namespace DevKeyflowEvents {
          * The run state as JSON text (libs/workflow RunState).
          */
         state: string;
+        /**
+         * Claim check: `blob:<key>` of the run state (JSON) when it is larger than the topic accepts; `state` is then empty. Readers of v1 see an empty state and must skip it.
+         *
+         * Default: null
+         */
+        stateRef: null | string;
     }
-    export const RunStartedSchema = "{\"type\":\"record\",\"name\":\"RunStarted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.events. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\"},{\"name\":\"workflowVersion\",\"type\":\"int\"},{\"name\":\"businessKey\",\"type\":\"string\"},{\"name\":\"input\",\"type\":\"string\"}]}";
+    export const RunStartedSchema = "{\"type\":\"record\",\"name\":\"RunStarted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.events. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\"},{\"name\":\"workflowVersion\",\"type\":\"int\"},{\"name\":\"businessKey\",\"type\":\"string\"},{\"name\":\"input\",\"type\":\"string\"},{\"name\":\"inputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the input (JSON) when it is larger than the topic accepts; `input` is then empty.\"}]}";
     export const RunStartedName = "dev.keyflow.events.RunStarted";
     /**
      * Orchestrator -> wf.events. Key: run id.
@@ -241,6 +253,12 @@ export namespace DevKeyflowEvents {
         workflowVersion: number;
         businessKey: string;
         input: string;
+        /**
+         * Claim check: `blob:<key>` of the input (JSON) when it is larger than the topic accepts; `input` is then empty.
+         *
+         * Default: null
+         */
+        inputRef: null | string;
     }
     export const SignalRunSchema = "{\"type\":\"record\",\"name\":\"SignalRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"External -> wf.requests: delivers a named signal to a waiting run. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"signal\",\"type\":\"string\"},{\"name\":\"payload\",\"type\":\"string\",\"doc\":\"JSON text.\"}]}";
     export const SignalRunName = "dev.keyflow.events.SignalRun";
@@ -294,7 +312,7 @@ export namespace DevKeyflowEvents {
          */
         trigger: string;
     }
-    export const StepCompletedSchema = "{\"type\":\"record\",\"name\":\"StepCompleted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"A step completed; its output is part of the run.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step.\"},{\"name\":\"output\",\"type\":\"string\"}]}";
+    export const StepCompletedSchema = "{\"type\":\"record\",\"name\":\"StepCompleted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"A step completed; its output is part of the run.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step.\"},{\"name\":\"output\",\"type\":\"string\"},{\"name\":\"outputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the output (JSON) when it is larger than the topic accepts; `output` is then empty.\"}]}";
     export const StepCompletedName = "dev.keyflow.events.StepCompleted";
     /**
      * A step completed; its output is part of the run.
@@ -314,6 +332,12 @@ export namespace DevKeyflowEvents {
          */
         attempt: number;
         output: string;
+        /**
+         * Claim check: `blob:<key>` of the output (JSON) when it is larger than the topic accepts; `output` is then empty.
+         *
+         * Default: null
+         */
+        outputRef: null | string;
     }
     export const TaskErrorSchema = "{\"type\":\"record\",\"name\":\"TaskError\",\"namespace\":\"dev.keyflow.events\",\"fields\":[{\"name\":\"errorClass\",\"type\":\"string\",\"doc\":\"The error's class name, e.g. ValidationError.\"},{\"name\":\"message\",\"type\":\"string\"},{\"name\":\"retryable\",\"type\":\"boolean\",\"doc\":\"Whether another attempt could succeed.\"},{\"name\":\"code\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Machine-readable error code, if the handler gave one.\"},{\"name\":\"attempts\",\"type\":\"int\",\"doc\":\"Attempts made inside the worker for this command.\"},{\"name\":\"firstFailureAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"}},{\"name\":\"lastFailureAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"}}]}";
     export const TaskErrorName = "dev.keyflow.events.TaskError";
@@ -573,13 +597,13 @@ export const EVENT_VERSIONS = {
   "RetryRun": 1,
   "RunCancelled": 1,
   "RunCompensated": 1,
-  "RunCompleted": 1,
+  "RunCompleted": 2,
   "RunFailed": 1,
-  "RunSnapshot": 1,
-  "RunStarted": 1,
+  "RunSnapshot": 2,
+  "RunStarted": 2,
   "SignalRun": 1,
   "StartRun": 1,
-  "StepCompleted": 1,
+  "StepCompleted": 2,
   "StepFailed": 1,
   "StepScheduled": 1,
   "TaskCommand": 2,

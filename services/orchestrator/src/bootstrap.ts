@@ -17,6 +17,7 @@ import { orchestratorMetrics } from './engine/metrics';
 import { RunReadModel } from './engine/read-model';
 import { COMPONENTS } from './engine/components';
 import { Scheduler, type ScheduleDef } from './engine/scheduler';
+import { claimCheckFromConfig } from '@keyflow/blobs';
 import { HealthController, METRICS_REGISTRY } from './api/health.controller';
 import { RunsController, WEBHOOK_SECRET } from './api/runs.controller';
 import { RunsService } from './api/runs.service';
@@ -50,14 +51,15 @@ export async function bootstrapOrchestrator(
   });
   const health = new ComponentHealth();
   exitOnComponentFailure(health, logger);
+  const claim = claimCheckFromConfig(cfg);
   const readModel = new RunReadModel(
     kafka,
     codec,
     `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
     logger,
-    { health, skipped: metrics.snapshotsSkipped, registry },
+    { health, skipped: metrics.snapshotsSkipped, registry, claim },
   );
-  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health);
+  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
   const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
     health.fail(COMPONENTS.apiProducer, err),

@@ -1,3 +1,4 @@
+import { BlobConfigSchema } from '@keyflow/blobs';
 import { z } from 'zod';
 
 /** Orchestrator configuration from the environment, validated at startup; every field is set after parsing. */
@@ -22,6 +23,8 @@ const Schema = z.object({
   ORCHESTRATOR_TAKEOVER_GIVE_UP_MS: z.coerce.number().int().min(1000).default(120_000),
   /** Secret for webhook HMAC-SHA256 signatures (X-Keyflow-Signature: sha256=<hex>). */
   WEBHOOK_SECRET: z.string().default(''),
+  /** Blob store and size limits (libs/blobs config.ts). */
+  ...BlobConfigSchema,
 });
 
 export type OrchestratorConfig = z.infer<typeof Schema> & { brokers: string[] };

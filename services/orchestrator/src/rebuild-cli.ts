@@ -1,3 +1,4 @@
+import { claimCheckFromConfig } from '@keyflow/blobs';
 import { Command } from 'commander';
 import { EventCodec } from '@keyflow/contracts';
 import { createKafka } from '@keyflow/kafka';
@@ -23,7 +24,12 @@ async function main() {
     registryUrl: cfg.SCHEMA_REGISTRY_URL,
     topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
   });
-  const report = await rebuildRuns(kafka, codec, new WorkflowRegistry().register(...builtinWorkflows));
+  const report = await rebuildRuns(
+    kafka,
+    codec,
+    new WorkflowRegistry().register(...builtinWorkflows),
+    claimCheckFromConfig(cfg),
+  );
   console.log(
     JSON.stringify(
       {

@@ -2,7 +2,8 @@ import type { Kafka } from 'kafkajs';
 import { undecodableBatchError, undecodableBatchOf } from '@keyflow/kafka';
 import type { EventCodec } from '@keyflow/contracts';
 import { reduce, type RunState, type WorkflowInput } from '@keyflow/workflow';
-import { toWorkflowInput } from './engine/mapping';
+import type { ClaimCheck } from '@keyflow/blobs';
+import { resolveInput, snapshotStateText, toWorkflowInput } from './engine/mapping';
 import { BARRIER_PREFIX } from './engine/read-model';
 import type { WorkflowRegistry } from './workflows/registry';
 
@@ -112,6 +113,8 @@ export async function rebuildRuns(
   kafka: Kafka,
   codec: EventCodec,
   registry: WorkflowRegistry,
+  /** Reads outputs and snapshot states that came by claim check (without it, such records cannot be compared). */
+  claim?: ClaimCheck,
 ): Promise<RebuildReport> {
   await codec.registerTopics(['wf.requests', 'task.results', 'wf.state', 'wf.events']);
   const [requests, results, snapshots, events] = await Promise.all([
@@ -140,8 +143,9 @@ export async function rebuildRuns(
   >();
   let inputsRead = 0;
   for (const r of [...requests, ...results]) {
-    const d = await decodeOrSkip(r);
-    if (!d) continue;
+    const raw = await decodeOrSkip(r);
+    if (!raw) continue;
+    const d = claim ? await resolveInput(raw, claim) : raw;
     const decoded = toWorkflowInput(d, (name, v) => registry.get(name, v)?.version);
     if ('invalid' in decoded) continue;
     const when = applied.get(decoded.eventId);
@@ -191,7 +195,7 @@ export async function rebuildRuns(
       offset: r.offset,
     });
     if (d.event !== 'RunSnapshot' || d.value.runId.startsWith(BARRIER_PREFIX)) continue;
-    const s = JSON.parse(d.value.state) as RunState;
+    const s = JSON.parse(claim ? await snapshotStateText(d.value, claim) : d.value.state) as RunState;
     const prev = live.get(s.runId);
     if (!prev || prev.sequence <= s.sequence) live.set(s.runId, s);
   }

@@ -7,7 +7,7 @@ import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
 import { PassThroughRpcFilter } from './transport/pass-through.filter';
 import { EventPublisher } from './runtime/event-publisher';
-import { BlobStore } from './runtime/blob-store';
+import { BLOB_STORE } from './runtime/blob-store';
 
 /**
  * Starts a worker: an HTTP app (GET /health, GET /metrics) with the Kafka task transport connected as a
@@ -33,7 +33,7 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
           { provide: KafkaTaskTransport, useValue: transport },
           { provide: METRICS_REGISTRY, useValue: registry },
           { provide: EventPublisher, useValue: publisher },
-          { provide: BlobStore, useValue: new BlobStore() },
+          { provide: BLOB_STORE, useValue: transport.blobs },
         ],
       };
     }
@@ -63,6 +63,6 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
   await app.startAllMicroservices();
   await app.listen(cfg.WORKER_HTTP_PORT, '127.0.0.1');
   const url = await app.getUrl();
-  logger.info({ http: url, groupId: cfg.WORKER_GROUP_ID }, 'worker ready');
+  logger.info({ http: url, groupId: cfg.WORKER_GROUP_ID, blobs: transport.blobs.describe }, 'worker ready');
   return { app, transport, url, cfg };
 }

@@ -1,3 +1,4 @@
+import { BlobConfigSchema } from '@keyflow/blobs';
 import { z } from 'zod';
 
 /**
@@ -29,6 +30,14 @@ const Schema = z.object({
   WORKER_RETRY_MAX_MS: z.coerce.number().int().min(0).default(5_000),
   WORKER_TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),
   WORKER_RESULT_PARTITIONS: z.coerce.number().int().min(1).default(6),
+  /** Time between sweeps of expired blobs, in ms (0: this worker does not sweep). */
+  WORKER_BLOB_SWEEP_MS: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(10 * 60_000),
+  /** Blob store and size limits (libs/blobs config.ts). */
+  ...BlobConfigSchema,
 });
 
 export type WorkerConfig = z.infer<typeof Schema> & { brokers: string[]; taskTypes: string[] };
@@ -47,6 +56,10 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
   if (!parsed.success)
     throw new WorkerConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
   const c = parsed.data;
+  if (c.KEYFLOW_BLOB_STORE === 'postgres' && !/^postgres(ql)?:\/\//.test(c.KEYFLOW_BLOB_URL))
+    throw new WorkerConfigError([
+      'KEYFLOW_BLOB_URL: a postgres:// URL is required with KEYFLOW_BLOB_STORE=postgres',
+    ]);
   if (c.WORKER_HEARTBEAT_INTERVAL_MS * 3 > c.WORKER_SESSION_TIMEOUT_MS)
     throw new WorkerConfigError([
       `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,

@@ -8,6 +8,13 @@ import {
   type Kafka,
   type Producer,
 } from 'kafkajs';
+import {
+  BlobError,
+  claimCheckFromConfig,
+  PayloadTooLargeError,
+  WF_EVENTS_RETENTION_MS,
+  type ClaimCheck,
+} from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
   dlqMessage,
@@ -28,7 +35,7 @@ import { ComponentHealth, type Logger } from '@keyflow/observability';
 import { backoffDelayMs, dueTimers, reduce, retryPolicy, TERMINAL, type RunState } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
-import { encodeOutputs, toWorkflowInput, type OutputRecord } from './mapping';
+import { encodeOutputs, resolveInput, toWorkflowInput, type OutputRecord } from './mapping';
 import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
@@ -93,6 +100,8 @@ export class Engine {
     private readonly metrics: OrchestratorMetrics,
     /** Where consumer and producer failures for good are reported (COMPONENTS.engineConsumer / engineProducer). */
     readonly health: ComponentHealth = new ComponentHealth(),
+    /** Size limits and the blob store of payloads too large for their topic (default: from the configuration). */
+    private readonly claim: ClaimCheck = claimCheckFromConfig(cfg),
   ) {
     this.quarantine = new PartitionQuarantine({
       component: COMPONENTS.engineConsumer,
@@ -123,7 +132,7 @@ export class Engine {
     return [
       { topic: 'wf.requests', partitions: n },
       { topic: 'task.results', partitions: n },
-      { topic: 'wf.events', partitions: n, configs: { 'retention.ms': String(30 * 24 * 3600 * 1000) } },
+      { topic: 'wf.events', partitions: n, configs: { 'retention.ms': String(WF_EVENTS_RETENTION_MS) } },
       {
         topic: 'wf.state',
         partitions: n,
@@ -286,6 +295,7 @@ export class Engine {
         sequence: 0,
         status: 'barrier',
         state: nonce,
+        stateRef: null,
       });
       await tx.send({
         topic: this.codec.physical('wf.state'),
@@ -401,7 +411,37 @@ export class Engine {
         }
         throw err;
       }
-      const decodedInput = toWorkflowInput(decoded, (name, v) => this.registry.get(name, v)?.version);
+      // A result whose output came by claim check: read it back. A blob that cannot be read for good (swept,
+      // corrupt, no store here) fails the step with that named error instead of blocking the partition.
+      let unreadable: (Error & { code?: string }) | undefined;
+      try {
+        decoded = await resolveInput(decoded, this.claim);
+      } catch (err) {
+        if ((err as { retryable?: boolean }).retryable !== false) throw err;
+        unreadable = err as Error;
+      }
+      const decodedInput =
+        unreadable && decoded.event === 'TaskCompleted'
+          ? toWorkflowInput(
+              {
+                ...decoded,
+                event: 'TaskFailed',
+                value: {
+                  ...decoded.value,
+                  error: {
+                    errorClass: unreadable.name,
+                    message: unreadable.message,
+                    retryable: false,
+                    code: unreadable.code ?? null,
+                    attempts: 1,
+                    firstFailureAt: decoded.value.metadata.occurredAt,
+                    lastFailureAt: decoded.value.metadata.occurredAt,
+                  },
+                },
+              } as never,
+              (name, v) => this.registry.get(name, v)?.version,
+            )
+          : toWorkflowInput(decoded, (name, v) => this.registry.get(name, v)?.version);
       if ('invalid' in decodedInput) {
         dlq.push({ m, err: Object.assign(new Error(decodedInput.invalid), { name: 'InvalidRequestError' }) });
         continue;
@@ -430,13 +470,20 @@ export class Engine {
             traceparent: header(m.headers, 'traceparent') ?? decoded.value.metadata.traceparent ?? null,
             tracestate: decoded.value.metadata.tracestate ?? null,
           };
-          outputs = encodeOutputs(this.codec, d.state!, d.commands, d.events, {
-            eventId: input.eventId,
-            at: input.at,
-            ...trace,
-          });
+          outputs = await encodeOutputs(
+            this.codec,
+            d.state!,
+            d.commands,
+            d.events,
+            { eventId: input.eventId, at: input.at, ...trace },
+            this.claim,
+          );
         }
       } catch (e) {
+        // A blob store that does not answer aborts the batch (retried like a broker error); anything else about
+        // this input (a definition's bug, a payload the claim check cannot carry) dead-letters only this input.
+        if (e instanceof BlobError && e.retryable) throw e;
+        if (!(e instanceof BlobError) && (e as { retryable?: boolean }).retryable === true) throw e;
         const err = e instanceof Error ? e : new Error(String(e));
         this.logger.error(
           { err, runId: input.runId, kind: input.kind },
@@ -445,7 +492,7 @@ export class Engine {
         dlq.push({
           m,
           err: Object.assign(new Error(`${input.kind} for run ${input.runId}: ${err.message}`), {
-            name: `DefinitionError`,
+            name: err instanceof PayloadTooLargeError ? err.name : `DefinitionError`,
           }),
         });
         continue;

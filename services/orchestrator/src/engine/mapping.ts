@@ -1,3 +1,4 @@
+import { blobRetentionMs, payloadBlobKey, supersededExpiry, type ClaimCheck } from '@keyflow/blobs';
 import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
 import type { CommandSpec, LifecycleSpec, RunState, WorkflowInput } from '@keyflow/workflow';
@@ -88,14 +89,38 @@ export interface OutputRecord {
   value: Buffer;
 }
 
-/** Encodes the reducer's commands, lifecycle events and the snapshot as Kafka records. */
-export function encodeOutputs(
+/**
+ * A TaskCompleted's output text, resolved from the blob store when it came by claim check (`outputRef`).
+ * @throws BlobNotFoundError / PayloadTooLargeError (not retryable) when the blob cannot be read; store outages as is.
+ */
+export async function resolveInput(d: DecodedEvent, claim: ClaimCheck): Promise<DecodedEvent> {
+  if (d.event === 'TaskCompleted' && d.value.outputRef)
+    return { ...d, value: { ...d.value, output: await claim.resolve(d.value.output, d.value.outputRef) } };
+  return d;
+}
+
+/** Payload fields of lifecycle events that may carry user-sized data, and the field naming their blob. */
+const EVENT_PAYLOADS: Partial<Record<string, { field: 'output' | 'input'; ref: 'outputRef' | 'inputRef' }>> =
+  {
+    StepCompleted: { field: 'output', ref: 'outputRef' },
+    RunCompleted: { field: 'output', ref: 'outputRef' },
+    RunStarted: { field: 'input', ref: 'inputRef' },
+  };
+
+/**
+ * Encodes the reducer's commands, lifecycle events and the snapshot as Kafka records. Every payload over the claim
+ * check's threshold (a command's input, an event's output or input, the snapshot's state) is stored as a blob first
+ * and the record carries its reference (README "Claim check").
+ * @throws PayloadTooLargeError (PAYLOAD_TOO_LARGE, not retryable) when one cannot be carried; store outages as is.
+ */
+export async function encodeOutputs(
   codec: EventCodec,
   state: RunState,
   commands: CommandSpec[],
   events: LifecycleSpec[],
   cause: { eventId: string; at: number; traceparent: string | null; tracestate: string | null },
-): OutputRecord[] {
+  claim: ClaimCheck,
+): Promise<OutputRecord[]> {
   const out: OutputRecord[] = [];
   let i = 0;
   const meta = (event: EventName, key: string) =>
@@ -111,6 +136,12 @@ export function encodeOutputs(
     });
   for (const c of commands) {
     const logical = `task.${c.taskType}`;
+    const input = await claim.offload(
+      `input of ${c.idempotencyKey} attempt ${c.attempt}`,
+      payloadBlobKey('inputs', state.runId, `${c.idempotencyKey}@${c.attempt}`),
+      c.input,
+      blobRetentionMs(),
+    );
     const cmd: TaskCommand = {
       metadata: meta('TaskCommand', c.entityKey),
       runId: state.runId,
@@ -120,8 +151,8 @@ export function encodeOutputs(
       taskType: c.taskType,
       attempt: c.attempt,
       idempotencyKey: c.idempotencyKey,
-      input: c.input,
-      inputRef: null,
+      input: input.inline,
+      inputRef: input.ref,
       timeoutMs: c.timeoutMs,
       maxAttempts: c.maxAttempts,
       compensates: c.compensates,
@@ -134,26 +165,58 @@ export function encodeOutputs(
   }
   for (const e of events) {
     const { type, ...fields } = e;
+    const metadata = meta(type, state.runId);
+    const payload = EVENT_PAYLOADS[type];
+    const extra: Record<string, string | null> = {};
+    if (payload) {
+      const text = (fields as Record<string, string>)[payload.field];
+      const checked = await claim.offload(
+        `${payload.field} of ${type} of run ${state.runId}`,
+        payloadBlobKey('events', state.runId, metadata.eventId),
+        text,
+        blobRetentionMs(),
+      );
+      extra[payload.field] = checked.inline;
+      extra[payload.ref] = checked.ref;
+    }
     const value = codec.encode('wf.events', type, {
-      metadata: meta(type, state.runId),
+      metadata,
       runId: state.runId,
       ...fields,
+      ...extra,
     } as never);
     out.push({ topic: codec.physical('wf.events'), key: state.runId, value });
   }
   out.push({
     topic: codec.physical('wf.state'),
     key: state.runId,
-    value: encodeSnapshot(codec, state, cause),
+    value: await encodeSnapshot(codec, state, cause, claim),
   });
   return out;
 }
 
-export function encodeSnapshot(
+/** Prefix of the blob keys of one run's snapshots (`state/<run>/`). */
+export const snapshotBlobPrefix = (runId: string) => payloadBlobKey('state', runId, '').replace(/[^/]+$/, '');
+
+/**
+ * The RunSnapshot record of `state`. A state over the claim check's threshold is stored as blob
+ * `state/<run>/<hash of sequence>` (kept while it is the run's latest snapshot: wf.state is compacted) and the
+ * record carries `stateRef`; the run's earlier snapshot blobs then expire once their records can be compacted away.
+ */
+export async function encodeSnapshot(
   codec: EventCodec,
   state: RunState,
   cause: { eventId: string; at: number },
-): Buffer {
+  claim: ClaimCheck,
+): Promise<Buffer> {
+  const key = payloadBlobKey('state', state.runId, String(state.sequence));
+  const checked = await claim.offload(`state of run ${state.runId}`, key, JSON.stringify(state), null);
+  if (checked.ref && claim.store)
+    await claim.store.expire(
+      snapshotBlobPrefix(state.runId),
+      supersededExpiry(Date.now(), claim.o.graceMs),
+      key,
+    );
   return codec.encode('wf.state', 'RunSnapshot', {
     metadata: newMetadata('RunSnapshot', {
       key: state.runId,
@@ -165,6 +228,15 @@ export function encodeSnapshot(
     runId: state.runId,
     sequence: state.sequence,
     status: state.status,
-    state: JSON.stringify(state),
+    state: checked.inline,
+    stateRef: checked.ref,
   });
+}
+
+/**
+ * A RunSnapshot's state text, from the blob store when it came by claim check.
+ * @throws BlobNotFoundError (not retryable: swept or lost), store outages as is.
+ */
+export async function snapshotStateText(v: { state: string; stateRef?: string | null }, claim: ClaimCheck) {
+  return claim.resolve(v.state, v.stateRef);
 }

@@ -1,4 +1,5 @@
 import type { Consumer, Kafka } from 'kafkajs';
+import type { ClaimCheck } from '@keyflow/blobs';
 import { ContractError, type EventCodec } from '@keyflow/contracts';
 import { PartitionQuarantine, subscribeWhenReady, undecodableBatchOf } from '@keyflow/kafka';
 import type { ComponentHealth, Counter, Logger, Registry } from '@keyflow/observability';
@@ -13,6 +14,7 @@ export const SKIP_REASONS = {
   undecodable: 'undecodable',
   stateNotJson: 'state not JSON',
   notRunState: 'state not a run',
+  blobUnreadable: 'state blob unreadable',
 } as const;
 
 /** The read model's consumer died for good: take-overs waiting on a barrier stop waiting. Not retryable here. */
@@ -70,6 +72,8 @@ export class RunReadModel {
     private readonly opts: {
       health?: ComponentHealth;
       skipped?: Counter<'reason'>;
+      /** Reads snapshots whose state came by claim check (`stateRef`); without it such snapshots are skipped. */
+      claim?: ClaimCheck;
       registry?: Registry;
     } = {},
   ) {
@@ -166,9 +170,22 @@ export class RunReadModel {
           });
           return;
         }
+        let text = d.value.state;
+        if (d.value.stateRef) {
+          try {
+            if (!this.opts.claim) throw new Error(`no blob store to read ${d.value.stateRef}`);
+            text = await this.opts.claim.resolve(d.value.state, d.value.stateRef);
+          } catch (err) {
+            // A store that does not answer is retried by the consumer; a blob gone for good is skipped and counted
+            // (a superseded snapshot's blob may have been swept; the run's latest snapshot follows).
+            if ((err as { retryable?: boolean }).retryable !== false && this.opts.claim) throw err;
+            this.skip(SKIP_REASONS.blobUnreadable, where, err);
+            return;
+          }
+        }
         let state: RunState;
         try {
-          state = JSON.parse(d.value.state) as RunState;
+          state = JSON.parse(text) as RunState;
         } catch (err) {
           this.skip(SKIP_REASONS.stateNotJson, where, err);
           return;

@@ -28,6 +28,7 @@ describe('orchestrator health and the read model', () => {
           sequence: 1,
           status: 'running',
           state: '{not json',
+          stateRef: null,
         });
       // Both kinds in every partition, before any valid snapshot that follows.
       await producer.send({

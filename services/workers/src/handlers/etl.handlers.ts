@@ -22,7 +22,8 @@ import {
 } from '@keyflow/etl';
 import { derivedEventId, newMetadata } from '@keyflow/contracts';
 import type { CityEnriched } from '@keyflow/schemas';
-import { BlobStore } from '../runtime/blob-store';
+import { blobJson, blobRetentionMs, type BlobStore, type PutOptions } from '@keyflow/blobs';
+import { BLOB_STORE } from '../runtime/blob-store';
 import { TaskInputError } from '../runtime/errors';
 import { EventPublisher } from '../runtime/event-publisher';
 import type { TaskContext } from '../runtime/task-executor';
@@ -66,12 +67,27 @@ export function openSink(spec: SinkSpec): CitySink {
     : createPostgresSink({ connectionString: spec.url, table: spec.table });
 }
 
+/**
+ * Expiry of an ETL blob: its references travel in task results, commands and StepCompleted events, so it is kept
+ * as long as the longest of those topics (README "Claim check"), then swept.
+ */
+const etlBlob = (): PutOptions => ({ expiresAt: Date.now() + blobRetentionMs() + DAY_MS });
+const DAY_MS = 24 * 3600 * 1000;
+
 @Controller()
 export class EtlHandlers {
   constructor(
-    @Inject(BlobStore) private readonly blobs: BlobStore,
+    @Inject(BLOB_STORE) private readonly blobs: BlobStore,
     @Inject(EventPublisher) private readonly events: EventPublisher,
   ) {}
+
+  private putLines(key: string, records: readonly unknown[]): Promise<string> {
+    return blobJson.putLines(this.blobs, key, records, etlBlob());
+  }
+
+  private putJson(key: string, value: unknown): Promise<string> {
+    return blobJson.put(this.blobs, key, value, etlBlob());
+  }
 
   /** Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }. */
   @TaskHandler('etl.extract')
@@ -90,7 +106,7 @@ export class EtlHandlers {
     try {
       for await (const chunk of chunkRecords(records, chunkSize)) {
         if (ctx.signal.aborted) throw ctx.signal.reason;
-        const r = await this.blobs.putLines(
+        const r = await this.putLines(
           `runs/${ctx.runId}/raw/chunk-${String(chunk.index).padStart(5, '0')}.jsonl`,
           chunk.records,
         );
@@ -113,11 +129,11 @@ export class EtlHandlers {
    */
   @TaskHandler('etl.transform')
   async transform(@Payload() chunk: ChunkRef, @Ctx() ctx: TaskContext): Promise<TransformOutput> {
-    const raw = await this.blobs.getLines<unknown>(chunk.ref);
+    const raw = await blobJson.getLines<unknown>(this.blobs, chunk.ref);
     const out = processChunk(raw, ref(), { offset: 0 });
     const key = `runs/${ctx.runId}/enriched/chunk-${String(chunk.index).padStart(5, '0')}`;
-    const accepted = await this.blobs.putLines(`${key}.jsonl`, out.accepted);
-    const statsRef = await this.blobs.putJson(`${key}.stats.json`, out.stats);
+    const accepted = await this.putLines(`${key}.jsonl`, out.accepted);
+    const statsRef = await this.putJson(`${key}.stats.json`, out.stats);
     await this.events.publish(
       ENRICHED_TOPIC,
       'CityEnriched',
@@ -169,7 +185,7 @@ export class EtlHandlers {
     const byRegion: Record<string, number> = {};
     let cross = 0;
     for (const c of [...input.chunks].sort((a, b) => a.index - b.index)) {
-      const records = await this.blobs.getLines<EnrichedCity>(c.ref);
+      const records = await blobJson.getLines<EnrichedCity>(this.blobs, c.ref);
       const unique = records.filter((r) => {
         const k = naturalKey(r);
         if (seen.has(k)) return false;
@@ -182,13 +198,13 @@ export class EtlHandlers {
         const region = regionLabel(r.region);
         byRegion[region] = (byRegion[region] ?? 0) + 1;
       }
-      const r = await this.blobs.putLines(
+      const r = await this.putLines(
         `runs/${ctx.runId}/unique/chunk-${String(c.index).padStart(5, '0')}.jsonl`,
         unique,
       );
       chunks.push({ index: c.index, ref: r, count: unique.length });
     }
-    const statsRef = await this.blobs.putJson(`runs/${ctx.runId}/unique/counts.json`, {
+    const statsRef = await this.putJson(`runs/${ctx.runId}/unique/counts.json`, {
       byCountry: sortKeys(byCountry),
       byRegion: sortKeys(byRegion),
     });
@@ -198,7 +214,7 @@ export class EtlHandlers {
   /** Upserts one chunk into the sink by natural key, in one transaction. */
   @TaskHandler('etl.load')
   async load(@Payload() input: ChunkRef & { sink: SinkSpec }) {
-    const records = await this.blobs.getLines<EnrichedCity>(input.ref);
+    const records = await blobJson.getLines<EnrichedCity>(this.blobs, input.ref);
     const sink = openSink(input.sink);
     try {
       await sink.init();
@@ -226,11 +242,11 @@ export class EtlHandlers {
     @Ctx() ctx: TaskContext,
   ) {
     let t: EtlStats = emptyStats();
-    for (const c of input.transform) t = mergeStats(t, await this.blobs.getJson<EtlStats>(c.statsRef));
-    const counts = await this.blobs.getJson<{
+    for (const c of input.transform) t = mergeStats(t, await blobJson.get<EtlStats>(this.blobs, c.statsRef));
+    const counts = await blobJson.get<{
       byCountry: Record<string, number>;
       byRegion: Record<string, number>;
-    }>(input.dedupe.statsRef);
+    }>(this.blobs, input.dedupe.statsRef);
     const loaded = input.load.reduce((n, l) => n + l.loaded, 0);
     const sink = openSink(input.sink);
     let summary;
@@ -265,7 +281,7 @@ export class EtlHandlers {
         t.read === t.rejected + duplicates + accepted &&
         loaded === accepted,
     };
-    const reportRef = await this.blobs.putJson(`runs/${ctx.runId}/report.json`, {
+    const reportRef = await this.putJson(`runs/${ctx.runId}/report.json`, {
       ...report,
       sinkByCountry: summary.byCountry,
       sinkByRegion: summary.byRegion,

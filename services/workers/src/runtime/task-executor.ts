@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
 import type { Producer } from 'kafkajs';
+import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import { ForeignRecordError, type IdempotencyStore, type Lease } from '@keyflow/idempotency';
 import {
@@ -66,6 +67,11 @@ export interface ExecutorOptions {
   /** Publishes result events, coalescing concurrent sends into one request. */
   results: BatchingProducer;
   store: IdempotencyStore<StoredOutcome>;
+  /**
+   * Size limits: an output over half of max.message.bytes goes to the blob store (TaskCompleted.outputRef), a
+   * command's inputRef is resolved before the handler runs.
+   */
+  claimCheck: ClaimCheck;
   handlers: Map<string, TaskHandlerFn>;
   logger: Logger;
   metrics: WorkerMetrics;
@@ -232,7 +238,7 @@ export class TaskExecutor {
   }
 
   private async runAttempts(cmd: TaskCommand, handler: TaskHandlerFn, stop: AbortSignal, log: Logger) {
-    const input = this.parseInput(cmd);
+    const input = await this.parseInput(cmd);
     if (input instanceof Error)
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
     const maxAttempts = Math.max(1, cmd.maxAttempts);
@@ -305,20 +311,55 @@ export class TaskExecutor {
     }
   }
 
-  private parseInput(cmd: TaskCommand): unknown {
+  /** The command's input: inline JSON, or the blob its inputRef names (claim check). */
+  private async parseInput(cmd: TaskCommand): Promise<unknown> {
+    let text: string;
     try {
-      return JSON.parse(cmd.input);
+      text = await this.o.claimCheck.resolve(cmd.input, cmd.inputRef);
+    } catch (e) {
+      if ((e as { retryable?: boolean }).retryable === false)
+        return new TaskInputError(`input of ${cmd.idempotencyKey}: ${(e as Error).message}`, { cause: e });
+      throw e;
+    }
+    try {
+      return JSON.parse(text);
     } catch (e) {
       return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON: ${(e as Error).message}`);
     }
   }
 
+  /**
+   * Publishes the outcome on task.results. An output over the claim-check threshold is stored as a blob and
+   * referenced in `outputRef` (also when a stored result is replayed); one the claim check cannot carry (no store,
+   * over KEYFLOW_BLOB_MAX_BYTES) is published as a non-retryable TaskFailed with code PAYLOAD_TOO_LARGE, so the
+   * command is answered and its partition goes on. A blob store that does not answer is retried in place.
+   */
   private async publish(
     cmd: TaskCommand,
     m: ConsumedMessage,
     outcome: StoredOutcome,
     replayed: boolean,
   ): Promise<void> {
+    let checked = { inline: '', ref: null as string | null };
+    if (outcome.kind === 'completed') {
+      try {
+        checked = await this.o.claimCheck.offload(
+          `output of ${cmd.idempotencyKey}`,
+          payloadBlobKey('results', cmd.runId, cmd.idempotencyKey),
+          outcome.output,
+          blobRetentionMs(),
+        );
+      } catch (e) {
+        if (!(e instanceof PayloadTooLargeError)) throw e;
+        this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'too_large' });
+        this.o.logger.warn(
+          { idempotencyKey: cmd.idempotencyKey, code: e.code, err: e.message },
+          'output too large for its topic and the claim check: the step fails',
+        );
+        const now = Date.now();
+        outcome = { kind: 'failed', error: failure(e, false, 1, now, now) };
+      }
+    }
     const trace = childTraceContext(
       traceFromHeaders(m.headers) ?? {
         traceparent: cmd.metadata.traceparent ?? '',
@@ -346,8 +387,8 @@ export class TaskExecutor {
         ? this.o.codec.encode('task.results', 'TaskCompleted', {
             metadata: meta,
             ...common,
-            output: outcome.output,
-            outputRef: null,
+            output: checked.inline,
+            outputRef: checked.ref,
             durationMs: outcome.durationMs,
             workerId,
             replayed,
@@ -425,6 +466,9 @@ export class TaskExecutor {
   }
 }
 
+/** Longest error message a TaskFailed carries, in characters (UTF-16 units; at most 4x as many bytes). */
+const MAX_ERROR_MESSAGE_CHARS = 8_000;
+
 /** A TaskFailed error record for `err` (its own `code` unless one is given). */
 function failure(
   err: Error,
@@ -436,7 +480,11 @@ function failure(
 ): TaskFailed['error'] {
   return {
     errorClass: err.name,
-    message: err.message,
+    // Bounded, so a handler's huge error message cannot make the result record too large for its topic.
+    message:
+      err.message.length > MAX_ERROR_MESSAGE_CHARS
+        ? `${err.message.slice(0, MAX_ERROR_MESSAGE_CHARS)}…`
+        : err.message,
     retryable,
     code: code ?? (err as { code?: string }).code ?? null,
     attempts: Math.max(1, attempts),

@@ -2,6 +2,13 @@ import Redis from 'ioredis';
 import { lastValueFrom } from 'rxjs';
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import type { Kafka, Producer } from 'kafkajs';
+import {
+  claimCheckFromConfig,
+  createBlobStore,
+  type ClaimCheck,
+  startBlobSweeper,
+  type BlobStore,
+} from '@keyflow/blobs';
 import { EventCodec } from '@keyflow/contracts';
 import { checkRedisPersistence, IdempotencyStore, type RedisPersistence } from '@keyflow/idempotency';
 import {
@@ -59,10 +66,15 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     private readonly log: Logger,
     private readonly registry: Registry,
     private readonly publisher?: EventPublisher,
+    /** The claim-check store (default: the one the configuration selects). */
+    readonly blobs: BlobStore = createBlobStore(cfg),
   ) {
     super();
     this.metrics = workerMetrics(registry);
+    this.claimCheck = claimCheckFromConfig(cfg, blobs);
   }
+  private readonly claimCheck: ClaimCheck;
+  private stopSweeper?: () => Promise<void>;
 
   /** Called with the error when the consumer dies for good: the process should exit non-zero. */
   onCrash(listener: (e: Error) => void): void {
@@ -182,11 +194,20 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
         await a.disconnect();
       }
     });
+    if (this.cfg.WORKER_BLOB_SWEEP_MS > 0)
+      this.stopSweeper = startBlobSweeper(this.blobs, {
+        intervalMs: this.cfg.WORKER_BLOB_SWEEP_MS,
+        onSweep: (keys, err) =>
+          err
+            ? this.log.warn({ err }, 'blob sweep failed; trying again at the next period')
+            : keys.length && this.log.info({ deleted: keys.length }, 'expired blobs deleted'),
+      });
     const executor = new TaskExecutor({
       codec,
       producer: this.producer,
       results,
       store,
+      claimCheck: this.claimCheck,
       handlers,
       logger: this.log,
       metrics: this.metrics,
@@ -232,6 +253,8 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     await this.consumer?.stop(this.cfg.WORKER_DRAIN_DEADLINE_MS);
     await this.producer?.disconnect().catch(() => undefined);
     this.redis?.disconnect();
+    await this.stopSweeper?.();
+    await this.blobs.close().catch(() => undefined);
     this.log.info('worker stopped');
   }
 

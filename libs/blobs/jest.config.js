@@ -1,0 +1,2 @@
+const { integration, root, unit } = require('../../jest.preset');
+module.exports = { ...root, projects: [unit(__dirname), integration(__dirname)] };

@@ -1,0 +1,110 @@
+import { createHash } from 'node:crypto';
+import { InvalidBlobKeyError } from './errors';
+
+/** Prefix of a claim-check reference in a message: `blob:<key>`. */
+export const BLOB_REF_PREFIX = 'blob:';
+
+/** What the store knows of one blob. */
+export interface BlobInfo {
+  key: string;
+  /** Length of the blob in bytes. */
+  sizeBytes: number;
+  /** SHA-256 of the bytes, lowercase hex. */
+  sha256: string;
+  /** When it was (last) written, ms since the epoch. */
+  createdAt: number;
+  /** When the sweeper may delete it, ms since the epoch; null: never by age (see README "Claim check"). */
+  expiresAt: number | null;
+}
+
+export interface PutOptions {
+  /** ms since the epoch after which the sweeper may delete the blob; null or absent: kept until deleted. */
+  expiresAt?: number | null;
+}
+
+/**
+ * Claim-check store: messages carry `blob:<key>`, the bytes live here. Keys are `[A-Za-z0-9_./-]+` without `..`.
+ * A put of an existing key replaces it atomically (readers see the old or the new bytes, never a mix), so a
+ * re-executed task that rewrites its blob is safe. Implementations: {@link FsBlobStore} (one host's directory) and
+ * {@link PgBlobStore} (PostgreSQL, shared by every host).
+ */
+export interface BlobStore {
+  /** Where the bytes live, for logs (`fs:/path`, `postgres:schema`). */
+  readonly describe: string;
+  /** Stores `data` under `key`. @returns the reference to put in a message (`blob:<key>`) and its info. */
+  put(key: string, data: string | Buffer, opts?: PutOptions): Promise<BlobInfo & { ref: string }>;
+  /**
+   * The bytes under `refOrKey` (`blob:<key>` or `<key>`), checked against their SHA-256.
+   * @throws BlobNotFoundError, BlobCorruptError, InvalidBlobKeyError
+   */
+  get(refOrKey: string): Promise<Buffer>;
+  /** @returns null when absent. */
+  stat(refOrKey: string): Promise<BlobInfo | null>;
+  /** @returns whether a blob was deleted. */
+  delete(refOrKey: string): Promise<boolean>;
+  /**
+   * Sets the expiry of every blob whose key starts with `prefix` and that has none yet, except `exceptKey`
+   * (used to let superseded snapshots go). @returns how many changed.
+   */
+  expire(prefix: string, expiresAt: number, exceptKey?: string): Promise<number>;
+  /** Deletes every blob whose expiresAt <= `now` (ms). @returns the deleted keys. */
+  sweep(now: number): Promise<string[]>;
+  close(): Promise<void>;
+}
+
+/** `blob:<key>` or `<key>` -> `<key>`, validated. @throws InvalidBlobKeyError */
+export function blobKey(refOrKey: string): string {
+  const key = refOrKey.startsWith(BLOB_REF_PREFIX) ? refOrKey.slice(BLOB_REF_PREFIX.length) : refOrKey;
+  if (!/^[A-Za-z0-9_./-]+$/.test(key) || key.split('/').includes('..') || key.startsWith('/'))
+    throw new InvalidBlobKeyError(key);
+  return key;
+}
+
+export function isBlobRef(s: unknown): s is string {
+  return typeof s === 'string' && s.startsWith(BLOB_REF_PREFIX);
+}
+
+export function sha256(data: Buffer): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+export function toBuffer(data: string | Buffer): Buffer {
+  return typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+}
+
+/** JSON and JSON Lines helpers over any store. */
+export const blobJson = {
+  async put(store: BlobStore, key: string, value: unknown, opts?: PutOptions): Promise<string> {
+    return (await store.put(key, JSON.stringify(value), opts)).ref;
+  },
+  async get<T>(store: BlobStore, ref: string): Promise<T> {
+    return JSON.parse((await store.get(ref)).toString('utf8')) as T;
+  },
+  /** One record per line. */
+  async putLines(
+    store: BlobStore,
+    key: string,
+    records: readonly unknown[],
+    opts?: PutOptions,
+  ): Promise<string> {
+    const text = records.map((r) => JSON.stringify(r)).join('\n') + (records.length ? '\n' : '');
+    return (await store.put(key, text, opts)).ref;
+  },
+  async getLines<T>(store: BlobStore, ref: string): Promise<T[]> {
+    return (await store.get(ref))
+      .toString('utf8')
+      .split('\n')
+      .filter((l) => l.length > 0)
+      .map((l) => JSON.parse(l) as T);
+  },
+};
+
+/**
+ * A blob key for a payload of `kind` in run `runId` named by `name` (e.g. an idempotency key, which may contain
+ * `[`, `]`, `#`): `<kind>/<runId, unsafe characters as _>/<sha256(name) first 32 hex>`. Deterministic, so a
+ * replayed result rewrites the same blob.
+ */
+export function payloadBlobKey(kind: string, runId: string, name: string): string {
+  const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]/g, '_').replace(/^\.+/, '_');
+  return `${safe(kind)}/${safe(runId)}/${createHash('sha256').update(name).digest('hex').slice(0, 32)}`;
+}

@@ -1,0 +1,110 @@
+import { IdempotencyStore } from '@keyflow/idempotency';
+import { PgBlobStore } from '@keyflow/blobs';
+import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
+import { eventually } from '@keyflow/testing';
+import type { StoredOutcome } from '../../src/runtime/task-executor';
+import { POSTGRES_URL, WorkerHarness } from './support';
+
+jest.setTimeout(120_000);
+
+const MB = 1024 * 1024;
+
+describe('a worker meeting payloads larger than its topic accepts (max.message.bytes)', () => {
+  const h = new WorkerHarness('payload');
+  const schema = `kf_blobs_${process.pid}_${Date.now().toString(36)}`;
+  const blobs = new PgBlobStore({ url: POSTGRES_URL, schema });
+  let url: string;
+  beforeAll(async () => {
+    await h.setup(['big', 'seq']);
+    const w = await h.startWorker({
+      KEYFLOW_BLOB_STORE: 'postgres',
+      KEYFLOW_BLOB_URL: POSTGRES_URL,
+      KEYFLOW_BLOB_SCHEMA: schema,
+      // The claim check carries up to 8 MiB; a larger output fails its step.
+      KEYFLOW_BLOB_MAX_BYTES: String(8 * MB),
+    });
+    url = await w.ready;
+  });
+  afterAll(async () => {
+    await h.teardown();
+    const { Pool } = await import('pg');
+    const pg = new Pool({ connectionString: POSTGRES_URL, max: 1 });
+    await pg.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await pg.end();
+    await blobs.close();
+  });
+
+  const resultFor = async (key: string) =>
+    (await eventually(
+      `result for ${key}`,
+      () => h.results.items.find((r) => r.value.idempotencyKey === key),
+      {
+        timeoutMs: 60_000,
+      },
+    ))!;
+  const health = async () => {
+    const r = await fetch(`${url}/health`);
+    return { status: r.status, body: (await r.json()) as { status: string } };
+  };
+
+  it('a 5 MB handler output reaches task.results through the claim check, readable from the shared store', async () => {
+    const cmd = h.command('big', 'b1', { bytes: 5 * MB });
+    await h.send([cmd]);
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskCompleted');
+    const v = r.value as TaskCompleted;
+    expect(v.output).toBe('');
+    expect(v.outputRef).toMatch(/^blob:results\//);
+    const out = JSON.parse((await blobs.get(v.outputRef!)).toString('utf8'));
+    expect(out.data).toHaveLength(5 * MB);
+    const info = await blobs.stat(v.outputRef!);
+    // Kept at least as long as wf.events (30 days), which copies the output.
+    expect(info!.expiresAt! - info!.createdAt).toBeGreaterThanOrEqual(30 * 24 * 3600 * 1000);
+  });
+
+  it('an output the claim check cannot carry fails its step with PAYLOAD_TOO_LARGE once; the key goes on and /health stays 200', async () => {
+    const cmd = h.command('big', 'b2', { bytes: 10 * MB }, { maxAttempts: 3 });
+    const next = h.command('seq', 'b2', { entity: 'b2', seq: 1 });
+    await h.send([cmd, next]);
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskFailed');
+    expect((r.value as TaskFailed).error).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', retryable: false });
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+    const runs = await h.rows<{ n: number }>(
+      'select count(*)::int as n from {t}_exec where idempotency_key = $1',
+      [cmd.idempotencyKey],
+    );
+    expect(runs[0].n).toBe(1); // the handler ran once: the failure is not retried
+    expect((await health()).status).toBe(200);
+  });
+
+  it('a stored (idempotency) result too big for the topic is re-published through the claim check, or failed, never retried forever', async () => {
+    const store = new IdempotencyStore<StoredOutcome>(h.ns.redis(), {
+      keyPrefix: `${h.prefix}keyflow:idem:`,
+    });
+    const record = async (key: string, bytes: number) => {
+      const b = await store.begin(key);
+      if (b.state !== 'acquired') throw new Error('expected the lease');
+      await store.complete(b.lease, {
+        kind: 'completed',
+        output: JSON.stringify({ data: 'y'.repeat(bytes) }),
+        durationMs: 1,
+      });
+    };
+    const fits = h.command('big', 'b3', { bytes: 1 });
+    const tooBig = h.command('big', 'b4', { bytes: 1 });
+    await record(fits.idempotencyKey, 3 * MB);
+    await record(tooBig.idempotencyKey, 9 * MB);
+    await h.send([fits, tooBig]);
+    const a = (await resultFor(fits.idempotencyKey)).value as TaskCompleted;
+    expect(a.replayed).toBe(true);
+    expect(JSON.parse((await blobs.get(a.outputRef!)).toString()).data).toHaveLength(3 * MB);
+    const b = await resultFor(tooBig.idempotencyKey);
+    expect(b.event).toBe('TaskFailed');
+    expect((b.value as TaskFailed).error.code).toBe('PAYLOAD_TOO_LARGE');
+    // Answered once each: no retry loop re-publishing or failing to publish.
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(h.results.items.filter((r) => r.value.idempotencyKey === tooBig.idempotencyKey)).toHaveLength(1);
+    expect((await health()).status).toBe(200);
+  });
+});
