@@ -36,8 +36,8 @@ export class StackCommandError extends Error {
 export interface ClusterControl {
   /** `stack.sh up` with `brokers` brokers; resolves with the exports `stack.sh env` prints (KAFKA_BROKERS, ...). */
   up(brokers: number): Promise<Record<string, string>>;
-  /** `stack.sh down --purge`: stops what this stack started and deletes its run dir. */
-  down(): Promise<void>;
+  /** `stack.sh down`: stops what this stack started; `purge` also deletes its run dir (data, logs). */
+  down(opts?: { purge?: boolean }): Promise<void>;
   /** The brokers of the running stack (`stack.sh brokers`). */
   brokers(): Promise<BrokerInfo[]>;
   /** SIGKILL broker `index` (1-based) and resolve once its process is gone. */
@@ -73,8 +73,8 @@ export function clusterControl(env: Record<string, string | undefined> = {}): Cl
         [...out.matchAll(/^export (\w+)=(.*)$/gm)].map((m) => [m[1], m[2].replace(/^'(.*)'$/, '$1')]),
       );
     },
-    async down() {
-      await stack(['down', '--purge']);
+    async down(opts) {
+      await stack(opts?.purge ? ['down', '--purge'] : ['down']);
     },
     async brokers() {
       const out = await stack(['brokers']);
