@@ -318,13 +318,28 @@ export class OrderedConsumer {
   }
 
   private pausePartition(tp: string): void {
-    const [topic, partition] = splitTp(tp);
-    this.consumer?.pause([{ topic, partitions: [partition] }]);
+    this.pauseOrResume('pause', tp);
   }
 
   private resumePartition(tp: string): void {
+    this.pauseOrResume('resume', tp);
+  }
+
+  /**
+   * Pauses or resumes one partition. Between a kafkajs consumer crash it restarts from (e.g. a broker gone:
+   * KafkaJSNumberOfRetriesExceeded) and the restart, kafkajs has no consumer group and `pause`/`resume` throw
+   * "Consumer group was not initialized" (kafkajs 2.2.4 src/consumer/index.js); a batch finishing in that window
+   * must not throw out of its `finally` (an uncaught exception ends the process). Nothing is lost by skipping: the
+   * restarted group has no paused partitions, and its GROUP_JOIN handler above pauses every busy partition again.
+   */
+  private pauseOrResume(op: 'pause' | 'resume', tp: string): void {
     const [topic, partition] = splitTp(tp);
-    this.consumer?.resume([{ topic, partitions: [partition] }]);
+    try {
+      this.consumer?.[op]([{ topic, partitions: [partition] }]);
+    } catch (err) {
+      if (!/Consumer group was not initialized/.test(String((err as Error)?.message))) throw err;
+      this.o.logger.debug({ tp, op }, 'consumer restarting after a crash: the rejoin pauses busy partitions');
+    }
   }
 
   /** Takes a batch: pauses its partition, works it in the background, returns at once (see the class doc). */

@@ -313,7 +313,7 @@ export class PartitionQuarantine {
       retryInMs,
       ...c.batch,
     };
-    this.o.partitions.pause(topic, partition);
+    this.switch('pause', topic, partition);
     const timer = setTimeout(() => this.retry(tp), retryInMs);
     timer.unref();
     this.entries.set(tp, { q, key, timer });
@@ -323,11 +323,27 @@ export class PartitionQuarantine {
     else this.o.logger.warn({ topic, partition, code: c.code, tries, retryInMs }, 'partition still paused');
   }
 
+  /**
+   * Pauses or resumes through the consumer; never throws. kafkajs throws "Consumer group was not initialized"
+   * between a consumer crash it restarts from (a broker gone) and the restart, and this runs from timers, where a
+   * throw would end the process. The consumer's rejoin pauses its quarantined partitions again.
+   */
+  private switch(op: 'pause' | 'resume', topic: string, partition: number): void {
+    try {
+      this.o.partitions[op](topic, partition);
+    } catch (err) {
+      this.o.logger.warn(
+        { err, topic, partition, op },
+        'could not switch the partition now (consumer restarting)',
+      );
+    }
+  }
+
   private retry(tp: string): void {
     const e = this.entries.get(tp);
     if (!e?.timer) return;
     e.timer = undefined;
-    this.o.partitions.resume(e.q.topic, e.q.partition);
+    this.switch('resume', e.q.topic, e.q.partition);
   }
 
   private release(tp: string): void {

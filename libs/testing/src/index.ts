@@ -17,3 +17,10 @@ export {
 export { rejectLz4Batches } from './codec-gap';
 export { RegistryProxy } from './registry-proxy';
 export { healthOf, degradedWith, type HealthAnswer } from './health';
+export {
+  clusterControl,
+  StackCommandError,
+  STACK_SCRIPT,
+  type BrokerInfo,
+  type ClusterControl,
+} from './cluster';

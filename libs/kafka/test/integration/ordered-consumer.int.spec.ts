@@ -75,6 +75,46 @@ describe('the ordered consumer', () => {
     });
   });
 
+  it('a batch that finishes while kafkajs restarts its crashed consumer (a broker gone) throws nothing out of the process', async () => {
+    // kafkajs's crash handler calls disconnect() -> stop(), which drops its consumer group until the restart 5 s
+    // later; pause/resume then throw. Stopping the kafkajs consumer under a running handler is that same state.
+    const [topic] = await ns.createTopics({ name: 'restart', numPartitions: 1 });
+    await produce(topic, [{ key: 'k', value: '1' }]);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const entered = new Collector<string>();
+    const handled = new Collector<string>();
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId: ns.groupId('restart'),
+      topics: [topic],
+      logger,
+      handle: async (m: ConsumedMessage) => {
+        entered.push(m.value!.toString());
+        await gate;
+        handled.push(m.value!.toString());
+      },
+    });
+    consumers.push(c);
+    const escaped: unknown[] = [];
+    const onEscape = (e: unknown) => escaped.push(e);
+    process.on('unhandledRejection', onEscape);
+    process.on('uncaughtException', onEscape);
+    try {
+      await c.start();
+      await entered.wait(1, 30_000);
+      await (c as unknown as { consumer: { stop(): Promise<void> } }).consumer.stop();
+      release();
+      await handled.wait(1, 10_000);
+      await new Promise((r) => setImmediate(r)); // let the batch's finally run
+      await new Promise((r) => setTimeout(r, 200));
+      expect(escaped.map(String)).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onEscape);
+      process.off('uncaughtException', onEscape);
+    }
+  }, 60_000);
+
   it('never commits past a message that is still running, even when later ones are done', async () => {
     const [topic] = await ns.createTopics({ name: 'prefix', numPartitions: 1 });
     await produce(topic, [

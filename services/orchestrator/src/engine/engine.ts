@@ -172,7 +172,7 @@ export class Engine {
     try {
       await ensureTopics(
         admin,
-        specs.map((s) => ({ ...s, topic: this.codec.physical(s.topic) })),
+        specs.map((s) => ({ ...s, ...this.codec.replication(s.topic), topic: this.codec.physical(s.topic) })),
       );
       await assertCoPartitioned(
         admin,
@@ -249,8 +249,10 @@ export class Engine {
     const inputs = [this.codec.physical('wf.requests'), this.codec.physical('task.results')];
     for (const topic of inputs)
       for (const p of assignment[topic] ?? []) {
-        // kafkajs keeps a partition's paused flag across rebalances: only a quarantined one stays paused.
-        if (!this.quarantine.has(topic, p)) this.consumer?.resume([{ topic, partitions: [p] }]);
+        // kafkajs keeps a partition's paused flag across rebalances (and drops it when it restarts a crashed
+        // consumer): a quarantined partition is paused, every other one resumed.
+        const op = this.quarantine.has(topic, p) ? 'pause' : 'resume';
+        this.consumer?.[op]([{ topic, partitions: [p] }]);
       }
     for (const [p, o] of this.owned) {
       if (partitions.has(p)) continue;

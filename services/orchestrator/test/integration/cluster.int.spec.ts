@@ -1,0 +1,162 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { clusterControl, eventually, type ClusterControl } from '@keyflow/testing';
+import { OrchestratorHarness, post, type Lifecycle, type ServiceProcess } from './support';
+
+/**
+ * On a 3-broker cluster of its own (infra/local/stack.sh, KEYFLOW_BROKERS=3; base port KEYFLOW_CLUSTER_TEST_PORT,
+ * default 39100: brokers on base, base+10, base+20, controllers one above each, registry base+2/base+3, Redis base+4),
+ * so it runs beside the single-broker stack the other suites use.
+ */
+jest.setTimeout(420_000);
+
+const BASE = Number(process.env.KEYFLOW_CLUSTER_TEST_PORT ?? 39100);
+const stackEnv = {
+  KEYFLOW_RUN_DIR: mkdtempSync(join(tmpdir(), 'keyflow-cluster-test-')),
+  KAFKA_PORT: String(BASE),
+  KAFKA_CONTROLLER_PORT: String(BASE + 1),
+  REGISTRY_PORT: String(BASE + 2),
+  REGISTRY_MANAGEMENT_PORT: String(BASE + 3),
+  KEYFLOW_REDIS_PORT: String(BASE + 4),
+  REDIS_URL: '', // the stack's own Redis on KEYFLOW_REDIS_PORT, not the suite's
+};
+const ORCH_PARTITIONS = 4;
+const KILLED = 1; // the first bootstrap broker, and the first quorum voter
+
+let cluster: ClusterControl;
+const saved = { ...process.env };
+
+beforeAll(async () => {
+  cluster = clusterControl(stackEnv);
+  const env = await cluster.up(3);
+  // The harness (TestNamespace) and the services it starts read these.
+  Object.assign(process.env, {
+    KAFKA_BROKERS: env.KAFKA_BROKERS,
+    SCHEMA_REGISTRY_URL: env.SCHEMA_REGISTRY_URL,
+    REDIS_URL: env.REDIS_URL,
+  });
+});
+
+afterAll(async () => {
+  process.env = saved;
+  await cluster?.down({ purge: true });
+});
+
+const terminal = new Set(['RunCompleted', 'RunFailed', 'RunCompensated', 'RunCancelled']);
+
+/** Distinct lifecycle events (a reader restarted by kafkajs may see an event twice: same event id). */
+function distinct(h: OrchestratorHarness): Lifecycle[] {
+  const seen = new Map<string, Lifecycle>();
+  for (const e of h.events.items) seen.set(e.value.metadata.eventId, e);
+  return [...seen.values()];
+}
+
+async function startRuns(url: string, from: number, n: number): Promise<string[]> {
+  const rs = await Promise.all(
+    Array.from({ length: n }, (_, j) =>
+      post(
+        `${url}/runs`,
+        { workflow: 'three-step', input: { n: from + j } },
+        { 'Idempotency-Key': `c-${from + j}` },
+      ),
+    ),
+  );
+  rs.forEach((r) => expect(r.status).toBe(202));
+  return rs.map((r) => r.body.runId as string);
+}
+
+async function health(url: string): Promise<{ code: number; body: Record<string, unknown> }> {
+  const r = await fetch(`${url}/health`);
+  return { code: r.status, body: (await r.json()) as Record<string, unknown> };
+}
+
+describe('on a 3-broker cluster', () => {
+  let h: OrchestratorHarness;
+  let orch: ServiceProcess;
+  let workers: ServiceProcess[];
+
+  beforeAll(async () => {
+    h = new OrchestratorHarness('cluster');
+    orch = await h.startOrchestrator({ ORCHESTRATOR_PARTITIONS: String(ORCH_PARTITIONS) });
+    workers = [await h.startWorker(), await h.startWorker()];
+    await h.readEvents();
+  });
+  afterAll(() => h?.teardown());
+
+  it("the services create their topics with the catalog's replication: RF 3, min.insync.replicas 2", async () => {
+    const admin = await h.ns.getAdmin();
+    const topics = [
+      'wf.requests',
+      'task.results',
+      'wf.events',
+      'wf.state',
+      'wf.requests.dlq',
+      'task.echo',
+    ].map((t) => h.codec.physical(t));
+    const md = await admin.fetchTopicMetadata({ topics });
+    for (const t of md.topics)
+      for (const p of t.partitions)
+        expect({ topic: t.name, replicas: p.replicas.length }).toEqual({ topic: t.name, replicas: 3 });
+    const cfg = await admin.describeConfigs({
+      includeSynonyms: false,
+      resources: topics.map((name) => ({ type: 2 /* TOPIC */, name, configNames: ['min.insync.replicas'] })),
+    });
+    for (const r of cfg.resources)
+      expect({ topic: r.resourceName, minIsr: r.configEntries[0]?.configValue }).toEqual({
+        topic: r.resourceName,
+        minIsr: '2',
+      });
+  });
+
+  it('a broker SIGKILLed mid-load and restarted: every run completes, each step exactly once, and /health ends 200 on every service', async () => {
+    const url = await orch.ready;
+    const before = await startRuns(url, 0, 30);
+    await eventually(
+      'some steps completed before the kill',
+      () => distinct(h).filter((e) => e.event === 'StepCompleted').length,
+      {
+        until: (n) => n >= 10,
+        timeoutMs: 60_000,
+      },
+    );
+    await cluster.killBroker(KILLED);
+    expect((await cluster.brokers()).filter((b) => b.up).map((b) => b.index)).toEqual([2, 3]);
+    const during = await startRuns(url, 30, 30); // acks=all: two in-sync replicas of three suffice
+    await cluster.startBroker(KILLED);
+    const ids = [...before, ...during];
+
+    await eventually(
+      'every run finished',
+      () =>
+        new Set(
+          distinct(h)
+            .filter((e) => terminal.has(e.event))
+            .map((e) => e.value.runId),
+        ),
+      { until: (done) => ids.every((id) => done.has(id)), timeoutMs: 240_000, intervalMs: 500 },
+    );
+    const problems: string[] = [];
+    const events = distinct(h);
+    for (const id of ids) {
+      const evs = events.filter((e) => e.value.runId === id);
+      const completed = evs.filter((e) => e.event === 'StepCompleted').map((e) => e.value.stepId);
+      if (JSON.stringify(completed) !== JSON.stringify(['first', 'second', 'third']))
+        problems.push(`${id}: StepCompleted ${completed.join(',')}`);
+      for (const ev of ['RunStarted', 'RunCompleted'])
+        if (evs.filter((e) => e.event === ev).length !== 1)
+          problems.push(`${id}: ${evs.filter((e) => e.event === ev).length} ${ev}`);
+    }
+    expect(problems.slice(0, 5)).toEqual([]);
+
+    // Nobody exited, and every service says it is healthy (a producer or consumer it lost would be named here).
+    for (const p of [orch, ...workers]) expect(p.proc.exitCode).toBeNull();
+    for (const p of [orch, ...workers]) {
+      const u = await p.ready;
+      await eventually(`${u}/health 200`, () => health(u), {
+        until: (r) => r.code === 200,
+        timeoutMs: 30_000,
+      });
+    }
+  });
+});
