@@ -11,6 +11,7 @@ import {
   loadReferenceData,
   processChunk,
   readRecords,
+  withLoaded,
   type RawRecord,
 } from '../../src';
 import { collect, collectUntilError } from './fixtures';
@@ -35,7 +36,7 @@ function file(name: string, ...parts: Array<string | number[]>): string {
 async function run(path: string) {
   const records: RawRecord[] = await collect(readRecords(path));
   const out = processChunk(records, ref);
-  return { records, out, report: buildReport([out.stats]) };
+  return { records, out, report: buildReport([withLoaded(out.stats, out.accepted.length)]) };
 }
 
 const HEADER = 'name,lat,lng,country,admin1,admin2';

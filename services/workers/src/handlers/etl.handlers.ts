@@ -5,7 +5,7 @@ import {
   createPostgresSink,
   createSqliteSink,
   emptyStats,
-  InputParseError,
+  EtlError,
   loadReferenceData,
   mergeStats,
   naturalKey,
@@ -13,7 +13,6 @@ import {
   readDefaultCities,
   readRecords,
   regionLabel,
-  UnsupportedFormatError,
   type CitySink,
   type EnrichedCity,
   type EtlStats,
@@ -73,7 +72,13 @@ export class EtlHandlers {
     @Inject(EventPublisher) private readonly events: EventPublisher,
   ) {}
 
-  /** Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }. */
+  /**
+   * Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }.
+   * A file the readers refuse (malformed, a CSV header with a duplicated or empty column name, unknown format)
+   * fails the step with a non-retryable TaskInputError carrying the reader's code (e.g. DUPLICATE_COLUMN) and
+   * message; a record that is not UTF-8 is not an error here: it travels as the reader's stand-in and is
+   * rejected by transform with its reason (INVALID_ENCODING, NUL_CHARACTER).
+   */
   @TaskHandler('etl.extract')
   async extract(
     @Payload() input: { source?: string; format?: InputFormat; chunkSize?: number },
@@ -98,8 +103,9 @@ export class EtlHandlers {
         total += chunk.records.length;
       }
     } catch (e) {
-      if (e instanceof InputParseError || e instanceof UnsupportedFormatError)
-        throw new TaskInputError(e.message, { cause: e });
+      // A malformed file, a duplicated or empty CSV column, an unknown format: the same file fails the same way.
+      if (e instanceof EtlError && !e.retryable)
+        throw new TaskInputError(e.message, { code: e.code, cause: e });
       if ((e as NodeJS.ErrnoException).code === 'ENOENT')
         throw new TaskInputError(`input not found: ${source}`, { cause: e });
       throw e;
