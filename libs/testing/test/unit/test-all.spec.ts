@@ -62,15 +62,15 @@ describe('test-all.sh steps', () => {
   it('a test step that fails before Jest reports is counted as one failed test in the closing line', () => {
     writeFileSync(join(dir, 'summary.jsonl'), '{"passed":158,"failed":0,"skipped":2}\n');
     const r = bash(
-      'test_step "integration and e2e tests" bash -c "echo none were found >&2; exit 1" || true; summary',
+      '(test_step "integration and e2e tests" bash -c "echo none were found >&2; exit 1") || true; summary',
     );
     expect(r.out).toContain('tests: 158 passed, 1 failed, 2 skipped');
   });
 
   it('a test step whose Jest run reported its own failures is not counted twice', () => {
-    const r = bash(
-      `test_step "unit tests" bash -c 'echo {\\"passed\\":3,\\"failed\\":2,\\"skipped\\":0} >>"$KEYFLOW_TEST_SUMMARY"; exit 1' || true; summary`,
-    );
+    const jest = join(dir, 'jest.sh');
+    writeFileSync(jest, `echo '{"passed":3,"failed":2,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"\nexit 1\n`);
+    const r = bash(`(test_step "unit tests" bash ${JSON.stringify(jest)}) || true; summary`);
     expect(r.out).toContain('tests: 3 passed, 2 failed, 0 skipped');
   });
 });
