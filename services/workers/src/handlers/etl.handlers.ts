@@ -53,6 +53,17 @@ export interface DedupeOutput {
   statsRef: string;
 }
 
+/** Rejected records the report shows with their reason and detail (the first ones, in chunk order). */
+export const REJECT_SAMPLES = 20;
+
+/** A rejected record as the report shows it: its chunk, its 0-based position in the chunk, reason and detail. */
+export interface RejectSample {
+  chunk: number;
+  position: number;
+  reason: string;
+  detail: string;
+}
+
 /** The ETL topic new consumers can subscribe to. */
 export const ENRICHED_TOPIC = 'etl.cities.enriched';
 
@@ -123,7 +134,10 @@ export class EtlHandlers {
     const out = processChunk(raw, ref(), { offset: 0 });
     const key = `runs/${ctx.runId}/enriched/chunk-${String(chunk.index).padStart(5, '0')}`;
     const accepted = await this.blobs.putLines(`${key}.jsonl`, out.accepted);
-    const statsRef = await this.blobs.putJson(`${key}.stats.json`, out.stats);
+    const rejectSamples: RejectSample[] = out.rejects
+      .slice(0, REJECT_SAMPLES)
+      .map((r) => ({ chunk: chunk.index, ...r }));
+    const statsRef = await this.blobs.putJson(`${key}.stats.json`, { ...out.stats, rejectSamples });
     await this.events.publish(
       ENRICHED_TOPIC,
       'CityEnriched',
@@ -216,8 +230,9 @@ export class EtlHandlers {
   }
 
   /**
-   * The run's report: per country and region counts, rejects by reason, duplicates, loaded, and the sink's own
-   * counts and checksum. `balanced` says read = rejected + duplicates + accepted and loaded = accepted = sink rows.
+   * The run's report: per country and region counts, rejects by reason, the first REJECT_SAMPLES rejects with
+   * their reason and detail (e.g. INVALID_ENCODING with the line and byte offset), duplicates, loaded, and the
+   * sink's own counts and checksum. `balanced` says read = rejected + duplicates + accepted and loaded = accepted = sink rows.
    */
   @TaskHandler('etl.report')
   async report(
@@ -232,7 +247,12 @@ export class EtlHandlers {
     @Ctx() ctx: TaskContext,
   ) {
     let t: EtlStats = emptyStats();
-    for (const c of input.transform) t = mergeStats(t, await this.blobs.getJson<EtlStats>(c.statsRef));
+    const samples: RejectSample[] = [];
+    for (const c of [...input.transform].sort((a, b) => a.index - b.index)) {
+      const stats = await this.blobs.getJson<EtlStats & { rejectSamples?: RejectSample[] }>(c.statsRef);
+      t = mergeStats(t, stats);
+      samples.push(...(stats.rejectSamples ?? []).slice(0, REJECT_SAMPLES - samples.length));
+    }
     const counts = await this.blobs.getJson<{
       byCountry: Record<string, number>;
       byRegion: Record<string, number>;
@@ -253,6 +273,7 @@ export class EtlHandlers {
       extracted: input.extract.total,
       rejected: t.rejected,
       rejectsByReason: t.rejectsByReason,
+      rejectSamples: samples,
       duplicates,
       accepted,
       loaded,
