@@ -1,9 +1,26 @@
+/** Machine-readable codes of the ETL library's errors. */
+export type EtlErrorCode = 'INPUT_PARSE' | 'UNSUPPORTED_FORMAT' | 'DUPLICATE_COLUMN' | 'EMPTY_COLUMN';
+
+/**
+ * The one error base of the ETL library: a stable `code` and whether another attempt can help (`retryable`).
+ * Every error about the input itself is not retryable: the same file fails the same way.
+ */
+export abstract class EtlError extends Error {
+  abstract readonly code: EtlErrorCode;
+  abstract readonly retryable: boolean;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
 /**
  * The input could not be read as records: malformed JSON/CSV, or a value that is not a record object.
- * `line` is 1-based in the input file (the line where the problem was found), when known.
+ * `line` is 1-based in the input file (the line where the problem was found), when known. Not retryable.
  */
-export class InputParseError extends Error {
-  override readonly name = 'InputParseError';
+export class InputParseError extends EtlError {
+  readonly code: EtlErrorCode = 'INPUT_PARSE';
+  readonly retryable = false;
   constructor(
     readonly path: string,
     readonly line: number | undefined,
@@ -14,9 +31,39 @@ export class InputParseError extends Error {
   }
 }
 
-/** The input format could not be determined from the file extension and no override was given. */
-export class UnsupportedFormatError extends Error {
-  override readonly name = 'UnsupportedFormatError';
+/**
+ * A CSV header names a column twice (`DUPLICATE_COLUMN`: `column` is the name, `positions` its 1-based
+ * columns) or has a column without a name (`EMPTY_COLUMN`: `column` is '', `positions` the blank ones).
+ * No record of such a file is read: which value a duplicated name stands for cannot be told. Not retryable.
+ */
+export class InputColumnError extends InputParseError {
+  override readonly code: 'DUPLICATE_COLUMN' | 'EMPTY_COLUMN';
+  constructor(
+    path: string,
+    readonly column: string,
+    readonly positions: readonly number[],
+  ) {
+    super(
+      path,
+      1,
+      column === ''
+        ? `CSV header: ${positions.length === 1 ? 'column' : 'columns'} ${list(positions)} ${positions.length === 1 ? 'has' : 'have'} no name`
+        : `CSV header: column ${JSON.stringify(column)} appears ${positions.length === 2 ? 'twice' : `${positions.length} times`} (columns ${list(positions)})`,
+    );
+    this.code = column === '' ? 'EMPTY_COLUMN' : 'DUPLICATE_COLUMN';
+  }
+}
+
+function list(items: readonly number[]): string {
+  return items.length < 2
+    ? items.join('')
+    : `${items.slice(0, -1).join(', ')} and ${items[items.length - 1]}`;
+}
+
+/** The input format could not be determined from the file extension and no override was given. Not retryable. */
+export class UnsupportedFormatError extends EtlError {
+  readonly code = 'UNSUPPORTED_FORMAT' as const;
+  readonly retryable = false;
   constructor(readonly path: string) {
     super(
       `cannot tell the input format of ${path} from its extension: use .json, .jsonl, .ndjson or .csv, or pass a format`,

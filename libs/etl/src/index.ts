@@ -1,6 +1,6 @@
 // GeoNames ETL core: streaming readers, reference data, pure transforms, dedupe, idempotent sinks, reports.
 // No Kafka here: workflow steps and worker handlers wire these together.
-export { CITY_FIELDS, REJECT_REASONS } from './types';
+export { CITY_FIELDS, REJECT_REASONS, UNREADABLE_KEY, unreadable, unreadableOf } from './types';
 export type {
   CityRecord,
   EnrichedCity,
@@ -8,9 +8,13 @@ export type {
   RejectReason,
   Rejection,
   Result,
+  UnreadableRecord,
   ValidRecord,
 } from './types';
-export { InputParseError, UnsupportedFormatError } from './errors';
+export { EtlError, InputColumnError, InputParseError, UnsupportedFormatError } from './errors';
+export type { EtlErrorCode } from './errors';
+export { decodeUtf8, markInvalidUtf8, markedOffset } from './encoding';
+export type { Utf8Error, Utf8Result } from './encoding';
 export {
   defaultCitiesPath,
   detectFormat,

@@ -1,14 +1,14 @@
 import { createReadStream } from 'node:fs';
 import { extname } from 'node:path';
-import { createInterface } from 'node:readline';
 import { pipeline, type Duplex, type Readable } from 'node:stream';
 import { parse as parseCsv, CsvError } from 'csv-parse';
 // Types only (erased at build): stream-json 2.x exposes its modules through package "exports" subpaths,
 // which the repo's `moduleResolution: node` cannot type; the .d.ts files are reachable by their real path.
 import type StreamArrayModule from 'stream-json/src/streamers/stream-array';
 import type VerifierModule from 'stream-json/src/utils/verifier';
-import { InputParseError, UnsupportedFormatError } from './errors';
-import type { RawRecord } from './types';
+import { decodeUtf8, hexByte, markedOffset, markInvalidUtf8 } from './encoding';
+import { InputColumnError, InputParseError, UnsupportedFormatError } from './errors';
+import { unreadable, type RawRecord } from './types';
 
 /* eslint-disable @typescript-eslint/no-require-imports -- see the type imports above */
 const streamArray = require('stream-json/streamers/stream-array.js') as typeof StreamArrayModule;
@@ -82,9 +82,13 @@ function connect(source: Readable, through: Duplex): Duplex {
  * stream-json: each element is assembled on its own, the array never is. An element that is not an object,
  * or a top-level value that is not an array, throws `InputParseError`. On a syntax error the file is re-scanned
  * with stream-json's verifier to name the exact line and column (error path only).
+ * An element holding bytes that are not UTF-8 (found on the raw bytes, see `markInvalidUtf8`), a lone surrogate
+ * escape, or a NUL in a key is yielded as a stand-in rejected with INVALID_ENCODING / NUL_CHARACTER (see
+ * `unreadable`), with the byte offset of the first bad byte in the file.
  */
 export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
-  const items = connect(createReadStream(path), streamArray.withParserAsStream());
+  const text = connect(createReadStream(path), markInvalidUtf8());
+  const items = connect(text, streamArray.withParserAsStream());
   let count = 0;
   try {
     for await (const item of items as AsyncIterable<StreamArrayModule.StreamArrayItem>) {
@@ -96,7 +100,7 @@ export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
         );
       }
       count += 1;
-      yield item.value;
+      yield screen(item.value, `array element ${item.key}`);
     }
   } catch (err) {
     if (err instanceof InputParseError || isSystemError(err)) throw err;
@@ -107,7 +111,47 @@ export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
     });
   } finally {
     items.destroy();
+    text.destroy();
   }
+}
+
+/**
+ * `record` as parsed from JSON, or a stand-in for its reject: a key holding a NUL is NUL_CHARACTER (and so no
+ * input can forge a stand-in); a string (key or value, at any depth) that is not well-formed Unicode is
+ * INVALID_ENCODING, named by the byte offset `markInvalidUtf8` marked, or as a lone surrogate escape.
+ */
+// In a /u regex a surrogate pair is one code point, so \p{Cs} matches only a surrogate without its other half.
+const LONE_SURROGATE = /\p{Cs}/u;
+
+function screen(record: RawRecord, where: string): RawRecord {
+  let nulKey: string | undefined;
+  let illFormed: string | undefined;
+  const visit = (value: unknown): void => {
+    if (typeof value === 'string') {
+      if (illFormed === undefined && LONE_SURROGATE.test(value)) illFormed = value;
+    } else if (Array.isArray(value)) {
+      value.forEach(visit);
+    } else if (typeof value === 'object' && value !== null) {
+      for (const [k, v] of Object.entries(value)) {
+        if (nulKey === undefined && k.includes('\u0000')) nulKey = k;
+        visit(k);
+        visit(v);
+      }
+    }
+  };
+  visit(record);
+  if (illFormed !== undefined) {
+    const offset = markedOffset(illFormed);
+    return unreadable(
+      'INVALID_ENCODING',
+      offset === undefined
+        ? `${where}: a string holds a lone surrogate escape (no UTF-8 form)`
+        : `${where}, byte offset ${offset}: not UTF-8`,
+    );
+  }
+  if (nulKey !== undefined)
+    return unreadable('NUL_CHARACTER', `${where}: key ${JSON.stringify(nulKey)} holds a NUL`);
+  return record;
 }
 
 /** Runs stream-json's verifier over the file; the position of its first error, or undefined if none. */
@@ -133,45 +177,104 @@ async function locateJsonError(
 
 /**
  * Streams JSON Lines (`.jsonl` / `.ndjson`): one JSON object per line, blank lines skipped, `\n` or `\r\n`
- * endings. A line that is not valid JSON, or not an object, throws `InputParseError` with its 1-based number.
+ * endings, an optional UTF-8 BOM. A line that is not valid JSON, or not an object, throws `InputParseError`
+ * with its 1-based number. A line that is not UTF-8 (its raw bytes through a fatal decoder) is yielded as a
+ * stand-in rejected with INVALID_ENCODING naming the line and the file byte offset of the bad byte; a lone
+ * surrogate escape is INVALID_ENCODING too, a NUL in a key NUL_CHARACTER (see `unreadable`).
  */
 export async function* readJsonLines(path: string): AsyncGenerator<RawRecord> {
-  const input = createReadStream(path, { encoding: 'utf8' });
-  const lines = createInterface({ input, crlfDelay: Infinity });
-  let lineNo = 0;
-  try {
-    for await (const line of lines) {
-      lineNo += 1;
-      const text = lineNo === 1 ? line.replace(/^\uFEFF/, '') : line;
-      if (text.trim() === '') continue;
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch (err) {
-        throw new InputParseError(path, lineNo, `malformed JSON line: ${messageOf(err)}`, { cause: err });
-      }
-      if (!isRecord(value))
-        throw new InputParseError(path, lineNo, `line is ${describe(value)}, not an object`);
-      yield value;
+  for await (const { lineNo, offset, bytes } of byteLines(path)) {
+    const decoded = decodeUtf8(bytes);
+    if (!decoded.ok) {
+      yield unreadable(
+        'INVALID_ENCODING',
+        `line ${lineNo}, byte offset ${offset + decoded.offset}: not UTF-8 (${hexByte(decoded.byte)})`,
+      );
+      continue;
     }
+    const text = lineNo === 1 ? decoded.text.replace(/^\uFEFF/, '') : decoded.text;
+    if (text.trim() === '') continue;
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (err) {
+      throw new InputParseError(path, lineNo, `malformed JSON line: ${messageOf(err)}`, { cause: err });
+    }
+    if (!isRecord(value))
+      throw new InputParseError(path, lineNo, `line is ${describe(value)}, not an object`);
+    yield screen(value, `line ${lineNo}`);
+  }
+}
+
+/** The lines of a file as raw bytes (without `\n` or `\r\n`), with their 1-based number and file byte offset. */
+async function* byteLines(path: string): AsyncGenerator<{ lineNo: number; offset: number; bytes: Buffer }> {
+  const input = createReadStream(path);
+  let pending: Buffer[] = [];
+  let lineNo = 0;
+  let offset = 0; // file offset of the current line's first byte
+  const line = (end: Buffer) => {
+    const bytes = Buffer.concat([...pending, end]);
+    pending = [];
+    lineNo += 1;
+    const at = offset;
+    offset += bytes.length + 1;
+    const crlf = bytes.length > 0 && bytes[bytes.length - 1] === 0x0d;
+    return { lineNo, offset: at, bytes: crlf ? bytes.subarray(0, -1) : bytes };
+  };
+  try {
+    for await (const chunk of input as AsyncIterable<Buffer>) {
+      let from = 0;
+      for (let nl = chunk.indexOf(0x0a); nl !== -1; nl = chunk.indexOf(0x0a, from)) {
+        yield line(chunk.subarray(from, nl));
+        from = nl + 1;
+      }
+      if (from < chunk.length) pending.push(chunk.subarray(from));
+    }
+    if (pending.length > 0) yield line(Buffer.alloc(0));
   } finally {
-    lines.close();
     input.destroy();
   }
 }
+
+const UTF8_BOM = Buffer.from([0xef, 0xbb, 0xbf]);
 
 /**
  * Streams CSV with csv-parse: the first row names the columns (e.g. `name,lat,lng,country,admin1,admin2`),
  * RFC 4180 quoting, optional UTF-8 BOM, empty lines skipped. Every value is a string. A row with a different
  * number of fields than the header, or broken quoting, throws `InputParseError` with its 1-based line.
+ * The header is checked before any record: a name used twice or a blank name throws `InputColumnError`
+ * (DUPLICATE_COLUMN / EMPTY_COLUMN, naming the column); a header that is not UTF-8 or holds a NUL throws
+ * `InputParseError`. Fields are decoded from their raw bytes with a fatal UTF-8 decoder: a row with a field
+ * that is not UTF-8 is yielded as a stand-in rejected with INVALID_ENCODING (see `unreadable`), naming the line
+ * the record ends on, the column and the byte offset inside the field.
  */
 export async function* readCsv(path: string): AsyncGenerator<RawRecord> {
   const rows = connect(
     createReadStream(path),
-    parseCsv({ columns: true, bom: true, skip_empty_lines: true, relax_column_count: false }),
+    // encoding null: fields stay raw bytes, decoded below (csv-parse would decode them with U+FFFD). The BOM is
+    // stripped here too: csv-parse's `bom` option would switch its encoding back to utf8.
+    parseCsv({ encoding: null, info: true, skip_empty_lines: true, relax_column_count: false }),
   );
+  let columns: string[] | undefined;
   try {
-    for await (const row of rows as AsyncIterable<Record<string, string>>) yield row;
+    for await (const { record, info } of rows as AsyncIterable<{
+      record: Buffer[];
+      info: { lines: number };
+    }>) {
+      if (columns === undefined) {
+        columns = csvHeader(path, record);
+        continue;
+      }
+      const row: Record<string, string> = {};
+      let bad: string | undefined;
+      record.forEach((field, i) => {
+        const decoded = decodeUtf8(field);
+        if (decoded.ok) row[columns![i]] = decoded.text;
+        else
+          bad ??= `record ending on line ${info.lines}, column ${JSON.stringify(columns![i])}: not UTF-8 (${hexByte(decoded.byte)} at byte ${decoded.offset} of the field)`;
+      });
+      yield bad === undefined ? row : unreadable('INVALID_ENCODING', bad);
+    }
   } catch (err) {
     if (err instanceof CsvError) {
       const line = (err as CsvError & { lines?: number }).lines;
@@ -188,6 +291,29 @@ export async function* readCsv(path: string): AsyncGenerator<RawRecord> {
   } finally {
     rows.destroy();
   }
+}
+
+/** The column names of a CSV header row (raw fields); throws as `readCsv` says. */
+function csvHeader(path: string, fields: readonly Buffer[]): string[] {
+  const names = fields.map((field, i) => {
+    const bytes = i === 0 && field.subarray(0, 3).equals(UTF8_BOM) ? field.subarray(3) : field;
+    const decoded = decodeUtf8(bytes);
+    if (!decoded.ok)
+      throw new InputParseError(
+        path,
+        1,
+        `CSV header: column ${i + 1} is not UTF-8 (${hexByte(decoded.byte)})`,
+      );
+    if (decoded.text.includes('\u0000'))
+      throw new InputParseError(path, 1, `CSV header: column ${i + 1} holds a NUL`);
+    return decoded.text;
+  });
+  const blank = names.flatMap((n, i) => (n.trim() === '' ? [i + 1] : []));
+  if (blank.length > 0) throw new InputColumnError(path, '', blank);
+  const positions = new Map<string, number[]>();
+  names.forEach((n, i) => positions.set(n, [...(positions.get(n) ?? []), i + 1]));
+  for (const [name, at] of positions) if (at.length > 1) throw new InputColumnError(path, name, at);
+  return names;
 }
 
 /**

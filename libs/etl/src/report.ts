@@ -97,7 +97,8 @@ export function withLoaded(stats: EtlStats, loaded: number): EtlStats {
 /** Sum of two stats, field by field (associative and commutative; `emptyStats()` is the identity). */
 export function mergeStats(a: EtlStats, b: EtlStats): EtlStats {
   const rejectsByReason = zeroReasons();
-  for (const r of REJECT_REASONS) rejectsByReason[r] = a.rejectsByReason[r] + b.rejectsByReason[r];
+  for (const r of REJECT_REASONS)
+    rejectsByReason[r] = (a.rejectsByReason[r] ?? 0) + (b.rejectsByReason[r] ?? 0); // stats stored before a reason existed lack it
   return {
     chunks: a.chunks + b.chunks,
     read: a.read + b.read,

@@ -8,9 +8,13 @@ import type {
   Result,
   ValidRecord,
 } from './types';
+import { CITY_FIELDS, REJECT_REASONS, unreadableOf } from './types';
 
 /** Decimal number syntax accepted for coordinates: optional sign, digits with an optional fraction, optional exponent. */
 const DECIMAL = /^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$/;
+
+/** A coordinate written with a decimal comma (`45,5`, `-7,25`): rejected as DECIMAL_COMMA, never guessed. */
+const DECIMAL_COMMA = /^[+-]?\d+,\d+$/;
 
 /**
  * Parses a coordinate: a finite number, or a string holding a decimal number (surrounding blanks allowed).
@@ -43,27 +47,36 @@ export type CountryLookup = Pick<ReferenceData, 'country'>;
 
 /**
  * Checks one raw record, in this order (the first failure is the reason):
- * not a plain object → NOT_AN_OBJECT; `name` not a non-blank string → MISSING_NAME; `country` not a non-blank
- * string → MISSING_COUNTRY; `lat` absent/blank → MISSING_LATITUDE, not a decimal number or outside [-90, 90]
+ * a reader's stand-in for a record it could not decode → its reason (INVALID_ENCODING or NUL_CHARACTER, see
+ * `unreadable`); not a plain object → NOT_AN_OBJECT; a NUL (U+0000) in a string value of one of
+ * `CITY_FIELDS` → NUL_CHARACTER (PostgreSQL text cannot hold it, SQLite could: both sinks must agree); `name` not a non-blank string → MISSING_NAME; `country` not a non-blank
+ * string → MISSING_COUNTRY; `lat` absent/blank → MISSING_LATITUDE, written with a decimal comma (`45,5`) → DECIMAL_COMMA, not a decimal number or outside [-90, 90]
  * degrees → BAD_LATITUDE; `lng` likewise with [-180, 180] → MISSING_LONGITUDE / BAD_LONGITUDE; the trimmed,
  * upper-cased country code unknown to `ref` → UNKNOWN_COUNTRY. `admin1`/`admin2` are optional: absent or
  * non-string values become ''. The returned value keeps the fields as read (see `normalize`).
  */
 export function validate(raw: unknown, ref: CountryLookup): Result<ValidRecord> {
+  const stood = unreadableOf(raw);
+  if (stood && (REJECT_REASONS as readonly string[]).includes(stood.reason))
+    return reject(stood.reason, stood.detail);
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     return reject('NOT_AN_OBJECT', `record is ${show(raw)}`);
   }
   const r = raw as RawRecord;
+  const nul = CITY_FIELDS.find((f) => typeof r[f] === 'string' && (r[f] as string).includes('\u0000'));
+  if (nul !== undefined) return reject('NUL_CHARACTER', `${nul} ${show(r[nul])} holds a NUL`);
   const name = text(r.name);
   if (name === undefined) return reject('MISSING_NAME', `name is ${show(r.name)}`);
   const country = text(r.country);
   if (country === undefined) return reject('MISSING_COUNTRY', `country is ${show(r.country)}`);
   const lat = parseCoordinate(r.lat);
   if (lat === undefined) return reject('MISSING_LATITUDE', `lat is ${show(r.lat)}`);
+  if (decimalComma(r.lat)) return reject('DECIMAL_COMMA', `lat ${show(r.lat)} has a decimal comma`);
   if (Number.isNaN(lat) || lat < -90 || lat > 90)
     return reject('BAD_LATITUDE', `lat ${show(r.lat)} is not in [-90, 90]`);
   const lng = parseCoordinate(r.lng);
   if (lng === undefined) return reject('MISSING_LONGITUDE', `lng is ${show(r.lng)}`);
+  if (decimalComma(r.lng)) return reject('DECIMAL_COMMA', `lng ${show(r.lng)} has a decimal comma`);
   if (Number.isNaN(lng) || lng < -180 || lng > 180) {
     return reject('BAD_LONGITUDE', `lng ${show(r.lng)} is not in [-180, 180]`);
   }
@@ -80,6 +93,10 @@ export function validate(raw: unknown, ref: CountryLookup): Result<ValidRecord> 
       admin2: typeof r.admin2 === 'string' ? r.admin2 : '',
     },
   };
+}
+
+function decimalComma(value: unknown): boolean {
+  return typeof value === 'string' && DECIMAL_COMMA.test(value.trim());
 }
 
 function normalizeCountry(code: string): string {

@@ -59,7 +59,12 @@ export interface EnrichedCity extends CityRecord {
   readonly admin2Name: string | null;
 }
 
-/** The closed set of reasons a record is rejected for. */
+/**
+ * The closed set of reasons a record is rejected for. INVALID_ENCODING: bytes that are not UTF-8 (found by a
+ * fatal decoder on the raw bytes, WHATWG Encoding "utf-8" decode) or a JSON escape of a lone surrogate (no UTF-8
+ * form); NUL_CHARACTER: U+0000 in a field or key (PostgreSQL text cannot hold it); DECIMAL_COMMA: a coordinate
+ * written `45,5` (a decimal comma or a thousands separator: ambiguous, never guessed).
+ */
 export const REJECT_REASONS = [
   'NOT_AN_OBJECT',
   'MISSING_NAME',
@@ -69,6 +74,9 @@ export const REJECT_REASONS = [
   'BAD_LATITUDE',
   'BAD_LONGITUDE',
   'UNKNOWN_COUNTRY',
+  'INVALID_ENCODING',
+  'NUL_CHARACTER',
+  'DECIMAL_COMMA',
 ] as const;
 
 /** One of `REJECT_REASONS`. */
@@ -83,3 +91,33 @@ export interface Rejection {
 
 /** Result of a transform that may reject. */
 export type Result<T> = { readonly ok: true; readonly value: T } | Rejection;
+
+/**
+ * Key of the stand-in a reader yields in place of a record it could not decode, so the record is counted and
+ * rejected in order like any other (and survives a JSON round trip through chunk blobs). It holds a NUL, and
+ * readers turn any input record with a NUL in a key into such a stand-in, so no input record can forge one.
+ */
+export const UNREADABLE_KEY = '\u0000keyflow:unreadable' as const;
+
+/** What a reader yields for a record it could not decode: the reason and a detail naming where (line, bytes). */
+export type UnreadableRecord = {
+  readonly [UNREADABLE_KEY]: {
+    readonly reason: Extract<RejectReason, 'INVALID_ENCODING' | 'NUL_CHARACTER'>;
+    readonly detail: string;
+  };
+};
+
+/** A stand-in for an undecodable record (see `UNREADABLE_KEY`). */
+export function unreadable(
+  reason: UnreadableRecord[typeof UNREADABLE_KEY]['reason'],
+  detail: string,
+): UnreadableRecord {
+  return { [UNREADABLE_KEY]: { reason, detail } };
+}
+
+/** The reject a reader recorded for `raw`, when `raw` is a stand-in from `unreadable`. */
+export function unreadableOf(raw: unknown): UnreadableRecord[typeof UNREADABLE_KEY] | undefined {
+  if (typeof raw !== 'object' || raw === null) return undefined;
+  const r = (raw as Partial<UnreadableRecord>)[UNREADABLE_KEY];
+  return r && typeof r.reason === 'string' && typeof r.detail === 'string' ? r : undefined;
+}

@@ -5,7 +5,7 @@ import {
   createPostgresSink,
   createSqliteSink,
   emptyStats,
-  InputParseError,
+  EtlError,
   loadReferenceData,
   mergeStats,
   naturalKey,
@@ -13,7 +13,6 @@ import {
   readDefaultCities,
   readRecords,
   regionLabel,
-  UnsupportedFormatError,
   type CitySink,
   type EnrichedCity,
   type EtlStats,
@@ -55,6 +54,17 @@ export interface DedupeOutput {
   statsRef: string;
 }
 
+/** Rejected records the report shows with their reason and detail (the first ones, in chunk order). */
+export const REJECT_SAMPLES = 20;
+
+/** A rejected record as the report shows it: its chunk, its 0-based position in the chunk, reason and detail. */
+export interface RejectSample {
+  chunk: number;
+  position: number;
+  reason: string;
+  detail: string;
+}
+
 /** The ETL topic new consumers can subscribe to. */
 export const ENRICHED_TOPIC = 'etl.cities.enriched';
 
@@ -89,7 +99,13 @@ export class EtlHandlers {
     return blobJson.put(this.blobs, key, value, etlBlob());
   }
 
-  /** Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }. */
+  /**
+   * Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }.
+   * A file the readers refuse (malformed, a CSV header with a duplicated or empty column name, unknown format)
+   * fails the step with a non-retryable TaskInputError carrying the reader's code (e.g. DUPLICATE_COLUMN) and
+   * message; a record that is not UTF-8 is not an error here: it travels as the reader's stand-in and is
+   * rejected by transform with its reason (INVALID_ENCODING, NUL_CHARACTER).
+   */
   @TaskHandler('etl.extract')
   async extract(
     @Payload() input: { source?: string; format?: InputFormat; chunkSize?: number },
@@ -114,8 +130,9 @@ export class EtlHandlers {
         total += chunk.records.length;
       }
     } catch (e) {
-      if (e instanceof InputParseError || e instanceof UnsupportedFormatError)
-        throw new TaskInputError(e.message, { cause: e });
+      // A malformed file, a duplicated or empty CSV column, an unknown format: the same file fails the same way.
+      if (e instanceof EtlError && !e.retryable)
+        throw new TaskInputError(e.message, { code: e.code, cause: e });
       if ((e as NodeJS.ErrnoException).code === 'ENOENT')
         throw new TaskInputError(`input not found: ${source}`, { cause: e });
       throw e;
@@ -133,7 +150,10 @@ export class EtlHandlers {
     const out = processChunk(raw, ref(), { offset: 0 });
     const key = `runs/${ctx.runId}/enriched/chunk-${String(chunk.index).padStart(5, '0')}`;
     const accepted = await this.putLines(`${key}.jsonl`, out.accepted);
-    const statsRef = await this.putJson(`${key}.stats.json`, out.stats);
+    const rejectSamples: RejectSample[] = out.rejects
+      .slice(0, REJECT_SAMPLES)
+      .map((r) => ({ chunk: chunk.index, ...r }));
+    const statsRef = await this.putJson(`${key}.stats.json`, { ...out.stats, rejectSamples });
     await this.events.publish(
       ENRICHED_TOPIC,
       'CityEnriched',
@@ -226,8 +246,9 @@ export class EtlHandlers {
   }
 
   /**
-   * The run's report: per country and region counts, rejects by reason, duplicates, loaded, and the sink's own
-   * counts and checksum. `balanced` says read = rejected + duplicates + accepted and loaded = accepted = sink rows.
+   * The run's report: per country and region counts, rejects by reason, the first REJECT_SAMPLES rejects with
+   * their reason and detail (e.g. INVALID_ENCODING with the line and byte offset), duplicates, loaded, and the
+   * sink's own counts and checksum. `balanced` says read = rejected + duplicates + accepted and loaded = accepted = sink rows.
    */
   @TaskHandler('etl.report')
   async report(
@@ -242,7 +263,12 @@ export class EtlHandlers {
     @Ctx() ctx: TaskContext,
   ) {
     let t: EtlStats = emptyStats();
-    for (const c of input.transform) t = mergeStats(t, await blobJson.get<EtlStats>(this.blobs, c.statsRef));
+    const samples: RejectSample[] = [];
+    for (const c of [...input.transform].sort((a, b) => a.index - b.index)) {
+      const stats = await blobJson.get<EtlStats & { rejectSamples?: RejectSample[] }>(this.blobs, c.statsRef);
+      t = mergeStats(t, stats);
+      samples.push(...(stats.rejectSamples ?? []).slice(0, REJECT_SAMPLES - samples.length));
+    }
     const counts = await blobJson.get<{
       byCountry: Record<string, number>;
       byRegion: Record<string, number>;
@@ -263,6 +289,7 @@ export class EtlHandlers {
       extracted: input.extract.total,
       rejected: t.rejected,
       rejectsByReason: t.rejectsByReason,
+      rejectSamples: samples,
       duplicates,
       accepted,
       loaded,
