@@ -9,8 +9,18 @@
 #   infra/local/stack.sh env           print the environment variables tests and services read
 #   infra/local/stack.sh fetch         only download the artifacts into the cache
 #
+# A cluster of N brokers (see "kafka" below for ports and data; N=1, the default, is the single broker as before):
+#   KEYFLOW_BROKERS=3 infra/local/stack.sh up   (or: stack.sh up --brokers 3)   N combined broker+controller nodes,
+#                                      a 3-voter quorum, default.replication.factor=3, min.insync.replicas=2
+#   infra/local/stack.sh brokers       one line per broker: index<TAB>host:port<TAB>pid|-<TAB>up|down
+#   infra/local/stack.sh kill-broker I SIGKILL broker I (1-based) and wait until its process is gone
+#   infra/local/stack.sh stop-broker I SIGTERM broker I (controlled shutdown, 30 s grace)
+#   infra/local/stack.sh start-broker I start broker I again (same data, same ports) and wait until it answers
+#   These read the broker count the stack was started with; libs/testing's clusterControl() wraps them.
+#
 # Settings (environment):
 #   KAFKA_VERSION (4.1.1)  KAFKA_PORT (9092)  KAFKA_CONTROLLER_PORT (9093)  KAFKA_HEAP_OPTS (-Xms256m -Xmx512m)
+#   KEYFLOW_BROKERS (1)  KAFKA_PORT_STEP (10): broker i of N listens on KAFKA_PORT+(i-1)*step, controller likewise
 #   APICURIO_VERSION (3.0.9)  REGISTRY_PORT (8081)  REGISTRY_MANAGEMENT_PORT (9001)  REGISTRY_HEAP_OPTS (-Xms128m -Xmx512m)
 #   KEYFLOW_REDIS_PORT or REDIS_PORT (6390)  the Redis this script starts for idempotency records, with AOF
 #     (appendonly yes, appendfsync everysec; data in <run dir>/redis/data), so completion records survive a restart
@@ -119,71 +129,168 @@ fail_start() { # name logfile reason
 }
 
 # ---------- kafka ----------
-kafka_cp() { echo "$KAFKA_HOME/libs/*"; }
-kafka_ready() {
-  # A real metadata round trip (DescribeCluster), not just an open port.
-  java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/tools-log4j2.properties" \
-    org.apache.kafka.tools.ClusterTool cluster-id --bootstrap-server "127.0.0.1:$KAFKA_PORT" >/dev/null 2>&1
+# One broker (the default, unchanged): process "kafka", data in <run dir>/kafka, node id 1, a standalone quorum.
+# N brokers (KEYFLOW_BROKERS=N or `up --brokers N`): processes "kafka-1".."kafka-N", each a combined broker+controller
+# with node id i, data in <run dir>/kafka-i, a static quorum of N voters, and ports derived from the base ports:
+# broker i listens on KAFKA_PORT + (i-1)*KAFKA_PORT_STEP, its controller on KAFKA_CONTROLLER_PORT + (i-1)*KAFKA_PORT_STEP.
+# The count a stack was started with is recorded in <run dir>/kafka.brokers; later commands read it from there.
+BROKERS_FILE="$RUN_DIR/kafka.brokers"
+KAFKA_PORT_STEP="${KAFKA_PORT_STEP:-10}"
+BROKERS_GIVEN="${KEYFLOW_BROKERS:-}"
+broker_count() {
+  if [[ -n "$BROKERS_GIVEN" ]]; then echo "$BROKERS_GIVEN"
+  elif [[ -s "$BROKERS_FILE" ]]; then cat "$BROKERS_FILE"
+  else echo 1; fi
+}
+check_broker_count() {
+  local n; n="$(broker_count)"
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "KEYFLOW_BROKERS must be a positive integer, got '$n'"
+  if [[ -f "$BROKERS_FILE" && "$(cat "$BROKERS_FILE")" != "$n" ]] && any_broker_alive; then
+    die "this run dir's Kafka runs with $(cat "$BROKERS_FILE") broker(s), not $n: run \`stack.sh down\` first (or use another KEYFLOW_RUN_DIR)"
+  fi
+}
+any_broker_alive() { local f; for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.pid; do [[ -f "$f" ]] && alive "$(basename "$f" .pid)" && return 0; done; return 1; }
+broker_name() { if [[ "$(broker_count)" == 1 ]]; then echo kafka; else echo "kafka-$1"; fi; }
+broker_port() { echo $((KAFKA_PORT + ($1 - 1) * KAFKA_PORT_STEP)); }
+controller_port() { echo $((KAFKA_CONTROLLER_PORT + ($1 - 1) * KAFKA_PORT_STEP)); }
+check_index() {
+  local n; n="$(broker_count)"
+  [[ "${1:-}" =~ ^[0-9]+$ ]] && (( $1 >= 1 && $1 <= n )) || die "broker index must be 1..$n, got '${1:-}'"
+}
+bootstrap_list() {
+  local n i out=(); n="$(broker_count)"
+  for ((i = 1; i <= n; i++)); do out+=("127.0.0.1:$(broker_port "$i")"); done
+  (IFS=,; echo "${out[*]}")
 }
 
-kafka_up() {
-  if alive kafka; then log "kafka already running (pid $(pid_of kafka))"; return 0; fi
-  port_open 127.0.0.1 "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by a process this script did not start; stop it or set KAFKA_PORT"
-  fetch_kafka
-  local dir="$RUN_DIR/kafka"; mkdir -p "$dir/data"
-  local props="$dir/server.properties"
-  cat >"$props" <<EOF
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+kafka_cp() { echo "$KAFKA_HOME/libs/*"; }
+kafka_ready() { # [index]
+  # A real metadata round trip (DescribeCluster), not just an open port.
+  java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/tools-log4j2.properties" \
+    org.apache.kafka.tools.ClusterTool cluster-id --bootstrap-server "127.0.0.1:$(broker_port "${1:-1}")" >/dev/null 2>&1
+}
+
+kafka_props() { # index dir
+  local i="$1" dir="$2" n; n="$(broker_count)"
+  local port cport; port="$(broker_port "$i")"; cport="$(controller_port "$i")"
+  # Replication of the internal topics and the broker defaults: all brokers up to 3, min ISR one less (KIP-101 /
+  # Kafka docs "min.insync.replicas": with acks=all a write needs min ISR replicas; RF 3 / min ISR 2 survives one loss).
+  local rf=$((n < 3 ? n : 3)); local isr=$((rf > 1 ? rf - 1 : 1))
+  echo "process.roles=broker,controller"
+  echo "node.id=$i"
+  if [[ "$n" == 1 ]]; then
+    echo "controller.quorum.bootstrap.servers=127.0.0.1:$cport"
+  else
+    local voters=() j
+    for ((j = 1; j <= n; j++)); do voters+=("$j@127.0.0.1:$(controller_port "$j")"); done
+    echo "controller.quorum.voters=$(IFS=,; echo "${voters[*]}")"
+  fi
+  cat <<EOF
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs=$dir/data
 num.partitions=3
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=8
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
 transaction.state.log.num.partitions=8
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
 log.cleaner.dedupe.buffer.size=33554432
 log.retention.hours=168
 EOF
+  if [[ "$n" != 1 ]]; then
+    echo "default.replication.factor=$rf"
+    echo "min.insync.replicas=$isr"
+  fi
+}
+
+kafka_up() { # index
+  local i="${1:-1}" name; name="$(broker_name "$i")"
+  local port; port="$(broker_port "$i")"
+  if alive "$name"; then log "$name already running (pid $(pid_of "$name"))"; return 0; fi
+  port_open 127.0.0.1 "$port" && die "port $port is taken by a process this script did not start; stop it or set KAFKA_PORT"
+  port_open 127.0.0.1 "$(controller_port "$i")" && die "port $(controller_port "$i") is taken by a process this script did not start; stop it or set KAFKA_CONTROLLER_PORT"
+  fetch_kafka
+  local dir="$RUN_DIR/$name"; mkdir -p "$dir/data"
+  local props="$dir/server.properties"
+  kafka_props "$i" "$dir" >"$props"
   if [[ ! -f "$dir/data/meta.properties" ]]; then
-    local cid; cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)"
-    log "formatting KRaft storage (cluster id $cid)"
+    local cid fmt=(--standalone)
+    if [[ "$(broker_count)" == 1 ]]; then
+      cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)"
+    else
+      # One cluster id for all nodes; the static voters (controller.quorum.voters) need no --standalone.
+      [[ -f "$RUN_DIR/kafka-cluster.id" ]] || head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22 >"$RUN_DIR/kafka-cluster.id"
+      cid="$(cat "$RUN_DIR/kafka-cluster.id")"; fmt=()
+    fi
+    log "formatting KRaft storage of $name (cluster id $cid)"
     java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/tools-log4j2.properties" \
-      kafka.tools.StorageTool format --standalone --ignore-formatted --cluster-id "$cid" --config "$props" \
+      kafka.tools.StorageTool format "${fmt[@]}" --ignore-formatted --cluster-id "$cid" --config "$props" \
       >"$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; die "kafka storage format failed"; }
   fi
   [[ -f "$dir/server.log" ]] && mv -f "$dir/server.log" "$dir/server.log.prev"
-  log "starting kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT"
+  log "starting $name (kafka $KAFKA_VERSION) on 127.0.0.1:$port"
   # shellcheck disable=SC2086
   setsid nohup java $KAFKA_HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$HERE/log4j2.properties" -Dkafka.logs.dir="$dir" \
     -cp "$(kafka_cp)" kafka.Kafka "$props" >"$dir/stdout.log" 2>&1 </dev/null &
-  echo $! >"$RUN_DIR/kafka.pid"
+  echo $! >"$RUN_DIR/$name.pid"
 }
 
-kafka_wait() {
-  local dir="$RUN_DIR/kafka" t0=$SECONDS
+kafka_wait() { # index
+  local i="${1:-1}" name; name="$(broker_name "$i")"
+  local dir="$RUN_DIR/$name" t0=$SECONDS
   until grep -q 'Kafka Server started' "$dir/server.log" 2>/dev/null; do
-    alive kafka || fail_start kafka "$dir/server.log" "process exited (stdout: $(tail -n 3 "$dir/stdout.log" 2>/dev/null | tr '\n' ' '))"
-    (( SECONDS - t0 > READY_TIMEOUT_S )) && fail_start kafka "$dir/server.log" "not started after ${READY_TIMEOUT_S}s"
+    alive "$name" || fail_start "$name" "$dir/server.log" "process exited (stdout: $(tail -n 3 "$dir/stdout.log" 2>/dev/null | tr '\n' ' '))"
+    (( SECONDS - t0 > READY_TIMEOUT_S )) && fail_start "$name" "$dir/server.log" "not started after ${READY_TIMEOUT_S}s"
     sleep 0.3
   done
-  until kafka_ready; do
-    alive kafka || fail_start kafka "$dir/server.log" "process exited"
-    (( SECONDS - t0 > READY_TIMEOUT_S )) && fail_start kafka "$dir/server.log" "no metadata answer after ${READY_TIMEOUT_S}s"
+  until kafka_ready "$i"; do
+    alive "$name" || fail_start "$name" "$dir/server.log" "process exited"
+    (( SECONDS - t0 > READY_TIMEOUT_S )) && fail_start "$name" "$dir/server.log" "no metadata answer after ${READY_TIMEOUT_S}s"
     sleep 0.5
   done
-  log "kafka ready on 127.0.0.1:$KAFKA_PORT"
+  log "$name ready on 127.0.0.1:$(broker_port "$i")"
+}
+
+kafka_all() { # up|wait
+  local n i; n="$(broker_count)"
+  for ((i = 1; i <= n; i++)); do "kafka_$1" "$i"; done
+}
+
+# SIGKILL one broker (no shutdown: no controlled leader move, no flush), and wait until the process is gone.
+cmd_kill_broker() {
+  check_index "${1:-}"
+  local name p; name="$(broker_name "$1")"; p="$(pid_of "$name")"
+  if ! alive "$name"; then log "$name is not running"; rm -f "$RUN_DIR/$name.pid"; return 0; fi
+  log "SIGKILL $name (pid $p, 127.0.0.1:$(broker_port "$1"))"
+  kill -KILL "$p" 2>/dev/null || true
+  local t0=$SECONDS
+  while alive "$name"; do (( SECONDS - t0 > 10 )) && die "$name (pid $p) still alive 10s after SIGKILL"; sleep 0.05; done
+  rm -f "$RUN_DIR/$name.pid"
+}
+
+# SIGTERM one broker (controlled shutdown: leaders move first), waiting up to 30 s.
+cmd_stop_broker() { check_index "${1:-}"; stop_pid "$(broker_name "$1")" 30; }
+
+# Start one broker of the recorded cluster (its data and settings are kept) and wait until it answers.
+cmd_start_broker() { check_index "${1:-}"; need_java; kafka_up "$1"; kafka_wait "$1"; }
+
+# One line per broker: index, host:port, pid (- when down), up|down.
+cmd_brokers() {
+  local n i name; n="$(broker_count)"
+  for ((i = 1; i <= n; i++)); do
+    name="$(broker_name "$i")"
+    if alive "$name"; then printf '%s\t127.0.0.1:%s\t%s\tup\n' "$i" "$(broker_port "$i")" "$(pid_of "$name")"
+    else printf '%s\t127.0.0.1:%s\t-\tdown\n' "$i" "$(broker_port "$i")"; fi
+  done
 }
 
 # ---------- registry ----------
@@ -292,12 +399,15 @@ postgres_up() {
 cmd_up() {
   need_java
   mkdir -p "$RUN_DIR"
+  check_broker_count
+  BROKERS_GIVEN="$(broker_count)"
+  echo "$BROKERS_GIVEN" >"$BROKERS_FILE"
   local t0=$SECONDS
   redis_up
   postgres_up
-  kafka_up
+  kafka_all up
   registry_up
-  kafka_wait
+  kafka_all wait
   registry_wait
   log "up in $((SECONDS - t0))s"
   cmd_env
@@ -305,7 +415,9 @@ cmd_up() {
 
 cmd_down() {
   stop_pid registry 20
-  stop_pid kafka 30
+  local f
+  for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.pid; do [[ -f "$f" ]] && stop_pid "$(basename "$f" .pid)" 30; done
+  rm -f "$BROKERS_FILE"
   stop_pid redis 10 # SIGTERM: Redis fsyncs its AOF and exits
   rm -f "$RUN_DIR/redis.url"
   if [[ -f "$RUN_DIR/postgres.started" ]]; then
@@ -318,10 +430,14 @@ cmd_down() {
 
 cmd_status() {
   local s
-  for name in kafka registry redis; do
+  local n i; n="$(broker_count)"
+  local names=(); for ((i = 1; i <= n; i++)); do names+=("$(broker_name "$i")"); done
+  for name in "${names[@]}" registry redis; do
     if alive "$name"; then s="running (pid $(pid_of "$name"), started here)"; else s="not started here"; fi
     case "$name" in
-      kafka) port_open 127.0.0.1 "$KAFKA_PORT" && s="$s, answering on 127.0.0.1:$KAFKA_PORT" ;;
+      kafka*)
+        i="${name#kafka-}"; [[ "$name" == kafka ]] && i=1
+        port_open 127.0.0.1 "$(broker_port "$i")" && s="$s, answering on 127.0.0.1:$(broker_port "$i")" ;;
       registry) registry_ready && s="$s, answering at $(registry_url)" ;;
       redis)
         alive redis && s="$s at $(cat "$RUN_DIR/redis.url" 2>/dev/null)"
@@ -337,14 +453,18 @@ cmd_logs() {
   [[ "${2:-}" == "-f" || "${1:-}" == "-f" ]] && follow="-f"
   [[ "$which" == "-f" ]] && which=all
   local files=()
-  [[ "$which" == all || "$which" == kafka ]] && files+=("$RUN_DIR/kafka/server.log")
+  local d
+  for d in "$RUN_DIR"/kafka "$RUN_DIR"/kafka-*; do
+    [[ -f "$d/server.log" ]] || continue
+    [[ "$which" == all || "$which" == kafka || "$which" == "$(basename "$d")" ]] && files+=("$d/server.log")
+  done
   [[ "$which" == all || "$which" == registry ]] && files+=("$RUN_DIR/registry/registry.log")
   [[ "$which" == all || "$which" == redis ]] && [[ -f "$RUN_DIR/redis/redis.log" ]] && files+=("$RUN_DIR/redis/redis.log")
   tail -n 50 $follow "${files[@]}"
 }
 
 cmd_env() {
-  echo "export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
+  echo "export KAFKA_BROKERS=$(bootstrap_list)"
   echo "export SCHEMA_REGISTRY_URL=$(registry_url)"
   echo "export REDIS_URL=$REDIS_URL"
   echo "export POSTGRES_URL=$POSTGRES_URL"
@@ -353,15 +473,23 @@ cmd_env() {
 }
 
 # Exit 0 when every service this script manages answers (started here or reused).
-cmd_is_up() { alive kafka && alive registry && registry_ready && redis_ping && pg_ready; }
+cmd_is_up() {
+  local n i; n="$(broker_count)"
+  for ((i = 1; i <= n; i++)); do alive "$(broker_name "$i")" || return 1; done
+  alive registry && registry_ready && redis_ping && pg_ready; }
 
+if [[ "${1:-}" == up && "${2:-}" == --brokers ]]; then BROKERS_GIVEN="${3:-}"; set -- up; fi
 case "${1:-}" in
   up) cmd_up ;;
+  kill-broker) cmd_kill_broker "${2:-}" ;;
+  stop-broker) cmd_stop_broker "${2:-}" ;;
+  start-broker) cmd_start_broker "${2:-}" ;;
+  brokers) cmd_brokers ;;
   down) shift; cmd_down "${1:-}" ;;
   status) cmd_status ;;
   logs) shift; cmd_logs "$@" ;;
   env) cmd_env ;;
   is-up) cmd_is_up ;;
   fetch) fetch_kafka; fetch_registry ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -53,7 +53,7 @@ export function render(): { types: string; catalogPage: string } {
   const esc = (s: string) => s.replace(/\|/g, '\\|');
   const rows = catalog.topics.map(
     (t) =>
-      `| \`${t.topic}\` | ${esc(t.key)} | ${t.events.map((e) => `[${e}](#${e.toLowerCase()}) v${versions.get(e)?.at(-1)?.version ?? '?'}`).join(', ')} | ${esc(t.producers.join(', '))} | ${esc(t.consumers.join(', '))} | ${esc(t.retention)} | ${t.compatibility} | ${esc(t.on_failure)} |`,
+      `| \`${t.topic}\` | ${esc(t.key)} | ${t.events.map((e) => `[${e}](#${e.toLowerCase()}) v${versions.get(e)?.at(-1)?.version ?? '?'}`).join(', ')} | ${esc(t.producers.join(', '))} | ${esc(t.consumers.join(', '))} | ${esc(t.retention)} | ${t.replicationFactor} / ${t.minInsyncReplicas} | ${t.compatibility} | ${esc(t.on_failure)} |`,
   );
   const eventSections = [...versions.keys()].map((e) => {
     const vs = versions.get(e)!;
@@ -93,8 +93,8 @@ export function render(): { types: string; catalogPage: string } {
     "Subjects follow TopicNameStrategy (`<prefix><topic>-value`, the Java clients' default). A topic with several events registers the",
     'union of their records. Every event carries `metadata` (EventMetadata). Keys are UTF-8 strings, not Avro.',
     '',
-    '| topic | key | events | producers | consumers | retention | compatibility | on failure |',
-    '|---|---|---|---|---|---|---|---|',
+    '| topic | key | events | producers | consumers | retention | replication (RF / min ISR) | compatibility | on failure |',
+    '|---|---|---|---|---|---|---|---|---|',
     ...rows,
     '',
     '## Events',

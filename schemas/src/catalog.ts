@@ -17,15 +17,29 @@ const TopicEntry = z.object({
   on_failure: z.string().min(1),
   events: z.array(z.string()).min(1),
   compatibility: Mode.optional(),
+  replication_factor: z.number().int().min(1).optional(),
+  min_insync_replicas: z.number().int().min(1).optional(),
 });
 
 const CatalogFile = z.object({
-  defaults: z.object({ compatibility: Mode }),
+  defaults: z.object({
+    compatibility: Mode,
+    replication_factor: z.number().int().min(1),
+    min_insync_replicas: z.number().int().min(1),
+  }),
   topics: z.array(TopicEntry).min(1),
   shared_types: z.array(z.string()).default([]),
 });
 
-export type TopicEntry = z.infer<typeof TopicEntry> & { compatibility: CompatibilityMode };
+/**
+ * A catalog entry with the defaults applied. `replicationFactor` and `minInsyncReplicas` are what the topic is
+ * created with on a cluster large enough (`ensureTopics` caps both by the live broker count).
+ */
+export type TopicEntry = z.infer<typeof TopicEntry> & {
+  compatibility: CompatibilityMode;
+  replicationFactor: number;
+  minInsyncReplicas: number;
+};
 export interface Catalog {
   topics: TopicEntry[];
   sharedTypes: string[];
@@ -43,8 +57,24 @@ export function loadCatalog(file = join(SCHEMAS_DIR, 'catalog.yaml')): Catalog {
     throw new Error(`${file} is invalid:\n${lines}`);
   }
   const { defaults, topics, shared_types } = parsed.data;
+  const bad = topics
+    .map((t) => ({
+      topic: t.topic,
+      rf: t.replication_factor ?? defaults.replication_factor,
+      isr: t.min_insync_replicas ?? defaults.min_insync_replicas,
+    }))
+    .filter((t) => t.isr > t.rf);
+  if (bad.length)
+    throw new Error(
+      `${file} is invalid:\n${bad.map((t) => `  ${t.topic}: min_insync_replicas ${t.isr} > replication_factor ${t.rf}`).join('\n')}`,
+    );
   return {
-    topics: topics.map((t) => ({ ...t, compatibility: t.compatibility ?? defaults.compatibility })),
+    topics: topics.map((t) => ({
+      ...t,
+      compatibility: t.compatibility ?? defaults.compatibility,
+      replicationFactor: t.replication_factor ?? defaults.replication_factor,
+      minInsyncReplicas: t.min_insync_replicas ?? defaults.min_insync_replicas,
+    })),
     sharedTypes: shared_types,
     defaultCompatibility: defaults.compatibility,
   };

@@ -98,6 +98,16 @@ export class EventCodec {
     this.prefix = opts.topicPrefix ?? '';
   }
 
+  /**
+   * The catalog's replication for a logical topic (`schemas/catalog.yaml`: `replication_factor`,
+   * `min_insync_replicas`, defaults RF 3 / min ISR 2); a DLQ (`<topic>.dlq`) takes its topic's.
+   * @throws Error when the topic has no catalog entry.
+   */
+  replication(logicalTopic: string): { replicationFactor: number; minInsyncReplicas: number } {
+    const e = this.set.topic(logicalTopic.replace(/\.dlq$/, ''));
+    return { replicationFactor: e.replicationFactor, minInsyncReplicas: e.minInsyncReplicas };
+  }
+
   /** Physical topic name of a logical one (`task.results` -> `<prefix>task.results`). */
   physical(logicalTopic: string): string {
     return `${this.prefix}${logicalTopic}`;

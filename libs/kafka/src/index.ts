@@ -6,7 +6,10 @@ export {
   partitionCounts,
   assertCoPartitioned,
   PartitionCountMismatchError,
+  effectiveReplication,
+  topicCreation,
   type TopicSpec,
+  type EffectiveReplication,
 } from './topics';
 export { OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
 export {

@@ -5,6 +5,65 @@ export interface TopicSpec {
   partitions: number;
   /** Topic configs, e.g. `{ 'cleanup.policy': 'compact' }`, `{ 'retention.ms': '604800000' }`. */
   configs?: Record<string, string>;
+  /** Wanted replication factor (the catalog's); capped by the live broker count. Omitted: the broker default. */
+  replicationFactor?: number;
+  /** Wanted `min.insync.replicas` (the catalog's); capped with the replication factor. Omitted: the broker default. */
+  minInsyncReplicas?: number;
+}
+
+/** What a topic is created with on a cluster of a given size. */
+export interface EffectiveReplication {
+  replicationFactor: number;
+  minInsyncReplicas: number;
+}
+
+/**
+ * The replication a topic gets on `liveBrokers` brokers: the wanted replication factor capped by the broker count
+ * (a create with more replicas than brokers fails with INVALID_REPLICATION_FACTOR), and min ISR lowered with it so
+ * the topic still tolerates as many lost replicas as the wanted pair does (RF 3 / min ISR 2 tolerates one: on two
+ * brokers it becomes RF 2 / min ISR 1, on one broker RF 1 / min ISR 1), never below 1 and never above the factor.
+ * With acks=all a write needs `min.insync.replicas` in-sync replicas (Kafka docs, "min.insync.replicas"), so a min
+ * ISR equal to RF would stop writes at the first broker loss.
+ * @throws RangeError when `liveBrokers` is below 1 or a wanted value is not a positive integer.
+ */
+export function effectiveReplication(
+  wanted: EffectiveReplication,
+  liveBrokers: number,
+): EffectiveReplication {
+  for (const [name, v] of Object.entries({ liveBrokers, ...wanted }))
+    if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+  const rf = Math.min(wanted.replicationFactor, liveBrokers);
+  const tolerated = Math.max(0, wanted.replicationFactor - wanted.minInsyncReplicas);
+  const minIsr = Math.max(1, Math.min(wanted.minInsyncReplicas, rf - tolerated, rf));
+  return { replicationFactor: rf, minInsyncReplicas: minIsr };
+}
+
+/**
+ * The `createTopics` entry of a spec on `liveBrokers` brokers: partitions, configs, and the replication factor and
+ * `min.insync.replicas` of {@link effectiveReplication} when the spec names them (a `min.insync.replicas` in
+ * `configs` wins over `minInsyncReplicas`).
+ */
+export function topicCreation(spec: TopicSpec, liveBrokers: number): ITopicConfig {
+  const configs = { ...(spec.configs ?? {}) };
+  let replicationFactor: number | undefined;
+  if (spec.replicationFactor !== undefined) {
+    const eff = effectiveReplication(
+      {
+        replicationFactor: spec.replicationFactor,
+        minInsyncReplicas: Math.min(spec.minInsyncReplicas ?? 1, spec.replicationFactor),
+      },
+      liveBrokers,
+    );
+    replicationFactor = eff.replicationFactor;
+    if (spec.minInsyncReplicas !== undefined && configs['min.insync.replicas'] === undefined)
+      configs['min.insync.replicas'] = String(eff.minInsyncReplicas);
+  }
+  return {
+    topic: spec.topic,
+    numPartitions: spec.partitions,
+    ...(replicationFactor !== undefined ? { replicationFactor } : {}),
+    configEntries: Object.entries(configs).map(([name, value]) => ({ name, value })),
+  };
 }
 
 /**
@@ -45,21 +104,21 @@ export async function retryWhileTopicsSettle<T>(f: () => Promise<T>, timeoutMs =
 }
 
 /**
- * Creates the topics that do not exist yet (replication factor from the broker default) and waits until all exist.
- * Several services may create the same topics at startup: a create that loses the race, or metadata that lags a
+ * Creates the topics that do not exist yet and waits until all exist. Replication: each spec's
+ * `replicationFactor` / `minInsyncReplicas` capped by the live broker count (DescribeCluster; see
+ * {@link effectiveReplication}), or the broker defaults when the spec names none. Existing topics are left as they
+ * are. Several services may create the same topics at startup: a create that loses the race, or metadata that lags a
  * creation, is retried (see {@link retryWhileTopicsSettle}).
  */
 export async function ensureTopics(admin: Admin, specs: TopicSpec[]): Promise<void> {
   await retryWhileTopicsSettle(async () => {
     const existing = new Set(await admin.listTopics());
-    const missing: ITopicConfig[] = specs
-      .filter((s) => !existing.has(s.topic))
-      .map((s) => ({
-        topic: s.topic,
-        numPartitions: s.partitions,
-        configEntries: Object.entries(s.configs ?? {}).map(([name, value]) => ({ name, value })),
-      }));
-    if (missing.length === 0) return;
+    const todo = specs.filter((s) => !existing.has(s.topic));
+    if (todo.length === 0) return;
+    const liveBrokers = todo.some((s) => s.replicationFactor !== undefined)
+      ? (await admin.describeCluster()).brokers.length
+      : 1;
+    const missing: ITopicConfig[] = todo.map((s) => topicCreation(s, liveBrokers));
     await admin.createTopics({ topics: missing, waitForLeaders: true });
     const now = new Set(await admin.listTopics());
     const still = specs.filter((s) => !now.has(s.topic)).map((s) => s.topic);

@@ -13,3 +13,10 @@ export {
   KCAT_CODECS,
   type KcatCodec,
 } from './kcat';
+export {
+  clusterControl,
+  StackCommandError,
+  STACK_SCRIPT,
+  type BrokerInfo,
+  type ClusterControl,
+} from './cluster';

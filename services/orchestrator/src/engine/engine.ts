@@ -146,7 +146,7 @@ export class Engine {
     try {
       await ensureTopics(
         admin,
-        specs.map((s) => ({ ...s, topic: this.codec.physical(s.topic) })),
+        specs.map((s) => ({ ...s, ...this.codec.replication(s.topic), topic: this.codec.physical(s.topic) })),
       );
       await assertCoPartitioned(
         admin,

@@ -140,10 +140,14 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     await admin.connect();
     try {
       await ensureTopics(admin, [
-        { topic: codec.physical('task.results'), partitions: this.cfg.WORKER_RESULT_PARTITIONS },
+        {
+          topic: codec.physical('task.results'),
+          partitions: this.cfg.WORKER_RESULT_PARTITIONS,
+          ...codec.replication('task.results'),
+        },
         ...taskTopics.flatMap((t) => [
-          { topic: codec.physical(t), partitions: this.cfg.WORKER_TASK_PARTITIONS },
-          { topic: dlqTopicFor(codec.physical(t)), partitions: 1 },
+          { topic: codec.physical(t), partitions: this.cfg.WORKER_TASK_PARTITIONS, ...codec.replication(t) },
+          { topic: dlqTopicFor(codec.physical(t)), partitions: 1, ...codec.replication(t) },
         ]),
       ]);
     } finally {
@@ -176,7 +180,11 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       await a.connect();
       try {
         await ensureTopics(a, [
-          { topic: codec.physical(logical), partitions: this.cfg.WORKER_TASK_PARTITIONS },
+          {
+            topic: codec.physical(logical),
+            partitions: this.cfg.WORKER_TASK_PARTITIONS,
+            ...codec.replication(logical),
+          },
         ]);
       } finally {
         await a.disconnect();

@@ -1,0 +1,105 @@
+import { execFile } from 'node:child_process';
+import { resolve } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+/** `infra/local/stack.sh` of this repository. */
+export const STACK_SCRIPT = resolve(__dirname, '../../../infra/local/stack.sh');
+
+/** One broker of a local stack, as `stack.sh brokers` prints it. */
+export interface BrokerInfo {
+  /** 1-based index, as `kill-broker`/`start-broker` take it. */
+  index: number;
+  /** `host:port` of its PLAINTEXT listener. */
+  address: string;
+  /** Process id while up, `undefined` when down. */
+  pid?: number;
+  up: boolean;
+}
+
+/** A `stack.sh` command failed (exit code non-zero); `stderr` holds its `[infra]` lines. Not retryable. */
+export class StackCommandError extends Error {
+  readonly code = 'STACK_COMMAND_FAILED' as const;
+  readonly retryable = false;
+  constructor(
+    readonly args: string[],
+    readonly stderr: string,
+  ) {
+    super(
+      `infra/local/stack.sh ${args.join(' ')} failed: ${stderr.trim().split('\n').slice(-5).join(' | ')}`,
+    );
+    this.name = 'StackCommandError';
+  }
+}
+
+export interface ClusterControl {
+  /** `stack.sh up` with `brokers` brokers; resolves with the exports `stack.sh env` prints (KAFKA_BROKERS, ...). */
+  up(brokers: number): Promise<Record<string, string>>;
+  /** `stack.sh down --purge`: stops what this stack started and deletes its run dir. */
+  down(): Promise<void>;
+  /** The brokers of the running stack (`stack.sh brokers`). */
+  brokers(): Promise<BrokerInfo[]>;
+  /** SIGKILL broker `index` (1-based) and resolve once its process is gone. */
+  killBroker(index: number): Promise<void>;
+  /** SIGTERM broker `index` (controlled shutdown). */
+  stopBroker(index: number): Promise<void>;
+  /** Start broker `index` again (same data and ports) and resolve once it answers a metadata request. */
+  startBroker(index: number): Promise<void>;
+}
+
+/**
+ * Drives `infra/local/stack.sh` for tests and chaos runs. `env` is laid over `process.env` and must name the stack:
+ * `KEYFLOW_RUN_DIR`, `KAFKA_PORT`, `KAFKA_CONTROLLER_PORT` (and registry/Redis ports for `up`), as the stack was
+ * started with; the broker count is read from the run dir (`KEYFLOW_BROKERS` only matters for `up`).
+ * Every method throws {@link StackCommandError} when the script exits non-zero.
+ */
+export function clusterControl(env: Record<string, string | undefined> = {}): ClusterControl {
+  const stack = async (args: string[], extra: Record<string, string> = {}): Promise<string> => {
+    try {
+      const { stdout } = await run(STACK_SCRIPT, args, {
+        env: { ...process.env, ...env, ...extra },
+        maxBuffer: 16 * 1024 * 1024,
+      });
+      return stdout;
+    } catch (e) {
+      throw new StackCommandError(args, String((e as { stderr?: string }).stderr ?? (e as Error).message));
+    }
+  };
+  return {
+    async up(brokers) {
+      const out = await stack(['up'], { KEYFLOW_BROKERS: String(brokers) });
+      return Object.fromEntries(
+        [...out.matchAll(/^export (\w+)=(.*)$/gm)].map((m) => [m[1], m[2].replace(/^'(.*)'$/, '$1')]),
+      );
+    },
+    async down() {
+      await stack(['down', '--purge']);
+    },
+    async brokers() {
+      const out = await stack(['brokers']);
+      return out
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => {
+          const [index, address, pid, state] = line.split('\t');
+          return {
+            index: Number(index),
+            address,
+            pid: pid === '-' ? undefined : Number(pid),
+            up: state === 'up',
+          };
+        });
+    },
+    async killBroker(index) {
+      await stack(['kill-broker', String(index)]);
+    },
+    async stopBroker(index) {
+      await stack(['stop-broker', String(index)]);
+    },
+    async startBroker(index) {
+      await stack(['start-broker', String(index)]);
+    },
+  };
+}
