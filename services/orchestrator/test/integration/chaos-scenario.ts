@@ -6,6 +6,8 @@ import { dlqTopicFor } from '@keyflow/kafka';
 import {
   AwaitTimeoutError,
   KCAT_CODECS,
+  clusterControl,
+  type ClusterControl,
   OwnRedisServer,
   REDIS_AOF_ARGS,
   ensureKcat,
@@ -75,10 +77,10 @@ export interface ChaosOptions {
   /** Progress lines (default: none). */
   log?: (line: string) => void;
   /**
-   * A broker of a multi-broker cluster to kill and restart, by index, when the stack has one (see Fault
-   * `broker-restart`); undefined: the fault is skipped with its reason.
+   * The local stack whose brokers the `broker-restart` fault kills and restarts (default: `clusterControl()` over the
+   * environment the stack was started with). With fewer than 3 brokers the fault is skipped with its reason.
    */
-  brokers?: { count: number; restart(index: number): Promise<void> };
+  cluster?: ClusterControl;
 }
 
 export interface ChaosReport {
@@ -158,6 +160,7 @@ type Member = { name: string; kind: 'orchestrator' | 'worker'; p: ServiceProcess
 export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const log = o.log ?? (() => undefined);
   const rnd = seededRandom(o.seed);
+  const cluster = o.cluster ?? clusterControl();
   const h = new OrchestratorHarness(o.label);
   const table = `chaos_${h.ns.prefix.replace(/[^a-z0-9]/g, '_')}`;
   const pg = new Pool({ connectionString: process.env.POSTGRES_URL, max: 2 });
@@ -272,14 +275,29 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       },
       {
         kind: 'broker-restart',
-        unavailable: async () =>
-          o.brokers && o.brokers.count >= 3
-            ? undefined
-            : `the stack has ${o.brokers?.count ?? h.ns.infra.kafkaBrokers.length} broker(s); a 3-node cluster is needed`,
+        unavailable: async () => {
+          const brokers = await cluster.brokers().catch((e: Error) => e);
+          if (brokers instanceof Error)
+            return `infra/local/stack.sh cannot list the brokers: ${brokers.message}`;
+          if (brokers.length < 3)
+            return `the stack has ${brokers.length} broker; a 3-node cluster is needed (KEYFLOW_BROKERS=3 infra/local/stack.sh up)`;
+          const down = brokers.filter((b) => !b.up).map((b) => b.index);
+          return down.length ? `broker(s) ${down.join(',')} already down` : undefined;
+        },
         inject: async () => {
-          const i = rnd.int(o.brokers!.count);
-          await o.brokers!.restart(i);
-          return `broker ${i} SIGKILLed and restarted`;
+          const brokers = await cluster.brokers();
+          const i = rnd.pick(brokers).index;
+          const down = 1_000 + rnd.int(4_000);
+          await cluster.killBroker(i);
+          // Its restart (a JVM start, up to a minute on a busy machine) goes on while the next faults come.
+          const restart = (async () => {
+            await new Promise((r) => setTimeout(r, down));
+            await cluster.startBroker(i);
+            log(`broker ${i} answers again`);
+          })().catch((e: Error) => exits.push(`broker ${i} did not restart: ${e.message}`));
+          starting.add(restart);
+          void restart.finally(() => starting.delete(restart));
+          return `broker ${i} of ${brokers.length} SIGKILLed, restarting in ${down} ms`;
         },
       },
       {
