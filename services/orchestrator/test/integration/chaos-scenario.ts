@@ -219,6 +219,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
 
   const runs = new Map<string, Run>();
   const killedWorkerPids = new Set<string>();
+  let brokerRestarting: number | undefined;
   const poison = { sent: 0 };
   const recent = new Map<string, Array<{ key: Buffer | null; value: Buffer | null; headers?: IHeaders }>>();
   let producer: Producer | undefined;
@@ -281,6 +282,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
             return `infra/local/stack.sh cannot list the brokers: ${brokers.message}`;
           if (brokers.length < 3)
             return `the stack has ${brokers.length} broker; a 3-node cluster is needed (KEYFLOW_BROKERS=3 infra/local/stack.sh up)`;
+          // One broker at a time: `stack.sh brokers` says up as soon as the process runs, before it answers.
+          if (brokerRestarting !== undefined) return `broker ${brokerRestarting} is still restarting`;
           const down = brokers.filter((b) => !b.up).map((b) => b.index);
           return down.length ? `broker(s) ${down.join(',')} already down` : undefined;
         },
@@ -288,13 +291,16 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
           const brokers = await cluster.brokers();
           const i = rnd.pick(brokers).index;
           const down = 1_000 + rnd.int(4_000);
+          brokerRestarting = i;
           await cluster.killBroker(i);
           // Its restart (a JVM start, up to a minute on a busy machine) goes on while the next faults come.
           const restart = (async () => {
             await new Promise((r) => setTimeout(r, down));
             await cluster.startBroker(i);
             log(`broker ${i} answers again`);
-          })().catch((e: Error) => exits.push(`broker ${i} did not restart: ${e.message}`));
+          })()
+            .catch((e: Error) => exits.push(`broker ${i} did not restart: ${e.message}`))
+            .finally(() => (brokerRestarting = undefined));
           starting.add(restart);
           void restart.finally(() => starting.delete(restart));
           return `broker ${i} of ${brokers.length} SIGKILLed, restarting in ${down} ms`;
