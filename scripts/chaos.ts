@@ -50,16 +50,18 @@ function print(r: ChaosReport, command: string): void {
     );
   }
   console.log(
-    `runs: ${r.runs.started} started, ${r.runs.completed} completed, ${r.runs.compensated} declined and compensated, ${r.runs.unexpected.length} other outcomes${list(r.runs.unexpected)}`,
+    `runs: ${r.runs.started} started (${r.runs.notStarted} could not be started: no instance answered), ${r.runs.completed} completed, ${r.runs.compensated} declined and compensated, ${r.runs.unexpected.length} other outcomes${list(r.runs.unexpected)}`,
   );
   console.log(`lost runs: ${r.runs.lost.length}${list(r.runs.lost)}`);
   console.log(
-    `effects per logical step (PostgreSQL): ${r.effects.exactlyOnce} of ${r.effects.expected} exactly once, ${r.effects.missing.length} missing, ${r.effects.duplicated.length} executed more than once${list([...r.effects.missing, ...r.effects.duplicated])}`,
+    `effects per logical step (PostgreSQL): ${r.effects.exactlyOnce} of ${r.effects.expected} exactly once, ${r.effects.missing.length} missing, ${r.effects.duplicated.length} executed more than once, ${r.effects.reexecutedAfterKill.length} re-executed after their worker was SIGKILLed mid-step${list([...r.effects.missing, ...r.effects.duplicated, ...r.effects.reexecutedAfterKill])}`,
   );
   console.log(
     `per-key order violations: ${r.order.violations.length} (${r.order.entities} keys checked)${list(r.order.violations)}`,
   );
-  console.log(`poison records: ${r.poison.sent} sent, ${r.poison.deadLettered} dead-lettered`);
+  console.log(
+    `poison records: ${r.poison.sent} sent, ${r.poison.deadLettered} dead-lettered (${r.poison.dlqRecords} DLQ records)`,
+  );
   console.log(`processes that exited by themselves: ${r.exits.length}${list(r.exits)}`);
   console.log(chaosOk(r) ? 'chaos: OK' : `chaos: FAILED (replay with --seed ${r.seed})`);
 }

@@ -91,6 +91,8 @@ export interface ChaosReport {
   timeline: string[];
   runs: {
     started: number;
+    /** Runs the load could not start: no instance answered POST /runs with 202 within 60 s. */
+    notStarted: number;
     /** Ended RunCompleted. */
     completed: number;
     /** Declined orders that ended RunCompensated, as designed. */
@@ -107,8 +109,13 @@ export interface ChaosReport {
     exactlyOnce: number;
     /** `key` expected and never executed. */
     missing: string[];
-    /** `key xN (workers)`: executed more than once. */
+    /** `key xN (worker pids)`: executed more than once, not explained by a SIGKILL: a double effect. */
     duplicated: string[];
+    /**
+     * `key xN (worker pids)`: executed again because every earlier executor was SIGKILLed (after the effect, before
+     * the completion record reached Redis): at-least-once, an effect deduped on `ctx.idempotencyKey` happens once.
+     */
+    reexecutedAfterKill: string[];
   };
   order: {
     /** Entities whose `seq` executions were checked. */
@@ -116,7 +123,11 @@ export interface ChaosReport {
     /** `entity: seq a after b`: a key's commands executed out of offset order. */
     violations: string[];
   };
-  poison: { sent: number; deadLettered: number };
+  /**
+   * Poison records sent, and how many of them reached a DLQ (distinct: a worker SIGKILLed after dead-lettering and
+   * before committing dead-letters the record again when it is redelivered; `dlqRecords` counts every copy).
+   */
+  poison: { sent: number; deadLettered: number; dlqRecords: number };
   /** Processes that exited without being killed or stopped by the suite: `<name> pid: exit <code>` + log tail. */
   exits: string[];
   /** Seconds from the first run started to the end of the settle wait. */
@@ -415,12 +426,15 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       }
       await new Promise((r) => setTimeout(r, 100));
     }
+    notStarted++;
     log(`run ${k} could not be started in 60 s`);
   };
 
   const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('chaos-capture'), maxWaitTimeInMs: 200 });
   const dlqs = h.ns.kafka.consumer({ groupId: h.ns.groupId('chaos-dlq'), maxWaitTimeInMs: 200 });
-  let deadLettered = 0;
+  const deadLettered = new Set<string>();
+  let dlqRecords = 0;
+  let notStarted = 0;
   try {
     await start('worker', { TEST_CREATE_TABLES: '1' }); // creates the PostgreSQL tables, then the others start
     await Promise.all([
@@ -453,8 +467,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     await dlqs.connect();
     for (const topic of dlqTopics) await dlqs.subscribe({ topic, fromBeginning: true });
     await dlqs.run({
-      eachMessage: async ({ message }) => {
-        if (message.value?.toString().startsWith(POISON)) deadLettered++;
+      eachMessage: async ({ topic, message }) => {
+        if (!message.value?.toString().startsWith(POISON)) return;
+        dlqRecords++;
+        deadLettered.add(`${topic} ${message.value.toString()}`);
       },
     });
     log(
@@ -556,14 +572,17 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       `select idempotency_key, count(*) n, string_agg(worker, ',' order by at) workers from ${table}_exec group by idempotency_key`,
     );
     const count = new Map(execs.rows.map((r) => [r.idempotency_key, Number(r.n)]));
-    const duplicated = execs.rows
-      .filter((r) => Number(r.n) > 1)
-      .map(
-        (r) =>
-          `${r.idempotency_key} x${r.n} (workers ${r.workers}${
-            r.workers.split(',').some((w) => killedWorkerPids.has(w)) ? ', one SIGKILLed' : ''
-          })`,
-      );
+    // A key executed again after its first executor was SIGKILLed (between the effect and the completion record) is
+    // the at-least-once window the README names; any other second execution is a double effect.
+    const twice = execs.rows.filter((r) => Number(r.n) > 1);
+    const afterKill = (r: (typeof twice)[number]) =>
+      r.workers
+        .split(',')
+        .slice(0, -1)
+        .every((w) => killedWorkerPids.has(w));
+    const describe = (r: (typeof twice)[number]) => `${r.idempotency_key} x${r.n} (worker pids ${r.workers})`;
+    const duplicated = twice.filter((r) => !afterKill(r)).map(describe);
+    const reexecutedAfterKill = twice.filter(afterKill).map(describe);
     const orderRows = await pg.query<{ entity: string; seq: number }>(
       `select entity, seq from ${table}_order order by entity, id`,
     );
@@ -578,15 +597,16 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       seed: o.seed,
       faults: report,
       timeline,
-      runs: { started: runs.size, completed, compensated, unexpected, lost },
+      runs: { started: runs.size, notStarted, completed, compensated, unexpected, lost },
       effects: {
         expected: expected.length,
         exactlyOnce: expected.filter((k) => count.get(k) === 1).length,
         missing: expected.filter((k) => !count.has(k)),
         duplicated,
+        reexecutedAfterKill,
       },
       order: { entities: last.size, violations },
-      poison: { sent: poison.sent, deadLettered },
+      poison: { sent: poison.sent, deadLettered: deadLettered.size, dlqRecords },
       exits,
       seconds,
     };
