@@ -368,8 +368,13 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
               }),
             };
           });
+          // librdkafka reports a refused bootstrap broker as an error: only the brokers that are up.
+          const up = await cluster.brokers().then(
+            (bs) => bs.filter((b) => b.up && b.index !== brokerRestarting).map((b) => b.address),
+            () => h.ns.infra.kafkaBrokers,
+          );
           await produceWithKcat({
-            brokers: h.ns.infra.kafkaBrokers,
+            brokers: up.length ? up : h.ns.infra.kafkaBrokers,
             topic: h.codec.physical('wf.requests'),
             codec,
             records,
