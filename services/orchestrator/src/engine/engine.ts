@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   CompressionTypes,
+  KafkaJSError,
   Partitioners,
   type Consumer,
   type IHeaders,
@@ -327,6 +328,7 @@ export class Engine {
   private retakeOver(o: OwnedPartition, err: unknown): void {
     if (this.owned.get(o.partition) !== o || this.stopping) return;
     this.owned.delete(o.partition);
+    o.revoked = true; // batches waiting for this producer's lock go back unresolved, to the next producer
     void o.producer.disconnect().catch(() => undefined);
     const failures = { count: (o.failures?.count ?? 0) + 1, since: o.failures?.since ?? Date.now() };
     if (Date.now() - failures.since >= this.cfg.ORCHESTRATOR_TAKEOVER_GIVE_UP_MS) {
@@ -563,7 +565,12 @@ export class Engine {
         'transaction aborted; the batch will be redelivered',
       );
       this.retakeOver(o, err); // a failed commit or abort can leave the kafkajs producer unusable
-      throw err;
+      // Nothing was resolved, so the batch is fetched again. kafkajs crashes its consumer for good (no restart) on an
+      // error that is not retriable, such as a fenced producer's INVALID_PRODUCER_EPOCH when the partition's next
+      // owner took over first: the error goes on as retriable (kafkajs retries the batch, then rejoins the group).
+      throw err instanceof KafkaJSError && err.retriable
+        ? err
+        : new KafkaJSError(err as Error, { retriable: true });
     }
     // Only now does the in-memory state move on.
     o.failures = null;
