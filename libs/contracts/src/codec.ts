@@ -42,6 +42,12 @@ export interface CodecOptions {
   /** Registry HTTP timeout per request in ms (default 5 000). */
   registryTimeoutMs?: number;
   /**
+   * How long {@link EventCodec.registerTopics} keeps retrying a registry that does not answer (network error,
+   * timeout, 5xx), in ms, with backoff from 250 ms doubling to 5 s (default 60 000): a service starting while the
+   * registry is slow or restarting waits for it instead of exiting.
+   */
+  registryStartupTimeoutMs?: number;
+  /**
    * Pins the schema of a logical topic to something other than the latest versions (e.g. a consumer that has not
    * upgraded yet, or a test of an older service's view). Keys are logical topics.
    */
@@ -119,7 +125,7 @@ export class EventCodec {
    * Registers the schema of each logical topic under its subject, after setting the subject's compatibility mode.
    * @returns schema id per logical topic.
    * @throws SchemaRegistrationError when the registry rejects a schema (incompatible, invalid), naming the subject.
-   * @throws RegistryUnavailableError when the registry cannot be reached.
+   * @throws RegistryUnavailableError when the registry cannot be reached for registryStartupTimeoutMs (default 60 s).
    */
   async registerTopics(logicalTopics: string[]): Promise<Map<string, number>> {
     const ids = new Map<string, number>();
@@ -128,8 +134,8 @@ export class EventCodec {
       const schema = this.opts.topicSchemas?.[logical] ?? this.set.topicSchema(logical);
       const subject = subjectFor(this.physical(logical));
       const mode = this.opts.compatibility ?? entry.compatibility;
-      await this.setCompatibility(subject, mode);
-      const id = await this.registerSchema(subject, schema);
+      await this.untilRegistryAnswers(() => this.setCompatibility(subject, mode));
+      const id = await this.untilRegistryAnswers(() => this.registerSchema(subject, schema));
       const reader = avsc.Type.forSchema(schema as avsc.Schema, typeOpts());
       const events = new Map<string, EventName>(
         entry.events.map((e) => [`dev.keyflow.events.${e}`, e as EventName] as const),
@@ -147,6 +153,19 @@ export class EventCodec {
       ids.set(logical, id);
     }
     return ids;
+  }
+
+  /** Runs `call`, again with backoff while it fails with RegistryUnavailableError, up to registryStartupTimeoutMs. */
+  private async untilRegistryAnswers<T>(call: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + (this.opts.registryStartupTimeoutMs ?? 60_000);
+    for (let delay = 250; ; delay = Math.min(delay * 2, 5_000)) {
+      try {
+        return await call();
+      } catch (e) {
+        if (!(e instanceof RegistryUnavailableError) || Date.now() + delay > deadline) throw e;
+        await new Promise((r) => setTimeout(r, delay));
+      }
+    }
   }
 
   /**

@@ -358,6 +358,11 @@ export class Engine {
     const beat = setInterval(() => p.heartbeat().catch(() => undefined), 1_000);
     try {
       await o.ready;
+    } catch {
+      // The take-over failed (fenced by the partition's next owner, a broker away): its handler replaces the
+      // producer or gives the partition up. Nothing was resolved, so the batch is fetched again; thrown on, a
+      // non-retriable kafkajs error (a fenced epoch) would crash the consumer for good.
+      return;
     } finally {
       clearInterval(beat);
     }
@@ -514,8 +519,9 @@ export class Engine {
       records.push(...outputs);
     }
 
-    const tx = await o.producer.transaction();
+    let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
     try {
+      tx = await o.producer.transaction();
       const byTopic = new Map<string, Msg[]>();
       // Within one transaction only the last snapshot of a run matters: earlier ones are superseded at once.
       const snapshotTopic = this.codec.physical('wf.state');
@@ -559,7 +565,7 @@ export class Engine {
       });
       await tx.commit();
     } catch (err) {
-      await tx.abort().catch(() => undefined);
+      await tx?.abort().catch(() => undefined);
       this.logger.warn(
         { err, topic: batch.topic, partition: batch.partition },
         'transaction aborted; the batch will be redelivered',
