@@ -23,7 +23,9 @@ async function main() {
     registryUrl: cfg.SCHEMA_REGISTRY_URL,
     topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
   });
-  const report = await rebuildRuns(kafka, codec, new WorkflowRegistry().register(...builtinWorkflows));
+  const report = await rebuildRuns(kafka, codec, new WorkflowRegistry().register(...builtinWorkflows), {
+    signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+  });
   console.log(
     JSON.stringify(
       {

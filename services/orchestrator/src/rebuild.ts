@@ -1,7 +1,7 @@
 import type { Kafka } from 'kafkajs';
 import { undecodableBatchError, undecodableBatchOf } from '@keyflow/kafka';
 import type { EventCodec } from '@keyflow/contracts';
-import { reduce, type RunState, type WorkflowInput } from '@keyflow/workflow';
+import { reduce, type ReduceOptions, type RunState, type WorkflowInput } from '@keyflow/workflow';
 import { toWorkflowInput } from './engine/mapping';
 import { BARRIER_PREFIX } from './engine/read-model';
 import type { WorkflowRegistry } from './workflows/registry';
@@ -112,6 +112,7 @@ export async function rebuildRuns(
   kafka: Kafka,
   codec: EventCodec,
   registry: WorkflowRegistry,
+  reduceOptions: ReduceOptions = {},
 ): Promise<RebuildReport> {
   await codec.registerTopics(['wf.requests', 'task.results', 'wf.state', 'wf.events']);
   const [requests, results, snapshots, events] = await Promise.all([
@@ -179,7 +180,7 @@ export async function rebuildRuns(
       continue;
     }
     let s: RunState | undefined;
-    for (const { input } of inputs) s = reduce(def, s, input).state;
+    for (const { input } of inputs) s = reduce(def, s, input, reduceOptions).state;
     if (s) rebuilt.set(runId, s);
   }
   const live = new Map<string, RunState>();
