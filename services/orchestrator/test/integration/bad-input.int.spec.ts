@@ -67,7 +67,7 @@ describe('bad input at the HTTP doors', () => {
     const started = await eventually('RunStarted', () =>
       h.of(first.body.runId as string).find((e) => e.event === 'RunStarted'),
     );
-    expect(JSON.parse(started.value.input as string)).toEqual({ order: 'o-1', amount: 5 });
+    expect(JSON.parse(started!.value.input as string)).toEqual({ order: 'o-1', amount: 5 });
   });
 
   it('concurrent starts with one key give one run; with different bodies exactly one is accepted', async () => {

@@ -76,7 +76,6 @@ export class OrchestratorHarness {
       ORCHESTRATOR_SESSION_TIMEOUT_MS: '6000',
       WORKER_SESSION_TIMEOUT_MS: '10000',
       WORKER_HEARTBEAT_INTERVAL_MS: '1000',
-      WEBHOOK_SECRET: 'test-secret',
       ...extra,
     };
   }

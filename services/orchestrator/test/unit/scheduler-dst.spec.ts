@@ -1,5 +1,11 @@
 import { createLogger } from '@keyflow/observability';
-import { fireTimes, Scheduler, SCHEDULED_RUN_PREFIX, type CatchUp, type ScheduleDef } from '../../src/engine/scheduler';
+import {
+  fireTimes,
+  Scheduler,
+  SCHEDULED_RUN_PREFIX,
+  type CatchUp,
+  type ScheduleDef,
+} from '../../src/engine/scheduler';
 
 const MINUTE = 60_000;
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -9,7 +15,12 @@ const silent = createLogger('t', { level: 'silent' });
  * Drives a Scheduler's clock from `fromIso` to `untilIso`, ticking every `stepMs` (as the service does, a new
  * window per tick), and returns the fire times it started, in order (duplicates included).
  */
-async function driven(s: ScheduleDef, fromIso: string, untilIso: string, stepMs = 10 * MINUTE): Promise<string[]> {
+async function driven(
+  s: ScheduleDef,
+  fromIso: string,
+  untilIso: string,
+  stepMs = 10 * MINUTE,
+): Promise<string[]> {
   let now = Date.parse(fromIso);
   const fired: string[] = [];
   const sched = new Scheduler([s], async (_s, _runId, at) => void fired.push(iso(at)), silent, {
