@@ -38,11 +38,11 @@ const HOUR_MS = 3_600_000;
 /** The zone's UTC offset at instant `ms`, in ms. */
 const offsetAt = (ms: number, zone: string) => DateTime.fromMillis(ms, { zone }).offset * 60_000;
 
-/** The zone's UTC offsets (ms) during [fromMs - 3 h, untilMs + 3 h], sampled hourly (offsets change at most so often). */
+/** The zone's UTC offsets (ms) during [fromMs, untilMs], sampled hourly (offsets change at most so often). */
 function offsetsDuring(fromMs: number, untilMs: number, zone: string): number[] {
   const out = new Set<number>();
-  for (let t = fromMs - 3 * HOUR_MS; t < untilMs + 3 * HOUR_MS; t += HOUR_MS) out.add(offsetAt(t, zone));
-  out.add(offsetAt(untilMs + 3 * HOUR_MS, zone));
+  for (let t = fromMs; t < untilMs; t += HOUR_MS) out.add(offsetAt(t, zone));
+  out.add(offsetAt(untilMs, zone));
   return [...out].sort((a, b) => a - b);
 }
 
@@ -95,17 +95,20 @@ export function fireTimes(s: ScheduleDef, afterMs: number, untilMs: number, max 
   const zone = s.timezone ?? 'UTC';
   if (!DateTime.local().setZone(zone).isValid)
     throw new Error(`schedule ${s.id}: unknown time zone ${JSON.stringify(zone)}`);
-  const offsets = offsetsDuring(afterMs, untilMs, zone);
+  // Offsets within 3 h of the window tell a repeated or skipped wall time (DST shifts are at most 2 h); the wall
+  // times looked at are only those the window's own offsets can place in it.
+  const offsets = offsetsDuring(afterMs - 3 * HOUR_MS, untilMs + 3 * HOUR_MS, zone);
+  const inWindow = offsetsDuring(afterMs, untilMs, zone);
   let it;
   try {
     // Wall-clock times, read as UTC: the zone's offsets are applied below.
-    const startWall = afterMs + offsets[0] - 1;
+    const startWall = afterMs + inWindow[0] - 1;
     it = CronExpressionParser.parse(s.cron, { tz: 'UTC', currentDate: new Date(startWall) });
   } catch (e) {
     throw new Error(`schedule ${s.id}: invalid cron ${JSON.stringify(s.cron)}: ${(e as Error).message}`);
   }
   const interval = isInterval(s.cron);
-  const untilWall = untilMs + offsets[offsets.length - 1];
+  const untilWall = untilMs + inWindow[inWindow.length - 1];
   const out = new Set<number>();
   for (;;) {
     const wall = it.next().getTime();

@@ -99,6 +99,13 @@ describe('cron schedules across daylight-saving changes (Vixie cron rule)', () =
       every15('2026-03-08T06:30:00Z', 4),
     );
   });
+  it("a per-second schedule ticked every 250 ms (the service's tick) through the autumn change fires once a second", async () => {
+    const s = { id: 's', workflow: 'w', cron: '* * * * * *', timezone: 'Europe/Berlin' };
+    const fired = await driven(s, '2026-10-25T00:59:00Z', '2026-10-25T01:01:00Z', 250);
+    expect(fired).toEqual(
+      Array.from({ length: 120 }, (_, k) => iso(Date.parse('2026-10-25T00:59:01Z') + k * 1000)),
+    );
+  });
 });
 
 describe('catch-up after downtime', () => {
