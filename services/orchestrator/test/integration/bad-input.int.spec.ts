@@ -1,4 +1,5 @@
 import { Webhook } from 'standardwebhooks';
+import { newMetadata } from '@keyflow/contracts';
 import { eventually } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
 
@@ -159,5 +160,39 @@ describe('bad input at the HTTP doors', () => {
       202,
     );
     await eventually('completed', () => h.of(runId).find((e) => e.event === 'RunCompleted'));
+  });
+  it('signals written past the limit by another path (straight to wf.requests) are rejected by the engine, and the buffer does not grow', async () => {
+    const start = await post(`${url}/runs`, { workflow: 'approval', input: {} });
+    const runId = start.body.runId as string;
+    await h.codec.registerTopics(['wf.requests']);
+    const producer = h.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    const signal = (name: string) => ({
+      key: runId,
+      value: h.codec.encode('wf.requests', 'SignalRun', {
+        metadata: newMetadata('SignalRun', { key: runId, correlationId: runId }),
+        runId,
+        signal: name,
+        payload: 'null',
+      }),
+    });
+    // Six distinct signals at once, past the API's check; then the one the run waits for.
+    await producer.send({
+      topic: h.codec.physical('wf.requests'),
+      acks: -1,
+      messages: [...[0, 1, 2, 3, 4, 5].map((i) => signal(`flood-${i}`)), signal('approved')],
+    });
+    await producer.disconnect();
+    await eventually('completed', () => h.of(runId).find((e) => e.event === 'RunCompleted'));
+    const s = await eventually('final state', async () => {
+      const r = (await (await fetch(`${url}/runs/${runId}`)).json()) as {
+        status: string;
+        signals: Record<string, unknown>;
+      };
+      return r.status === 'completed' ? r : undefined;
+    });
+    expect(Object.keys(s!.signals)).toEqual(['flood-0', 'flood-1', 'flood-2']);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toMatch(/inputs_ignored_total\{[^}]*reason="SIGNAL_BUFFER_FULL"[^}]*\} 3\b/);
   });
 });
