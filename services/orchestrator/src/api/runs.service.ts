@@ -93,20 +93,25 @@ export class RunsService {
       throw new RequestError(`unknown workflow ${req.workflow}${req.version ? ` v${req.version}` : ''}`, [
         { path: req.version ? 'version' : 'workflow', message: 'not registered' },
       ]);
+    const keyed = req.idempotencyKey && req.trigger === 'api';
+    const fp = fingerprint({
+      workflow: req.workflow,
+      version: req.version,
+      input: req.input,
+      businessKey: req.businessKey,
+      runId: req.runId,
+    });
+    // A keyed run's id names the key and the request: after the key's TTL, the same key with another request is a
+    // new run rather than a duplicate start the engine would drop.
     const runId =
       req.runId ??
-      (req.idempotencyKey ? this.keyedRunId(req.workflow, req.idempotencyKey) : `run-${randomUUID()}`);
+      (req.idempotencyKey
+        ? this.keyedRunId(req.workflow, keyed ? `${req.idempotencyKey}\n${fp}` : req.idempotencyKey)
+        : `run-${randomUUID()}`);
     const businessKey = req.businessKey ?? runId;
     let claimed = false;
-    if (req.idempotencyKey && req.trigger === 'api') {
+    if (keyed) {
       const keyName = `${def.name}:${req.idempotencyKey}`;
-      const fp = fingerprint({
-        workflow: req.workflow,
-        version: req.version,
-        input: req.input,
-        businessKey: req.businessKey,
-        runId: req.runId,
-      });
       const bound = await guarded(() =>
         this.keys.claim(
           KEY_SPACES.idempotency,

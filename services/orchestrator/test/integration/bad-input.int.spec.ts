@@ -1,3 +1,4 @@
+import Redis from 'ioredis';
 import { Webhook } from 'standardwebhooks';
 import { newMetadata } from '@keyflow/contracts';
 import { eventually } from '@keyflow/testing';
@@ -69,6 +70,31 @@ describe('bad input at the HTTP doors', () => {
       h.of(first.body.runId as string).find((e) => e.event === 'RunStarted'),
     );
     expect(JSON.parse(started!.value.input as string)).toEqual({ order: 'o-1', amount: 5 });
+  });
+
+  it('after the key expires, the same key with another body starts a new run with that body (never a dropped duplicate)', async () => {
+    const key = `expiring-${h.ns.prefix}`;
+    const first = await post(
+      `${url}/runs`,
+      { workflow: 'three-step', input: { amount: 5 } },
+      { 'Idempotency-Key': key },
+    );
+    expect(first.status).toBe(202);
+    // Stand-in for IDEMPOTENCY_KEY_TTL_MS passing: this test's own key, in this test's namespace.
+    const redis = new Redis(h.ns.infra.redisUrl);
+    expect(await redis.del(`${h.prefix}keyflow:api:idempotency:three-step:${key}`)).toBe(1);
+    await redis.quit();
+    const later = await post(
+      `${url}/runs`,
+      { workflow: 'three-step', input: { amount: 500 } },
+      { 'Idempotency-Key': key },
+    );
+    expect(later.status).toBe(202);
+    expect(later.body.runId).not.toBe(first.body.runId);
+    const started = await eventually('RunStarted', () =>
+      h.of(later.body.runId as string).find((e) => e.event === 'RunStarted'),
+    );
+    expect(JSON.parse(started!.value.input as string)).toEqual({ amount: 500 });
   });
 
   it('concurrent starts with one key give one run; with different bodies exactly one is accepted', async () => {
