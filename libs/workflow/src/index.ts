@@ -20,6 +20,8 @@ export {
   TERMINAL,
   DEAD_LETTERED,
   STEP_TIMEOUT_ERROR,
+  DEFAULT_SIGNAL_BUFFER_LIMIT,
+  SIGNAL_BUFFER_FULL,
 } from './reducer';
 export type {
   RunState,
@@ -32,4 +34,5 @@ export type {
   Decision,
   StepError,
   TimelineEntry,
+  ReduceOptions,
 } from './reducer';

@@ -178,6 +178,17 @@ export interface Decision {
 const TIMELINE_MAX = 200;
 /** The worker's error code for a command that went to its DLQ (see services/workers TaskExecutor). */
 export const DEAD_LETTERED = 'DEAD_LETTERED';
+
+/** Signals a run may hold buffered (sent while it does not wait for them) unless the engine is told otherwise. */
+export const DEFAULT_SIGNAL_BUFFER_LIMIT = 100;
+/** The reason (prefix of `Decision.ignored`, and the API's error code) for a signal refused past the buffer limit. */
+export const SIGNAL_BUFFER_FULL = 'SIGNAL_BUFFER_FULL';
+
+/** Options of `reduce` that come from the engine's settings, not from the definition. */
+export interface ReduceOptions {
+  /** Distinct signals a run buffers at most; past it a signal is ignored with SIGNAL_BUFFER_FULL. Default 100. */
+  signalBufferLimit?: number;
+}
 /** The reducer's error class for an attempt whose step timeout passed with no result. */
 export const STEP_TIMEOUT_ERROR = 'StepTimeoutError';
 
@@ -234,7 +245,12 @@ class Ctx {
  * Applies one input. `state` is undefined for a run not seen yet; `def` is the definition of the run's
  * workflow and version (for a start: the requested one).
  */
-export function reduce(def: WorkflowDefinition, state: RunState | undefined, input: WorkflowInput): Decision {
+export function reduce(
+  def: WorkflowDefinition,
+  state: RunState | undefined,
+  input: WorkflowInput,
+  opts: ReduceOptions = {},
+): Decision {
   if (input.kind === 'start') {
     if (state) return { state, commands: [], events: [], ignored: 'duplicate start' };
     const s: RunState = {
@@ -274,7 +290,7 @@ export function reduce(def: WorkflowDefinition, state: RunState | undefined, inp
     return { state, commands: [], events: [], ignored: `run is ${state.status}` };
 
   const c = new Ctx(def, structuredClone(state), input.at);
-  const ignored = apply(c, input);
+  const ignored = apply(c, input, opts);
   if (ignored) return { state, commands: [], events: [], ignored };
   c.s.sequence = state.sequence + 1;
   c.s.updatedAt = input.at;
@@ -282,7 +298,11 @@ export function reduce(def: WorkflowDefinition, state: RunState | undefined, inp
 }
 
 /** @returns a reason when the input is stale or does not apply. */
-function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string | undefined {
+function apply(
+  c: Ctx,
+  input: Exclude<WorkflowInput, { kind: 'start' }>,
+  opts: ReduceOptions,
+): string | undefined {
   const s = c.s;
   switch (input.kind) {
     case 'task-completed':
@@ -363,6 +383,10 @@ function apply(c: Ctx, input: Exclude<WorkflowInput, { kind: 'start' }>): string
         delete s.timers[`wait:${id}`];
         completeStep(c, id!, 1, input.payload);
       } else {
+        const limit = opts.signalBufferLimit ?? DEFAULT_SIGNAL_BUFFER_LIMIT;
+        const held = Object.keys(s.signals).length;
+        if (!(input.signal in s.signals) && held >= limit)
+          return `${SIGNAL_BUFFER_FULL}: run ${s.runId} already buffers ${held} signals (limit ${limit}); ${input.signal} rejected`;
         s.signals[input.signal] = input.payload; // delivered when a wait for it starts
         c.log('SignalBuffered', undefined, undefined, input.signal);
       }

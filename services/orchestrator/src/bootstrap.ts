@@ -11,7 +11,8 @@ import {
   exitOnComponentFailure,
 } from '@keyflow/observability';
 import type { WorkflowDefinition } from '@keyflow/workflow';
-import { loadOrchestratorConfig } from './config';
+import Redis from 'ioredis';
+import { loadOrchestratorConfig, requireApiSettings } from './config';
 import { Engine } from './engine/engine';
 import { orchestratorMetrics } from './engine/metrics';
 import { RunReadModel } from './engine/read-model';
@@ -19,7 +20,8 @@ import { COMPONENTS } from './engine/components';
 import { Scheduler, type ScheduleDef } from './engine/scheduler';
 import { claimCheckFromConfig } from '@keyflow/blobs';
 import { HealthController, METRICS_REGISTRY } from './api/health.controller';
-import { RunsController, WEBHOOK_SECRET } from './api/runs.controller';
+import { RunsController, WEBHOOKS, type WebhookSettings } from './api/runs.controller';
+import { RequestKeys } from './api/request-keys';
 import { RunsService } from './api/runs.service';
 import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
 
@@ -35,7 +37,7 @@ export async function bootstrapOrchestrator(
   env: NodeJS.ProcessEnv = process.env,
   schedules: ScheduleDef[] = [],
 ) {
-  const cfg = loadOrchestratorConfig(env);
+  const cfg = requireApiSettings(loadOrchestratorConfig(env));
   const logger = createLogger('orchestrator');
   const registry = createMetricsRegistry('orchestrator');
   const metrics = orchestratorMetrics(registry);
@@ -65,7 +67,15 @@ export async function bootstrapOrchestrator(
     health.fail(COMPONENTS.apiProducer, err),
   );
   await producer.connect();
-  const runs = new RunsService(codec, producer, workflows, readModel);
+  const redis = new Redis(cfg.REDIS_URL, { maxRetriesPerRequest: 2, lazyConnect: true });
+  redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
+  await redis.connect();
+  const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
+  const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
+  const runs = new RunsService(codec, producer, workflows, readModel, keys, {
+    idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
+    signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+  });
   const scheduler = new Scheduler(
     schedules,
     (s, runId, fireAt) =>
@@ -77,6 +87,13 @@ export async function bootstrapOrchestrator(
         trigger: 'schedule',
       }),
     logger,
+    {
+      catchUp: {
+        mode: cfg.SCHEDULE_CATCH_UP,
+        windowMs: cfg.SCHEDULE_CATCH_UP_WINDOW_MS,
+        max: cfg.SCHEDULE_CATCH_UP_MAX,
+      },
+    },
   );
   scheduler.startTicking();
 
@@ -92,7 +109,7 @@ export async function bootstrapOrchestrator(
           { provide: RunReadModel, useValue: readModel },
           { provide: METRICS_REGISTRY, useValue: registry },
           { provide: ComponentHealth, useValue: health },
-          { provide: WEBHOOK_SECRET, useValue: cfg.WEBHOOK_SECRET },
+          { provide: WEBHOOKS, useValue: webhooks },
         ],
       };
     }
@@ -116,7 +133,7 @@ export async function bootstrapOrchestrator(
       closing = true;
       logger.info({ signal }, 'shutting down');
       scheduler.stop();
-      Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect()]).then(
+      Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]).then(
         () => process.exit(0),
         (err) => {
           logger.error({ err }, 'shutdown failed');

@@ -1,5 +1,7 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import { z } from 'zod';
+import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
+import { CATCH_UP_MODES } from './engine/scheduler';
 
 /** Orchestrator configuration from the environment, validated at startup; every field is set after parsing. */
 const Schema = z.object({
@@ -21,8 +23,60 @@ const Schema = z.object({
    * restart or a leader election must fit in it.
    */
   ORCHESTRATOR_TAKEOVER_GIVE_UP_MS: z.coerce.number().int().min(1000).default(120_000),
-  /** Secret for webhook HMAC-SHA256 signatures (X-Keyflow-Signature: sha256=<hex>). */
-  WEBHOOK_SECRET: z.string().default(''),
+  /**
+   * Redis the API keeps Idempotency-Keys (key, request fingerprint, run id) and webhook delivery ids in, shared by
+   * every API instance. Required to serve the API (`requireApiSettings`); the rebuild CLI does without.
+   */
+  REDIS_URL: z
+    .string()
+    .regex(/^rediss?:\/\//, 'a redis:// URL')
+    .optional(),
+  /** How long (ms) an Idempotency-Key stays bound to its first request and run. Default 24 h. */
+  IDEMPOTENCY_KEY_TTL_MS: z.coerce.number().int().min(1000).default(86_400_000),
+  /** Serves POST /webhooks/:workflow. With it on, WEBHOOK_SECRETS must name at least one workflow. */
+  WEBHOOKS_ENABLED: z
+    .enum(['true', 'false'])
+    .default('false')
+    .transform((v) => v === 'true'),
+  /**
+   * Standard Webhooks secrets per workflow, as JSON: {"<workflow>": "whsec_<base64 key>"}. A delivery is verified
+   * with its own workflow's secret only, so a signature for one workflow never starts another.
+   */
+  WEBHOOK_SECRETS: z
+    .string()
+    .default('{}')
+    .transform((v, ctx) => {
+      try {
+        const o: unknown = JSON.parse(v);
+        const r = z
+          .record(z.string().regex(/^(whsec_)?[A-Za-z0-9+/]+={0,2}$/, 'whsec_<base64>'))
+          .safeParse(o);
+        if (r.success) return r.data;
+        ctx.addIssue({
+          code: 'custom',
+          message: `a JSON object {"<workflow>": "whsec_<base64>"}: ${r.error.issues[0].message}`,
+        });
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'a JSON object {"<workflow>": "whsec_<base64>"}, not JSON' });
+      }
+      return z.NEVER;
+    }),
+  /** Replaced by WEBHOOK_SECRETS (Standard Webhooks, per workflow): refused when set, see README "Webhooks". */
+  WEBHOOK_SECRET: z
+    .string()
+    .optional()
+    .refine(
+      (v) => v === undefined,
+      'replaced by WEBHOOK_SECRETS (Standard Webhooks, one secret per workflow); see README "Webhooks"',
+    ),
+  /** Distinct signals a run may hold buffered (sent while it does not wait for them); past it: 429 / rejected. */
+  ORCHESTRATOR_SIGNAL_BUFFER_LIMIT: z.coerce.number().int().min(1).default(DEFAULT_SIGNAL_BUFFER_LIMIT),
+  /** Fires missed while no instance ran, started at startup: skip, once (the latest) or all (at most the max). */
+  SCHEDULE_CATCH_UP: z.enum(CATCH_UP_MODES).default('all'),
+  /** How far back (ms) missed fires are looked for at startup. */
+  SCHEDULE_CATCH_UP_WINDOW_MS: z.coerce.number().int().min(0).default(60_000),
+  /** `all`: at most this many missed fires per schedule (the latest ones). */
+  SCHEDULE_CATCH_UP_MAX: z.coerce.number().int().min(1).default(100),
   /** Blob store and size limits (libs/blobs config.ts). */
   ...BlobConfigSchema,
 });
@@ -47,4 +101,18 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
       .map((b) => b.trim())
       .filter(Boolean),
   };
+}
+
+/**
+ * Settings the HTTP API cannot serve without: REDIS_URL, and with WEBHOOKS_ENABLED at least one webhook secret.
+ * @throws OrchestratorConfigError naming each missing setting.
+ */
+export function requireApiSettings(cfg: OrchestratorConfig): OrchestratorConfig & { REDIS_URL: string } {
+  const issues: string[] = [];
+  if (!cfg.REDIS_URL)
+    issues.push('REDIS_URL: required (the API keeps Idempotency-Keys and webhook delivery ids in Redis)');
+  if (cfg.WEBHOOKS_ENABLED && Object.keys(cfg.WEBHOOK_SECRETS).length === 0)
+    issues.push('WEBHOOK_SECRETS: WEBHOOKS_ENABLED=true needs a secret for at least one workflow');
+  if (issues.length) throw new OrchestratorConfigError(issues);
+  return cfg as OrchestratorConfig & { REDIS_URL: string };
 }

@@ -29,6 +29,7 @@ async function main() {
     codec,
     new WorkflowRegistry().register(...builtinWorkflows),
     claimCheckFromConfig(cfg),
+    { signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT },
   );
   console.log(
     JSON.stringify(

@@ -1,7 +1,7 @@
 import type { Kafka } from 'kafkajs';
 import { undecodableBatchError, undecodableBatchOf } from '@keyflow/kafka';
 import type { EventCodec } from '@keyflow/contracts';
-import { reduce, type RunState, type WorkflowInput } from '@keyflow/workflow';
+import { reduce, type ReduceOptions, type RunState, type WorkflowInput } from '@keyflow/workflow';
 import type { ClaimCheck } from '@keyflow/blobs';
 import { resolveInput, snapshotStateText, toWorkflowInput } from './engine/mapping';
 import { BARRIER_PREFIX } from './engine/read-model';
@@ -115,6 +115,7 @@ export async function rebuildRuns(
   registry: WorkflowRegistry,
   /** Reads outputs and snapshot states that came by claim check (without it, such records cannot be compared). */
   claim?: ClaimCheck,
+  reduceOptions: ReduceOptions = {},
 ): Promise<RebuildReport> {
   await codec.registerTopics(['wf.requests', 'task.results', 'wf.state', 'wf.events']);
   const [requests, results, snapshots, events] = await Promise.all([
@@ -183,7 +184,7 @@ export async function rebuildRuns(
       continue;
     }
     let s: RunState | undefined;
-    for (const { input } of inputs) s = reduce(def, s, input).state;
+    for (const { input } of inputs) s = reduce(def, s, input, reduceOptions).state;
     if (s) rebuilt.set(runId, s);
   }
   const live = new Map<string, RunState>();

@@ -1,4 +1,3 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
 import {
   Body,
   Controller,
@@ -24,10 +23,33 @@ import {
   ApiTags,
 } from '@nestjs/swagger';
 import type { Request } from 'express';
+import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
-import { RequestError, RunsService } from './runs.service';
+import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
+import { guarded, KEY_SPACES, RefusedRequest, RequestError, RunsService } from './runs.service';
+import type { RequestKeys } from './request-keys';
 
-export const WEBHOOK_SECRET = Symbol('WEBHOOK_SECRET');
+/** Injection token of the webhook settings (WebhookSettings). */
+export const WEBHOOKS = Symbol('WEBHOOKS');
+
+/**
+ * Webhooks as configured: off, or a Standard Webhooks verifier per workflow, and the store of delivery ids.
+ * The library's tolerance for webhook-timestamp is 5 minutes either way; a delivery id is remembered longer than
+ * a timestamp stays acceptable (DELIVERY_ID_TTL_MS), so a replay inside the window is refused too.
+ */
+export interface WebhookSettings {
+  enabled: boolean;
+  secrets: Record<string, string>;
+  keys: RequestKeys;
+}
+
+/** Standard Webhooks' timestamp tolerance (the `standardwebhooks` library's constant), in ms. */
+export const WEBHOOK_TOLERANCE_MS = 5 * 60_000;
+/** How long a delivery id is remembered: past both edges of the tolerance window, plus a minute. */
+export const DELIVERY_ID_TTL_MS = 2 * WEBHOOK_TOLERANCE_MS + 60_000;
+export const WEBHOOK_SIGNATURE_INVALID = 'WEBHOOK_SIGNATURE_INVALID';
+export const WEBHOOK_DELIVERY_SEEN = 'WEBHOOK_DELIVERY_SEEN';
+export const RESERVED_RUN_ID = `the prefix ${SCHEDULED_RUN_PREFIX} is reserved for scheduled runs`;
 
 class StartRunBody {
   @ApiProperty({ example: 'three-step' }) workflow!: string;
@@ -41,7 +63,9 @@ class StartRunBody {
     description: 'Entity key of the run (partition key of its task commands). Default: the run id.',
   })
   businessKey?: string;
-  @ApiPropertyOptional({ description: 'Caller-chosen run id ([A-Za-z0-9_.:-], at most 128 characters).' })
+  @ApiPropertyOptional({
+    description: `Caller-chosen run id ([A-Za-z0-9_.:-], at most 128 characters, not starting with ${SCHEDULED_RUN_PREFIX}).`,
+  })
   runId?: string;
 }
 
@@ -53,6 +77,7 @@ const StartSchema = z.object({
   runId: z
     .string()
     .regex(/^[A-Za-z0-9_.:-]{1,128}$/, 'letters, digits and _.:- only, at most 128')
+    .refine((v) => !v.startsWith(SCHEDULED_RUN_PREFIX), RESERVED_RUN_ID)
     .optional(),
 });
 const CancelSchema = z.object({ reason: z.string().min(1).max(1000).default('cancelled by API') });
@@ -86,6 +111,8 @@ async function answer<T>(f: () => Promise<T> | T): Promise<T> {
   try {
     return await f();
   } catch (e) {
+    if (e instanceof RefusedRequest)
+      throw new HttpException({ message: e.message, code: e.code, ...e.details }, e.status);
     if (e instanceof RequestError)
       throw new HttpException({ message: e.message, errors: e.fields }, e.notFound ? 404 : 400);
     throw e;
@@ -97,8 +124,12 @@ async function answer<T>(f: () => Promise<T> | T): Promise<T> {
 export class RunsController {
   constructor(
     @Inject(RunsService) private readonly runs: RunsService,
-    @Inject(WEBHOOK_SECRET) private readonly webhookSecret: string,
-  ) {}
+    @Inject(WEBHOOKS) private readonly webhooks: WebhookSettings,
+  ) {
+    this.verifiers = new Map(Object.entries(webhooks.secrets).map(([w, secret]) => [w, new Webhook(secret)]));
+  }
+
+  private readonly verifiers: Map<string, Webhook>;
 
   @Post('runs')
   @HttpCode(202)
@@ -120,28 +151,58 @@ export class RunsController {
   @HttpCode(202)
   @ApiOperation({
     summary:
-      'Start a run from a signed webhook: X-Keyflow-Signature = sha256=<hex HMAC-SHA256 of the raw body>.',
+      'Start a run from a Standard Webhooks delivery: webhook-signature = v1,<base64 HMAC-SHA256 of ' +
+      '"<webhook-id>.<webhook-timestamp>.<raw body>"> with the workflow\'s own secret.',
   })
-  @ApiHeader({ name: 'X-Keyflow-Signature', required: true })
   @ApiHeader({
-    name: 'X-Keyflow-Delivery',
-    required: false,
-    description: 'Delivery id; used as the idempotency key.',
+    name: 'webhook-id',
+    required: true,
+    description: 'Delivery id; a second delivery with it is refused.',
   })
-  @ApiResponse({ status: 401, description: 'Missing or bad signature: nothing is started.' })
-  webhook(
+  @ApiHeader({
+    name: 'webhook-timestamp',
+    required: true,
+    description: 'Seconds since epoch, within 5 minutes of now.',
+  })
+  @ApiHeader({ name: 'webhook-signature', required: true })
+  @ApiResponse({
+    status: 401,
+    description: 'Missing or bad signature, or a timestamp outside 5 minutes: nothing is started.',
+  })
+  @ApiResponse({ status: 404, description: 'Webhooks off, or no secret for this workflow.' })
+  @ApiResponse({
+    status: 409,
+    description: 'This webhook-id was delivered before (its run id is named): nothing new is started.',
+  })
+  async webhook(
     @Param('workflow') workflow: string,
     @Req() req: RawBodyRequest<Request>,
-    @Headers('x-keyflow-signature') signature?: string,
-    @Headers('x-keyflow-delivery') delivery?: string,
+    @Headers() headers: Record<string, string>,
   ) {
+    const verifier = this.webhooks.enabled ? this.verifiers.get(workflow) : undefined;
+    if (!verifier)
+      throw new HttpException(
+        {
+          message: this.webhooks.enabled
+            ? `no webhook secret for workflow ${workflow}`
+            : 'webhooks are disabled',
+        },
+        404,
+      );
     const raw = req.rawBody ?? Buffer.alloc(0);
-    const expected = Buffer.from(
-      `sha256=${createHmac('sha256', this.webhookSecret).update(raw).digest('hex')}`,
-    );
-    const given = Buffer.from(signature ?? '');
-    if (!this.webhookSecret || given.length !== expected.length || !timingSafeEqual(given, expected))
-      throw new HttpException({ message: 'invalid webhook signature' }, 401);
+    try {
+      verifier.verify(raw, {
+        'webhook-id': headers['webhook-id'],
+        'webhook-timestamp': headers['webhook-timestamp'],
+        'webhook-signature': headers['webhook-signature'],
+      });
+    } catch (e) {
+      if (!(e instanceof WebhookVerificationError)) throw e;
+      throw new HttpException(
+        { message: `invalid webhook signature: ${e.message}`, code: WEBHOOK_SIGNATURE_INVALID },
+        401,
+      );
+    }
     let input: unknown;
     try {
       input = JSON.parse(raw.toString('utf8') || '{}');
@@ -156,14 +217,41 @@ export class RunsController {
         { message: 'invalid request', errors: [{ path: '', message: 'body must be a JSON object' }] },
         400,
       );
-    return answer(() =>
-      this.runs.start({
-        workflow,
-        input: input as Record<string, unknown>,
-        idempotencyKey: delivery,
-        trigger: 'webhook',
-      }),
-    );
+    const delivery = headers['webhook-id'];
+    return answer(async () => {
+      const runId = this.runs.keyedRunId(workflow, delivery);
+      const key = `${workflow}:${delivery}`;
+      const seen = await guarded(() =>
+        this.webhooks.keys.claim(
+          KEY_SPACES.webhookDelivery,
+          key,
+          { fingerprint: '', runId },
+          DELIVERY_ID_TTL_MS,
+        ),
+      );
+      if (seen)
+        throw new RefusedRequest(
+          409,
+          WEBHOOK_DELIVERY_SEEN,
+          `webhook delivery ${delivery} was received before`,
+          {
+            runId: seen.runId,
+          },
+        );
+      try {
+        return await this.runs.start({
+          workflow,
+          input: input as Record<string, unknown>,
+          runId,
+          idempotencyKey: delivery,
+          trigger: 'webhook',
+        });
+      } catch (e) {
+        // Nothing started: the sender's retry with this delivery id must not be refused as seen.
+        await this.webhooks.keys.release(KEY_SPACES.webhookDelivery, key).catch(() => undefined);
+        throw e;
+      }
+    });
   }
 
   @Get('runs/:id')

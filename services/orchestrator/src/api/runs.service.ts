@@ -1,11 +1,18 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Producer } from 'kafkajs';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
+import { SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
+import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
 import type { WorkflowRegistry } from '../workflows/registry';
 
-/** A request the API refuses: `fields` names each failing field. Maps to HTTP 400 (or 404 with `notFound`). */
+/**
+ * A request the API refuses: `fields` names each failing field. Maps to HTTP 400 (or 404 with `notFound`); the
+ * subclass RefusedRequest carries another status, a code and more of the answer.
+ */
 export class RequestError extends Error {
+  readonly code: string = 'INVALID_REQUEST';
+  readonly retryable: boolean = false;
   constructor(
     message: string,
     readonly fields: Array<{ path: string; message: string }> = [],
@@ -16,6 +23,41 @@ export class RequestError extends Error {
   }
 }
 
+/** A refusal with its own HTTP status and code; `details` are merged into the answer's body. */
+export class RefusedRequest extends RequestError {
+  override readonly code: string;
+  override readonly retryable: boolean;
+  constructor(
+    readonly status: 401 | 404 | 409 | 422 | 429 | 503,
+    code: string,
+    message: string,
+    readonly details: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = 'RefusedRequest';
+    this.code = code;
+    this.retryable = status === 503;
+  }
+}
+
+export const IDEMPOTENCY_KEY_REUSED = 'IDEMPOTENCY_KEY_REUSED';
+export const STORE_UNAVAILABLE = 'STORE_UNAVAILABLE';
+/** Redis key spaces of RequestKeys. */
+export const KEY_SPACES = { idempotency: 'idempotency', webhookDelivery: 'webhook-delivery' } as const;
+
+/** Runs a RequestKeys call; Redis failing is a 503 (retryable), never a run started unguarded. */
+export async function guarded<T>(f: () => Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } catch (e) {
+    throw new RefusedRequest(
+      503,
+      STORE_UNAVAILABLE,
+      `the request key store (Redis) did not answer: ${(e as Error).message}`,
+    );
+  }
+}
+
 /** Publishes run requests to wf.requests (keyed by run id) and answers queries from the read model. */
 export class RunsService {
   constructor(
@@ -23,12 +65,19 @@ export class RunsService {
     private readonly producer: Producer,
     readonly registry: WorkflowRegistry,
     readonly readModel: RunReadModel,
+    private readonly keys: RequestKeys,
+    private readonly settings: { idempotencyKeyTtlMs: number; signalBufferLimit: number },
   ) {}
 
   /**
    * Starts a run. The run id is the caller's, or derived from the Idempotency-Key (the same key for the same
    * workflow always names the same run, so a repeated start is a duplicate the engine ignores), or random.
-   * @throws RequestError for an unknown workflow or version.
+   * An Idempotency-Key (trigger `api`) is bound in Redis, before the StartRun is written, to the fingerprint of
+   * the request (workflow, version, input, businessKey, runId) and its run for IDEMPOTENCY_KEY_TTL_MS: the same
+   * request again gets the same run; another request with the key is refused.
+   * @throws RequestError for an unknown workflow or version; RefusedRequest 422 IDEMPOTENCY_KEY_REUSED (naming
+   *   both fingerprints and the first run) for a key bound to another request, 503 STORE_UNAVAILABLE when Redis
+   *   does not answer.
    */
   async start(req: {
     workflow: string;
@@ -44,22 +93,70 @@ export class RunsService {
       throw new RequestError(`unknown workflow ${req.workflow}${req.version ? ` v${req.version}` : ''}`, [
         { path: req.version ? 'version' : 'workflow', message: 'not registered' },
       ]);
+    const keyed = req.idempotencyKey && req.trigger === 'api';
+    const fp = fingerprint({
+      workflow: req.workflow,
+      version: req.version,
+      input: req.input,
+      businessKey: req.businessKey,
+      runId: req.runId,
+    });
+    // A keyed run's id names the key and the request: after the key's TTL, the same key with another request is a
+    // new run rather than a duplicate start the engine would drop.
     const runId =
       req.runId ??
       (req.idempotencyKey
-        ? `run-${createHash('sha256').update(`${req.workflow}\n${req.idempotencyKey}`).digest('hex').slice(0, 32)}`
+        ? this.keyedRunId(req.workflow, keyed ? `${req.idempotencyKey}\n${fp}` : req.idempotencyKey)
         : `run-${randomUUID()}`);
     const businessKey = req.businessKey ?? runId;
-    await this.send(runId, 'StartRun', {
-      runId,
-      workflow: def.name,
-      workflowVersion: def.version, // resolved now, so the run keeps this version even if a newer one is deployed
-      businessKey,
-      input: JSON.stringify(req.input),
-      idempotencyKey: req.idempotencyKey ?? null,
-      trigger: req.trigger,
-    });
+    let claimed = false;
+    if (keyed) {
+      const keyName = `${def.name}:${req.idempotencyKey}`;
+      const bound = await guarded(() =>
+        this.keys.claim(
+          KEY_SPACES.idempotency,
+          keyName,
+          { fingerprint: fp, runId },
+          this.settings.idempotencyKeyTtlMs,
+        ),
+      );
+      if (bound && bound.fingerprint !== fp)
+        throw new RefusedRequest(
+          422,
+          IDEMPOTENCY_KEY_REUSED,
+          `Idempotency-Key ${req.idempotencyKey} was used for another request (run ${bound.runId}); nothing was started`,
+          {
+            idempotencyKey: req.idempotencyKey,
+            runId: bound.runId,
+            fingerprints: { stored: bound.fingerprint, request: fp },
+          },
+        );
+      claimed = !bound;
+    }
+    try {
+      await this.send(runId, 'StartRun', {
+        runId,
+        workflow: def.name,
+        workflowVersion: def.version, // resolved now, so the run keeps this version even if a newer one is deployed
+        businessKey,
+        input: JSON.stringify(req.input),
+        idempotencyKey: req.idempotencyKey ?? null,
+        trigger: req.trigger,
+      });
+    } catch (e) {
+      // Not written: free the key, so a retry with it (or another request) is not held to a run that never was.
+      if (claimed)
+        await this.keys
+          .release(KEY_SPACES.idempotency, `${def.name}:${req.idempotencyKey}`)
+          .catch(() => undefined);
+      throw e;
+    }
     return { runId, workflow: def.name, version: def.version, businessKey };
+  }
+
+  /** The run id an Idempotency-Key (or a webhook delivery id) names for a workflow: `run-<32 hex>`. */
+  keyedRunId(workflow: string, key: string): string {
+    return `run-${createHash('sha256').update(`${workflow}\n${key}`).digest('hex').slice(0, 32)}`;
   }
 
   async cancel(runId: string, reason: string) {
@@ -67,8 +164,24 @@ export class RunsService {
     await this.send(runId, 'CancelRun', { runId, reason });
   }
 
+  /**
+   * Sends a signal. A run holds at most ORCHESTRATOR_SIGNAL_BUFFER_LIMIT distinct signals it does not wait for yet.
+   * @throws RefusedRequest 429 SIGNAL_BUFFER_FULL (naming the limit) when this one would go past it (the engine
+   *   refuses it too, by the same limit, if it gets there by another path or before the read model caught up).
+   */
   async signal(runId: string, signal: string, payload: unknown) {
-    this.mustExist(runId);
+    const s = this.mustExist(runId);
+    const step = this.registry.get(s.workflow, s.version)?.stepIndex.get(s.plan[s.position] ?? '');
+    const awaited = s.status === 'waiting' && step?.kind === 'wait' && step.signal === signal;
+    const held = Object.keys(s.signals ?? {}).length;
+    const limit = this.settings.signalBufferLimit;
+    if (!awaited && !(signal in (s.signals ?? {})) && held >= limit)
+      throw new RefusedRequest(
+        429,
+        SIGNAL_BUFFER_FULL,
+        `run ${runId} already buffers ${held} signals it does not wait for (limit ${limit}, ORCHESTRATOR_SIGNAL_BUFFER_LIMIT); ${signal} was not sent`,
+        { limit },
+      );
     await this.send(runId, 'SignalRun', { runId, signal, payload: JSON.stringify(payload ?? null) });
   }
 

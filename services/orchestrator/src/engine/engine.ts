@@ -33,7 +33,15 @@ import {
   type TopicSpec,
 } from '@keyflow/kafka';
 import { ComponentHealth, type Logger } from '@keyflow/observability';
-import { backoffDelayMs, dueTimers, reduce, retryPolicy, TERMINAL, type RunState } from '@keyflow/workflow';
+import {
+  backoffDelayMs,
+  dueTimers,
+  reduce,
+  retryPolicy,
+  SIGNAL_BUFFER_FULL,
+  TERMINAL,
+  type RunState,
+} from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import { encodeOutputs, resolveInput, toWorkflowInput, type OutputRecord } from './mapping';
@@ -473,7 +481,7 @@ export class Engine {
       let d: ReturnType<typeof reduce>;
       let outputs: OutputRecord[] = [];
       try {
-        d = reduce(def, state, input);
+        d = reduce(def, state, input, { signalBufferLimit: this.cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT });
         if (!d.ignored) {
           const trace = {
             traceparent: header(m.headers, 'traceparent') ?? decoded.value.metadata.traceparent ?? null,
@@ -507,6 +515,14 @@ export class Engine {
         continue;
       }
       if (d.ignored) {
+        if (d.ignored.startsWith(SIGNAL_BUFFER_FULL)) {
+          this.metrics.ignored.inc({ reason: SIGNAL_BUFFER_FULL });
+          this.logger.warn(
+            { runId: input.runId, reason: d.ignored },
+            'signal rejected: the run buffers too many',
+          );
+          continue;
+        }
         this.metrics.ignored.inc({ reason: d.ignored.split(' ').slice(0, 2).join(' ') });
         continue;
       }

@@ -1,9 +1,9 @@
-import { createHmac } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
 import { eventually } from '@keyflow/testing';
 import { rebuildRuns } from '../../src/rebuild';
 import { saga } from '../fixtures/test-workflows';
 import { WorkflowRegistry, builtinWorkflows } from '../../src/workflows/registry';
-import { OrchestratorHarness, post, type Lifecycle } from './support';
+import { OrchestratorHarness, post, TEST_WEBHOOK_SECRET, type Lifecycle } from './support';
 
 jest.setTimeout(240_000);
 
@@ -279,16 +279,18 @@ describe('the orchestrator', () => {
       expect((await fetch(`${url}/runs/run-does-not-exist`)).status).toBe(404);
 
       const payload = JSON.stringify({ from: 'webhook' });
+      const now = new Date();
+      const headers = {
+        'webhook-id': 'd-1',
+        'webhook-timestamp': `${Math.floor(now.getTime() / 1000)}`,
+        'webhook-signature': new Webhook(TEST_WEBHOOK_SECRET).sign('d-1', now, payload),
+      };
       const unsigned = await post(`${url}/webhooks/three-step`, payload, {
-        'x-keyflow-signature': 'sha256=00',
-        'x-keyflow-delivery': 'd-1',
+        ...headers,
+        'webhook-signature': 'v1,AAAA',
       });
       expect(unsigned.status).toBe(401);
-      const sig = `sha256=${createHmac('sha256', 'test-secret').update(payload).digest('hex')}`;
-      const signed = await post(`${url}/webhooks/three-step`, payload, {
-        'x-keyflow-signature': sig,
-        'x-keyflow-delivery': 'd-1',
-      });
+      const signed = await post(`${url}/webhooks/three-step`, payload, headers);
       expect(signed.status).toBe(202);
       await eventually(
         'webhook run completed',

@@ -8,6 +8,9 @@ import { Collector, TestNamespace } from '@keyflow/testing';
 
 const ROOT = join(__dirname, '../../../..');
 
+/** The Standard Webhooks secret of the three-step workflow in the harness's orchestrators. */
+export const TEST_WEBHOOK_SECRET = `whsec_${Buffer.from('three-step-test-secret-0123456789').toString('base64')}`;
+
 /** A child process that prints a JSON log line with `readyMsg` (and `http`) when it is ready. */
 export class ServiceProcess {
   readonly proc: ChildProcess;
@@ -76,7 +79,8 @@ export class OrchestratorHarness {
       ORCHESTRATOR_SESSION_TIMEOUT_MS: '6000',
       WORKER_SESSION_TIMEOUT_MS: '10000',
       WORKER_HEARTBEAT_INTERVAL_MS: '1000',
-      WEBHOOK_SECRET: 'test-secret',
+      WEBHOOKS_ENABLED: 'true',
+      WEBHOOK_SECRETS: JSON.stringify({ 'three-step': TEST_WEBHOOK_SECRET }),
       ...extra,
     };
   }

@@ -1,5 +1,5 @@
 import { workflow } from '@keyflow/workflow';
-import { loadOrchestratorConfig, OrchestratorConfigError } from '../../src/config';
+import { loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from '../../src/config';
 import { toWorkflowInput } from '../../src/engine/mapping';
 import { WorkflowRegistry } from '../../src/workflows/registry';
 
@@ -71,6 +71,31 @@ describe('orchestrator configuration', () => {
     expect(
       loadOrchestratorConfig({ KAFKA_BROKERS: 'a:1,b:2', SCHEMA_REGISTRY_URL: 'http://r' }).brokers,
     ).toEqual(['a:1', 'b:2']);
+  });
+
+  const base = { KAFKA_BROKERS: 'a:1', SCHEMA_REGISTRY_URL: 'http://r', REDIS_URL: 'redis://127.0.0.1:6379' };
+  it('refuses to serve webhooks without a secret, and the API without Redis', () => {
+    expect(() => requireApiSettings(loadOrchestratorConfig({ ...base, WEBHOOKS_ENABLED: 'true' }))).toThrow(
+      'WEBHOOK_SECRETS: WEBHOOKS_ENABLED=true needs a secret for at least one workflow',
+    );
+    expect(() => requireApiSettings(loadOrchestratorConfig({ ...base, REDIS_URL: undefined }))).toThrow(
+      'REDIS_URL: required (the API keeps Idempotency-Keys and webhook delivery ids in Redis)',
+    );
+    expect(() => loadOrchestratorConfig({ ...base, WEBHOOK_SECRETS: '{"w": 5}' })).toThrow(/WEBHOOK_SECRETS/);
+    const ok = requireApiSettings(
+      loadOrchestratorConfig({
+        ...base,
+        WEBHOOKS_ENABLED: 'true',
+        WEBHOOK_SECRETS: '{"w":"whsec_c2VjcmV0"}',
+      }),
+    );
+    expect(ok.WEBHOOK_SECRETS).toEqual({ w: 'whsec_c2VjcmV0' });
+  });
+
+  it('refuses the old single WEBHOOK_SECRET, pointing to its replacement', () => {
+    expect(() => loadOrchestratorConfig({ ...base, WEBHOOK_SECRET: 's' })).toThrow(
+      /WEBHOOK_SECRET: replaced by WEBHOOK_SECRETS/,
+    );
   });
 });
 

@@ -43,7 +43,7 @@ describe('cron schedules', () => {
             starts[i].push(runId);
           },
           createLogger('t', { level: 'silent' }),
-          { now: () => now, catchUpMs: 0 },
+          { now: () => now, catchUp: { mode: 'skip' } },
         ),
     );
     now += 30_000;
