@@ -37,7 +37,9 @@ recorded_failures() {
   node -e '
     const fs = require("fs"); const f = process.argv[1];
     const lines = fs.existsSync(f) ? fs.readFileSync(f, "utf8").split("\n").filter(Boolean).map(JSON.parse) : [];
-    console.log(lines.reduce((n, l) => n + (l.failed || 0), 0));
+    // A string, not console.log(number): under a pseudo-terminal (nx runs tasks in one) Node colours numbers, and
+    // the escape codes break the shell arithmetic that reads this.
+    process.stdout.write(String(lines.reduce((n, l) => n + (l.failed || 0), 0)));
   ' "$KEYFLOW_TEST_SUMMARY"
 }
 

@@ -50,7 +50,10 @@ export class ClaimCheck {
         `over the claim check's limit of ${this.o.maxBlobBytes} bytes (KEYFLOW_BLOB_MAX_BYTES)`,
       );
     const now = Date.now();
-    const r = await this.store.put(key, text, { expiresAt: blobExpiresAt(now, retentionMs, this.o.graceMs) });
+    const r = await this.store.put(key, text, {
+      createdAt: now,
+      expiresAt: blobExpiresAt(now, retentionMs, this.o.graceMs),
+    });
     return { inline: '', ref: r.ref };
   }
 

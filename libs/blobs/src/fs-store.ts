@@ -49,7 +49,7 @@ export class FsBlobStore implements BlobStore {
       key: k,
       sizeBytes: buf.length,
       sha256: sha256(buf),
-      createdAt: Date.now(),
+      createdAt: opts.createdAt ?? Date.now(),
       expiresAt: opts.expiresAt ?? null,
     };
     await this.atomicWrite(this.data(k), buf);

@@ -98,7 +98,7 @@ export class PgBlobStore implements BlobStore {
       key: k,
       sizeBytes: buf.length,
       sha256: sha256(buf),
-      createdAt: Date.now(),
+      createdAt: opts.createdAt ?? Date.now(),
       expiresAt: opts.expiresAt ?? null,
     };
     const c = await this.pool.connect();

@@ -20,6 +20,11 @@ export interface BlobInfo {
 export interface PutOptions {
   /** ms since the epoch after which the sweeper may delete the blob; null or absent: kept until deleted. */
   expiresAt?: number | null;
+  /**
+   * ms since the epoch recorded as the blob's creation (default: when the store writes it). Give the instant an
+   * `expiresAt` was computed from, so `expiresAt - createdAt` is exactly the retention asked for.
+   */
+  createdAt?: number;
 }
 
 /**
