@@ -1,7 +1,6 @@
 import fc from 'fast-check';
 import { Pool } from 'pg';
 import type { IHeaders, Producer } from 'kafkajs';
-import { newMetadata } from '@keyflow/contracts';
 import { dlqTopicFor } from '@keyflow/kafka';
 import {
   AwaitTimeoutError,
@@ -356,16 +355,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
             runs.set(runId, { workflow: 'chaos-three', decline: false, items: 0 });
             return {
               key: runId,
-              value: h.codec.encode('wf.requests', 'StartRun', {
-                metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
-                runId,
-                workflow: 'chaos-three',
-                workflowVersion: null,
-                businessKey: runId,
-                input: '{}',
-                idempotencyKey: null,
-                trigger: 'chaos',
-              }),
+              value: h.startRunValue(runId, 'chaos-three', 'chaos'),
             };
           });
           // librdkafka reports a refused bootstrap broker as an error: only the brokers that are up.

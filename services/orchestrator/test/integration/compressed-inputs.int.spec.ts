@@ -29,20 +29,7 @@ describe('the orchestrator reading zstd-compressed records', () => {
     if (noKcat) return console.warn(`skipped: ${noKcat}`);
     await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }), { publish: zstd });
     const runId = `zstd-run-${h.ns.prefix}`;
-    await zstd(
-      h.codec.physical('wf.requests'),
-      runId,
-      h.codec.encode('wf.requests', 'StartRun', {
-        metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
-        runId,
-        workflow: 'three-step',
-        workflowVersion: null,
-        businessKey: runId,
-        input: '{}',
-        idempotencyKey: null,
-        trigger: 'test',
-      }),
-    );
+    await zstd(h.codec.physical('wf.requests'), runId, h.startRunValue(runId));
     await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'));
     expect(
       h
@@ -126,16 +113,7 @@ describe('the orchestrator meeting an input batch it cannot decode', () => {
       records: [
         {
           key: blocked,
-          value: h.codec.encode('wf.requests', 'StartRun', {
-            metadata: newMetadata('StartRun', { key: blocked, correlationId: blocked }),
-            runId: blocked,
-            workflow: 'three-step',
-            workflowVersion: null,
-            businessKey: blocked,
-            input: '{}',
-            idempotencyKey: null,
-            trigger: 'test',
-          }),
+          value: h.startRunValue(blocked),
         },
       ],
     });

@@ -1,4 +1,3 @@
-import { newMetadata } from '@keyflow/contracts';
 import { eventually } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
 
@@ -51,16 +50,7 @@ describe('an engine transaction fenced by another producer of its partition', ()
           messages: [
             {
               key: second,
-              value: h.codec.encode('wf.requests', 'StartRun', {
-                metadata: newMetadata('StartRun', { key: second, correlationId: second }),
-                runId: second,
-                workflow: 'three-step',
-                workflowVersion: null,
-                businessKey: second,
-                input: '{}',
-                idempotencyKey: null,
-                trigger: 'test',
-              }),
+              value: h.startRunValue(second),
             },
           ],
         },

@@ -107,6 +107,20 @@ export class OrchestratorHarness {
     return p;
   }
 
+  /** The wf.requests value of a StartRun for `runId` (key, correlation and business key = run id, input `{}`). */
+  startRunValue(runId: string, workflow = 'three-step', trigger = 'test'): Buffer {
+    return this.codec.encode('wf.requests', 'StartRun', {
+      metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
+      runId,
+      workflow,
+      workflowVersion: null,
+      businessKey: runId,
+      input: '{}',
+      idempotencyKey: null,
+      trigger,
+    });
+  }
+
   /** Reads wf.events (read_committed) from the beginning into `events`. */
   async readEvents(): Promise<void> {
     await this.codec.registerTopics(['wf.events', 'task.results']);
