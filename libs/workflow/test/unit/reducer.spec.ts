@@ -104,6 +104,16 @@ describe('the workflow reducer', () => {
     expect(d.commands).toMatchObject([{ stepId: 'charge', attempt: 2, idempotencyKey: 'r1/charge' }]);
   });
 
+  it("keeps the worker's error code on the step and on its StepFailed event", () => {
+    let d = reduce(saga, undefined, start(saga));
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    d = reduce(saga, d.state, { ...fail(d.commands[0], false, 'CardDeclined'), code: 'CARD_DECLINED' });
+    expect(d.events.find((e) => e.type === 'StepFailed')).toMatchObject({
+      error: { errorClass: 'CardDeclined', code: 'CARD_DECLINED' },
+    });
+    expect(d.state!.steps.charge.error).toMatchObject({ code: 'CARD_DECLINED' });
+  });
+
   it('saga: a failing third step compensates steps two and one, in that order, and the run ends compensated', () => {
     let d = reduce(saga, undefined, start(saga));
     d = reduce(saga, d.state, ok(d.commands[0]));
