@@ -63,6 +63,8 @@ export interface StepError {
   errorClass: string;
   message: string;
   retryable: boolean;
+  /** The worker's machine-readable code (TaskFailed.error.code), or null; absent in states written before it. */
+  code?: string | null;
 }
 
 export interface StepState {
@@ -159,7 +161,12 @@ export type LifecycleSpec =
       type: 'StepFailed';
       stepId: string;
       attempt: number;
-      error: StepError & { attempts: number; firstFailureAt: number; lastFailureAt: number; code: null };
+      error: StepError & {
+        attempts: number;
+        firstFailureAt: number;
+        lastFailureAt: number;
+        code: string | null;
+      };
       willRetry: boolean;
     }
   | { type: 'RunCompleted'; output: string }
@@ -335,6 +342,7 @@ function apply(
           errorClass: input.errorClass,
           message: input.message,
           retryable: input.retryable,
+          code: input.code ?? null,
         });
       }
       return undefined;
@@ -694,7 +702,13 @@ function onFailed(c: Ctx, stepId: string, attempt: number, error: StepError): vo
     type: 'StepFailed',
     stepId,
     attempt,
-    error: { ...error, attempts: attempt, firstFailureAt: c.at, lastFailureAt: c.at, code: null },
+    error: {
+      ...error,
+      attempts: attempt,
+      firstFailureAt: c.at,
+      lastFailureAt: c.at,
+      code: error.code ?? null,
+    },
     willRetry,
   });
   c.log(

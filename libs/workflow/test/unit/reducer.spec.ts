@@ -28,7 +28,12 @@ const ok = (c: CommandSpec, output: unknown = { done: c.stepId }): WorkflowInput
   attempt: c.attempt,
   output,
 });
-const fail = (c: CommandSpec, retryable = true, errorClass = 'Boom'): WorkflowInput => ({
+const fail = (
+  c: CommandSpec,
+  retryable = true,
+  errorClass = 'Boom',
+  code: string | null = null,
+): WorkflowInput => ({
   ...base(),
   kind: 'task-failed',
   stepId: c.stepId,
@@ -36,6 +41,7 @@ const fail = (c: CommandSpec, retryable = true, errorClass = 'Boom'): WorkflowIn
   errorClass,
   message: 'it broke',
   retryable,
+  code,
 });
 const fire = (s: RunState, purpose?: string): WorkflowInput => {
   const [id] = Object.entries(s.timers).find(([, t]) => !purpose || t.purpose === purpose)!;
@@ -107,7 +113,7 @@ describe('the workflow reducer', () => {
   it("keeps the worker's error code on the step and on its StepFailed event", () => {
     let d = reduce(saga, undefined, start(saga));
     d = reduce(saga, d.state, ok(d.commands[0]));
-    d = reduce(saga, d.state, { ...fail(d.commands[0], false, 'CardDeclined'), code: 'CARD_DECLINED' });
+    d = reduce(saga, d.state, fail(d.commands[0], false, 'CardDeclined', 'CARD_DECLINED'));
     expect(d.events.find((e) => e.type === 'StepFailed')).toMatchObject({
       error: { errorClass: 'CardDeclined', code: 'CARD_DECLINED' },
     });
