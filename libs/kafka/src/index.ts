@@ -65,3 +65,10 @@ export {
   type QuarantinedPartition,
   type PartitionSwitch,
 } from './undecodable';
+export {
+  connectUntilAnswered,
+  untilAnswered,
+  isRetriableKafkaError,
+  STARTUP_TIMEOUT_MS,
+  type UntilAnsweredOptions,
+} from './connect';

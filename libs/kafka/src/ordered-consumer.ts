@@ -1,3 +1,4 @@
+import { connectUntilAnswered } from './connect';
 import { hostname } from 'node:os';
 import { PartitionAssigners, type Consumer, type EachBatchPayload, type IHeaders, type Kafka } from 'kafkajs';
 import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow';
@@ -299,7 +300,7 @@ export class OrderedConsumer {
         this.crashListeners.forEach((l) => l(e.payload.error));
       }
     });
-    await c.connect();
+    await connectUntilAnswered(c, { what: `consumer ${this.o.groupId}`, logger: this.o.logger });
     for (const topic of this.o.topics) await subscribeWhenReady(c, topic, this.o.fromBeginning);
     await c.run({
       autoCommit: false,

@@ -3,7 +3,7 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { EventCodec } from '@keyflow/contracts';
-import { createIdempotentProducer, createKafka, watchProducer } from '@keyflow/kafka';
+import { connectUntilAnswered, createIdempotentProducer, createKafka, watchProducer } from '@keyflow/kafka';
 import {
   ComponentHealth,
   createLogger,
@@ -66,10 +66,11 @@ export async function bootstrapOrchestrator(
   const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
     health.fail(COMPONENTS.apiProducer, err),
   );
-  await producer.connect();
-  const redis = new Redis(cfg.REDIS_URL, { maxRetriesPerRequest: 2, lazyConnect: true });
+  await connectUntilAnswered(producer, { what: 'API producer', logger });
+  // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
+  // requests that need it answer 503 and the process stays up.
+  const redis = new Redis(cfg.REDIS_URL, { maxRetriesPerRequest: 2 });
   redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
-  await redis.connect();
   const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
   const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
   const runs = new RunsService(codec, producer, workflows, readModel, keys, {

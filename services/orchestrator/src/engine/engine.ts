@@ -31,6 +31,7 @@ import {
   undecodableAt,
   watchProducer,
   type TopicSpec,
+  connectUntilAnswered,
 } from '@keyflow/kafka';
 import { ComponentHealth, type Logger } from '@keyflow/observability';
 import {
@@ -177,7 +178,7 @@ export class Engine {
   async start(): Promise<void> {
     const specs = Engine.topics(this.cfg, this.registry);
     const admin = this.kafka.admin();
-    await admin.connect();
+    await connectUntilAnswered(admin, { what: 'engine admin', logger: this.logger });
     try {
       await ensureTopics(
         admin,
@@ -195,7 +196,7 @@ export class Engine {
     this.timerProducer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
       this.health.fail(COMPONENTS.engineProducer, err),
     );
-    await this.timerProducer.connect();
+    await connectUntilAnswered(this.timerProducer, { what: 'engine timer producer', logger: this.logger });
 
     const c = this.kafka.consumer({
       groupId: this.cfg.ORCHESTRATOR_GROUP_ID,
@@ -226,7 +227,7 @@ export class Engine {
         this.crashListeners.forEach((l) => l(e.payload.error));
       }
     });
-    await c.connect();
+    await connectUntilAnswered(c, { what: 'engine consumer', logger: this.logger });
     await subscribeWhenReady(c, this.codec.physical('wf.requests'), true);
     await subscribeWhenReady(c, this.codec.physical('task.results'), true);
     await c.run({

@@ -1,7 +1,12 @@
 import type { Consumer, Kafka } from 'kafkajs';
 import type { ClaimCheck } from '@keyflow/blobs';
 import { ContractError, type EventCodec } from '@keyflow/contracts';
-import { PartitionQuarantine, subscribeWhenReady, undecodableBatchOf } from '@keyflow/kafka';
+import {
+  connectUntilAnswered,
+  PartitionQuarantine,
+  subscribeWhenReady,
+  undecodableBatchOf,
+} from '@keyflow/kafka';
 import type { ComponentHealth, Counter, Logger, Registry } from '@keyflow/observability';
 import type { RunState, RunStatus } from '@keyflow/workflow';
 import { COMPONENTS } from './components';
@@ -120,7 +125,7 @@ export class RunReadModel {
       this.logger.error({ err: e.payload.error, restart: e.payload.restart }, 'read model consumer crashed');
       if (!e.payload.restart) this.onStopped(e.payload.error);
     });
-    await c.connect();
+    await connectUntilAnswered(c, { what: 'read model consumer', logger: this.logger });
     await subscribeWhenReady(c, this.codec.physical('wf.state'), true);
     await c.run({
       autoCommit: false,

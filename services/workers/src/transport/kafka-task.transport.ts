@@ -19,6 +19,7 @@ import {
   ensureTopics,
   OrderedConsumer,
   watchProducer,
+  connectUntilAnswered,
 } from '@keyflow/kafka';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from '../config';
@@ -149,7 +150,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       logger: this.log,
     });
     const admin = this.kafka.admin();
-    await admin.connect();
+    await connectUntilAnswered(admin, { what: 'worker admin', logger: this.log });
     try {
       await ensureTopics(admin, [
         {
@@ -170,7 +171,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     this.producer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
       this.health.fail(WORKER_COMPONENTS.resultProducer, err),
     );
-    await this.producer.connect();
+    await connectUntilAnswered(this.producer, { what: 'result producer', logger: this.log });
     // No offline queue: while Redis is away, calls fail at once (retryable) and the consumer holds its messages.
     this.redis = new Redis(this.cfg.REDIS_URL, {
       enableOfflineQueue: false,
@@ -189,7 +190,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     const results = new BatchingProducer(this.producer);
     this.publisher?.attach(codec, results, async (logical) => {
       const a = this.kafka!.admin();
-      await a.connect();
+      await connectUntilAnswered(a, { what: 'worker admin', logger: this.log });
       try {
         await ensureTopics(a, [
           {

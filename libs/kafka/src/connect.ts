@@ -1,0 +1,70 @@
+import type { Logger } from '@keyflow/observability';
+
+/**
+ * How long a service keeps trying to connect its Kafka clients (and Redis) at startup before it gives up and exits
+ * 1, in ms: KEYFLOW_STARTUP_TIMEOUT_MS, else 60 000. Covers a broker's failover (the cluster fences a dead broker
+ * after `broker.session.timeout.ms`, 9 s by default) and a dependency restarting.
+ */
+export const STARTUP_TIMEOUT_MS = Number(process.env.KEYFLOW_STARTUP_TIMEOUT_MS ?? 60_000);
+
+/**
+ * Whether a kafkajs error may go away by itself: its `retriable` flag (set per broker error code, and on connection
+ * errors), or kafkajs's own retries ran out (`KafkaJSNumberOfRetriesExceeded`, whose cause was retriable).
+ */
+export function isRetriableKafkaError(err: unknown): boolean {
+  const e = err as { name?: unknown; retriable?: unknown } | null;
+  return e?.name === 'KafkaJSNumberOfRetriesExceeded' || e?.retriable === true;
+}
+
+export interface UntilAnsweredOptions {
+  /** Named in the log lines, e.g. `engine timer producer`. */
+  what: string;
+  logger: Logger;
+  /** Give up after this many ms from the first try (default {@link STARTUP_TIMEOUT_MS}). */
+  deadlineMs?: number;
+  /** First wait between tries in ms, doubled up to 5 000 (default 250). */
+  initialDelayMs?: number;
+  /** Which errors are worth another try (default {@link isRetriableKafkaError}). */
+  retryable?: (err: unknown) => boolean;
+  /** Run after a failed try, before the wait (e.g. drop a client's cached metadata); its errors are ignored. */
+  reset?: () => Promise<unknown>;
+}
+
+/**
+ * Runs `call`, again with backoff while it fails with a retryable error, until `deadlineMs` has passed.
+ * @throws the first non-retryable error, or the last error once the deadline has passed
+ */
+export async function untilAnswered<T>(call: () => Promise<T>, o: UntilAnsweredOptions): Promise<T> {
+  const deadline = Date.now() + (o.deadlineMs ?? STARTUP_TIMEOUT_MS);
+  const retryable = o.retryable ?? isRetriableKafkaError;
+  for (let attempt = 1, delay = o.initialDelayMs ?? 250; ; attempt++, delay = Math.min(delay * 2, 5_000)) {
+    try {
+      return await call();
+    } catch (err) {
+      if (!retryable(err) || Date.now() + delay > deadline) throw err;
+      o.logger.warn({ err, attempt, retryInMs: delay }, `${o.what}: could not connect; trying again`);
+      await o.reset?.().catch(() => undefined);
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
+}
+
+/**
+ * Connects a kafkajs producer, consumer or admin client, again while it fails with a retriable error, until the
+ * deadline (default {@link STARTUP_TIMEOUT_MS}).
+ *
+ * Why: an idempotent or transactional kafkajs producer sends InitProducerId to one broker chosen from its cached
+ * metadata (a non-transactional one to the "controller", which a KRaft broker picks at random among the brokers it
+ * believes alive) and gives up on the first refused connection (kafkajs 2.2.4 `eosManager.initProducerId` bails on
+ * anything but a listed protocol error). For some seconds after a broker dies the cluster's metadata still names it,
+ * so a service starting then failed to start although two of three brokers answered (the same gap as
+ * librdkafka#3848). Each failed try disconnects the client, which drops kafkajs's cached metadata: the next try asks
+ * the cluster again.
+ * @throws the first non-retriable kafkajs error, or the last one once the deadline has passed
+ */
+export function connectUntilAnswered(
+  client: { connect(): Promise<void>; disconnect(): Promise<void> },
+  o: Omit<UntilAnsweredOptions, 'retryable' | 'reset'>,
+): Promise<void> {
+  return untilAnswered(() => client.connect(), { ...o, reset: () => client.disconnect() });
+}
