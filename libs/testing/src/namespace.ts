@@ -28,8 +28,17 @@ export class TestNamespace {
       clientId: this.prefix,
       brokers: infra.kafkaBrokers,
       logLevel: logLevel.NOTHING,
-      retry: { retries: 5, initialRetryTime: 100 },
+      // A consumer that crashes once its test is over (a broker the test killed, the stack going down) must not
+      // restart: kafkajs would retry for good and keep Jest from exiting.
+      retry: { retries: 5, initialRetryTime: 100, restartOnFailure: async () => !this.closing },
     });
+  }
+
+  private closing = false;
+
+  /** From now on, a crashed consumer of {@link kafka} is not restarted (call first when a test tears down). */
+  stopRestarts(): void {
+    this.closing = true;
   }
 
   /** `<prefix>.<name>`: a topic name private to this test. */
@@ -84,6 +93,7 @@ export class TestNamespace {
 
   /** Deletes this test's topics and Redis keys, then disconnects. Safe to call twice. */
   async cleanup(): Promise<void> {
+    this.stopRestarts();
     if (this.redisClient) {
       const keys: string[] = [];
       let cursor = '0';

@@ -121,11 +121,14 @@ export class OrchestratorHarness {
     });
   }
 
-  /** Reads wf.events (read_committed) from the beginning into `events`. */
-  async readEvents(): Promise<void> {
+  /**
+   * Reads wf.events (read_committed) from the beginning into `into` (default `events`), in a consumer group of its
+   * own named after `reader` (one reader per name).
+   */
+  async readEvents(into: Collector<Lifecycle> = this.events, reader = 'events-reader'): Promise<void> {
     await this.codec.registerTopics(['wf.events', 'task.results']);
     const c = this.ns.kafka.consumer({
-      groupId: this.ns.groupId('events-reader'),
+      groupId: this.ns.groupId(reader),
       readUncommitted: false,
       maxWaitTimeInMs: 100,
     });
@@ -139,7 +142,7 @@ export class OrchestratorHarness {
           partition,
           offset: message.offset,
         });
-        this.events.push({ event: d.event, value: d.value as unknown as Lifecycle['value'] });
+        into.push({ event: d.event, value: d.value as unknown as Lifecycle['value'] });
       },
     });
   }
@@ -237,6 +240,7 @@ export class OrchestratorHarness {
   }
 
   async teardown(): Promise<void> {
+    this.ns.stopRestarts();
     await Promise.all(
       this.processes.map(async (p) => {
         if (p.proc.exitCode === null && p.proc.signalCode === null) {
