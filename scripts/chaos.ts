@@ -54,6 +54,9 @@ function print(r: ChaosReport, command: string): void {
   );
   console.log(`lost runs: ${r.runs.lost.length}${list(r.runs.lost)}`);
   console.log(
+    `runs whose end the live wf.events reader missed (found by a second reader afterwards): ${r.runs.missedByLiveReader.length}${list(r.runs.missedByLiveReader)}`,
+  );
+  console.log(
     `effects per logical step (PostgreSQL): ${r.effects.exactlyOnce} of ${r.effects.expected} exactly once, ${r.effects.missing.length} missing, ${r.effects.duplicated.length} executed more than once, ${r.effects.reexecutedAfterKill.length} re-executed after their worker was SIGKILLed mid-step${list([...r.effects.missing, ...r.effects.duplicated, ...r.effects.reexecutedAfterKill])}`,
   );
   console.log(

@@ -4,6 +4,7 @@ import type { IHeaders, Producer } from 'kafkajs';
 import { dlqTopicFor } from '@keyflow/kafka';
 import {
   AwaitTimeoutError,
+  Collector,
   KCAT_CODECS,
   clusterControl,
   type ClusterControl,
@@ -14,7 +15,7 @@ import {
   produceWithKcat,
 } from '@keyflow/testing';
 import { chaosEtlItems } from '../fixtures/test-workflows';
-import { OrchestratorHarness, post, type ServiceProcess } from './support';
+import { OrchestratorHarness, post, type Lifecycle, type ServiceProcess } from './support';
 
 /**
  * The chaos suite (issue "A real cluster, real producers, real sizes"): a mixed load (order sagas, a quarter of them
@@ -98,8 +99,13 @@ export interface ChaosReport {
     compensated: number;
     /** `runId (workflow): outcome` for runs that ended otherwise than designed. */
     unexpected: string[];
-    /** Runs with no terminal event by the deadline. */
+    /** Runs with no terminal event by the deadline, in the live reader nor in wf.events read again afterwards. */
     lost: string[];
+    /**
+     * Runs whose terminal event the live wf.events reader (a kafkajs consumer through every fault) did not see by the
+     * deadline, while a reader started afterwards found it in the topic: the consumer's miss, not a lost run.
+     */
+    missedByLiveReader: string[];
   };
   effects: {
     /** Logical steps (idempotency keys) the finished runs must have executed. */
@@ -545,9 +551,29 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     const seconds = (Date.now() - t0) / 1000;
     stopping = true;
 
+    // Runs the live reader saw no end of: read wf.events again from the beginning, after the faults, and wait until
+    // that reader has caught up with every end the live one saw (so what it lacks is not in the topic).
+    const unended = [...runs.keys()].filter((id) => !ended().has(id));
+    const again = new Collector<Lifecycle>();
+    if (unended.length) {
+      await h.readEvents(again, 'events-after-chaos');
+      const seenLive = ended();
+      await eventually(
+        'the second wf.events reader caught up',
+        () => new Set(again.items.filter((e) => TERMINAL.includes(e.event)).map((e) => e.value.runId)),
+        { until: (s) => [...seenLive].every((id) => s.has(id)), timeoutMs: 120_000, intervalMs: 500 },
+      ).catch((e) => {
+        if (!(e instanceof AwaitTimeoutError)) throw e;
+      });
+    }
+    const missedByLiveReader = unended.filter((id) =>
+      again.items.some((e) => e.value.runId === id && TERMINAL.includes(e.event)),
+    );
+
     // Outcomes.
     const outcome = new Map<string, string>();
-    for (const e of h.events.items) if (TERMINAL.includes(e.event)) outcome.set(e.value.runId, e.event);
+    for (const e of [...h.events.items, ...again.items])
+      if (TERMINAL.includes(e.event)) outcome.set(e.value.runId, e.event);
     const lost: string[] = [];
     const unexpected: string[] = [];
     let completed = 0;
@@ -592,7 +618,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       seed: o.seed,
       faults: report,
       timeline,
-      runs: { started: runs.size, notStarted, completed, compensated, unexpected, lost },
+      runs: { started: runs.size, notStarted, completed, compensated, unexpected, lost, missedByLiveReader },
       effects: {
         expected: expected.length,
         exactlyOnce: expected.filter((k) => count.get(k) === 1).length,
