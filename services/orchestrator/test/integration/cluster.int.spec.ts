@@ -2,7 +2,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { clusterControl, Collector, eventually, type ClusterControl } from '@keyflow/testing';
-import { OrchestratorHarness, post, type Lifecycle, type ServiceProcess } from './support';
+import { distinctEvents, OrchestratorHarness, post, type Lifecycle, type ServiceProcess } from './support';
 
 /**
  * On a 3-broker cluster of its own (infra/local/stack.sh, KEYFLOW_BROKERS=3; base port KEYFLOW_CLUSTER_TEST_PORT,
@@ -44,13 +44,6 @@ afterAll(async () => {
 });
 
 const terminal = new Set(['RunCompleted', 'RunFailed', 'RunCompensated', 'RunCancelled']);
-
-/** Distinct lifecycle events (a reader restarted by kafkajs may see an event twice: same event id). */
-function distinct(events: Collector<Lifecycle>): Lifecycle[] {
-  const seen = new Map<string, Lifecycle>();
-  for (const e of events.items) seen.set(e.value.metadata.eventId, e);
-  return [...seen.values()];
-}
 
 async function startRuns(url: string, from: number, n: number): Promise<string[]> {
   const rs = await Promise.all(
@@ -114,7 +107,7 @@ describe('on a 3-broker cluster', () => {
     const before = await startRuns(url, 0, 30);
     await eventually(
       'some steps completed before the kill',
-      () => distinct(h.events).filter((e) => e.event === 'StepCompleted').length,
+      () => distinctEvents(h.events).filter((e) => e.event === 'StepCompleted').length,
       {
         until: (n) => n >= 10,
         timeoutMs: 60_000,
@@ -130,7 +123,7 @@ describe('on a 3-broker cluster', () => {
       'every run finished',
       () =>
         new Set(
-          distinct(h.events)
+          distinctEvents(h.events)
             .filter((e) => terminal.has(e.event))
             .map((e) => e.value.runId),
         ),
@@ -146,8 +139,8 @@ describe('on a 3-broker cluster', () => {
       () => new Set(after.items.filter((e) => terminal.has(e.event)).map((e) => e.value.runId)),
       { until: (done) => ids.every((id) => done.has(id)), timeoutMs: 60_000, intervalMs: 500 },
     );
-    const events = distinct(after);
-    const live = new Set(distinct(h.events).map((e) => e.value.metadata.eventId));
+    const events = distinctEvents(after);
+    const live = new Set(distinctEvents(h.events).map((e) => e.value.metadata.eventId));
     const missedLive = events.filter((e) => !live.has(e.value.metadata.eventId));
     if (missedLive.length)
       console.warn(

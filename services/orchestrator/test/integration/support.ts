@@ -48,6 +48,19 @@ export type Lifecycle = {
   value: Record<string, unknown> & { runId: string; stepId?: string; metadata: { eventId: string } };
 };
 
+/**
+ * The distinct lifecycle events of `events`, first occurrence of each event id kept. A kafkajs consumer that restarts
+ * (a crash it recovers from, a rebalance) reads again from its last committed offset, so a live reader can see an
+ * event twice; consumers dedupe on `metadata.eventId` (README "Contracts"), and so do the checks. Two StepCompleted
+ * of one step with different event ids are still two.
+ */
+export function distinctEvents(events: { items: Lifecycle[] }): Lifecycle[] {
+  const seen = new Map<string, Lifecycle>();
+  for (const e of events.items)
+    if (!seen.has(e.value.metadata.eventId)) seen.set(e.value.metadata.eventId, e);
+  return [...seen.values()];
+}
+
 /** Topics, processes, a wf.events reader and simulated workers for orchestrator tests. */
 export class OrchestratorHarness {
   readonly ns: TestNamespace;
