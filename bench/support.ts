@@ -31,12 +31,22 @@ export function peakRssMb(pid: number | undefined): number {
 }
 
 /** Spawns a service entry point; `ready` resolves with its HTTP URL when it logs `readyMsg`. */
-export function spawnService(entry: string, env: Record<string, string>, readyMsg: string) {
-  const proc: ChildProcess = spawn(process.execPath, ['-r', '@swc-node/register', join(ROOT, entry)], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+/** `nodeArgs`: extra Node options before the entry (e.g. `--cpu-prof`, which NODE_OPTIONS does not accept). */
+export function spawnService(
+  entry: string,
+  env: Record<string, string>,
+  readyMsg: string,
+  nodeArgs: string[] = [],
+) {
+  const proc: ChildProcess = spawn(
+    process.execPath,
+    [...nodeArgs, '-r', '@swc-node/register', join(ROOT, entry)],
+    {
+      cwd: ROOT,
+      env: { ...process.env, LOG_LEVEL: 'info', ...env },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   const ready = new Promise<string>((resolve, reject) => {
     createInterface({ input: proc.stdout! }).on('line', (line) => {
       if (line.includes(`"${readyMsg}"`)) resolve(JSON.parse(line).http);

@@ -98,10 +98,10 @@ function startWorker(prefix: string, profileDir?: string) {
       WORKER_GROUP_ID: `${prefix}workers`,
       WORKER_TASK_TYPES: 'noop',
       LOG_LEVEL: 'warn',
-      // Node writes the profile when the process exits (the bench stops it with SIGTERM).
-      ...(profileDir ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${profileDir}` } : {}),
     },
     'worker ready',
+    // Node writes the profile when the process exits (the bench stops it with SIGTERM).
+    profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [],
   );
 }
 
