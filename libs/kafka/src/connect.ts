@@ -1,9 +1,9 @@
 import type { Logger } from '@keyflow/observability';
 
 /**
- * How long a service keeps trying to connect its Kafka clients (and Redis) at startup before it gives up and exits
- * 1, in ms: KEYFLOW_STARTUP_TIMEOUT_MS, else 60 000. Covers a broker's failover (the cluster fences a dead broker
- * after `broker.session.timeout.ms`, 9 s by default) and a dependency restarting.
+ * How long a service keeps trying to connect its Kafka clients at startup before it gives up and exits 1, in ms:
+ * KEYFLOW_STARTUP_TIMEOUT_MS, else 60 000. Covers a broker's failover (the cluster fences a dead broker after
+ * `broker.session.timeout.ms`, 9 s by default).
  */
 export const STARTUP_TIMEOUT_MS = Number(process.env.KEYFLOW_STARTUP_TIMEOUT_MS ?? 60_000);
 
@@ -14,39 +14,6 @@ export const STARTUP_TIMEOUT_MS = Number(process.env.KEYFLOW_STARTUP_TIMEOUT_MS 
 export function isRetriableKafkaError(err: unknown): boolean {
   const e = err as { name?: unknown; retriable?: unknown } | null;
   return e?.name === 'KafkaJSNumberOfRetriesExceeded' || e?.retriable === true;
-}
-
-export interface UntilAnsweredOptions {
-  /** Named in the log lines, e.g. `engine timer producer`. */
-  what: string;
-  logger: Logger;
-  /** Give up after this many ms from the first try (default {@link STARTUP_TIMEOUT_MS}). */
-  deadlineMs?: number;
-  /** First wait between tries in ms, doubled up to 5 000 (default 250). */
-  initialDelayMs?: number;
-  /** Which errors are worth another try (default {@link isRetriableKafkaError}). */
-  retryable?: (err: unknown) => boolean;
-  /** Run after a failed try, before the wait (e.g. drop a client's cached metadata); its errors are ignored. */
-  reset?: () => Promise<unknown>;
-}
-
-/**
- * Runs `call`, again with backoff while it fails with a retryable error, until `deadlineMs` has passed.
- * @throws the first non-retryable error, or the last error once the deadline has passed
- */
-export async function untilAnswered<T>(call: () => Promise<T>, o: UntilAnsweredOptions): Promise<T> {
-  const deadline = Date.now() + (o.deadlineMs ?? STARTUP_TIMEOUT_MS);
-  const retryable = o.retryable ?? isRetriableKafkaError;
-  for (let attempt = 1, delay = o.initialDelayMs ?? 250; ; attempt++, delay = Math.min(delay * 2, 5_000)) {
-    try {
-      return await call();
-    } catch (err) {
-      if (!retryable(err) || Date.now() + delay > deadline) throw err;
-      o.logger.warn({ err, attempt, retryInMs: delay }, `${o.what}: could not connect; trying again`);
-      await o.reset?.().catch(() => undefined);
-      await new Promise((r) => setTimeout(r, delay));
-    }
-  }
 }
 
 /**
@@ -62,9 +29,27 @@ export async function untilAnswered<T>(call: () => Promise<T>, o: UntilAnsweredO
  * the cluster again.
  * @throws the first non-retriable kafkajs error, or the last one once the deadline has passed
  */
-export function connectUntilAnswered(
+export async function connectUntilAnswered(
   client: { connect(): Promise<void>; disconnect(): Promise<void> },
-  o: Omit<UntilAnsweredOptions, 'retryable' | 'reset'>,
+  o: {
+    /** Named in the log lines, e.g. `engine timer producer`. */
+    what: string;
+    logger: Logger;
+    /** Give up after this many ms from the first try (default {@link STARTUP_TIMEOUT_MS}). */
+    deadlineMs?: number;
+    /** First wait between tries in ms, doubled up to 5 000 (default 250). */
+    initialDelayMs?: number;
+  },
 ): Promise<void> {
-  return untilAnswered(() => client.connect(), { ...o, reset: () => client.disconnect() });
+  const deadline = Date.now() + (o.deadlineMs ?? STARTUP_TIMEOUT_MS);
+  for (let attempt = 1, delay = o.initialDelayMs ?? 250; ; attempt++, delay = Math.min(delay * 2, 5_000)) {
+    try {
+      return await client.connect();
+    } catch (err) {
+      if (!isRetriableKafkaError(err) || Date.now() + delay > deadline) throw err;
+      o.logger.warn({ err, attempt, retryInMs: delay }, `${o.what}: could not connect; trying again`);
+      await client.disconnect().catch(() => undefined);
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
 }

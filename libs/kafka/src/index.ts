@@ -65,10 +65,4 @@ export {
   type QuarantinedPartition,
   type PartitionSwitch,
 } from './undecodable';
-export {
-  connectUntilAnswered,
-  untilAnswered,
-  isRetriableKafkaError,
-  STARTUP_TIMEOUT_MS,
-  type UntilAnsweredOptions,
-} from './connect';
+export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS } from './connect';

@@ -1,8 +1,8 @@
-import { connectUntilAnswered } from './connect';
 import { hostname } from 'node:os';
 import { PartitionAssigners, type Consumer, type EachBatchPayload, type IHeaders, type Kafka } from 'kafkajs';
 import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow';
 import type { ComponentHealth, Logger, Registry } from '@keyflow/observability';
+import { connectUntilAnswered } from './connect';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
 import { abortableSleep, linkSignals } from './sleep';
