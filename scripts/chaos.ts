@@ -32,6 +32,7 @@ const seed = opts.seed ? Number(opts.seed) : Math.floor(Math.random() * 2 ** 31)
 export const chaosOk = (r: ChaosReport) =>
   r.runs.lost.length === 0 &&
   r.runs.unexpected.length === 0 &&
+  r.runs.incompleteLifecycle.length === 0 &&
   r.effects.missing.length === 0 &&
   r.effects.duplicated.length === 0 &&
   r.order.violations.length === 0 &&
@@ -55,6 +56,9 @@ function print(r: ChaosReport, command: string): void {
   console.log(`lost runs: ${r.runs.lost.length}${list(r.runs.lost)}`);
   console.log(
     `runs whose end the live wf.events reader missed (found by a second reader afterwards): ${r.runs.missedByLiveReader.length}${list(r.runs.missedByLiveReader)}`,
+  );
+  console.log(
+    `runs whose lifecycle in wf.events has a gap or a repeat (read again after the faults): ${r.runs.incompleteLifecycle.length}${list(r.runs.incompleteLifecycle)}`,
   );
   console.log(
     `effects per logical step (PostgreSQL): ${r.effects.exactlyOnce} of ${r.effects.expected} exactly once, ${r.effects.missing.length} missing, ${r.effects.duplicated.length} executed more than once, ${r.effects.reexecutedAfterKill.length} re-executed after their worker was SIGKILLed mid-step${list([...r.effects.missing, ...r.effects.duplicated, ...r.effects.reexecutedAfterKill])}`,

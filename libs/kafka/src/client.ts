@@ -2,6 +2,7 @@ import { Kafka, logLevel, Partitioners, type KafkaConfig, type Producer } from '
 import type { Logger } from '@keyflow/observability';
 // For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
 import './codecs';
+import { assertKafkajsPatched } from './kafkajs-patch';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.ERROR]: 'error',
@@ -10,10 +11,14 @@ const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.DEBUG]: 'debug',
 };
 
-/** A kafkajs client whose own logs go to our structured logger (WARN and above by default). */
+/**
+ * A kafkajs client whose own logs go to our structured logger (WARN and above by default).
+ * @throws KafkajsUnpatchedError when kafkajs lacks the project's patch (see ./kafkajs-patch)
+ */
 export function createKafka(
   opts: { brokers: string[]; clientId: string; logger: Logger; level?: logLevel } & Partial<KafkaConfig>,
 ): Kafka {
+  assertKafkajsPatched();
   const { brokers, clientId, logger, level, ...rest } = opts;
   return new Kafka({
     brokers,

@@ -1,4 +1,5 @@
 export { createKafka, createIdempotentProducer } from './client';
+export { assertKafkajsPatched, KafkajsUnpatchedError, KAFKAJS_PATCH_MARKER } from './kafkajs-patch';
 export {
   ensureTopics,
   subscribeWhenReady,

@@ -15,7 +15,14 @@ import {
   produceWithKcat,
 } from '@keyflow/testing';
 import { chaosEtlItems } from '../fixtures/test-workflows';
-import { OrchestratorHarness, post, type Lifecycle, type ServiceProcess } from './support';
+import {
+  distinctEvents,
+  OrchestratorHarness,
+  TERMINAL_EVENTS,
+  post,
+  type Lifecycle,
+  type ServiceProcess,
+} from './support';
 
 /**
  * The chaos suite (issue "A real cluster, real producers, real sizes"): a mixed load (order sagas, a quarter of them
@@ -106,6 +113,12 @@ export interface ChaosReport {
      * deadline, while a reader started afterwards found it in the topic: the consumer's miss, not a lost run.
      */
     missedByLiveReader: string[];
+    /**
+     * `runId: what` for ended runs whose lifecycle in wf.events (read again after the faults) has a gap or a
+     * repeat: RunStarted not exactly once, or (for RunCompleted runs) a scheduled step with no StepCompleted. A
+     * lifecycle consumer would see a run jump over a step.
+     */
+    incompleteLifecycle: string[];
   };
   effects: {
     /** Logical steps (idempotency keys) the finished runs must have executed. */
@@ -139,7 +152,6 @@ export interface ChaosReport {
   seconds: number;
 }
 
-const TERMINAL = ['RunCompleted', 'RunFailed', 'RunCompensated', 'RunCancelled'];
 const WORKER_FIXTURE = 'services/workers/test/fixtures/test-worker.ts';
 const WORKER_TYPES = ['seq', 'charge', 'refund', 'refuse'];
 /** Poison records start with this (no Avro magic byte): every consumer must dead-letter them and go on. */
@@ -537,7 +549,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
 
     // Every run must reach a terminal state within the settle deadline.
     const ended = () =>
-      new Set(h.events.items.filter((e) => TERMINAL.includes(e.event)).map((e) => e.value.runId));
+      new Set(h.events.items.filter((e) => TERMINAL_EVENTS.has(e.event)).map((e) => e.value.runId));
     try {
       await eventually('every run ended', () => [...runs.keys()].filter((id) => !ended().has(id)).length, {
         until: (c) => c === 0,
@@ -551,29 +563,28 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     const seconds = (Date.now() - t0) / 1000;
     stopping = true;
 
-    // Runs the live reader saw no end of: read wf.events again from the beginning, after the faults, and wait until
-    // that reader has caught up with every end the live one saw (so what it lacks is not in the topic).
+    // wf.events read again from the beginning, after the faults (what the topic holds, not what a consumer that
+    // lived through them saw), until it has caught up with every end the live reader saw.
     const unended = [...runs.keys()].filter((id) => !ended().has(id));
     const again = new Collector<Lifecycle>();
-    if (unended.length) {
-      await h.readEvents(again, 'events-after-chaos');
-      const seenLive = ended();
-      await eventually(
-        'the second wf.events reader caught up',
-        () => new Set(again.items.filter((e) => TERMINAL.includes(e.event)).map((e) => e.value.runId)),
-        { until: (s) => [...seenLive].every((id) => s.has(id)), timeoutMs: 120_000, intervalMs: 500 },
-      ).catch((e) => {
-        if (!(e instanceof AwaitTimeoutError)) throw e;
-      });
-    }
+    await h.readEvents(again, 'events-after-chaos');
+    const seenLive = ended();
+    await eventually(
+      'the second wf.events reader caught up',
+      () => new Set(again.items.filter((e) => TERMINAL_EVENTS.has(e.event)).map((e) => e.value.runId)),
+      { until: (s) => [...seenLive].every((id) => s.has(id)), timeoutMs: 120_000, intervalMs: 500 },
+    ).catch((e) => {
+      if (!(e instanceof AwaitTimeoutError)) throw e;
+    });
     const missedByLiveReader = unended.filter((id) =>
-      again.items.some((e) => e.value.runId === id && TERMINAL.includes(e.event)),
+      again.items.some((e) => e.value.runId === id && TERMINAL_EVENTS.has(e.event)),
     );
+    const incompleteLifecycle = lifecycleGaps(distinctEvents(again), new Set(runs.keys()));
 
     // Outcomes.
     const outcome = new Map<string, string>();
     for (const e of [...h.events.items, ...again.items])
-      if (TERMINAL.includes(e.event)) outcome.set(e.value.runId, e.event);
+      if (TERMINAL_EVENTS.has(e.event)) outcome.set(e.value.runId, e.event);
     const lost: string[] = [];
     const unexpected: string[] = [];
     let completed = 0;
@@ -618,7 +629,16 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       seed: o.seed,
       faults: report,
       timeline,
-      runs: { started: runs.size, notStarted, completed, compensated, unexpected, lost, missedByLiveReader },
+      runs: {
+        started: runs.size,
+        notStarted,
+        completed,
+        compensated,
+        unexpected,
+        lost,
+        missedByLiveReader,
+        incompleteLifecycle,
+      },
       effects: {
         expected: expected.length,
         exactlyOnce: expected.filter((k) => count.get(k) === 1).length,
@@ -646,4 +666,29 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     }
     await pg.end();
   }
+}
+
+/**
+ * The ended runs among `ids` whose lifecycle in `events` (distinct by event id) has a gap or a repeat (see
+ * ChaosReport.runs.incompleteLifecycle), as `runId: what`. A map's items are scheduled one by one (`<map>[i]`) and
+ * complete as one StepCompleted of the map; a choice completes without being scheduled.
+ */
+export function lifecycleGaps(events: Lifecycle[], ids: Set<string>): string[] {
+  const byRun = new Map<string, Lifecycle[]>();
+  for (const e of events)
+    if (ids.has(e.value.runId)) byRun.set(e.value.runId, [...(byRun.get(e.value.runId) ?? []), e]);
+  const gaps: string[] = [];
+  for (const [id, evs] of byRun) {
+    const end = evs.find((e) => TERMINAL_EVENTS.has(e.event));
+    if (!end) continue; // not ended: counted as lost, not here
+    const started = evs.filter((e) => e.event === 'RunStarted').length;
+    if (started !== 1) gaps.push(`${id}: ${started} RunStarted`);
+    if (end.event !== 'RunCompleted') continue;
+    const steps = (kind: string) =>
+      new Set(evs.filter((e) => e.event === kind).map((e) => String(e.value.stepId).replace(/\[\d+\]$/, '')));
+    const completed = steps('StepCompleted');
+    const open = [...steps('StepScheduled')].filter((s) => !completed.has(s));
+    if (open.length) gaps.push(`${id}: RunCompleted with no StepCompleted for ${open.join(',')}`);
+  }
+  return gaps;
 }

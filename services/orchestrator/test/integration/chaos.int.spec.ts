@@ -59,6 +59,10 @@ describe('chaos (CI sample: one fault of each kind)', () => {
     expect(r.runs.completed + r.runs.compensated).toBe(r.runs.started);
   });
 
+  it("every ended run's lifecycle in wf.events is whole: started once, each scheduled step completed", () => {
+    expect(r.runs.incompleteLifecycle).toEqual([]);
+  });
+
   it('every logical step of every run has exactly one effect in PostgreSQL', () => {
     expect(r.effects.missing).toEqual([]);
     expect(r.effects.duplicated).toEqual([]);

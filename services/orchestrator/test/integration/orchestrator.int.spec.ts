@@ -3,13 +3,19 @@ import { eventually } from '@keyflow/testing';
 import { rebuildRuns } from '../../src/rebuild';
 import { saga } from '../fixtures/test-workflows';
 import { WorkflowRegistry, builtinWorkflows } from '../../src/workflows/registry';
-import { distinctEvents, OrchestratorHarness, post, TEST_WEBHOOK_SECRET, type Lifecycle } from './support';
+import {
+  distinctEvents,
+  OrchestratorHarness,
+  TERMINAL_EVENTS,
+  post,
+  TEST_WEBHOOK_SECRET,
+  type Lifecycle,
+} from './support';
 
 jest.setTimeout(240_000);
 
-const terminal = new Set(['RunCompleted', 'RunFailed', 'RunCompensated', 'RunCancelled']);
 const finishedRuns = (h: OrchestratorHarness) =>
-  new Set(h.events.items.filter((e) => terminal.has(e.event)).map((e) => e.value.runId));
+  new Set(h.events.items.filter((e) => TERMINAL_EVENTS.has(e.event)).map((e) => e.value.runId));
 
 /**
  * Each run has exactly one StepCompleted per step and one terminal event, counted over distinct event ids (a live
@@ -369,7 +375,7 @@ describe('the order saga example', () => {
         const runId = runs[i].body.runId as string;
         const end = await eventually(
           `order failing at ${failAt} ends`,
-          () => h.of(runId).find((e) => terminal.has(e.event)),
+          () => h.of(runId).find((e) => TERMINAL_EVENTS.has(e.event)),
           { timeoutMs: 60_000 },
         );
         const completedBefore = steps.slice(0, i);

@@ -1,7 +1,7 @@
 import { AssignerProtocol } from 'kafkajs';
 import { AwaitTimeoutError, eventually } from '@keyflow/testing';
 import { builtinWorkflows } from '../../src/workflows/registry';
-import { OrchestratorHarness, post, type ServiceProcess } from './support';
+import { OrchestratorHarness, TERMINAL_EVENTS, post, type ServiceProcess } from './support';
 
 /**
  * The scale-out scenario, shared by the CI test (scale-out.int.spec.ts) and the full matrix (`npm run test:scale`,
@@ -76,7 +76,6 @@ const stepsOf = (name: string): string[] => {
 };
 export const THREE_STEP = 'three-step';
 export const ORDER_SAGA = 'order-saga';
-const TERMINAL = ['RunCompleted', 'RunFailed', 'RunCompensated', 'RunCancelled'];
 
 /**
  * Reads the group's assignment from the broker once it is Stable with `size` members (or, at the deadline, the last
@@ -258,7 +257,7 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
     );
 
     const ended = () =>
-      new Set(h.events.items.filter((e) => TERMINAL.includes(e.event)).map((e) => e.value.runId));
+      new Set(h.events.items.filter((e) => TERMINAL_EVENTS.has(e.event)).map((e) => e.value.runId));
     try {
       await eventually('every run ended', () => ended().size, {
         until: (c) => c >= ids.length,

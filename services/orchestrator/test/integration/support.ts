@@ -48,6 +48,14 @@ export type Lifecycle = {
   value: Record<string, unknown> & { runId: string; stepId?: string; metadata: { eventId: string } };
 };
 
+/** The lifecycle events that end a run (wf.events). */
+export const TERMINAL_EVENTS: ReadonlySet<string> = new Set([
+  'RunCompleted',
+  'RunFailed',
+  'RunCompensated',
+  'RunCancelled',
+]);
+
 /**
  * The distinct lifecycle events of `events`, first occurrence of each event id kept. A kafkajs consumer that restarts
  * (a crash it recovers from, a rebalance) reads again from its last committed offset, so a live reader can see an
