@@ -1,0 +1,49 @@
+import { TestNamespace, eventually } from '@keyflow/testing';
+import { createIdempotentProducer } from '../../src';
+
+jest.setTimeout(90_000);
+
+/**
+ * Several transactional producers write one partition (the orchestrator's per-partition producers all write the
+ * task topics), and their transactions interleave. The broker lists a fetch's aborted transactions in the order
+ * they ended, not the order they began; a read_committed consumer must skip every record of each of them (KIP-98;
+ * the Java client keeps them in a queue ordered by first offset).
+ */
+describe('a read_committed consumer', () => {
+  const ns = new TestNamespace('aborted-txns');
+  afterAll(() => ns.cleanup());
+
+  it('never sees a record of an aborted transaction, when transactions of two producers interleave', async () => {
+    const [topic] = await ns.createTopics({ name: 'interleaved', numPartitions: 1 });
+    const a = createIdempotentProducer(ns.kafka, ns.groupId('tx-a'));
+    const b = createIdempotentProducer(ns.kafka, ns.groupId('tx-b'));
+    await Promise.all([a.connect(), b.connect()]);
+    try {
+      // A begins first and ends last: its transaction spans B's, which the broker lists first.
+      const ta = await a.transaction();
+      await ta.send({ topic, acks: -1, messages: [{ key: 'k', value: 'aborted-a-1' }] });
+      const tb = await b.transaction();
+      await tb.send({ topic, acks: -1, messages: [{ key: 'k', value: 'aborted-b' }] });
+      await ta.send({ topic, acks: -1, messages: [{ key: 'k', value: 'aborted-a-2' }] });
+      await tb.abort();
+      await ta.abort();
+      const tc = await b.transaction();
+      await tc.send({ topic, acks: -1, messages: [{ key: 'k', value: 'committed' }] });
+      await tc.commit();
+    } finally {
+      await Promise.allSettled([a.disconnect(), b.disconnect()]);
+    }
+
+    const consumer = ns.kafka.consumer({ groupId: ns.groupId('reader'), readUncommitted: false });
+    const seen: string[] = [];
+    await consumer.connect();
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({ eachMessage: async ({ message }) => void seen.push(message.value!.toString()) });
+    try {
+      await eventually('the committed record is read', () => seen.includes('committed'));
+    } finally {
+      await consumer.disconnect();
+    }
+    expect(seen).toEqual(['committed']);
+  });
+});
