@@ -1,5 +1,5 @@
 export { createKafka, createIdempotentProducer } from './client';
-export { assertKafkajsPatched, KafkajsUnpatchedError, KAFKAJS_PATCH_MARKER } from './kafkajs-patch';
+export { assertKafkajsPatched, KafkajsUnpatchedError, KAFKAJS_PATCHES } from './kafkajs-patch';
 export {
   ensureTopics,
   subscribeWhenReady,

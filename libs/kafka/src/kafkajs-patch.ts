@@ -1,13 +1,20 @@
 import { readFileSync } from 'node:fs';
 
 /**
- * The marker of `patches/kafkajs+2.2.4.patch` (applied by `patch-package` on `npm install`/`npm ci`): kafkajs 2.2.4
- * keeps a send's responses per broker across retries, so a partition whose leader moved to a broker that had
- * already answered was never sent again and the send resolved without it (kafkajs issue 1303; in a transaction the
- * rest committed without it). The patch keeps them per topic-partition, assigns each message's partition once and
- * lets every request of an attempt settle before the retry.
+ * What `patches/kafkajs+2.2.4.patch` (applied by `patch-package` on `npm install`/`npm ci`) fixes in kafkajs 2.2.4,
+ * by file (under kafkajs/src) and the marker each patched file carries:
+ * - producer/sendMessages.js: a send kept its responses per broker across retries, so a partition whose leader
+ *   moved to a broker that had already answered was never sent again and the send resolved without it (kafkajs
+ *   issue 1303; in a transaction the rest committed without it). Patched: kept per topic-partition, each message's
+ *   partition assigned once, every request of an attempt settled before the retry.
+ * - consumer/filterAbortedMessages.js: read_committed took the broker's aborted-transaction list as ordered by first
+ *   offset and entered one per record, so with interleaved transactions of several producers a record of an
+ *   aborted one was delivered (KIP-98). Patched: ordered by first offset, every begun one entered.
  */
-export const KAFKAJS_PATCH_MARKER = 'keyflow patch (kafkajs issue 1303)';
+export const KAFKAJS_PATCHES = {
+  'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
+  'consumer/filterAbortedMessages.js': 'keyflow patch (kafkajs read_committed)',
+} as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
 export class KafkajsUnpatchedError extends Error {
@@ -15,8 +22,9 @@ export class KafkajsUnpatchedError extends Error {
   readonly retryable = false;
   constructor(readonly file: string) {
     super(
-      `${file} lacks "${KAFKAJS_PATCH_MARKER}": without it a send can lose a partition's records when its leader ` +
-        'moves (a broker dies). Run `npm ci` (its postinstall applies patches/ with patch-package), not --ignore-scripts',
+      `${file} lacks the project's patch (a send can lose a partition's records when its leader moves; a ` +
+        'read_committed consumer can deliver aborted records). Run `npm ci` (its postinstall applies patches/ with ' +
+        'patch-package), not --ignore-scripts',
     );
     this.name = 'KafkajsUnpatchedError';
   }
@@ -25,12 +33,14 @@ export class KafkajsUnpatchedError extends Error {
 let checked = false;
 
 /**
- * Throws {@link KafkajsUnpatchedError} unless the kafkajs this process loads carries the project's patch. Reads
- * one file once per process.
+ * Throws {@link KafkajsUnpatchedError} unless the kafkajs this process loads carries every patch of
+ * {@link KAFKAJS_PATCHES}. Reads those files once per process.
  */
 export function assertKafkajsPatched(): void {
   if (checked) return;
-  const file = require.resolve('kafkajs/src/producer/sendMessages.js');
-  if (!readFileSync(file, 'utf8').includes(KAFKAJS_PATCH_MARKER)) throw new KafkajsUnpatchedError(file);
+  for (const [path, marker] of Object.entries(KAFKAJS_PATCHES)) {
+    const file = require.resolve(`kafkajs/src/${path}`);
+    if (!readFileSync(file, 'utf8').includes(marker)) throw new KafkajsUnpatchedError(file);
+  }
   checked = true;
 }
