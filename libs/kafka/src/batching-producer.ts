@@ -43,7 +43,11 @@ export class BatchingProducer {
     if (batch.length === 0) return;
     this.flushing = this.flushing.then(async () => {
       const byTopic = new Map<string, Message[]>();
-      batch.forEach((b) => byTopic.set(b.topic, [...(byTopic.get(b.topic) ?? []), b.message]));
+      for (const b of batch) {
+        const messages = byTopic.get(b.topic);
+        if (messages) messages.push(b.message);
+        else byTopic.set(b.topic, [b.message]);
+      }
       try {
         await this.producer.sendBatch({
           acks: -1,

@@ -544,9 +544,14 @@ export class Engine {
       const snapshotTopic = this.codec.physical('wf.state');
       const lastSnapshot = new Map<string, number>();
       records.forEach((r, i) => r.topic === snapshotTopic && lastSnapshot.set(r.key, i));
+      const add = (topic: string, m: Msg) => {
+        const messages = byTopic.get(topic);
+        if (messages) messages.push(m);
+        else byTopic.set(topic, [m]);
+      };
       records.forEach((r, i) => {
         if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
-        byTopic.set(r.topic, [...(byTopic.get(r.topic) ?? []), { key: r.key, value: r.value }]);
+        add(r.topic, { key: r.key, value: r.value });
       });
       for (const { m, err } of dlq) {
         const t = dlqTopicFor(batch.topic);
@@ -570,7 +575,7 @@ export class Engine {
           },
           this.cfg.ORCHESTRATOR_INSTANCE_ID,
         );
-        byTopic.set(t, [...(byTopic.get(t) ?? []), record]);
+        add(t, record);
       }
       // Requests of at most ~512 KiB (before gzip), so no record batch exceeds the broker's message.max.bytes.
       for (const part of splitBySize([...byTopic], 512 * 1024))
