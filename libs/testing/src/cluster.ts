@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process';
-import { resolve } from 'node:path';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -46,6 +48,23 @@ export interface ClusterControl {
   stopBroker(index: number): Promise<void>;
   /** Start broker `index` again (same data and ports) and resolve once it answers a metadata request. */
   startBroker(index: number): Promise<void>;
+}
+
+/**
+ * The environment of a separate local stack on its own ports, for a test that starts one beside the suite's stack:
+ * brokers on `base`, `base+10`, `base+20` (controllers one above each), registry `base+2` (management `base+3`),
+ * its own Redis on `base+4`, and a fresh run dir under the OS temp dir named after `label`.
+ */
+export function stackEnvOnPorts(base: number, label: string): Record<string, string> {
+  return {
+    KEYFLOW_RUN_DIR: mkdtempSync(join(tmpdir(), `keyflow-${label}-`)),
+    KAFKA_PORT: String(base),
+    KAFKA_CONTROLLER_PORT: String(base + 1),
+    REGISTRY_PORT: String(base + 2),
+    REGISTRY_MANAGEMENT_PORT: String(base + 3),
+    KEYFLOW_REDIS_PORT: String(base + 4),
+    REDIS_URL: '', // the stack's own Redis on KEYFLOW_REDIS_PORT, not the suite's
+  };
 }
 
 /**

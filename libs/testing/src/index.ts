@@ -19,6 +19,7 @@ export { RegistryProxy } from './registry-proxy';
 export { healthOf, degradedWith, type HealthAnswer } from './health';
 export {
   clusterControl,
+  stackEnvOnPorts,
   StackCommandError,
   STACK_SCRIPT,
   type BrokerInfo,

@@ -1,8 +1,5 @@
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Kafka, logLevel, type Admin, type Producer } from 'kafkajs';
-import { clusterControl, eventually, type ClusterControl } from '@keyflow/testing';
+import { clusterControl, stackEnvOnPorts, eventually, type ClusterControl } from '@keyflow/testing';
 import { createIdempotentProducer } from '../../src';
 
 /**
@@ -18,15 +15,7 @@ import { createIdempotentProducer } from '../../src';
 jest.setTimeout(240_000);
 
 const BASE = Number(process.env.KEYFLOW_LEADER_TEST_PORT ?? 39200);
-const stackEnv = {
-  KEYFLOW_RUN_DIR: mkdtempSync(join(tmpdir(), 'keyflow-leader-test-')),
-  KAFKA_PORT: String(BASE),
-  KAFKA_CONTROLLER_PORT: String(BASE + 1),
-  REGISTRY_PORT: String(BASE + 2),
-  REGISTRY_MANAGEMENT_PORT: String(BASE + 3),
-  KEYFLOW_REDIS_PORT: String(BASE + 4),
-  REDIS_URL: '',
-};
+const stackEnv = stackEnvOnPorts(BASE, 'leader-test');
 
 let cluster: ClusterControl;
 let kafka: Kafka;

@@ -1,7 +1,10 @@
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { clusterControl, Collector, eventually, type ClusterControl } from '@keyflow/testing';
+import {
+  clusterControl,
+  stackEnvOnPorts,
+  Collector,
+  eventually,
+  type ClusterControl,
+} from '@keyflow/testing';
 import {
   distinctEvents,
   OrchestratorHarness,
@@ -19,15 +22,7 @@ import {
 jest.setTimeout(420_000);
 
 const BASE = Number(process.env.KEYFLOW_CLUSTER_TEST_PORT ?? 39100);
-const stackEnv = {
-  KEYFLOW_RUN_DIR: mkdtempSync(join(tmpdir(), 'keyflow-cluster-test-')),
-  KAFKA_PORT: String(BASE),
-  KAFKA_CONTROLLER_PORT: String(BASE + 1),
-  REGISTRY_PORT: String(BASE + 2),
-  REGISTRY_MANAGEMENT_PORT: String(BASE + 3),
-  KEYFLOW_REDIS_PORT: String(BASE + 4),
-  REDIS_URL: '', // the stack's own Redis on KEYFLOW_REDIS_PORT, not the suite's
-};
+const stackEnv = stackEnvOnPorts(BASE, 'cluster-test');
 const ORCH_PARTITIONS = 4;
 const KILLED = 1; // the first bootstrap broker, and the first quorum voter
 
