@@ -134,9 +134,25 @@ export interface IdempotencyStoreOptions {
   completionTtlMs?: number;
 }
 
+/**
+ * The scripts, as ioredis commands (`defineCommand`): sent as EVALSHA, with ioredis falling back to EVAL when the
+ * server's script cache lacks one (after a restart or SCRIPT FLUSH). One key each.
+ */
+const SCRIPTS = {
+  keyflowIdemBegin: BEGIN,
+  keyflowIdemRenew: RENEW,
+  keyflowIdemComplete: COMPLETE,
+  keyflowIdemRelease: RELEASE,
+  keyflowIdemFence: FENCE,
+} as const;
+type ScriptCommands = {
+  [K in keyof typeof SCRIPTS]: (key: string, ...args: Array<string | number>) => Promise<unknown>;
+};
+
 export class IdempotencyStore<R = unknown> {
   readonly leaseMs: number;
   readonly completionTtlMs: number;
+  private readonly scripts: ScriptCommands;
 
   constructor(
     private readonly redis: Redis,
@@ -144,6 +160,10 @@ export class IdempotencyStore<R = unknown> {
   ) {
     this.leaseMs = opts.leaseMs ?? 30_000;
     this.completionTtlMs = opts.completionTtlMs ?? 7 * 24 * 3600 * 1000;
+    for (const [name, lua] of Object.entries(SCRIPTS))
+      if (typeof (redis as unknown as Record<string, unknown>)[name] !== 'function')
+        redis.defineCommand(name, { numberOfKeys: 1, lua });
+    this.scripts = redis as unknown as ScriptCommands;
   }
 
   private k(key: string): string {
@@ -170,7 +190,7 @@ export class IdempotencyStore<R = unknown> {
     const token = randomUUID();
     const lease = JSON.stringify({ s: 'running', t: token, a: attempt });
     const [state, value, pttl] = (await this.call('begin', () =>
-      this.redis.eval(BEGIN, 1, this.k(key), lease, this.leaseMs, attempt),
+      this.scripts.keyflowIdemBegin(this.k(key), lease, this.leaseMs, attempt),
     )) as [string, string, string?];
     if (state === 'acquired') return { state: 'acquired', lease: { key, token: lease, attempt } };
     const parsed = parseRecord<R>(this.k(key), value);
@@ -188,7 +208,7 @@ export class IdempotencyStore<R = unknown> {
    */
   async fence(key: string, by: string): Promise<FenceResult> {
     const [state, pttl] = (await this.call('fence', () =>
-      this.redis.eval(FENCE, 1, this.k(key), JSON.stringify({ s: 'fenced', by }), this.completionTtlMs),
+      this.scripts.keyflowIdemFence(this.k(key), JSON.stringify({ s: 'fenced', by }), this.completionTtlMs),
     )) as [string, string];
     if (state === 'running') return { state, expiresInMs: Math.max(0, Number(pttl)) };
     if (state === 'foreign') throw new ForeignRecordError(this.k(key));
@@ -203,7 +223,7 @@ export class IdempotencyStore<R = unknown> {
   async renew(lease: Lease): Promise<boolean> {
     return (
       (await this.call('renew', () =>
-        this.redis.eval(RENEW, 1, this.k(lease.key), lease.token, this.leaseMs),
+        this.scripts.keyflowIdemRenew(this.k(lease.key), lease.token, this.leaseMs),
       )) === 1
     );
   }
@@ -219,13 +239,13 @@ export class IdempotencyStore<R = unknown> {
     const record = JSON.stringify({ s: 'done', ok, a: lease.attempt, r: result });
     return (
       (await this.call('complete', () =>
-        this.redis.eval(COMPLETE, 1, this.k(lease.key), lease.token, record, this.completionTtlMs),
+        this.scripts.keyflowIdemComplete(this.k(lease.key), lease.token, record, this.completionTtlMs),
       )) === 1
     );
   }
 
   /** Gives the lease up without a record (the task will be redelivered and run again). */
   async release(lease: Lease): Promise<void> {
-    await this.call('release', () => this.redis.eval(RELEASE, 1, this.k(lease.key), lease.token));
+    await this.call('release', () => this.scripts.keyflowIdemRelease(this.k(lease.key), lease.token));
   }
 }

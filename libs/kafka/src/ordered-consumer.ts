@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { PartitionAssigners, type Consumer, type EachBatchPayload, type IHeaders, type Kafka } from 'kafkajs';
 import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow';
@@ -204,6 +205,8 @@ export class OrderedConsumer {
         `heartbeatIntervalMs (${this.o.heartbeatIntervalMs}) must be at most a third of sessionTimeoutMs (${this.o.sessionTimeoutMs})`,
       );
     this.processSlots = new Semaphore(this.o.maxInFlight);
+    // One listener per batch in progress (one per assigned partition at most), each removed when its batch ends.
+    setMaxListeners(0, this.stopController.signal);
     this.quarantine = new PartitionQuarantine({
       component: this.o.component,
       logger: this.o.logger,
@@ -417,6 +420,9 @@ export class OrderedConsumer {
     this.revokers.set(tp, revoker);
     const link = linkSignals([this.stopController.signal, revoker.signal]);
     const signal = link.signal;
+    // Every in-flight message of the batch listens on it (up to maxInFlightPerPartition at once, each removed when
+    // its message is done): not a leak, and Node's default warning at 11 listeners printed on every busy batch.
+    setMaxListeners(0, signal);
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const owned = () => !lost() && this.assignment.has(tp) && !this.rebalancing;

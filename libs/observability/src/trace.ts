@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import type { IHeaders } from 'kafkajs';
 
 /**
@@ -22,12 +22,30 @@ export function parseTraceparent(
   return { traceId: m[1], parentId: m[2], flags: m[3] };
 }
 
+// Random ids come from a pool refilled 4 KiB at a time: one randomFillSync per 512 span ids, not one per id (the
+// worker makes a span id per task; a syscall each showed in its CPU profile).
+const POOL = Buffer.alloc(4096);
+let poolAt = POOL.length;
+
+/** `bytes` random bytes as lowercase hex, never all zero (W3C Trace Context 3.2.2.3: all-zero ids are invalid). */
+function randomHex(bytes: number): string {
+  for (;;) {
+    if (poolAt + bytes > POOL.length) {
+      randomFillSync(POOL);
+      poolAt = 0;
+    }
+    const hex = POOL.toString('hex', poolAt, poolAt + bytes);
+    poolAt += bytes;
+    if (!/^0+$/.test(hex)) return hex;
+  }
+}
+
 /** A child context: same trace id, a new span id (or a new trace when `parent` is absent or invalid). */
 export function childTraceContext(parent?: TraceContext | null): TraceContext {
   const p = parseTraceparent(parent?.traceparent);
-  const traceId = p?.traceId ?? randomBytes(16).toString('hex');
+  const traceId = p?.traceId ?? randomHex(16);
   return {
-    traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-${p?.flags ?? '01'}`,
+    traceparent: `00-${traceId}-${randomHex(8)}-${p?.flags ?? '01'}`,
     tracestate: p ? (parent?.tracestate ?? null) : null,
   };
 }

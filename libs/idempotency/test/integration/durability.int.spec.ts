@@ -20,6 +20,26 @@ describe('idempotency records on a persistent Redis', () => {
   };
   afterAll(() => Promise.all(servers.map((s) => s.remove())));
 
+  it('keeps working when the server has forgotten its scripts (SCRIPT FLUSH, as after a restart), pipelined too', async () => {
+    const server = await own(REDIS_NO_PERSISTENCE_ARGS);
+    const redis = new Redis(server.url, { maxRetriesPerRequest: 1, enableAutoPipelining: true });
+    try {
+      const store = new IdempotencyStore<{ out: number }>(redis, { keyPrefix: 'flush:', leaseMs: 5_000 });
+      await expect(store.begin('before')).resolves.toMatchObject({ state: 'acquired' });
+      await redis.script('FLUSH');
+      // Concurrent calls share one pipeline: each script is sent as EVALSHA, refused (NOSCRIPT), and sent again.
+      const begun = await Promise.all(['a', 'b', 'c'].map((k) => store.begin(k)));
+      expect(begun.map((b) => b.state)).toEqual(['acquired', 'acquired', 'acquired']);
+      const done = await Promise.all(
+        begun.map((b, i) => (b.state === 'acquired' ? store.complete(b.lease, { out: i }) : false)),
+      );
+      expect(done).toEqual([true, true, true]);
+      await expect(store.begin('b')).resolves.toEqual({ state: 'completed', result: { out: 1 } });
+    } finally {
+      redis.disconnect();
+    }
+  });
+
   it('a completion record survives a Redis restart on AOF: begin answers completed with the stored result', async () => {
     const server = await own(AOF);
     let redis = client(server.url);

@@ -2,10 +2,9 @@ import { hostname } from 'node:os';
 import type { Producer } from 'kafkajs';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
-import { ForeignRecordError, type IdempotencyStore, type Lease } from '@keyflow/idempotency';
+import { ForeignRecordError, type IdempotencyStore } from '@keyflow/idempotency';
 import {
   abortableSleep,
-  linkSignals,
   sendToDlq,
   type BatchingProducer,
   type ConsumedMessage,
@@ -29,6 +28,7 @@ import {
   TaskTimeoutError,
   UnknownTaskTypeError,
 } from './errors';
+import { AttemptSignals, LeaseRenewer, lazyLogger, onAbort } from './lease-renewer';
 import type { WorkerMetrics } from './metrics';
 
 /** What a handler gets besides its input. */
@@ -103,9 +103,11 @@ const workerId = `${hostname()}/${process.pid}`;
  */
 export class TaskExecutor {
   private readonly policy: RetryPolicy;
+  private readonly renewer: LeaseRenewer;
 
   constructor(private readonly o: ExecutorOptions) {
     this.policy = retryPolicy(o.retry ?? { initialDelayMs: 100, maxDelayMs: 5_000 });
+    this.renewer = new LeaseRenewer(o.store, o.logger);
   }
 
   /** The logical topic of a physical task topic (`<prefix>task.x` -> `task.x`). */
@@ -126,13 +128,16 @@ export class TaskExecutor {
         return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
       throw e;
     }
-    const log = this.o.logger.child({
+    // Built on first use: most tasks log nothing, and a pino child serialises its bindings when it is made.
+    let child: Logger | undefined;
+    const bindings = {
       correlationId: cmd.runId,
       causationId: cmd.metadata.eventId,
       taskType: cmd.taskType,
       stepId: cmd.stepId,
       ...loc,
-    });
+    };
+    const log = lazyLogger(() => (child ??= this.o.logger.child(bindings)));
     const handler = this.o.handlers.get(cmd.taskType);
     if (!handler)
       return this.deadLetterCommand(cmd, m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
@@ -168,24 +173,33 @@ export class TaskExecutor {
     if (begin.state === 'running') throw new LeaseHeldError(cmd.idempotencyKey, begin.expiresInMs);
 
     const lease = begin.lease;
-    const leaseGuard = this.guardLease(cmd, lease, log);
-    const link = linkSignals([hc.signal, leaseGuard.signal]);
-    const stop = link.signal;
+    // Shutdown, revocation (hc.signal) and a lost lease stop the attempts; each attempt has its own signal.
+    const stop = new AttemptSignals();
+    const unwatch = this.renewer.watch(lease, (reason) => {
+      if (stop.stopped) return;
+      this.o.metrics.leaseLost.inc({ type: cmd.taskType });
+      log.warn(
+        { idempotencyKey: cmd.idempotencyKey, reason },
+        'lease lost while running: aborting the handler',
+      );
+      stop.stop(new LeaseLostError(cmd.idempotencyKey, reason));
+    });
+    const unlink = onAbort(hc.signal, () => stop.stop(hc.signal.reason));
     let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
     try {
       outcome = await this.runAttempts(cmd, handler, stop, log);
     } catch (e) {
-      leaseGuard.stop();
-      link.dispose();
+      unwatch();
+      unlink();
       // Shutdown, revocation or a lost lease interrupted the attempts: give the lease back (if still ours) so the
       // redelivery or the in-place retry runs at once.
       await this.o.store.release(lease).catch(() => undefined);
       throw e;
     }
-    link.dispose();
+    unlink();
 
     if (outcome.kind === 'dlq') {
-      leaseGuard.stop();
+      unwatch();
       await this.o.store.release(lease).catch(() => undefined);
       return this.deadLetterCommand(cmd, m, outcome.error, outcome.attempts, outcome.firstFailureAt);
     }
@@ -197,7 +211,7 @@ export class TaskExecutor {
         held = await this.o.store.complete(lease, outcome as StoredOutcome, outcome.kind === 'completed');
       });
     } finally {
-      leaseGuard.stop();
+      unwatch();
     }
     if (!held) {
       // Someone else may hold the step now: publish nothing of ours; the in-place retry finds its outcome.
@@ -207,37 +221,7 @@ export class TaskExecutor {
     return this.publish(cmd, m, outcome, false);
   }
 
-  /**
-   * Renews `lease` every third of the lease time while the handler runs. The returned signal aborts with
-   * LeaseLostError when a renewal finds another holder (or a record, or a fence) on the key. A renewal that cannot
-   * reach Redis is retried at the next period and aborts nothing: while Redis is down nobody else can take the
-   * lease, and once it answers an empty key is taken back (a worker cut off from a Redis that others still reach
-   * is the one case where two may run: side effects dedupe on the idempotency key for it).
-   */
-  private guardLease(cmd: TaskCommand, lease: Lease, log: Logger): { signal: AbortSignal; stop: () => void } {
-    const ac = new AbortController();
-    const lose = (reason: string) => {
-      if (ac.signal.aborted) return;
-      this.o.metrics.leaseLost.inc({ type: cmd.taskType });
-      log.warn(
-        { idempotencyKey: cmd.idempotencyKey, reason },
-        'lease lost while running: aborting the handler',
-      );
-      ac.abort(new LeaseLostError(cmd.idempotencyKey, reason));
-    };
-    const timer = setInterval(
-      () => {
-        this.o.store.renew(lease).then(
-          (held) => held || lose('another holder, a record or a fence is on the key'),
-          (err) => log.warn({ err }, 'lease renewal failed (Redis unavailable); retrying at the next period'),
-        );
-      },
-      Math.max(100, Math.floor(this.o.store.leaseMs / 3)),
-    );
-    return { signal: ac.signal, stop: () => clearInterval(timer) };
-  }
-
-  private async runAttempts(cmd: TaskCommand, handler: TaskHandlerFn, stop: AbortSignal, log: Logger) {
+  private async runAttempts(cmd: TaskCommand, handler: TaskHandlerFn, stop: AttemptSignals, log: Logger) {
     const input = await this.parseInput(cmd);
     if (input instanceof Error)
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
@@ -245,14 +229,13 @@ export class TaskExecutor {
     const started = Date.now();
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
-      if (stop.aborted) throw stop.reason ?? new Error('stopping');
-      const timeout = new AbortController();
+      if (stop.stopped) throw stop.reason ?? new Error('stopping');
+      const attemptAc = stop.next();
       const timer = setTimeout(
-        () => timeout.abort(new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`)),
+        () => attemptAc.abort(new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`)),
         cmd.timeoutMs,
       );
-      const attemptLink = linkSignals([timeout.signal, stop]);
-      const signal = attemptLink.signal;
+      const signal = attemptAc.signal;
       const end = this.o.metrics.handlerSeconds.startTimer({ type: cmd.taskType });
       try {
         // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
@@ -279,7 +262,7 @@ export class TaskExecutor {
         };
       } catch (raw) {
         end();
-        if (stop.aborted) throw stop.reason ?? raw;
+        if (stop.stopped) throw stop.reason ?? raw;
         const err = raw instanceof Error ? raw : new Error(String(raw));
         const now = Date.now();
         firstFailureAt ||= now;
@@ -295,7 +278,7 @@ export class TaskExecutor {
             { attempt, maxAttempts, errorClass: err.name, err: err.message, retryInMs: delay },
             'task attempt failed; retrying',
           );
-          await abortableSleep(delay, stop);
+          await abortableSleep(delay, stop.next().signal);
           continue;
         }
         this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'failed' });
@@ -306,7 +289,6 @@ export class TaskExecutor {
         };
       } finally {
         clearTimeout(timer);
-        attemptLink.dispose();
       }
     }
   }

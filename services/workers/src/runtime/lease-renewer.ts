@@ -1,0 +1,110 @@
+import type { IdempotencyStore, Lease } from '@keyflow/idempotency';
+import type { Logger } from '@keyflow/observability';
+
+/**
+ * Keeps the idempotency leases of running tasks alive with ONE timer per executor (not one per task): every lease
+ * is renewed at least every third of the lease time (`store.leaseMs / 3`, as before), the renewals of one tick go
+ * out together (ioredis pipelines them). A renewal that finds another holder, a record or a fence on the key calls
+ * the lease's `lost` callback once; a renewal that cannot reach Redis is retried at the next tick and loses nothing
+ * (while Redis is down nobody else can take the lease; once it answers, an empty key is taken back).
+ */
+export class LeaseRenewer {
+  private readonly held = new Map<
+    string,
+    { lease: Lease; lost: (reason: string) => void; renewedAt: number; renewing: boolean }
+  >();
+  private timer?: NodeJS.Timeout;
+  private readonly periodMs: number;
+
+  constructor(
+    private readonly store: Pick<IdempotencyStore, 'renew' | 'leaseMs'>,
+    private readonly logger: Logger,
+  ) {
+    this.periodMs = Math.max(100, Math.floor(store.leaseMs / 3));
+  }
+
+  /** Renews `lease` until the returned function is called. */
+  watch(lease: Lease, lost: (reason: string) => void): () => void {
+    this.held.set(lease.token, { lease, lost, renewedAt: Date.now(), renewing: false });
+    if (!this.timer) {
+      // Ticks twice per period: a lease waits at most one period between renewals, whenever it was taken.
+      this.timer = setInterval(() => this.tick(), Math.max(50, Math.floor(this.periodMs / 2)));
+      this.timer.unref();
+    }
+    return () => void this.held.delete(lease.token);
+  }
+
+  /** Leases being renewed now. */
+  get size(): number {
+    return this.held.size;
+  }
+
+  private tick(): void {
+    const due = Date.now() - Math.floor(this.periodMs / 2);
+    for (const [token, h] of this.held) {
+      if (h.renewedAt > due || h.renewing) continue; // one renewal of a lease at a time
+      h.renewedAt = Date.now();
+      h.renewing = true;
+      this.store
+        .renew(h.lease)
+        .then(
+          (still) => {
+            if (!still && this.held.delete(token))
+              h.lost('another holder, a record or a fence is on the key');
+          },
+          (err) =>
+            this.logger.warn(
+              { err, idempotencyKey: h.lease.key },
+              'lease renewal failed (Redis unavailable); retrying at the next period',
+            ),
+        )
+        .finally(() => (h.renewing = false));
+    }
+  }
+}
+
+/**
+ * The signals of one task's attempts: each attempt gets its own AbortSignal ({@link next}); {@link stop} (shutdown,
+ * revocation, a lost lease) aborts the current one and every later one with the same reason.
+ */
+export class AttemptSignals {
+  stopped = false;
+  reason: unknown;
+  private current?: AbortController;
+
+  /** A fresh signal for the next attempt (or backoff), already aborted once stopped. */
+  next(): AbortController {
+    const ac = new AbortController();
+    if (this.stopped) ac.abort(this.reason);
+    this.current = ac;
+    return ac;
+  }
+
+  stop(reason: unknown): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.reason = reason;
+    this.current?.abort(reason);
+  }
+}
+
+/** Calls `f` once when `signal` aborts (at once if it has); returns the function that removes the listener. */
+export function onAbort(signal: AbortSignal, f: () => void): () => void {
+  if (signal.aborted) {
+    f();
+    return () => undefined;
+  }
+  signal.addEventListener('abort', f, { once: true });
+  return () => signal.removeEventListener('abort', f);
+}
+
+/** A Logger that makes the real one (`make`, e.g. a pino child) on its first use. */
+export function lazyLogger(make: () => Logger): Logger {
+  return new Proxy({} as Logger, {
+    get(_, prop) {
+      const real = make() as unknown as Record<PropertyKey, unknown>;
+      const v = real[prop];
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(real) : v;
+    },
+  });
+}

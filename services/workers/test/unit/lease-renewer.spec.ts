@@ -1,0 +1,90 @@
+import pino from 'pino';
+import { AttemptSignals, LeaseRenewer, lazyLogger } from '../../src/runtime/lease-renewer';
+
+const logger = pino({ level: 'silent' });
+const lease = (key: string) => ({ key, token: `t-${key}`, attempt: 1 });
+
+describe('LeaseRenewer', () => {
+  beforeEach(() => jest.useFakeTimers());
+  afterEach(() => jest.useRealTimers());
+
+  it('renews every watched lease at least every third of the lease time, with one timer for all', async () => {
+    const renewed: string[] = [];
+    const store = { leaseMs: 3_000, renew: async (l: { key: string }) => (renewed.push(l.key), true) };
+    const r = new LeaseRenewer(store, logger);
+    const stopA = r.watch(lease('a'), () => undefined);
+    jest.advanceTimersByTime(400); // b is taken between two ticks
+    r.watch(lease('b'), () => undefined);
+    jest.advanceTimersByTime(1_100); // 1 500 ms after a, 1 100 after b: each is renewed within a period (1 000 ms)
+    expect(renewed.filter((k) => k === 'a').length).toBeGreaterThanOrEqual(1);
+    expect(renewed.filter((k) => k === 'b').length).toBeGreaterThanOrEqual(1);
+    expect(jest.getTimerCount()).toBe(1);
+    stopA();
+    const before = renewed.filter((k) => k === 'a').length;
+    jest.advanceTimersByTime(3_000);
+    expect(renewed.filter((k) => k === 'a').length).toBe(before);
+    expect(r.size).toBe(1);
+  });
+
+  it('calls lost once when a renewal finds another holder, and stops renewing that lease', async () => {
+    let calls = 0;
+    const store = { leaseMs: 300, renew: async () => (calls++, false) };
+    const lost: string[] = [];
+    const r = new LeaseRenewer(store, logger);
+    r.watch(lease('a'), (reason) => lost.push(reason));
+    jest.advanceTimersByTime(200);
+    await Promise.resolve();
+    await Promise.resolve();
+    jest.advanceTimersByTime(1_000);
+    await Promise.resolve();
+    expect(lost).toHaveLength(1);
+    expect(calls).toBe(1);
+    expect(r.size).toBe(0);
+  });
+
+  it('keeps a lease whose renewal cannot reach Redis, and tries again', async () => {
+    let calls = 0;
+    const store = {
+      leaseMs: 300,
+      renew: async () => {
+        calls++;
+        throw new Error('connection closed');
+      },
+    };
+    const lost: string[] = [];
+    const r = new LeaseRenewer(store, logger);
+    r.watch(lease('a'), (reason) => lost.push(reason));
+    for (let i = 0; i < 5; i++) {
+      jest.advanceTimersByTime(100);
+      await Promise.resolve();
+    }
+    expect(calls).toBeGreaterThanOrEqual(2);
+    expect(lost).toEqual([]);
+    expect(r.size).toBe(1);
+  });
+});
+
+describe('AttemptSignals', () => {
+  it('a stop aborts the current attempt and every later one with its reason', () => {
+    const s = new AttemptSignals();
+    const first = s.next();
+    expect(first.signal.aborted).toBe(false);
+    const reason = new Error('revoked');
+    s.stop(reason);
+    expect(first.signal.reason).toBe(reason);
+    expect(s.next().signal.reason).toBe(reason);
+    s.stop(new Error('later'));
+    expect(s.reason).toBe(reason);
+  });
+});
+
+describe('lazyLogger', () => {
+  it('makes the real logger only when it is used, once', () => {
+    let made = 0;
+    const log = lazyLogger(() => (made++, logger));
+    expect(made).toBe(0);
+    log.info('x');
+    log.warn('y');
+    expect(made).toBe(2); // make() is called per use; callers cache (child ??= ...)
+  });
+});
