@@ -3,7 +3,7 @@
 # Arguments go to scripts/etl.ts (--workers N, --input PATH, --sink sqlite:PATH|postgres://..., --chunk-size N).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
+if scripts/deps-stale.sh; then
   echo "[etl] installing dependencies (npm ci)" >&2
   npm ci --no-audit --no-fund >&2
 fi

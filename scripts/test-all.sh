@@ -11,7 +11,7 @@ export NX_DAEMON=false NX_NO_CLOUD=true NX_SKIP_NX_CACHE="${NX_SKIP_NX_CACHE:-${
 # shellcheck source=scripts/test-steps.sh
 source scripts/test-steps.sh
 
-if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
+if scripts/deps-stale.sh; then
   step "npm ci" npm ci --no-audit --no-fund
 fi
 
