@@ -1,21 +1,32 @@
+import { randomUUID } from 'node:crypto';
 import { Command } from 'commander';
-import { Kafka, logLevel } from 'kafkajs';
-import { EventCodec } from '@keyflow/contracts';
+import { Kafka, logLevel, Partitioners } from 'kafkajs';
+import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { pct, spawnService, until } from './support';
 
 /**
  * Orchestrator benchmark: the built-in `three-step` workflow (3 task steps) against 2 worker processes running
  * the no-op `echo` handler. Prints, from one run on the local stack:
  *  - runs/s and step transitions/s (inputs applied: starts and results) when a burst of runs is started at once;
- *  - p50/p95 start-to-finish latency (HTTP POST accepted -> RunCompleted occurred) at several offered loads.
- *   eval "$(infra/local/stack.sh up)" && npm run bench:orchestrator -- --burst 2000 --loads 20,50,100 --seconds 10
+ *  - p50/p95 start-to-finish latency (HTTP POST accepted -> RunCompleted occurred) at several offered loads;
+ *  - with `--backlog N`: step transitions/s from N StartRun records written to wf.requests before the services start
+ *    (so HTTP is not the limit; 4 transitions per run: the start and three results), next to the baseline of the
+ *    same run: a plain kafkajs transactional relay of those N records (eachBatch, one transaction per batch:
+ *    sendBatch, sendOffsets, commit; acks=all), the best plain use of the client for consume-transform-produce.
+ *   eval "$(infra/local/stack.sh up)" && npm run bench:orchestrator -- --backlog 20000 --burst 2000 --loads 20,50,100
  */
 const opts = new Command()
   .option('--burst <n>', 'runs started at once for the throughput figures', '2000')
   .option('--loads <list>', 'offered loads, runs/s', '20,50,100')
   .option('--seconds <n>', 'duration of each load step', '10')
+  .option(
+    '--backlog <n>',
+    'StartRun records pre-filled in wf.requests for the engine figure (0 to skip)',
+    '0',
+  )
+  .option('--profile <dir>', 'write a V8 CPU profile (.cpuprofile) of the orchestrator into <dir>')
   .parse()
-  .opts<{ burst: string; loads: string; seconds: string }>();
+  .opts<{ burst: string; loads: string; seconds: string; backlog: string; profile?: string }>();
 
 const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
 const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
@@ -31,12 +42,22 @@ async function main() {
     ORCHESTRATOR_PARTITIONS: '6',
     WORKER_RESULT_PARTITIONS: '6',
   };
-  const orch = spawnService('services/orchestrator/src/main.ts', env, 'orchestrator ready');
+  const backlog = Number(opts.backlog);
+  if (backlog > 0) await prefill(prefix, backlog);
+  const tServices = Date.now();
+  const orch = spawnService(
+    'services/orchestrator/src/main.ts',
+    env,
+    'orchestrator ready',
+    // Node writes the profile when the process exits (the bench stops it with SIGTERM).
+    opts.profile ? ['--cpu-prof', `--cpu-prof-dir=${opts.profile}`] : [],
+  );
   const url = await orch.ready;
   const workers = [0, 1].map(() =>
     spawnService('services/workers/src/main.ts', { ...env, WORKER_TASK_TYPES: 'echo' }, 'worker ready'),
   );
   await Promise.all(workers.map((w) => w.ready));
+  const tReady = Date.now();
 
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
   await codec.registerTopics(['wf.events']);
@@ -48,12 +69,14 @@ async function main() {
   });
   const completedAt = new Map<string, number>();
   let events = 0;
+  let firstEventAt = Number.POSITIVE_INFINITY;
   await consumer.connect();
   await consumer.subscribe({ topic: codec.physical('wf.events'), fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ topic, partition, message }) => {
       const d = await codec.decode('wf.events', message.value, { topic, partition, offset: message.offset });
       events++;
+      firstEventAt = Math.min(firstEventAt, d.value.metadata.occurredAt);
       if (d.event === 'RunCompleted') completedAt.set(d.value.runId, d.value.metadata.occurredAt);
     },
   });
@@ -67,7 +90,23 @@ async function main() {
     return ((await res.json()) as { runId: string }).runId;
   };
 
+  // 0. The pre-filled backlog: every run completes; then the transactional relay over the same records.
+  if (backlog > 0) {
+    await until(() => completedAt.size >= backlog, 1_200_000, 'backlog runs');
+    // From the engine's first lifecycle event to its last RunCompleted (its own clock): startup excluded.
+    const engineSecs = (Math.max(...completedAt.values()) - firstEventAt) / 1000;
+    const engineRate = (backlog * 4) / engineSecs;
+    const relayRate = await transactionalRelay(prefix, codec.physical('wf.requests'), backlog);
+    console.log(
+      `backlog of ${backlog} three-step runs in wf.requests (6 partitions), 1 orchestrator + 2 workers, from their start:`,
+    );
+    console.log(
+      `  engine: ${engineRate.toFixed(0)} step transitions/s (${engineSecs.toFixed(1)} s from the first lifecycle event to the last RunCompleted; services ready in ${((tReady - tServices) / 1000).toFixed(1)} s)   baseline, transactional kafkajs relay (eachBatch, sendBatch + sendOffsets + commit per batch, acks=all): ${relayRate.toFixed(0)} msgs/s   ratio ${(engineRate / relayRate).toFixed(2)}`,
+    );
+  }
+
   // 1. Burst.
+  const eventsBefore = events;
   const burst = Number(opts.burst);
   const t0 = Date.now();
   const ids: string[] = [];
@@ -83,7 +122,7 @@ async function main() {
     `burst of ${burst} three-step runs: accepted in ${((accepted - t0) / 1000).toFixed(1)} s, all finished in ${secs.toFixed(1)} s`,
   );
   console.log(
-    `  ${(burst / secs).toFixed(0)} runs/s, ${((burst * 4) / secs).toFixed(0)} step transitions/s, ${(events / secs).toFixed(0)} lifecycle events/s`,
+    `  ${(burst / secs).toFixed(0)} runs/s, ${((burst * 4) / secs).toFixed(0)} step transitions/s, ${((events - eventsBefore) / secs).toFixed(0)} lifecycle events/s`,
   );
 
   // 2. Latency at offered loads.
@@ -113,6 +152,109 @@ async function main() {
   );
   await consumer.disconnect();
   await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
+}
+
+/** Writes `n` StartRun records of `three-step` to wf.requests (keyed by run id, as the API writes them). */
+async function prefill(prefix: string, n: number): Promise<void> {
+  const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
+  const kafka = new Kafka({ brokers, clientId: 'bench-prefill', logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({
+    waitForLeaders: true,
+    topics: [{ topic: codec.physical('wf.requests'), numPartitions: 6 }],
+  });
+  await admin.disconnect();
+  await codec.registerTopics(['wf.requests']);
+  const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
+  await producer.connect();
+  for (let i = 0; i < n; i += 1000) {
+    const messages = Array.from({ length: Math.min(1000, n - i) }, (_, j) => {
+      const runId = `run-${randomUUID().replace(/-/g, '')}`;
+      return {
+        key: runId,
+        value: codec.encode('wf.requests', 'StartRun', {
+          metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
+          runId,
+          workflow: 'three-step',
+          workflowVersion: 1,
+          businessKey: runId,
+          input: JSON.stringify({ tag: `p${i + j}` }),
+          idempotencyKey: null,
+          trigger: 'bench',
+        }),
+      };
+    });
+    await producer.send({ topic: codec.physical('wf.requests'), acks: -1, messages });
+  }
+  await producer.disconnect();
+}
+
+/**
+ * The baseline: relays the first `n` records of `topic` to `<topic>.relay` with a transactional producer, one
+ * transaction per fetched batch (sendBatch, sendOffsets, commit), as a plain kafkajs consume-transform-produce
+ * loop would. Returns msgs/s from the first batch to the last commit.
+ */
+async function transactionalRelay(prefix: string, topic: string, n: number): Promise<number> {
+  const kafka = new Kafka({ brokers, clientId: 'bench-relay', logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic: `${topic}.relay`, numPartitions: 6 }] });
+  await admin.disconnect();
+  const groupId = `${prefix}tx-relay`;
+  const producer = kafka.producer({
+    transactionalId: `${prefix}tx-relay`,
+    idempotent: true,
+    maxInFlightRequests: 1,
+  });
+  await producer.connect();
+  const consumer = kafka.consumer({ groupId, readUncommitted: false });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  let relayed = 0;
+  let t0 = 0;
+  let t1 = 0;
+  await consumer.run({
+    autoCommit: false,
+    eachBatch: async ({ batch, resolveOffset }) => {
+      if (batch.messages.length === 0) return;
+      t0 ||= Date.now();
+      const tx = await producer.transaction();
+      try {
+        await tx.sendBatch({
+          acks: -1,
+          topicMessages: [
+            {
+              topic: `${topic}.relay`,
+              messages: batch.messages.map((m) => ({ key: m.key, value: m.value })),
+            },
+          ],
+        });
+        await tx.sendOffsets({
+          consumerGroupId: groupId,
+          topics: [
+            {
+              topic: batch.topic,
+              partitions: [
+                { partition: batch.partition, offset: (BigInt(batch.lastOffset()) + 1n).toString() },
+              ],
+            },
+          ],
+        });
+        await tx.commit();
+      } catch (e) {
+        await tx.abort().catch(() => undefined);
+        throw e;
+      }
+      resolveOffset(batch.lastOffset());
+      relayed += batch.messages.length;
+      if (relayed >= n) t1 ||= Date.now();
+    },
+  });
+  await until(() => relayed >= n, 600_000, 'transactional relay');
+  await consumer.disconnect();
+  await producer.disconnect();
+  return n / ((t1 - t0) / 1000);
 }
 
 main().then(

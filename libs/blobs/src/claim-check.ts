@@ -34,10 +34,16 @@ export class ClaimCheck {
   /**
    * `text` inline when it fits, else stored under `key` (expiring per `retentionMs`, null = kept until superseded).
    * @param what names the payload in errors (e.g. `output of run/step`).
+   * @param key the blob key, or a function that makes it (called only when the payload is stored).
    * @throws PayloadTooLargeError (code PAYLOAD_TOO_LARGE, not retryable) when it does not fit and there is no store,
    *   or it exceeds maxBlobBytes. Store failures (e.g. PostgreSQL down) are thrown as they are (retryable).
    */
-  async offload(what: string, key: string, text: string, retentionMs: number | null): Promise<Checked> {
+  async offload(
+    what: string,
+    key: string | (() => string),
+    text: string,
+    retentionMs: number | null,
+  ): Promise<Checked> {
     const bytes = Buffer.byteLength(text, 'utf8');
     if (bytes <= this.thresholdBytes) return { inline: text, ref: null };
     if (!this.store)
@@ -50,7 +56,7 @@ export class ClaimCheck {
         `over the claim check's limit of ${this.o.maxBlobBytes} bytes (KEYFLOW_BLOB_MAX_BYTES)`,
       );
     const now = Date.now();
-    const r = await this.store.put(key, text, {
+    const r = await this.store.put(typeof key === 'function' ? key() : key, text, {
       createdAt: now,
       expiresAt: blobExpiresAt(now, retentionMs, this.o.graceMs),
     });

@@ -1,10 +1,13 @@
-import { v5 as uuidv5 } from 'uuid';
+import { parse as uuidParse, v5 as uuidv5 } from 'uuid';
 
 /**
  * Namespace of every id {@link derivedEventId} makes (a fixed random UUID; changing it changes every derived id,
  * so it never changes).
  */
 export const KEYFLOW_EVENT_ID_NAMESPACE = '5b0c4b8e-6a51-4f1e-9d53-3c2f6f0a7e21';
+
+/** The namespace as bytes, parsed once (uuid's v5 parses a string namespace on every call). */
+const NAMESPACE_BYTES = uuidParse(KEYFLOW_EVENT_ID_NAMESPACE);
 
 /** Length of a derived event id: a UUID in its canonical text form (8-4-4-4-12 hex digits). */
 export const DERIVED_EVENT_ID_LENGTH = 36;
@@ -24,5 +27,5 @@ export const DERIVED_EVENT_ID_LENGTH = 36;
  * @returns a lower-case UUID string, 36 characters
  */
 export function derivedEventId(cause: string, name: string | number): string {
-  return uuidv5(`${cause}\u0000${String(name)}`, KEYFLOW_EVENT_ID_NAMESPACE);
+  return uuidv5(`${cause}\u0000${String(name)}`, NAMESPACE_BYTES);
 }

@@ -138,7 +138,7 @@ export async function encodeOutputs(
     const logical = `task.${c.taskType}`;
     const input = await claim.offload(
       `input of ${c.idempotencyKey} attempt ${c.attempt}`,
-      payloadBlobKey('inputs', state.runId, `${c.idempotencyKey}@${c.attempt}`),
+      () => payloadBlobKey('inputs', state.runId, `${c.idempotencyKey}@${c.attempt}`),
       c.input,
       blobRetentionMs(),
     );
@@ -172,7 +172,7 @@ export async function encodeOutputs(
       const text = (fields as Record<string, string>)[payload.field];
       const checked = await claim.offload(
         `${payload.field} of ${type} of run ${state.runId}`,
-        payloadBlobKey('events', state.runId, metadata.eventId),
+        () => payloadBlobKey('events', state.runId, metadata.eventId),
         text,
         blobRetentionMs(),
       );
@@ -209,13 +209,13 @@ export async function encodeSnapshot(
   cause: { eventId: string; at: number },
   claim: ClaimCheck,
 ): Promise<Buffer> {
-  const key = payloadBlobKey('state', state.runId, String(state.sequence));
+  const key = () => payloadBlobKey('state', state.runId, String(state.sequence));
   const checked = await claim.offload(`state of run ${state.runId}`, key, JSON.stringify(state), null);
   if (checked.ref && claim.store)
     await claim.store.expire(
       snapshotBlobPrefix(state.runId),
       supersededExpiry(Date.now(), claim.o.graceMs),
-      key,
+      key(),
     );
   return codec.encode('wf.state', 'RunSnapshot', {
     metadata: newMetadata('RunSnapshot', {

@@ -327,7 +327,7 @@ export class TaskExecutor {
       try {
         checked = await this.o.claimCheck.offload(
           `output of ${cmd.idempotencyKey}`,
-          payloadBlobKey('results', cmd.runId, cmd.idempotencyKey),
+          () => payloadBlobKey('results', cmd.runId, cmd.idempotencyKey),
           outcome.output,
           blobRetentionMs(),
         );
