@@ -24,6 +24,19 @@ const Schema = z.object({
    */
   ORCHESTRATOR_TAKEOVER_GIVE_UP_MS: z.coerce.number().int().min(1000).default(120_000),
   /**
+   * How long a run that ended (completed, failed, compensated, cancelled) is kept, in ms after it ended: then the
+   * engine writes a tombstone for it to wf.state (compaction removes it) and every instance's read model and engine
+   * forget it, so memory does not grow with every run ever started. After that, GET /runs/{id} answers 404, a retry
+   * of a failed run is refused as unknown, and a late result for it is ignored. Default 72 h; 0 keeps runs forever.
+   */
+  ORCHESTRATOR_RUN_RETENTION_MS: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(72 * 3600 * 1000),
+  /** How often the engine looks for ended runs past ORCHESTRATOR_RUN_RETENTION_MS, in ms. */
+  ORCHESTRATOR_RETENTION_SWEEP_MS: z.coerce.number().int().min(100).default(60_000),
+  /**
    * Redis the API keeps Idempotency-Keys (key, request fingerprint, run id) and webhook delivery ids in, shared by
    * every API instance. Required to serve the API (`requireApiSettings`); the rebuild CLI does without.
    */

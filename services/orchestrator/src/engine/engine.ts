@@ -15,6 +15,7 @@ import {
   PayloadTooLargeError,
   WF_EVENTS_RETENTION_MS,
   type ClaimCheck,
+  supersededExpiry,
 } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
@@ -45,7 +46,13 @@ import {
 } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
-import { encodeOutputs, resolveInput, toWorkflowInput, type OutputRecord } from './mapping';
+import {
+  encodeOutputs,
+  resolveInput,
+  snapshotBlobPrefix,
+  toWorkflowInput,
+  type OutputRecord,
+} from './mapping';
 import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
@@ -95,6 +102,7 @@ export class Engine {
   private readonly assigned = new Set<number>();
   private readonly fired = new Set<string>();
   private tick?: NodeJS.Timeout;
+  private retentionTick?: NodeJS.Timeout;
   private stopping = false;
   private crashed?: Error;
   private readonly quarantine: PartitionQuarantine;
@@ -238,11 +246,19 @@ export class Engine {
     });
     this.tick = setInterval(() => void this.fireTimers(), this.cfg.ORCHESTRATOR_TIMER_TICK_MS);
     this.tick.unref();
+    if (this.cfg.ORCHESTRATOR_RUN_RETENTION_MS > 0) {
+      this.retentionTick = setInterval(
+        () => void this.forgetEndedRuns(),
+        this.cfg.ORCHESTRATOR_RETENTION_SWEEP_MS,
+      );
+      this.retentionTick.unref();
+    }
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.tick);
+    clearInterval(this.retentionTick);
     this.quarantine.close();
     await this.consumer?.disconnect();
     await Promise.allSettled([...this.owned.values()].map((o) => o.producer.disconnect()));
@@ -613,6 +629,77 @@ export class Engine {
       this.metrics.runSeconds.observe({ status: f.status }, f.ms / 1000);
     }
     if (dlq.length) this.metrics.dlq.inc(dlq.length);
+  }
+
+  /**
+   * Forgets the owned runs that ended more than ORCHESTRATOR_RUN_RETENTION_MS ago: per partition, one transaction of
+   * the partition's own producer (fenced like its batches, and serialised with them by the partition's lock) writes
+   * a tombstone (null value) for each to wf.state, on the partition its snapshots are on; after the commit the
+   * engine drops them, and every read model drops them when it reads the tombstone (compaction then removes the
+   * key: Kafka docs "Log Compaction", a null value deletes). At most 1,000 runs per partition per sweep. A failed
+   * transaction is handled like a failed batch (abort, take the partition over again); the runs stay until the next
+   * sweep. Their snapshot blobs, if any, expire after the claim check's grace time.
+   */
+  private async forgetEndedRuns(): Promise<void> {
+    if (this.stopping) return;
+    const cutoff = Date.now() - this.cfg.ORCHESTRATOR_RUN_RETENTION_MS;
+    for (const o of [...this.owned.values()]) {
+      const expired: string[] = [];
+      for (const s of o.runs.values()) {
+        if (!TERMINAL.has(s.status) || (s.endedAt ?? s.updatedAt) > cutoff) continue;
+        expired.push(s.runId);
+        if (expired.length >= 1_000) break;
+      }
+      if (expired.length === 0) continue;
+      // A partition still being taken over (or whose take-over failed: its handler deals with that) waits.
+      if ((await o.ready.then(() => true).catch(() => false)) === false) continue;
+      const previous = o.lock;
+      let release!: () => void;
+      o.lock = new Promise((r) => (release = r));
+      await previous;
+      let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
+      try {
+        if (o.revoked || this.stopping) continue;
+        // Still ended and still past the cutoff: a retry may have reopened one since the scan.
+        const still = expired.filter((id) => {
+          const s = o.runs.get(id);
+          return s !== undefined && TERMINAL.has(s.status) && (s.endedAt ?? s.updatedAt) <= cutoff;
+        });
+        if (still.length === 0) continue;
+        tx = await o.producer.transaction();
+        await tx.send({
+          topic: this.codec.physical('wf.state'),
+          acks: -1,
+          messages: still.map((runId) => ({ partition: o.partition, key: runId, value: null })),
+        });
+        await tx.commit();
+        tx = undefined;
+        still.forEach((id) => o.runs.delete(id));
+        this.metrics.forgotten.inc(still.length);
+        if (this.claim.store) {
+          const expiresAt = supersededExpiry(Date.now(), this.claim.o.graceMs);
+          for (const id of still)
+            await this.claim.store
+              .expire(snapshotBlobPrefix(id), expiresAt)
+              .catch((err) =>
+                this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"),
+              );
+        }
+        this.logger.info(
+          { partition: o.partition, runs: still.length },
+          'ended runs past their retention forgotten',
+        );
+      } catch (err) {
+        await tx?.abort().catch(() => undefined);
+        this.logger.warn(
+          { err, partition: o.partition },
+          'could not forget ended runs; retrying at the next sweep',
+        );
+        this.retakeOver(o, err);
+      } finally {
+        release();
+      }
+    }
   }
 
   /** Publishes TimerFired for due timers of owned runs (at most once per timer until it is processed). */

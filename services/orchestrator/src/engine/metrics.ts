@@ -9,6 +9,8 @@ export interface OrchestratorMetrics {
   ignored: Counter<'reason'>;
   timersFired: Counter;
   restores: Counter;
+  /** Ended runs forgotten past their retention (tombstoned on wf.state). */
+  forgotten: Counter;
   snapshotsSkipped: Counter<'reason'>;
   dlq: Counter;
   runSeconds: Histogram<'status'>;
@@ -41,6 +43,11 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       r,
       'orchestrator_partition_restores_total',
       'Partitions restored from wf.state on assignment.',
+    ),
+    forgotten: metric.counter(
+      r,
+      'orchestrator_runs_forgotten_total',
+      'Ended runs forgotten past ORCHESTRATOR_RUN_RETENTION_MS (a tombstone written to wf.state).',
     ),
     snapshotsSkipped: metric.counter(
       r,
