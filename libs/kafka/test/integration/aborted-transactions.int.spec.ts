@@ -46,4 +46,33 @@ describe('a read_committed consumer', () => {
     }
     expect(seen).toEqual(['committed']);
   });
+
+  it("never takes a data record whose key looks like an abort marker's for the end of an aborted transaction", async () => {
+    const [topic] = await ns.createTopics({ name: 'marker-key', numPartitions: 1 });
+    const p = createIdempotentProducer(ns.kafka, ns.groupId('tx-marker-key'));
+    await p.connect();
+    try {
+      const t = await p.transaction();
+      // A control record's key is version (int16) + type (int16, 0 = abort): four zero bytes, as this data key.
+      await t.send({ topic, acks: -1, messages: [{ key: Buffer.alloc(4), value: 'aborted-zero-key' }] });
+      await t.send({ topic, acks: -1, messages: [{ key: 'k', value: 'aborted-after' }] });
+      await t.abort();
+      const c = await p.transaction();
+      await c.send({ topic, acks: -1, messages: [{ key: 'k', value: 'committed' }] });
+      await c.commit();
+    } finally {
+      await p.disconnect();
+    }
+    const consumer = ns.kafka.consumer({ groupId: ns.groupId('marker-reader'), readUncommitted: false });
+    const seen: string[] = [];
+    await consumer.connect();
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({ eachMessage: async ({ message }) => void seen.push(message.value!.toString()) });
+    try {
+      await eventually('the committed record is read', () => seen.includes('committed'));
+    } finally {
+      await consumer.disconnect();
+    }
+    expect(seen).toEqual(['committed']);
+  });
 });

@@ -20,6 +20,33 @@ describe('a watched producer', () => {
     expect(failures).toHaveLength(1);
   });
 
+  it('refuses a send to a partition the topic does not have, instead of resolving without it', async () => {
+    const [topic] = await ns.createTopics({ name: 'one-partition', numPartitions: 1 });
+    const p = createIdempotentProducer(ns.kafka);
+    await p.connect();
+    try {
+      await expect(
+        p.send({
+          topic,
+          acks: -1,
+          messages: [
+            { partition: 0, value: 'ok' },
+            { partition: 5, value: 'nowhere' },
+          ],
+        }),
+      ).rejects.toThrow(/partition\(s\) 5/);
+      // nothing of that send was written: the refusal comes before any request
+      const offsets = await (await ns.getAdmin()).fetchTopicOffsets(topic);
+      expect(offsets[0].high).toBe('0');
+      // the producer stays usable
+      await expect(
+        p.send({ topic, acks: -1, messages: [{ partition: 0, value: 'ok' }] }),
+      ).resolves.toHaveLength(1);
+    } finally {
+      await p.disconnect();
+    }
+  });
+
   it('does not report a record the broker refuses (too large): the producer stays usable', async () => {
     const [topic] = await ns.createTopics({
       name: 'small',
