@@ -6,10 +6,14 @@ import { readFileSync } from 'node:fs';
  * - producer/sendMessages.js: a send kept its responses per broker across retries, so a partition whose leader
  *   moved to a broker that had already answered was never sent again and the send resolved without it (kafkajs
  *   issue 1303; in a transaction the rest committed without it). Patched: kept per topic-partition, each message's
- *   partition assigned once, every request of an attempt settled before the retry.
+ *   partition assigned once, every request of an attempt settled before the retry. Also: the sends of one
+ *   idempotent producer run one at a time (a failed request rolls back sequence numbers the broker may have used;
+ *   a concurrent send taking one was acknowledged as a duplicate and lost), and a partition the topic does not
+ *   have is refused before anything is sent (it was dropped silently).
  * - consumer/filterAbortedMessages.js: read_committed took the broker's aborted-transaction list as ordered by first
  *   offset and entered one per record, so with interleaved transactions of several producers a record of an
- *   aborted one was delivered (KIP-98). Patched: ordered by first offset, every begun one entered.
+ *   aborted one was delivered (KIP-98). Patched: ordered by first offset, every begun one entered. Also: only a
+ *   control record ends an aborted transaction (a data record with the key 00 00 00 00 did).
  */
 export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
