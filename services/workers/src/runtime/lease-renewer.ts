@@ -40,6 +40,12 @@ export class LeaseRenewer {
   }
 
   private tick(): void {
+    if (this.held.size === 0) {
+      // Idle: the timer goes until the next watch (at most one tick after the last lease ends).
+      clearInterval(this.timer);
+      this.timer = undefined;
+      return;
+    }
     const due = Date.now() - Math.floor(this.periodMs / 2);
     for (const [token, h] of this.held) {
       if (h.renewedAt > due || h.renewing) continue; // one renewal of a lease at a time
@@ -96,15 +102,4 @@ export function onAbort(signal: AbortSignal, f: () => void): () => void {
   }
   signal.addEventListener('abort', f, { once: true });
   return () => signal.removeEventListener('abort', f);
-}
-
-/** A Logger that makes the real one (`make`, e.g. a pino child) on its first use. */
-export function lazyLogger(make: () => Logger): Logger {
-  return new Proxy({} as Logger, {
-    get(_, prop) {
-      const real = make() as unknown as Record<PropertyKey, unknown>;
-      const v = real[prop];
-      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(real) : v;
-    },
-  });
 }

@@ -28,7 +28,7 @@ import {
   TaskTimeoutError,
   UnknownTaskTypeError,
 } from './errors';
-import { AttemptSignals, LeaseRenewer, lazyLogger, onAbort } from './lease-renewer';
+import { AttemptSignals, LeaseRenewer, onAbort } from './lease-renewer';
 import type { WorkerMetrics } from './metrics';
 
 /** What a handler gets besides its input. */
@@ -137,7 +137,7 @@ export class TaskExecutor {
       stepId: cmd.stepId,
       ...loc,
     };
-    const log = lazyLogger(() => (child ??= this.o.logger.child(bindings)));
+    const log = (): Logger => (child ??= this.o.logger.child(bindings));
     const handler = this.o.handlers.get(cmd.taskType);
     if (!handler)
       return this.deadLetterCommand(cmd, m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
@@ -158,13 +158,13 @@ export class TaskExecutor {
     if (begin.state === 'fenced') {
       this.o.metrics.fenced.inc({ type: cmd.taskType });
       const err = new StepCompensatedError(cmd.idempotencyKey, begin.by);
-      log.warn({ idempotencyKey: cmd.idempotencyKey, by: begin.by }, err.message);
+      log().warn({ idempotencyKey: cmd.idempotencyKey, by: begin.by }, err.message);
       const now = Date.now();
       return this.publish(cmd, m, { kind: 'failed', error: failure(err, false, 1, now, now) }, false);
     }
     if (begin.state === 'completed') {
       this.o.metrics.replayed.inc({ type: cmd.taskType });
-      log.info(
+      log().info(
         { idempotencyKey: cmd.idempotencyKey },
         'redelivered command already completed: re-publishing the stored result',
       );
@@ -176,9 +176,9 @@ export class TaskExecutor {
     // Shutdown, revocation (hc.signal) and a lost lease stop the attempts; each attempt has its own signal.
     const stop = new AttemptSignals();
     const unwatch = this.renewer.watch(lease, (reason) => {
-      if (stop.stopped) return;
+      // Counted and logged also after a stop: a handler that ignores its signal may now run beside a new holder.
       this.o.metrics.leaseLost.inc({ type: cmd.taskType });
-      log.warn(
+      log().warn(
         { idempotencyKey: cmd.idempotencyKey, reason },
         'lease lost while running: aborting the handler',
       );
@@ -221,7 +221,12 @@ export class TaskExecutor {
     return this.publish(cmd, m, outcome, false);
   }
 
-  private async runAttempts(cmd: TaskCommand, handler: TaskHandlerFn, stop: AttemptSignals, log: Logger) {
+  private async runAttempts(
+    cmd: TaskCommand,
+    handler: TaskHandlerFn,
+    stop: AttemptSignals,
+    log: () => Logger,
+  ) {
     const input = await this.parseInput(cmd);
     if (input instanceof Error)
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
@@ -250,7 +255,10 @@ export class TaskExecutor {
           idempotencyKey: cmd.idempotencyKey,
           signal,
           correlationId: cmd.metadata.correlationId,
-          logger: log,
+          // The task's child logger, made when the handler first reads it.
+          get logger() {
+            return log();
+          },
         });
         end();
         this.o.metrics.attempts.inc({ type: cmd.taskType, result: 'ok' });
@@ -274,7 +282,7 @@ export class TaskExecutor {
         if (shouldRetry(policy, attempt, err.name, retryable)) {
           const delay = backoffDelayMs(policy, attempt, this.o.random);
           this.o.metrics.retries.inc({ type: cmd.taskType });
-          log.warn(
+          log().warn(
             { attempt, maxAttempts, errorClass: err.name, err: err.message, retryInMs: delay },
             'task attempt failed; retrying',
           );
@@ -282,7 +290,7 @@ export class TaskExecutor {
           continue;
         }
         this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'failed' });
-        log.warn({ attempt, errorClass: err.name, err: err.message, retryable }, 'task failed for good');
+        log().warn({ attempt, errorClass: err.name, err: err.message, retryable }, 'task failed for good');
         return {
           kind: 'failed' as const,
           error: failure(err, retryable, attempt, firstFailureAt, now),
@@ -431,7 +439,7 @@ export class TaskExecutor {
   private async untilDone(
     what: string,
     stop: AbortSignal,
-    log: Logger,
+    log: () => Logger,
     f: () => Promise<unknown>,
   ): Promise<void> {
     for (let n = 1; ; n++) {
@@ -441,7 +449,7 @@ export class TaskExecutor {
       } catch (err) {
         if (stop.aborted) throw err;
         const delay = backoffDelayMs(this.policy, Math.min(n, 20));
-        log.warn({ err, retryInMs: delay }, `could not ${what}; retrying (the result is kept in memory)`);
+        log().warn({ err, retryInMs: delay }, `could not ${what}; retrying (the result is kept in memory)`);
         await abortableSleep(delay, stop);
       }
     }

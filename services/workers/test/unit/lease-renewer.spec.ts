@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { AttemptSignals, LeaseRenewer, lazyLogger } from '../../src/runtime/lease-renewer';
+import { AttemptSignals, LeaseRenewer } from '../../src/runtime/lease-renewer';
 
 const logger = pino({ level: 'silent' });
 const lease = (key: string) => ({ key, token: `t-${key}`, attempt: 1 });
@@ -24,6 +24,17 @@ describe('LeaseRenewer', () => {
     jest.advanceTimersByTime(3_000);
     expect(renewed.filter((k) => k === 'a').length).toBe(before);
     expect(r.size).toBe(1);
+  });
+
+  it('stops its timer once no lease is watched, and starts it again for the next', () => {
+    const store = { leaseMs: 300, renew: async () => true };
+    const r = new LeaseRenewer(store, logger);
+    const stop = r.watch(lease('a'), () => undefined);
+    stop();
+    jest.advanceTimersByTime(100);
+    expect(jest.getTimerCount()).toBe(0);
+    r.watch(lease('b'), () => undefined);
+    expect(jest.getTimerCount()).toBe(1);
   });
 
   it('calls lost once when a renewal finds another holder, and stops renewing that lease', async () => {
@@ -75,16 +86,5 @@ describe('AttemptSignals', () => {
     expect(s.next().signal.reason).toBe(reason);
     s.stop(new Error('later'));
     expect(s.reason).toBe(reason);
-  });
-});
-
-describe('lazyLogger', () => {
-  it('makes the real logger only when it is used, once', () => {
-    let made = 0;
-    const log = lazyLogger(() => (made++, logger));
-    expect(made).toBe(0);
-    log.info('x');
-    log.warn('y');
-    expect(made).toBe(2); // make() is called per use; callers cache (child ??= ...)
   });
 });
