@@ -13,6 +13,21 @@ describe('a read_committed consumer', () => {
   const ns = new TestNamespace('aborted-txns');
   afterAll(() => ns.cleanup());
 
+  /** The values a read_committed consumer reads from `topic`, once it has read the record `committed`. */
+  async function readCommitted(topic: string, reader: string): Promise<string[]> {
+    const consumer = ns.kafka.consumer({ groupId: ns.groupId(reader), readUncommitted: false });
+    const seen: string[] = [];
+    await consumer.connect();
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({ eachMessage: async ({ message }) => void seen.push(message.value!.toString()) });
+    try {
+      await eventually('the committed record is read', () => seen.includes('committed'));
+    } finally {
+      await consumer.disconnect();
+    }
+    return seen;
+  }
+
   it('never sees a record of an aborted transaction, when transactions of two producers interleave', async () => {
     const [topic] = await ns.createTopics({ name: 'interleaved', numPartitions: 1 });
     const a = createIdempotentProducer(ns.kafka, ns.groupId('tx-a'));
@@ -34,17 +49,7 @@ describe('a read_committed consumer', () => {
       await Promise.allSettled([a.disconnect(), b.disconnect()]);
     }
 
-    const consumer = ns.kafka.consumer({ groupId: ns.groupId('reader'), readUncommitted: false });
-    const seen: string[] = [];
-    await consumer.connect();
-    await consumer.subscribe({ topic, fromBeginning: true });
-    await consumer.run({ eachMessage: async ({ message }) => void seen.push(message.value!.toString()) });
-    try {
-      await eventually('the committed record is read', () => seen.includes('committed'));
-    } finally {
-      await consumer.disconnect();
-    }
-    expect(seen).toEqual(['committed']);
+    expect(await readCommitted(topic, 'reader')).toEqual(['committed']);
   });
 
   it("never takes a data record whose key looks like an abort marker's for the end of an aborted transaction", async () => {
@@ -63,16 +68,6 @@ describe('a read_committed consumer', () => {
     } finally {
       await p.disconnect();
     }
-    const consumer = ns.kafka.consumer({ groupId: ns.groupId('marker-reader'), readUncommitted: false });
-    const seen: string[] = [];
-    await consumer.connect();
-    await consumer.subscribe({ topic, fromBeginning: true });
-    await consumer.run({ eachMessage: async ({ message }) => void seen.push(message.value!.toString()) });
-    try {
-      await eventually('the committed record is read', () => seen.includes('committed'));
-    } finally {
-      await consumer.disconnect();
-    }
-    expect(seen).toEqual(['committed']);
+    expect(await readCommitted(topic, 'marker-reader')).toEqual(['committed']);
   });
 });
