@@ -391,22 +391,33 @@ export class Engine {
     } finally {
       clearInterval(beat);
     }
-    // One transaction at a time per partition: the two input topics of partition p share its producer.
+    await this.exclusively(o, async () => {
+      try {
+        if (o.revoked || p.isStale()) return;
+        await this.processBatch(o, p);
+      } catch (err) {
+        // The registry does not answer (5xx, network) or refuses (4xx): nothing of the batch was applied, and the
+        // records are not at fault. The partition waits, named in /health, and is fetched again with backoff.
+        if (err instanceof ContractError && err.retryable) {
+          this.quarantine.hold(batch.topic, batch.partition, err);
+          return;
+        }
+        throw err;
+      }
+    });
+  }
+
+  /**
+   * Runs `f` with partition `o`'s lock: one transaction at a time per partition (the two input topics of partition
+   * p and the retention sweep share its producer), in the order the callers asked.
+   */
+  private async exclusively(o: OwnedPartition, f: () => Promise<void>): Promise<void> {
     const previous = o.lock;
     let release!: () => void;
     o.lock = new Promise((r) => (release = r));
     await previous;
     try {
-      if (o.revoked || p.isStale()) return;
-      await this.processBatch(o, p);
-    } catch (err) {
-      // The registry does not answer (5xx, network) or refuses (4xx): nothing of the batch was applied, and the
-      // records are not at fault. The partition waits, named in /health, and is fetched again with backoff.
-      if (err instanceof ContractError && err.retryable) {
-        this.quarantine.hold(batch.topic, batch.partition, err);
-        return;
-      }
-      throw err;
+      await f();
     } finally {
       release();
     }
@@ -643,63 +654,68 @@ export class Engine {
   private async forgetEndedRuns(): Promise<void> {
     if (this.stopping) return;
     const cutoff = Date.now() - this.cfg.ORCHESTRATOR_RUN_RETENTION_MS;
+    const expired = (s: RunState | undefined) =>
+      s !== undefined && TERMINAL.has(s.status) && (s.endedAt ?? s.updatedAt) <= cutoff;
     for (const o of [...this.owned.values()]) {
-      const expired: string[] = [];
+      const found: string[] = [];
       for (const s of o.runs.values()) {
-        if (!TERMINAL.has(s.status) || (s.endedAt ?? s.updatedAt) > cutoff) continue;
-        expired.push(s.runId);
-        if (expired.length >= 1_000) break;
+        if (!expired(s)) continue;
+        found.push(s.runId);
+        if (found.length >= 1_000) break;
       }
-      if (expired.length === 0) continue;
+      if (found.length === 0) continue;
       // A partition still being taken over (or whose take-over failed: its handler deals with that) waits.
-      if ((await o.ready.then(() => true).catch(() => false)) === false) continue;
-      const previous = o.lock;
-      let release!: () => void;
-      o.lock = new Promise((r) => (release = r));
-      await previous;
-      let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
-      try {
-        if (o.revoked || this.stopping) continue;
-        // Still ended and still past the cutoff: a retry may have reopened one since the scan.
-        const still = expired.filter((id) => {
-          const s = o.runs.get(id);
-          return s !== undefined && TERMINAL.has(s.status) && (s.endedAt ?? s.updatedAt) <= cutoff;
-        });
-        if (still.length === 0) continue;
-        tx = await o.producer.transaction();
-        await tx.send({
-          topic: this.codec.physical('wf.state'),
-          acks: -1,
-          messages: still.map((runId) => ({ partition: o.partition, key: runId, value: null })),
-        });
-        await tx.commit();
-        tx = undefined;
-        still.forEach((id) => o.runs.delete(id));
-        this.metrics.forgotten.inc(still.length);
-        if (this.claim.store) {
-          const expiresAt = supersededExpiry(Date.now(), this.claim.o.graceMs);
-          for (const id of still)
-            await this.claim.store
-              .expire(snapshotBlobPrefix(id), expiresAt)
-              .catch((err) =>
-                this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"),
-              );
-        }
-        this.logger.info(
-          { partition: o.partition, runs: still.length },
-          'ended runs past their retention forgotten',
-        );
-      } catch (err) {
-        await tx?.abort().catch(() => undefined);
-        this.logger.warn(
-          { err, partition: o.partition },
-          'could not forget ended runs; retrying at the next sweep',
-        );
-        this.retakeOver(o, err);
-      } finally {
-        release();
-      }
+      if (
+        !(await o.ready.then(
+          () => true,
+          () => false,
+        ))
+      )
+        continue;
+      // Checked again under the lock: a batch applied meanwhile (a retry) may have reopened one.
+      await this.exclusively(o, () =>
+        this.forget(
+          o,
+          found.filter((id) => expired(o.runs.get(id))),
+        ),
+      );
     }
+  }
+
+  /** One transaction of `o`'s producer: a wf.state tombstone for each of `runIds`; then they are dropped here. */
+  private async forget(o: OwnedPartition, runIds: string[]): Promise<void> {
+    if (o.revoked || this.stopping || runIds.length === 0) return;
+    let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
+    try {
+      tx = await o.producer.transaction();
+      await tx.send({
+        topic: this.codec.physical('wf.state'),
+        acks: -1,
+        messages: runIds.map((runId) => ({ partition: o.partition, key: runId, value: null })),
+      });
+      await tx.commit();
+      tx = undefined;
+    } catch (err) {
+      await tx?.abort().catch(() => undefined);
+      this.logger.warn(
+        { err, partition: o.partition },
+        'could not forget ended runs; retrying at the next sweep',
+      );
+      this.retakeOver(o, err);
+      return;
+    }
+    runIds.forEach((id) => o.runs.delete(id));
+    this.metrics.forgotten.inc(runIds.length);
+    this.logger.info(
+      { partition: o.partition, runs: runIds.length },
+      'ended runs past their retention forgotten',
+    );
+    if (!this.claim.store) return;
+    const expiresAt = supersededExpiry(Date.now(), this.claim.o.graceMs);
+    for (const id of runIds)
+      await this.claim.store
+        .expire(snapshotBlobPrefix(id), expiresAt)
+        .catch((err) => this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"));
   }
 
   /** Publishes TimerFired for due timers of owned runs (at most once per timer until it is processed). */
