@@ -675,8 +675,12 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
  */
 export function lifecycleGaps(events: Lifecycle[], ids: Set<string>): string[] {
   const byRun = new Map<string, Lifecycle[]>();
-  for (const e of events)
-    if (ids.has(e.value.runId)) byRun.set(e.value.runId, [...(byRun.get(e.value.runId) ?? []), e]);
+  for (const e of events) {
+    if (!ids.has(e.value.runId)) continue;
+    const evs = byRun.get(e.value.runId);
+    if (evs) evs.push(e);
+    else byRun.set(e.value.runId, [e]);
+  }
   const gaps: string[] = [];
   for (const [id, evs] of byRun) {
     const end = evs.find((e) => TERMINAL_EVENTS.has(e.event));
