@@ -13,6 +13,7 @@ export type {
 } from './dsl';
 export {
   reduce,
+  reduceInPlace,
   dueTimers,
   seededRandom,
   stepOf,
@@ -36,3 +37,4 @@ export type {
   TimelineEntry,
   ReduceOptions,
 } from './reducer';
+export { PendingRuns } from './pending';

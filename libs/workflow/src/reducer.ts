@@ -212,6 +212,8 @@ export function idempotencyKeyOf(runId: string, stepId: string, generation = 0):
 const compensationStepId = (stepId: string) => `${stepId}${COMPENSATION_SUFFIX}`;
 const itemStepId = (mapId: string, index: number) => `${mapId}[${index}]`;
 const ITEM = /^(.+)\[(\d+)\]$/;
+/** A running map step's items, by its progress record (see Ctx.itemsOf); dropped with the record. */
+const ITEMS = new WeakMap<object, unknown[]>();
 
 /** FNV-1a over a string, scaled to [0, 1): the deterministic jitter source. */
 export function seededRandom(seed: string): () => number {
@@ -234,11 +236,33 @@ class Ctx {
     readonly at: number,
   ) {}
 
+  /**
+   * The outputs of the run's completed steps (and of their compensations), by step id. Built from the plan, not from
+   * every entry of `steps`, so a map's items (which are not in the plan) cost nothing here: O(steps of the plan).
+   */
   stepContext(): StepContext {
     const outputs: Record<string, unknown> = {};
-    for (const [id, st] of Object.entries(this.s.steps))
-      if (st.status === 'completed' && !ITEM.test(id)) outputs[id] = st.output;
+    const steps = this.s.steps;
+    for (const id of this.s.plan) {
+      const st = steps[id];
+      if (st?.status === 'completed') outputs[id] = st.output;
+      const comp = steps[compensationStepId(id)];
+      if (comp?.status === 'completed') outputs[compensationStepId(id)] = comp.output;
+    }
     return { runId: this.s.runId, businessKey: this.s.businessKey, input: this.s.input, outputs };
+  }
+
+  /**
+   * A map step's items. They depend only on outputs of steps before the map, which do not change while it runs, so
+   * they are computed once per fan-out (cached on its progress record) instead of once per item scheduled.
+   */
+  itemsOf(step: MapStep): unknown[] {
+    const progress = this.s.steps[step.id]?.map;
+    const cached = progress && ITEMS.get(progress);
+    if (cached) return cached;
+    const items = step.items(this.stepContext());
+    if (progress) ITEMS.set(progress, items);
+    return items;
   }
 
   log(event: string, stepId?: string, attempt?: number, detail?: string) {
@@ -295,11 +319,31 @@ export function reduce(
   if (!state) return { state, commands: [], events: [], ignored: `unknown run ${input.runId}` };
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
     return { state, commands: [], events: [], ignored: `run is ${state.status}` };
+  const d = reduceInPlace(def, structuredClone(state), input, opts);
+  return d.ignored ? { ...d, state } : d;
+}
 
-  const c = new Ctx(def, structuredClone(state), input.at);
+/**
+ * `reduce` without the copy: applies `input` to `state` itself and returns it as `Decision.state`. Costs what the
+ * input touches, not the size of the run (a map of 100,000 items applies an item's result in constant time), which
+ * is why the engine uses it on a per-batch working copy (see `PendingRuns`).
+ * When the input is ignored, `state` is left as it was. When a definition's function throws (an input mapping, a
+ * condition, an aggregate), `state` may be partly changed: the caller must drop it (PendingRuns replays instead).
+ */
+export function reduceInPlace(
+  def: WorkflowDefinition,
+  state: RunState | undefined,
+  input: WorkflowInput,
+  opts: ReduceOptions = {},
+): Decision {
+  if (input.kind === 'start' || !state) return reduce(def, state, input, opts);
+  if (TERMINAL.has(state.status) && input.kind !== 'retry')
+    return { state, commands: [], events: [], ignored: `run is ${state.status}` };
+  const sequence = state.sequence;
+  const c = new Ctx(def, state, input.at);
   const ignored = apply(c, input, opts);
   if (ignored) return { state, commands: [], events: [], ignored };
-  c.s.sequence = state.sequence + 1;
+  c.s.sequence = sequence + 1;
   c.s.updatedAt = input.at;
   return { state: c.s, commands: c.commands, events: c.events };
 }
@@ -350,6 +394,8 @@ function apply(
     case 'timer-fired': {
       const t = s.timers[input.timerId];
       if (!t) return `stale timer ${input.timerId}`;
+      if (t.purpose === 'wait' && s.steps[t.stepId!]?.status !== 'waiting')
+        return `stale wait timer for ${t.stepId}`;
       delete s.timers[input.timerId];
       if (t.purpose === 'retry') {
         schedule(c, t.stepId!, t.attempt!);
@@ -372,7 +418,6 @@ function apply(
       } else if (t.purpose === 'wait') {
         const step = c.def.stepIndex.get(t.stepId!);
         const st = s.steps[t.stepId!];
-        if (!st || st.status !== 'waiting') return `stale wait timer for ${t.stepId}`;
         if (step?.kind === 'wait' && step.signal) {
           st.status = 'failed';
           failRun(c, t.stepId!, {
@@ -491,19 +536,16 @@ function startStep(c: Ctx, id: string): boolean {
       return false;
     case 'map': {
       const items = step.items(c.stepContext());
-      s.steps[id] = {
-        status: 'scheduled',
-        attempt: 1,
-        startedAt: c.at,
-        map: { total: items.length, next: 0, done: 0, outputs: new Array(items.length).fill(null) },
-      };
+      const progress = { total: items.length, next: 0, done: 0, outputs: new Array(items.length).fill(null) };
+      ITEMS.set(progress, items);
+      s.steps[id] = { status: 'scheduled', attempt: 1, startedAt: c.at, map: progress };
       if (items.length === 0) {
         completeStep(c, id, 1, step.aggregate([]), false);
         s.position++;
         return true;
       }
       c.log('MapStarted', id, 1, `${items.length} items`);
-      while (s.steps[id].map!.next < Math.min(items.length, step.concurrency)) scheduleItem(c, step, items);
+      while (progress.next < Math.min(items.length, step.concurrency)) scheduleItem(c, step);
       return false;
     }
     case 'choice': {
@@ -574,7 +616,7 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     stepTimeoutMs = comp.timeoutMs + 30_000;
   } else if (item !== undefined) {
     const m = step as MapStep;
-    const items = m.items(ctx);
+    const items = c.itemsOf(m);
     [taskType, input, entityKey, timeoutMs, maxAttempts, stepTimeoutMs] = [
       m.type,
       m.input(items[item], item, ctx),
@@ -624,7 +666,7 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
   c.log('StepScheduled', stepId, attempt);
 }
 
-function scheduleItem(c: Ctx, step: MapStep, _items: unknown[]): void {
+function scheduleItem(c: Ctx, step: MapStep): void {
   const map = c.s.steps[step.id].map!;
   const index = map.next++;
   // After a run retry an item keeps counting attempts, so its idempotency key is new.
@@ -680,7 +722,7 @@ function onCompleted(c: Ctx, stepId: string, attempt: number, output: unknown): 
       completeStep(c, mapId, 1, step.aggregate(map.outputs));
       return;
     }
-    if (map.next < map.total) scheduleItem(c, step, []);
+    if (map.next < map.total) scheduleItem(c, step);
     return;
   }
   const step = c.def.stepIndex.get(stepId) as TaskStep;

@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import {
+  PendingRuns,
   reduce,
   workflow,
   dueTimers,
@@ -427,6 +428,77 @@ describe('reducer invariants (property-based)', () => {
       }),
       { numRuns: 200 },
     );
+  });
+
+  it('a batch applied in place (PendingRuns) decides as the pure reducer does and leaves the committed state as it was', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(...defs),
+        choices,
+        fc.array(fc.integer({ min: 1, max: 7 }), { minLength: 1 }),
+        (def, script, sizes) => {
+          const { final, inputs } = simulate(def, script);
+          const expected = inputs.map((_, i) => run(def, inputs.slice(0, i + 1)).decisions[i]);
+          let committed: RunState | undefined;
+          let at = 0;
+          for (let b = 0; at < inputs.length; b++) {
+            const before = committed && structuredClone(committed);
+            const pending = new PendingRuns(() => committed);
+            for (const input of inputs.slice(at, at + sizes[b % sizes.length])) {
+              const d = pending.apply(def, input);
+              const want = expected[at++];
+              expect(d.ignored).toEqual(want.ignored);
+              expect(d.commands).toEqual(want.commands);
+              expect(d.events).toEqual(want.events);
+            }
+            expect(committed).toEqual(before);
+            committed = pending.changed().get('r1') ?? committed;
+          }
+          expect(committed).toEqual(final);
+          return true;
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+});
+
+describe('a batch applied in place (PendingRuns)', () => {
+  const throwsOnSecond = workflow('boom', 1)
+    .task('a', { type: 'a' })
+    .task('b', {
+      type: 'b',
+      input: (c) => {
+        if ((c.outputs.a as { fail?: boolean }).fail) throw new Error('mapping bug');
+        return c.outputs.a;
+      },
+    })
+    .build();
+
+  it('a definition that throws leaves the run as it was before that input, and the batch goes on', () => {
+    const s0 = reduce(throwsOnSecond, undefined, start(throwsOnSecond)).state!;
+    const command = reduce(throwsOnSecond, undefined, start(throwsOnSecond)).commands[0];
+    const pending = new PendingRuns(() => s0);
+    const signal: WorkflowInput = { ...base(), kind: 'signal', signal: 'hello', payload: 1 };
+    pending.apply(throwsOnSecond, signal);
+    const afterSignal = structuredClone(pending.get('r1'));
+    expect(() => pending.apply(throwsOnSecond, ok(command, { fail: true }))).toThrow('mapping bug');
+    expect(pending.get('r1')).toEqual(afterSignal);
+    const d = pending.apply(throwsOnSecond, ok(command, { fail: false }));
+    expect(d.commands.map((c) => c.stepId)).toEqual(['b']);
+    expect(pending.changed().get('r1')!.sequence).toBe(s0.sequence + 2);
+    expect(s0.steps.a.status).toBe('scheduled'); // the committed state was not touched
+  });
+
+  it('undoLast takes back an applied input (its outputs could not be encoded)', () => {
+    const s0 = reduce(throwsOnSecond, undefined, start(throwsOnSecond)).state!;
+    const command = reduce(throwsOnSecond, undefined, start(throwsOnSecond)).commands[0];
+    const pending = new PendingRuns(() => s0);
+    pending.apply(throwsOnSecond, ok(command));
+    expect(pending.get('r1')!.steps.a.status).toBe('completed');
+    pending.undoLast('r1');
+    expect(pending.get('r1')).toEqual(s0);
+    expect(pending.changed().size).toBe(0);
   });
 });
 

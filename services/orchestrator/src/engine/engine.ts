@@ -38,16 +38,18 @@ import { ComponentHealth, type Logger } from '@keyflow/observability';
 import {
   backoffDelayMs,
   dueTimers,
-  reduce,
+  PendingRuns,
   retryPolicy,
   SIGNAL_BUFFER_FULL,
   TERMINAL,
+  type Decision,
   type RunState,
 } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import {
   encodeOutputs,
+  encodeSnapshot,
   resolveInput,
   snapshotBlobPrefix,
   toWorkflowInput,
@@ -424,6 +426,31 @@ export class Engine {
   }
 
   private async processBatch(o: OwnedPartition, p: EachBatchPayload): Promise<void> {
+    try {
+      await this.applyBatch(o, p, 'per-batch');
+    } catch (err) {
+      if (!(err instanceof SnapshotPerInput)) throw err;
+      // A run's state outgrew what a snapshot can carry somewhere in this batch: apply it again with a snapshot per
+      // input, so the one input that made it too large is found and dead-lettered (the run stays as before it).
+      this.logger.warn(
+        { runId: err.runId, err: err.cause },
+        'a snapshot could not be encoded; batch applied again input by input',
+      );
+      await this.applyBatch(o, p, 'per-input');
+    }
+  }
+
+  /**
+   * Applies a batch and commits it in one transaction. Snapshots: `per-batch` encodes each changed run's snapshot
+   * once, after the batch's last input of it (a run's snapshot costs its size once per batch, not once per input);
+   * `per-input` encodes one after every input, so that an input whose state cannot be encoded is dead-lettered alone.
+   * @throws SnapshotPerInput (per-batch only) when a run's snapshot cannot be encoded, for good.
+   */
+  private async applyBatch(
+    o: OwnedPartition,
+    p: EachBatchPayload,
+    snapshots: 'per-batch' | 'per-input',
+  ): Promise<void> {
     const { batch } = p;
     // A stand-in for a batch no codec could decode: apply what comes before it, then keep the partition paused.
     const bad = undecodableAt(batch.messages);
@@ -435,7 +462,11 @@ export class Engine {
     // Without a stand-in, past the whole batch (trailing transaction markers included); with one, up to it.
     const lastOffset = bad ? messages[messages.length - 1].offset : batch.lastOffset();
     const logical = batch.topic === this.codec.physical('task.results') ? 'task.results' : 'wf.requests';
-    const overlay = new Map<string, RunState>();
+    const pending = new PendingRuns((id) => o.runs.get(id), {
+      signalBufferLimit: this.cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+    });
+    /** The input a run's snapshot is caused by: the batch's last applied input of the run. */
+    const causes = new Map<string, { eventId: string; at: number }>();
     const records: OutputRecord[] = [];
     const dlq: Array<{ m: (typeof batch.messages)[number]; err: Error }> = [];
     let transitions = 0;
@@ -494,7 +525,7 @@ export class Engine {
       // The engine's own clock, never the producer's occurredAt: a step's deadline starts when it is dispatched,
       // so a producer's clock skew or the engine's own lag cannot make a fresh command's timeout already due.
       const input = { ...decodedInput, at: Date.now() };
-      const state = overlay.get(input.runId) ?? o.runs.get(input.runId);
+      const state = pending.get(input.runId);
       const def = state
         ? this.registry.get(state.workflow, state.version)
         : input.kind === 'start'
@@ -506,10 +537,10 @@ export class Engine {
       }
       // A definition's mapping, condition or aggregate may throw (or an output may not encode): that input is
       // dead-lettered with the error, and the partition goes on (it must never block every run behind it).
-      let d: ReturnType<typeof reduce>;
+      let d: Decision | undefined;
       let outputs: OutputRecord[] = [];
       try {
-        d = reduce(def, state, input, { signalBufferLimit: this.cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT });
+        d = pending.apply(def, input);
         if (!d.ignored) {
           const trace = {
             traceparent: header(m.headers, 'traceparent') ?? decoded.value.metadata.traceparent ?? null,
@@ -522,9 +553,12 @@ export class Engine {
             d.events,
             { eventId: input.eventId, at: input.at, ...trace },
             this.claim,
+            snapshots === 'per-input',
           );
         }
       } catch (e) {
+        // Applied, but its outputs could not be encoded: the run goes back to how it was before this input.
+        if (d && !d.ignored) pending.undoLast(input.runId);
         // A blob store that does not answer aborts the batch (retried like a broker error); anything else about
         // this input (a definition's bug, a payload the claim check cannot carry) dead-letters only this input.
         if (e instanceof BlobError && e.retryable) throw e;
@@ -555,13 +589,27 @@ export class Engine {
         continue;
       }
       const next = d.state!;
-      overlay.set(next.runId, next);
+      causes.set(next.runId, { eventId: input.eventId, at: input.at });
       transitions++;
       if (input.kind === 'start') started.push(next.runId);
       if (TERMINAL.has(next.status))
         finished.push({ runId: next.runId, status: next.status, ms: next.updatedAt - next.startedAt });
       records.push(...outputs);
     }
+    const changed = pending.changed();
+    if (snapshots === 'per-batch')
+      for (const [runId, state] of changed) {
+        try {
+          records.push({
+            topic: this.codec.physical('wf.state'),
+            key: runId,
+            value: await encodeSnapshot(this.codec, state, causes.get(runId)!, this.claim),
+          });
+        } catch (e) {
+          if ((e as { retryable?: boolean }).retryable === true) throw e; // a store outage: the batch is retried
+          throw new SnapshotPerInput(runId, e);
+        }
+      }
 
     let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
     try {
@@ -629,7 +677,7 @@ export class Engine {
     }
     // Only now does the in-memory state move on.
     o.failures = null;
-    for (const [id, s] of overlay) o.runs.set(id, s);
+    for (const [id, s] of changed) o.runs.set(id, s);
     p.resolveOffset(lastOffset);
     if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
     else this.quarantine.ok(batch.topic, batch.partition);
@@ -757,6 +805,17 @@ export class Engine {
       ids.forEach((id) => this.fired.delete(id)); // retried at the next tick
       this.logger.warn({ err }, 'could not publish due timers; retrying at the next tick');
     }
+  }
+}
+
+/** A run's snapshot could not be encoded in a per-batch pass: the batch is applied again with one per input. */
+class SnapshotPerInput extends Error {
+  constructor(
+    readonly runId: string,
+    cause: unknown,
+  ) {
+    super(`the snapshot of run ${runId} could not be encoded`, { cause });
+    this.name = 'SnapshotPerInput';
   }
 }
 

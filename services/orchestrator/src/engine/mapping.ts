@@ -108,7 +108,7 @@ const EVENT_PAYLOADS: Partial<Record<string, { field: 'output' | 'input'; ref: '
   };
 
 /**
- * Encodes the reducer's commands, lifecycle events and the snapshot as Kafka records. Every payload over the claim
+ * Encodes the reducer's commands, lifecycle events and (unless `withSnapshot` is false) the snapshot as Kafka records. Every payload over the claim
  * check's threshold (a command's input, an event's output or input, the snapshot's state) is stored as a blob first
  * and the record carries its reference (README "Claim check").
  * @throws PayloadTooLargeError (PAYLOAD_TOO_LARGE, not retryable) when one cannot be carried; store outages as is.
@@ -120,6 +120,8 @@ export async function encodeOutputs(
   events: LifecycleSpec[],
   cause: { eventId: string; at: number; traceparent: string | null; tracestate: string | null },
   claim: ClaimCheck,
+  /** Whether to add the run's snapshot (the engine encodes it once per batch instead; see Engine.applyBatch). */
+  withSnapshot = true,
 ): Promise<OutputRecord[]> {
   const out: OutputRecord[] = [];
   let i = 0;
@@ -187,11 +189,12 @@ export async function encodeOutputs(
     } as never);
     out.push({ topic: codec.physical('wf.events'), key: state.runId, value });
   }
-  out.push({
-    topic: codec.physical('wf.state'),
-    key: state.runId,
-    value: await encodeSnapshot(codec, state, cause, claim),
-  });
+  if (withSnapshot)
+    out.push({
+      topic: codec.physical('wf.state'),
+      key: state.runId,
+      value: await encodeSnapshot(codec, state, cause, claim),
+    });
   return out;
 }
 

@@ -1,0 +1,147 @@
+import { parseArgs } from 'node:util';
+import {
+  PendingRuns,
+  reduce,
+  workflow,
+  type CommandSpec,
+  type RunState,
+  type WorkflowInput,
+} from '@keyflow/workflow';
+
+/**
+ * Map fan-out cost per item, on the reducer as the engine drives it (issue "Throughput at ETL scale", target 3):
+ * one run with one map step of N items, results applied in batches of `--batch` (what one fetch of task.results
+ * carries) through `PendingRuns` (one copy of the run per batch, inputs applied in place), plus the run's snapshot
+ * text (`JSON.stringify` of the state) once per batch, as the engine encodes it. Printed per N: total ms, us per
+ * item, and the ratio of us per item to that at the smallest N (target: <= 2 at 100,000 against 1,000).
+ * `--pure` also times the pure `reduce` (a copy of the whole run per input, what the engine did before) up to
+ * `--pure-max` items: that column is the old, quadratic figure.
+ *   npm run bench:map -- [--sizes 1000,10000,100000] [--batch 200] [--concurrency 256] [--pure]
+ */
+const { values: args } = parseArgs({
+  options: {
+    sizes: { type: 'string', default: '1000,10000,100000' },
+    batch: { type: 'string', default: '200' },
+    concurrency: { type: 'string', default: '256' },
+    pure: { type: 'boolean', default: false },
+    'pure-max': { type: 'string', default: '4000' },
+  },
+});
+const BATCH = Number(args.batch);
+const CONCURRENCY = Number(args.concurrency);
+
+const def = () =>
+  workflow('fan', 1)
+    .task('split', { type: 'split' })
+    .map('each', {
+      type: 'load',
+      items: (c) => (c.outputs.split as { items: number[] }).items,
+      input: (item) => ({ chunk: item }),
+      concurrency: CONCURRENCY,
+    })
+    .task('report', { type: 'report', input: (c) => ({ n: (c.outputs.each as unknown[]).length }) })
+    .build();
+
+let eventIds = 0;
+const result = (runId: string, c: CommandSpec, output: unknown): WorkflowInput => ({
+  eventId: `e${++eventIds}`,
+  at: Date.now(),
+  runId,
+  kind: 'task-completed',
+  stepId: c.stepId,
+  attempt: c.attempt,
+  output,
+});
+
+/** Drives one run of an `n`-item map to completion; `apply` applies one batch and returns its commands. */
+function drive(
+  n: number,
+  applyBatch: (inputs: WorkflowInput[]) => CommandSpec[],
+): { ms: number; snapshotBytes: number } {
+  const runId = `run-${n}`;
+  const items = Array.from({ length: n }, (_, i) => i);
+  let outstanding = applyBatch([
+    {
+      eventId: `e${++eventIds}`,
+      at: Date.now(),
+      runId,
+      kind: 'start',
+      workflow: 'fan',
+      version: 1,
+      businessKey: 'b',
+      input: {},
+    },
+  ]);
+  // The split step's result carries the items; the clock starts with the fan-out.
+  const t0 = process.hrtime.bigint();
+  outstanding = applyBatch([result(runId, outstanding[0], { items })]);
+  while (outstanding.length) {
+    const batch = outstanding.splice(0, BATCH);
+    outstanding.push(...applyBatch(batch.map((c) => result(runId, c, { rows: 1 }))));
+    if (outstanding.length === 1 && outstanding[0].stepId === 'report') break;
+  }
+  return { ms: Number(process.hrtime.bigint() - t0) / 1e6, snapshotBytes: lastSnapshotBytes };
+}
+
+let lastSnapshotBytes = 0;
+
+/** The engine's path: a PendingRuns per batch over the committed state, one snapshot per changed run per batch. */
+function engineWay(n: number) {
+  const d = def();
+  let committed: RunState | undefined;
+  return drive(n, (inputs) => {
+    const pending = new PendingRuns(() => committed);
+    const commands = inputs.flatMap((i) => pending.apply(d, i).commands);
+    for (const state of pending.changed().values()) lastSnapshotBytes = JSON.stringify(state).length;
+    committed = pending.changed().get(inputs[0].runId) ?? committed;
+    return commands;
+  });
+}
+
+/** Before: the pure reducer per input (a copy of the run each) and a snapshot per input. */
+function pureWay(n: number) {
+  const d = def();
+  let state: RunState | undefined;
+  return drive(n, (inputs) =>
+    inputs.flatMap((i) => {
+      const r = reduce(d, state, i);
+      state = r.state;
+      lastSnapshotBytes = JSON.stringify(state).length;
+      return r.commands;
+    }),
+  );
+}
+
+function main() {
+  const sizes = args.sizes.split(',').map(Number);
+  const rows: Array<Record<string, string | number>> = [];
+  let base: number | undefined;
+  let pureBase: number | undefined;
+  engineWay(Math.min(...sizes)); // warm-up
+  for (const n of sizes) {
+    const r = engineWay(n);
+    const perItem = (r.ms * 1000) / n;
+    base ??= perItem;
+    const row: Record<string, string | number> = {
+      items: n,
+      'engine way ms': Math.round(r.ms),
+      'us/item': Number(perItem.toFixed(1)),
+      'vs smallest': Number((perItem / base).toFixed(2)),
+      'snapshot KiB': Math.round(r.snapshotBytes / 1024),
+    };
+    if (args.pure && n <= Number(args['pure-max'])) {
+      const p = pureWay(n);
+      const pPer = (p.ms * 1000) / n;
+      pureBase ??= pPer;
+      row['pure reduce us/item (before)'] = Number(pPer.toFixed(1));
+      row['pure vs smallest'] = Number((pPer / pureBase).toFixed(2));
+    }
+    rows.push(row);
+  }
+  console.table(rows);
+  console.log(
+    JSON.stringify({ bench: 'map', batch: BATCH, concurrency: CONCURRENCY, node: process.version, rows }),
+  );
+}
+
+main();
