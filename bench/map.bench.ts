@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import {
   PendingRuns,
   reduce,
+  snapshotParts,
   workflow,
   type CommandSpec,
   type RunState,
@@ -12,8 +13,9 @@ import {
  * Map fan-out cost per item, on the reducer as the engine drives it (issue "Throughput at ETL scale", target 3):
  * one run with one map step of N items, results applied in batches of `--batch` (what one fetch of task.results
  * carries) through `PendingRuns` (one copy of the run per batch, inputs applied in place), plus the run's snapshot
- * text (`JSON.stringify` of the state) once per batch, as the engine encodes it. Printed per N: total ms, us per
- * item, and the ratio of us per item to that at the smallest N (target: <= 2 at 100,000 against 1,000).
+ * text once per batch as the engine writes it (`snapshotParts`: the core and the item segments the batch changed).
+ * Printed per N: total ms, us per item, the ratio of us per item to that at the smallest N (target: <= 2 at 100,000
+ * against 1,000), and the bytes of the last batch's snapshot records.
  * `--pure` also times the pure `reduce` (a copy of the whole run per input, what the engine did before) up to
  * `--pure-max` items: that column is the old, quadratic figure.
  *   npm run bench:map -- [--sizes 1000,10000,100000] [--batch 200] [--concurrency 256] [--pure]
@@ -92,13 +94,16 @@ function engineWay(n: number) {
   return drive(n, (inputs) => {
     const pending = new PendingRuns(() => committed);
     const commands = inputs.flatMap((i) => pending.apply(d, i).commands);
-    for (const state of pending.changed().values()) lastSnapshotBytes = JSON.stringify(state).length;
+    for (const state of pending.changed().values()) {
+      const parts = snapshotParts(state, committed);
+      lastSnapshotBytes = parts.core.length + parts.segments.reduce((n, p) => n + p.text.length, 0);
+    }
     committed = pending.changed().get(inputs[0].runId) ?? committed;
     return commands;
   });
 }
 
-/** Before: the pure reducer per input (a copy of the run each) and a snapshot per input. */
+/** Before: the pure reducer per input (a copy of the run each) and a whole snapshot per input. */
 function pureWay(n: number) {
   const d = def();
   let state: RunState | undefined;
@@ -127,7 +132,7 @@ function main() {
       'engine way ms': Math.round(r.ms),
       'us/item': Number(perItem.toFixed(1)),
       'vs smallest': Number((perItem / base).toFixed(2)),
-      'snapshot KiB': Math.round(r.snapshotBytes / 1024),
+      'last snapshot KiB': Math.round(r.snapshotBytes / 1024),
     };
     if (args.pure && n <= Number(args['pure-max'])) {
       const p = pureWay(n);

@@ -14,6 +14,11 @@ export type {
 export {
   reduce,
   reduceInPlace,
+  copyRunState,
+  flatRunState,
+  normalizeRunState,
+  stepStateOf,
+  SEGMENT_ITEMS,
   dueTimers,
   seededRandom,
   stepOf,
@@ -28,6 +33,8 @@ export type {
   RunState,
   RunStatus,
   StepState,
+  MapProgress,
+  ItemSegment,
   TimerState,
   WorkflowInput,
   CommandSpec,
@@ -38,3 +45,5 @@ export type {
   ReduceOptions,
 } from './reducer';
 export { PendingRuns } from './pending';
+export { snapshotParts, assembleRunState, segmentKey } from './snapshot';
+export type { SnapshotParts } from './snapshot';

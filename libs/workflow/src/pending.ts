@@ -1,5 +1,6 @@
 import type { WorkflowDefinition } from './dsl';
 import {
+  copyRunState,
   reduceInPlace,
   type Decision,
   type ReduceOptions,
@@ -17,9 +18,10 @@ interface Working {
 /**
  * The runs a batch changes, kept apart from the committed ones until the batch's transaction commits.
  *
- * A run is copied (`structuredClone`) once per batch, on its first input, and every later input of the batch is
- * applied to that copy in place (`reduceInPlace`), so a batch costs one copy per run it touches plus what its inputs
- * touch: a map step's item results cost the same at 100,000 items as at 1,000. The committed states are never
+ * A run is copied (`copyRunState`: everything but its map items' segments, which are shared and replaced on write)
+ * once per batch, on its first input, and every later input of the batch is applied to that copy in place
+ * (`reduceInPlace`), so a batch costs what its inputs touch plus one small copy per run: a map step's item results
+ * cost about the same at 100,000 items as at 1,000. The committed states are never
  * changed, so an aborted transaction leaves them as they were.
  *
  * When a definition's function throws while an input is applied (the copy may then be half changed), the run's copy
@@ -53,7 +55,7 @@ export class PendingRuns {
       // Kept even when the input is ignored: the batch's later inputs of the run (stale duplicates of a big map's
       // results, say) then reuse the copy instead of copying the run again each.
       const committed = this.committed(input.runId);
-      w = { state: committed && structuredClone(committed), def, applied: [] };
+      w = { state: committed && copyRunState(committed), def, applied: [] };
       this.working.set(input.runId, w);
     }
     let d: Decision;
@@ -90,7 +92,7 @@ export class PendingRuns {
 
   private replay(runId: string, w: Working): void {
     const committed = this.committed(runId);
-    let state = committed && structuredClone(committed);
+    let state = committed && copyRunState(committed);
     for (const input of w.applied) state = reduceInPlace(w.def, state, input, this.opts).state;
     w.state = state;
   }

@@ -72,8 +72,8 @@ export interface StepState {
   attempt: number;
   output?: unknown;
   error?: StepError;
-  /** Map steps: progress of the fan-out. */
-  map?: { total: number; next: number; done: number; outputs: unknown[] };
+  /** Map steps: progress of the fan-out, with its items' states and outputs. */
+  map?: MapProgress;
   /** When the step was first scheduled and when it completed (ms since epoch, the engine's clock). */
   startedAt?: number;
   endedAt?: number;
@@ -89,6 +89,35 @@ export interface StepState {
    * be redriven): its effect may have happened, so a failed step with a compensation is still compensated.
    */
   uncertain?: boolean;
+}
+
+/** Items per {@link ItemSegment}. */
+export const SEGMENT_ITEMS = 256;
+
+/**
+ * A map step's fan-out. Its items' step states and outputs are not in `RunState.steps` but in segments of
+ * {@link SEGMENT_ITEMS} items, so that a run of 100,000 items is copied per batch in O(segments) and snapshotted
+ * per batch in the segments the batch changed (see `PendingRuns` and the engine's snapshot records).
+ */
+export interface MapProgress {
+  total: number;
+  /** Items scheduled so far (the next item's index). */
+  next: number;
+  done: number;
+  /** Segment k holds items [k * SEGMENT_ITEMS, (k + 1) * SEGMENT_ITEMS). */
+  segments: ItemSegment[];
+  /** States written before segments existed carried every item's output here (see normalizeRunState). */
+  outputs?: unknown[];
+}
+
+/**
+ * Step states (null: not scheduled yet) and outputs (null until completed) of up to SEGMENT_ITEMS items.
+ * Never changed once it is part of a state: every write replaces the segment with a changed copy, so a copy of a
+ * run shares its segments, and a segment whose identity did not change since the last snapshot needs no new record.
+ */
+export interface ItemSegment {
+  steps: Array<StepState | null>;
+  outputs: unknown[];
 }
 
 export interface TimerState {
@@ -214,6 +243,131 @@ const itemStepId = (mapId: string, index: number) => `${mapId}[${index}]`;
 const ITEM = /^(.+)\[(\d+)\]$/;
 /** A running map step's items, by its progress record (see Ctx.itemsOf); dropped with the record. */
 const ITEMS = new WeakMap<object, unknown[]>();
+
+/** The map step id and item index an item step id names, or undefined for any other step id. */
+function itemOf(stepId: string): { mapId: string; index: number } | undefined {
+  const m = ITEM.exec(stepId);
+  return m ? { mapId: m[1], index: Number(m[2]) } : undefined;
+}
+
+const emptySegment = (size: number): ItemSegment => ({
+  steps: new Array<StepState | null>(size).fill(null),
+  outputs: new Array<unknown>(size).fill(null),
+});
+
+/** A fresh fan-out of `total` items; item states of `previous` (a run retry's reset items) are carried over. */
+function newProgress(total: number, previous?: MapProgress): MapProgress {
+  const segments: ItemSegment[] = [];
+  for (let k = 0; k * SEGMENT_ITEMS < total; k++) {
+    const size = Math.min(SEGMENT_ITEMS, total - k * SEGMENT_ITEMS);
+    const seg = emptySegment(size);
+    const old = previous?.segments[k];
+    if (old) for (let i = 0; i < size && i < old.steps.length; i++) seg.steps[i] = old.steps[i];
+    segments.push(seg);
+  }
+  return { total, next: 0, done: 0, segments };
+}
+
+/** A step's state by id, a map item's included (from its segment). */
+export function stepStateOf(s: RunState, stepId: string): StepState | undefined {
+  const item = itemOf(stepId);
+  if (!item) return s.steps[stepId];
+  const seg = s.steps[item.mapId]?.map?.segments[Math.floor(item.index / SEGMENT_ITEMS)];
+  return seg?.steps[item.index % SEGMENT_ITEMS] ?? undefined;
+}
+
+/** Replaces the segment holding item `index` of `progress` by a copy with `change` applied (segments are shared). */
+function writeItem(
+  progress: MapProgress,
+  index: number,
+  change: (seg: ItemSegment, at: number) => void,
+): void {
+  const k = Math.floor(index / SEGMENT_ITEMS);
+  const old = progress.segments[k];
+  const seg = { steps: old.steps.slice(), outputs: old.outputs.slice() };
+  change(seg, index % SEGMENT_ITEMS);
+  progress.segments[k] = seg;
+}
+
+/** Sets a step's state, a map item's included (copying its segment). */
+function setStepState(s: RunState, stepId: string, st: StepState): void {
+  const item = itemOf(stepId);
+  if (!item) {
+    s.steps[stepId] = st;
+    return;
+  }
+  writeItem(s.steps[item.mapId].map!, item.index, (seg, at) => (seg.steps[at] = st));
+}
+
+/** Every item's output of a fan-out, in item order. */
+function outputsOf(progress: MapProgress): unknown[] {
+  return progress.segments.flatMap((seg) => seg.outputs);
+}
+
+/**
+ * Every step state of a run by step id, map items included (`<map>[<index>]`), in the shape states had before
+ * segments: what the run API shows and what a rebuild compares. O(items).
+ */
+export function flatRunState(s: RunState): RunState {
+  const steps: Record<string, StepState> = {};
+  for (const [id, st] of Object.entries(s.steps)) {
+    if (!st.map?.segments) {
+      steps[id] = st;
+      continue;
+    }
+    const { segments, ...rest } = st.map;
+    steps[id] = { ...st, map: { ...rest, outputs: outputsOf(st.map) } as MapProgress };
+    segments.forEach((seg, k) =>
+      seg.steps.forEach((item, i) => {
+        if (item) steps[`${id}[${k * SEGMENT_ITEMS + i}]`] = item;
+      }),
+    );
+  }
+  return { ...s, steps };
+}
+
+/**
+ * Brings a state written before segments existed (items in `steps`, outputs in `map.outputs`) to the current shape,
+ * in place; a current state is returned as is. Readers of snapshots call it on every state they parse.
+ */
+export function normalizeRunState(s: RunState): RunState {
+  for (const st of Object.values(s.steps)) {
+    if (!st.map || st.map.segments) continue;
+    const progress = newProgress(st.map.total);
+    progress.next = st.map.next;
+    progress.done = st.map.done;
+    (st.map.outputs ?? []).forEach((o, i) => writeItem(progress, i, (seg, at) => (seg.outputs[at] = o)));
+    st.map = progress;
+  }
+  for (const [id, st] of Object.entries(s.steps)) {
+    const item = itemOf(id);
+    const progress = item && s.steps[item.mapId]?.map;
+    if (!item || !progress || item.index >= progress.total) continue;
+    writeItem(progress, item.index, (seg, at) => (seg.steps[at] = st));
+    delete s.steps[id];
+  }
+  return s;
+}
+
+/**
+ * A copy of a run whose changes do not reach `s`. Shared, not copied: the map items' segments (a write replaces a
+ * segment, never changes it), the steps' outputs and the run input (the reducer replaces them, never changes them).
+ * So a copy costs O(steps + timers + timeline + segments), whatever the items and outputs hold.
+ */
+export function copyRunState(s: RunState): RunState {
+  const { steps, input, ...rest } = s;
+  const copy = structuredClone(rest) as RunState;
+  copy.input = input;
+  copy.steps = {};
+  for (const [id, st] of Object.entries(steps)) {
+    const { map, output, ...own } = st;
+    const step: StepState = structuredClone(own);
+    if ('output' in st) step.output = output;
+    if (map) step.map = { ...map, segments: map.segments.slice() };
+    copy.steps[id] = step;
+  }
+  return copy;
+}
 
 /** FNV-1a over a string, scaled to [0, 1): the deterministic jitter source. */
 export function seededRandom(seed: string): () => number {
@@ -359,7 +513,7 @@ function apply(
     case 'task-completed':
     case 'task-failed': {
       const isCompensation = input.stepId.endsWith(COMPENSATION_SUFFIX);
-      const st = s.steps[input.stepId];
+      const st = stepStateOf(s, input.stepId);
       // Every attempt of a step shares its idempotency key, so a completion of an earlier attempt that outlived its
       // step timeout (the step is uncertain) is the step's one effect: it is taken while the step still waits for a
       // result or a retry. A failure only counts for the current attempt.
@@ -381,7 +535,7 @@ function apply(
       clearStepTimers(s, input.stepId);
       if (input.kind === 'task-completed') onCompleted(c, input.stepId, st.attempt, input.output);
       else {
-        if (input.code === DEAD_LETTERED) st.uncertain = true;
+        if (input.code === DEAD_LETTERED) setStepState(s, input.stepId, { ...st, uncertain: true });
         onFailed(c, input.stepId, input.attempt, {
           errorClass: input.errorClass,
           message: input.message,
@@ -394,14 +548,14 @@ function apply(
     case 'timer-fired': {
       const t = s.timers[input.timerId];
       if (!t) return `stale timer ${input.timerId}`;
-      if (t.purpose === 'wait' && s.steps[t.stepId!]?.status !== 'waiting')
+      if (t.purpose === 'wait' && stepStateOf(s, t.stepId!)?.status !== 'waiting')
         return `stale wait timer for ${t.stepId}`;
       delete s.timers[input.timerId];
       if (t.purpose === 'retry') {
         schedule(c, t.stepId!, t.attempt!);
       } else if (t.purpose === 'step-timeout') {
-        const st = s.steps[t.stepId!];
-        if (st) st.uncertain = true;
+        const st = stepStateOf(s, t.stepId!);
+        if (st) setStepState(s, t.stepId!, { ...st, uncertain: true });
         onFailed(c, t.stepId!, t.attempt!, {
           errorClass: STEP_TIMEOUT_ERROR,
           message: `no result within the step timeout`,
@@ -419,7 +573,7 @@ function apply(
         const step = c.def.stepIndex.get(t.stepId!);
         const st = s.steps[t.stepId!];
         if (step?.kind === 'wait' && step.signal) {
-          st.status = 'failed';
+          s.steps[t.stepId!] = { ...st, status: 'failed' };
           failRun(c, t.stepId!, {
             errorClass: 'SignalTimeoutError',
             message: `signal ${step.signal} not received within ${step.timerMs} ms`,
@@ -480,14 +634,26 @@ function apply(
       // Steps from the retried one on run again; map items included. Attempts keep counting. A step that had not
       // completed keeps its idempotency key (its effect happens at most once: a redriven or late command of it and
       // the retry's command meet on one key); one that had completed is re-run on purpose, in a new generation.
+      const reset = (prev: StepState): StepState => ({
+        status: 'failed',
+        attempt: prev.attempt,
+        generation: (prev.generation ?? 0) + (prev.status === 'completed' ? 1 : 0),
+      });
       for (const [id, prev] of Object.entries(s.steps)) {
-        const stepBase = ITEM.exec(id)?.[1] ?? id;
-        if (spliced.has(stepBase) || s.plan.indexOf(stepBase) >= at)
-          s.steps[id] = {
-            status: 'failed',
-            attempt: prev.attempt,
-            generation: (prev.generation ?? 0) + (prev.status === 'completed' ? 1 : 0),
+        if (!spliced.has(id) && s.plan.indexOf(id) < at) continue;
+        const next = reset(prev);
+        // A map's items keep their attempts and generations (their idempotency keys) for its next fan-out.
+        if (prev.map)
+          next.map = {
+            total: prev.map.total,
+            next: 0,
+            done: 0,
+            segments: prev.map.segments.map((seg) => ({
+              steps: seg.steps.map((item) => item && reset(item)),
+              outputs: seg.outputs.map(() => null),
+            })),
           };
+        s.steps[id] = next;
       }
       c.log('RunRetried', stepId);
       if (startStep(c, base)) advance(c);
@@ -500,11 +666,11 @@ function apply(
 function clearStepTimers(s: RunState, stepId: string): void {
   const prefix = `step-timeout:${stepId}:`;
   for (const id of Object.keys(s.timers)) if (id.startsWith(prefix)) delete s.timers[id];
-  delete s.timers[`retry:${stepId}:${(s.steps[stepId]?.attempt ?? 0) + 1}`];
+  delete s.timers[`retry:${stepId}:${(stepStateOf(s, stepId)?.attempt ?? 0) + 1}`];
 }
 
 function currentAttempt(c: Ctx, stepId: string): number {
-  return c.s.steps[stepId]?.attempt ?? 0;
+  return stepStateOf(c.s, stepId)?.attempt ?? 0;
 }
 
 /** Runs steps from the current position until one has to wait. */
@@ -536,7 +702,7 @@ function startStep(c: Ctx, id: string): boolean {
       return false;
     case 'map': {
       const items = step.items(c.stepContext());
-      const progress = { total: items.length, next: 0, done: 0, outputs: new Array(items.length).fill(null) };
+      const progress = newProgress(items.length, s.steps[id]?.map);
       ITEMS.set(progress, items);
       s.steps[id] = { status: 'scheduled', attempt: 1, startedAt: c.at, map: progress };
       if (items.length === 0) {
@@ -636,14 +802,16 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
       t.stepTimeoutMs,
     ];
   }
-  s.steps[stepId] = {
-    ...s.steps[stepId],
+  const prev = stepStateOf(s, stepId);
+  const st: StepState = {
+    ...prev,
     status: 'scheduled',
     attempt,
     error: undefined,
-    startedAt: s.steps[stepId]?.startedAt ?? c.at,
+    startedAt: prev?.startedAt ?? c.at,
     dispatchedAt: c.at,
   };
+  setStepState(s, stepId, st);
   const undone = compensation ? compensation.id : undefined;
   c.commands.push({
     stepId,
@@ -653,7 +821,7 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     input: JSON.stringify(input ?? null),
     timeoutMs,
     maxAttempts,
-    idempotencyKey: idempotencyKeyOf(s.runId, stepId, s.steps[stepId].generation),
+    idempotencyKey: idempotencyKeyOf(s.runId, stepId, st.generation),
     compensates: undone ? idempotencyKeyOf(s.runId, undone, s.steps[undone]?.generation) : null,
   });
   s.timers[`step-timeout:${stepId}:${attempt}`] = {
@@ -714,12 +882,15 @@ function onCompleted(c: Ctx, stepId: string, attempt: number, output: unknown): 
   if (item) {
     const mapId = item[1];
     const step = c.def.stepIndex.get(mapId) as MapStep;
-    s.steps[stepId] = { ...s.steps[stepId], status: 'completed', attempt, output };
     const map = s.steps[mapId].map!;
-    map.outputs[Number(item[2])] = output;
+    const prev = stepStateOf(s, stepId);
+    writeItem(map, Number(item[2]), (seg, at) => {
+      seg.steps[at] = { ...prev!, status: 'completed', attempt, output };
+      seg.outputs[at] = output;
+    });
     map.done++;
     if (map.done === map.total) {
-      completeStep(c, mapId, 1, step.aggregate(map.outputs));
+      completeStep(c, mapId, 1, step.aggregate(outputsOf(map)));
       return;
     }
     if (map.next < map.total) scheduleItem(c, step);
@@ -739,7 +910,13 @@ function onFailed(c: Ctx, stepId: string, attempt: number, error: StepError): vo
   const s = c.s;
   const policy = policyOf(c, stepId);
   const willRetry = shouldRetry(policy, attempt, error.errorClass, error.retryable);
-  s.steps[stepId] = { ...s.steps[stepId], status: willRetry ? 'waiting-retry' : 'failed', attempt, error };
+  const failed: StepState = {
+    ...stepStateOf(s, stepId),
+    status: willRetry ? 'waiting-retry' : 'failed',
+    attempt,
+    error,
+  };
+  setStepState(s, stepId, failed);
   c.events.push({
     type: 'StepFailed',
     stepId,
@@ -772,7 +949,7 @@ function onFailed(c: Ctx, stepId: string, attempt: number, error: StepError): vo
   // A step whose effect may have happened (an attempt timed out or was dead-lettered) is compensated too: its
   // compensation fences its key first, so a command of it still queued or redriven later never runs.
   const step = c.def.stepIndex.get(stepId);
-  if (s.steps[stepId].uncertain && s.status !== 'compensating' && step?.kind === 'task' && step.compensate)
+  if (failed.uncertain && s.status !== 'compensating' && step?.kind === 'task' && step.compensate)
     s.compensable.push(stepId);
   // A failed map item fails its map step.
   const item = ITEM.exec(stepId);
@@ -810,9 +987,18 @@ function failRun(c: Ctx, stepId: string, error: StepError): void {
   }
   // Outstanding work of the failed run is now stale.
   for (const [id, t] of Object.entries(s.timers)) if (t.purpose !== 'run-timeout') delete s.timers[id];
-  for (const st of Object.values(s.steps))
-    if (st.status === 'scheduled' || st.status === 'waiting-retry' || st.status === 'waiting')
-      st.status = 'failed';
+  const outstanding = (st: StepState | null) =>
+    st?.status === 'scheduled' || st?.status === 'waiting-retry' || st?.status === 'waiting';
+  for (const st of Object.values(s.steps)) {
+    if (outstanding(st)) st.status = 'failed';
+    st.map?.segments.forEach((seg, k) => {
+      if (!seg.steps.some(outstanding)) return;
+      st.map!.segments[k] = {
+        steps: seg.steps.map((item) => (outstanding(item) ? { ...item!, status: 'failed' } : item)),
+        outputs: seg.outputs,
+      };
+    });
+  }
   s.error = { ...error, stepId };
   const queue = [...s.compensable].reverse();
   if (queue.length === 0) {

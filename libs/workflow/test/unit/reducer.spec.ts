@@ -1,6 +1,14 @@
 import fc from 'fast-check';
 import {
+  assembleRunState,
+  snapshotParts,
+  type ItemSegment,
+  type SnapshotParts,
+  copyRunState,
+  flatRunState,
+  normalizeRunState,
   PendingRuns,
+  SEGMENT_ITEMS,
   reduce,
   workflow,
   dueTimers,
@@ -568,5 +576,81 @@ describe('run retry and timeouts (review findings)', () => {
     d = reduce(def, d.state, ok(d.commands[0]));
     d = reduce(def, d.state, ok(d.commands[0]));
     expect(d.state!.status).toBe('compensated');
+  });
+});
+
+describe('map items kept in segments', () => {
+  const N = 3 * SEGMENT_ITEMS + 7;
+  const big = workflow('big', 1)
+    .map('each', { type: 'w', items: () => Array.from({ length: N }, (_, i) => i), concurrency: 40 })
+    .build();
+
+  it('a map over several segments fans in every output in item order, whatever the order results arrive in', () => {
+    let committed = reduce(big, undefined, start(big)).state!;
+    let outstanding = reduce(big, undefined, start(big)).commands;
+    let seed = 7;
+    while (outstanding.length) {
+      // A batch of results in a shuffled order (a fixed LCG: the test is deterministic).
+      const batch = outstanding.splice(0, 25).sort(() => ((seed = (seed * 48271) % 2147483647) % 3) - 1);
+      const pending = new PendingRuns(() => committed);
+      for (const c of batch) {
+        const index = Number(/\[(\d+)\]/.exec(c.stepId)![1]);
+        outstanding.push(...pending.apply(big, ok(c, index * 10)).commands);
+      }
+      committed = pending.changed().get('r1')!;
+    }
+    expect(committed.status).toBe('completed');
+    expect(committed.steps.each.output).toEqual(Array.from({ length: N }, (_, i) => i * 10));
+    expect(committed.steps.each.map!.segments).toHaveLength(4);
+  });
+
+  it('the flat view lists every item as a step, and a state of that older shape reads back the same', () => {
+    let d = reduce(big, undefined, start(big));
+    d = reduce(big, d.state, ok(d.commands[3], 'three'));
+    d = reduce(big, d.state, fail(d.commands[0], false));
+    const flat = flatRunState(d.state!);
+    expect(flat.steps['each[3]']).toMatchObject({ status: 'completed', output: 'three' });
+    expect(flat.steps['each[0]']).toMatchObject({ status: 'failed' });
+    expect(flat.steps.each.map!.outputs![3]).toBe('three');
+    expect(Object.keys(flat.steps).filter((id) => id.startsWith('each['))).toHaveLength(41);
+    const older = structuredClone(flat);
+    delete (older.steps.each.map as { segments?: unknown }).segments;
+    expect(normalizeRunState(older)).toEqual(d.state);
+  });
+
+  it('a copy of a run shares its segments, and changing the copy leaves the original as it was', () => {
+    const d = reduce(big, undefined, start(big));
+    const before = structuredClone(d.state!);
+    const copy = copyRunState(d.state!);
+    expect(copy.steps.each.map!.segments[0]).toBe(d.state!.steps.each.map!.segments[0]);
+    const pending = new PendingRuns(() => d.state);
+    pending.apply(big, ok(d.commands[0]));
+    expect(d.state).toEqual(before);
+  });
+});
+
+describe('snapshots of a run with map items', () => {
+  const big = workflow('big', 1)
+    .map('each', { type: 'w', items: () => Array.from({ length: 1000 }, (_, i) => i), concurrency: 8 })
+    .build();
+  const read = (parts: SnapshotParts, segments: Map<string, ItemSegment>) => {
+    parts.segments.forEach((p) => segments.set(`${p.mapId}/${p.index}`, JSON.parse(p.text)));
+    return assembleRunState(JSON.parse(parts.core), (mapId, k) => segments.get(`${mapId}/${k}`));
+  };
+
+  it('a snapshot after one item result writes the core and only the segment that changed, and reads back whole', () => {
+    const d = reduce(big, undefined, start(big));
+    const segments = new Map<string, ItemSegment>();
+    const first = snapshotParts(d.state!, undefined);
+    expect(first.segments.map((p) => p.index)).toEqual([0, 1, 2, 3]);
+    expect(read(first, segments)).toEqual(d.state);
+
+    const pending = new PendingRuns(() => d.state);
+    pending.apply(big, ok(d.commands[2], 'two'));
+    const next = pending.changed().get('r1')!;
+    const second = snapshotParts(next, d.state);
+    expect(second.segments.map((p) => p.index)).toEqual([0]);
+    expect(second.core.length).toBeLessThan(first.core.length + 2_000); // no item in the core
+    expect(read(second, segments)).toEqual(next);
   });
 });
