@@ -211,10 +211,22 @@ export namespace DevKeyflowEvents {
         failedStepId: string;
         reason: string;
     }
-    export const RunSnapshotSchema = "{\"type\":\"record\",\"name\":\"RunSnapshot\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.state (compacted): the latest state of a run. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"sequence\",\"type\":\"long\",\"doc\":\"Count of inputs applied to this run; a snapshot with a lower sequence is stale.\"},{\"name\":\"status\",\"type\":\"string\"},{\"name\":\"state\",\"type\":\"string\",\"doc\":\"The run state as JSON text (libs/workflow RunState).\"},{\"name\":\"stateRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the run state (JSON) when it is larger than the topic accepts; `state` is then empty. Readers of v1 see an empty state and must skip it.\"}]}";
+    export const RunStateSegmentSchema = "{\"type\":\"record\",\"name\":\"RunStateSegment\",\"fields\":[{\"name\":\"mapId\",\"type\":\"string\",\"doc\":\"The map step the items belong to.\"},{\"name\":\"index\",\"type\":\"int\",\"doc\":\"Segment index k: items [k * 256, (k + 1) * 256).\"}]}";
+    export const RunStateSegmentName = "dev.keyflow.events.RunStateSegment";
+    export interface RunStateSegment {
+        /**
+         * The map step the items belong to.
+         */
+        mapId: string;
+        /**
+         * Segment index k: items [k * 256, (k + 1) * 256).
+         */
+        index: number;
+    }
+    export const RunSnapshotSchema = "{\"type\":\"record\",\"name\":\"RunSnapshot\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.state (compacted): the latest state of a run (key: run id), or one segment of a map step's items (key: <run id>/<map step id>/<segment index>, on the run's partition; `segment` set).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"sequence\",\"type\":\"long\",\"doc\":\"Count of inputs applied to this run; a snapshot with a lower sequence is stale.\"},{\"name\":\"status\",\"type\":\"string\"},{\"name\":\"state\",\"type\":\"string\",\"doc\":\"The run state as JSON text (libs/workflow RunState).\"},{\"name\":\"stateRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the run state (JSON) when it is larger than the topic accepts; `state` is then empty. Readers of v1 see an empty state and must skip it.\"},{\"name\":\"segment\",\"type\":[\"null\",{\"type\":\"record\",\"name\":\"RunStateSegment\",\"fields\":[{\"name\":\"mapId\",\"type\":\"string\",\"doc\":\"The map step the items belong to.\"},{\"name\":\"index\",\"type\":\"int\",\"doc\":\"Segment index k: items [k * 256, (k + 1) * 256).\"}]}],\"default\":null,\"doc\":\"Set on a segment record: `state` (or `stateRef`) is then the JSON of that segment's item states and outputs (libs/workflow ItemSegment), not a run state. Readers of v1/v2 must skip records whose state is not a run (no runId field).\"}]}";
     export const RunSnapshotName = "dev.keyflow.events.RunSnapshot";
     /**
-     * Orchestrator -> wf.state (compacted): the latest state of a run. Key: run id.
+     * Orchestrator -> wf.state (compacted): the latest state of a run (key: run id), or one segment of a map step's items (key: <run id>/<map step id>/<segment index>, on the run's partition; `segment` set).
      */
     export interface RunSnapshot {
         metadata: DevKeyflowEvents.EventMetadata;
@@ -237,6 +249,12 @@ export namespace DevKeyflowEvents {
          * Default: null
          */
         stateRef: null | string;
+        /**
+         * Set on a segment record: `state` (or `stateRef`) is then the JSON of that segment's item states and outputs (libs/workflow ItemSegment), not a run state. Readers of v1/v2 must skip records whose state is not a run (no runId field).
+         *
+         * Default: null
+         */
+        segment: null | DevKeyflowEvents.RunStateSegment;
     }
     export const RunStartedSchema = "{\"type\":\"record\",\"name\":\"RunStarted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.events. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\"},{\"name\":\"workflowVersion\",\"type\":\"int\"},{\"name\":\"businessKey\",\"type\":\"string\"},{\"name\":\"input\",\"type\":\"string\"},{\"name\":\"inputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the input (JSON) when it is larger than the topic accepts; `input` is then empty.\"}]}";
     export const RunStartedName = "dev.keyflow.events.RunStarted";
@@ -599,7 +617,7 @@ export const EVENT_VERSIONS = {
   "RunCompensated": 1,
   "RunCompleted": 2,
   "RunFailed": 1,
-  "RunSnapshot": 2,
+  "RunSnapshot": 3,
   "RunStarted": 2,
   "SignalRun": 1,
   "StartRun": 1,

@@ -1,7 +1,16 @@
 import type { Kafka } from 'kafkajs';
 import { undecodableBatchError, undecodableBatchOf } from '@keyflow/kafka';
 import type { EventCodec } from '@keyflow/contracts';
-import { reduce, type ReduceOptions, type RunState, type WorkflowInput } from '@keyflow/workflow';
+import {
+  assembleRunState,
+  flatRunState,
+  reduceInPlace,
+  segmentKey,
+  type ItemSegment,
+  type ReduceOptions,
+  type RunState,
+  type WorkflowInput,
+} from '@keyflow/workflow';
 import type { ClaimCheck } from '@keyflow/blobs';
 import { resolveInput, snapshotStateText, toWorkflowInput } from './engine/mapping';
 import { BARRIER_PREFIX } from './engine/read-model';
@@ -74,7 +83,8 @@ async function readAll(kafka: Kafka, topic: string, logical: string, idleMs = 2_
   return out;
 }
 
-function comparable(s: RunState) {
+function comparable(run: RunState) {
+  const s = flatRunState(run); // map items among the steps
   return {
     status: s.status,
     version: s.version,
@@ -184,10 +194,12 @@ export async function rebuildRuns(
       continue;
     }
     let s: RunState | undefined;
-    for (const { input } of inputs) s = reduce(def, s, input, reduceOptions).state;
+    // In place: the states are this function's own, and a run of a 100,000-item map is not copied per input.
+    for (const { input } of inputs) s = reduceInPlace(def, s, input, reduceOptions).state;
     if (s) rebuilt.set(runId, s);
   }
   const live = new Map<string, RunState>();
+  const segments = new Map<string, ItemSegment>();
   for (const r of snapshots) {
     if (!r.value) continue;
     const d = await codec.decode('wf.state', r.value, {
@@ -196,7 +208,16 @@ export async function rebuildRuns(
       offset: r.offset,
     });
     if (d.event !== 'RunSnapshot' || d.value.runId.startsWith(BARRIER_PREFIX)) continue;
-    const s = JSON.parse(claim ? await snapshotStateText(d.value, claim) : d.value.state) as RunState;
+    const text = claim ? await snapshotStateText(d.value, claim) : d.value.state;
+    if (d.value.segment) {
+      // Segments of a run's map items come before its core record (README "Run state").
+      const { mapId, index } = d.value.segment;
+      segments.set(segmentKey(d.value.runId, mapId, index), JSON.parse(text) as ItemSegment);
+      continue;
+    }
+    const s = assembleRunState(JSON.parse(text) as RunState, (mapId, index) =>
+      segments.get(segmentKey(d.value.runId, mapId, index)),
+    );
     const prev = live.get(s.runId);
     if (!prev || prev.sequence <= s.sequence) live.set(s.runId, s);
   }

@@ -587,7 +587,7 @@ describe('map items kept in segments', () => {
 
   it('a map over several segments fans in every output in item order, whatever the order results arrive in', () => {
     let committed = reduce(big, undefined, start(big)).state!;
-    let outstanding = reduce(big, undefined, start(big)).commands;
+    const outstanding = reduce(big, undefined, start(big)).commands;
     let seed = 7;
     while (outstanding.length) {
       // A batch of results in a shuffled order (a fixed LCG: the test is deterministic).

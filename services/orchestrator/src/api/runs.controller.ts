@@ -1,3 +1,4 @@
+import { flatRunState } from '@keyflow/workflow';
 import {
   Body,
   Controller,
@@ -260,7 +261,7 @@ export class RunsController {
   get(@Param('id') id: string) {
     const s = this.runs.readModel.get(id);
     if (!s) throw new HttpException({ message: `run ${id} not found` }, 404);
-    return s;
+    return flatRunState(s); // map items listed among the steps, as `<map>[<index>]`
   }
 
   @Get('runs')

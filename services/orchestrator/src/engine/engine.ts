@@ -40,6 +40,7 @@ import {
   dueTimers,
   PendingRuns,
   retryPolicy,
+  segmentKey,
   SIGNAL_BUFFER_FULL,
   TERMINAL,
   type Decision,
@@ -49,8 +50,9 @@ import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import {
   encodeOutputs,
-  encodeSnapshot,
+  encodeSnapshotRecords,
   resolveInput,
+  segmentBlobPrefix,
   snapshotBlobPrefix,
   toWorkflowInput,
   type OutputRecord,
@@ -326,6 +328,7 @@ export class Engine {
         status: 'barrier',
         state: nonce,
         stateRef: null,
+        segment: null,
       });
       await tx.send({
         topic: this.codec.physical('wf.state'),
@@ -553,7 +556,9 @@ export class Engine {
             d.events,
             { eventId: input.eventId, at: input.at, ...trace },
             this.claim,
-            snapshots === 'per-input',
+            snapshots === 'per-input'
+              ? { previous: o.runs.get(input.runId), partition: o.partition }
+              : undefined,
           );
         }
       } catch (e) {
@@ -600,11 +605,16 @@ export class Engine {
     if (snapshots === 'per-batch')
       for (const [runId, state] of changed) {
         try {
-          records.push({
-            topic: this.codec.physical('wf.state'),
-            key: runId,
-            value: await encodeSnapshot(this.codec, state, causes.get(runId)!, this.claim),
-          });
+          records.push(
+            ...(await encodeSnapshotRecords(
+              this.codec,
+              state,
+              o.runs.get(runId),
+              causes.get(runId)!,
+              this.claim,
+              o.partition,
+            )),
+          );
         } catch (e) {
           if ((e as { retryable?: boolean }).retryable === true) throw e; // a store outage: the batch is retried
           throw new SnapshotPerInput(runId, e);
@@ -626,7 +636,7 @@ export class Engine {
       };
       records.forEach((r, i) => {
         if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
-        add(r.topic, { key: r.key, value: r.value });
+        add(r.topic, { key: r.key, value: r.value, partition: r.partition });
       });
       for (const { m, err } of dlq) {
         const t = dlqTopicFor(batch.topic);
@@ -736,10 +746,17 @@ export class Engine {
     let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
     try {
       tx = await o.producer.transaction();
+      // The run's map item segments first (their keys are `<run>/<map>/<k>`: see snapshotParts), then the run.
+      const keys = runIds.flatMap((runId) => {
+        const segments = new Set(this.readModel.segmentKeys(runId));
+        for (const [mapId, st] of Object.entries(o.runs.get(runId)?.steps ?? {}))
+          st.map?.segments.forEach((_, k) => segments.add(segmentKey(runId, mapId, k)));
+        return [...segments, runId];
+      });
       await tx.send({
         topic: this.codec.physical('wf.state'),
         acks: -1,
-        messages: runIds.map((runId) => ({ partition: o.partition, key: runId, value: null })),
+        messages: keys.map((key) => ({ partition: o.partition, key, value: null })),
       });
       await tx.commit();
       tx = undefined;
@@ -761,9 +778,10 @@ export class Engine {
     if (!this.claim.store) return;
     const expiresAt = supersededExpiry(Date.now(), this.claim.o.graceMs);
     for (const id of runIds)
-      await this.claim.store
-        .expire(snapshotBlobPrefix(id), expiresAt)
-        .catch((err) => this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"));
+      for (const prefix of [snapshotBlobPrefix(id), segmentBlobPrefix(id)])
+        await this.claim.store
+          .expire(prefix, expiresAt)
+          .catch((err) => this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"));
   }
 
   /** Publishes TimerFired for due timers of owned runs (at most once per timer until it is processed). */
@@ -819,7 +837,7 @@ class SnapshotPerInput extends Error {
   }
 }
 
-type Msg = { key: string | Buffer | null; value: Buffer | null; headers?: IHeaders };
+type Msg = { key: string | Buffer | null; value: Buffer | null; headers?: IHeaders; partition?: number };
 
 /** Splits messages into groups of at most `maxBytes` (value sizes; a larger single message goes alone). */
 export function splitBySize(

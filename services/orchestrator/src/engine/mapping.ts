@@ -1,7 +1,14 @@
 import { blobRetentionMs, payloadBlobKey, supersededExpiry, type ClaimCheck } from '@keyflow/blobs';
 import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
-import type { CommandSpec, LifecycleSpec, RunState, WorkflowInput } from '@keyflow/workflow';
+import {
+  segmentKey,
+  snapshotParts,
+  type CommandSpec,
+  type LifecycleSpec,
+  type RunState,
+  type WorkflowInput,
+} from '@keyflow/workflow';
 
 /** An orchestrator input as decoded from wf.requests or task.results, as a reducer input. */
 export function toWorkflowInput(
@@ -87,6 +94,8 @@ export interface OutputRecord {
   topic: string;
   key: string;
   value: Buffer;
+  /** Set for wf.state records, whose segment keys do not hash to the run's partition. */
+  partition?: number;
 }
 
 /**
@@ -120,8 +129,11 @@ export async function encodeOutputs(
   events: LifecycleSpec[],
   cause: { eventId: string; at: number; traceparent: string | null; tracestate: string | null },
   claim: ClaimCheck,
-  /** Whether to add the run's snapshot (the engine encodes it once per batch instead; see Engine.applyBatch). */
-  withSnapshot = true,
+  /**
+   * Adds the run's snapshot records (see encodeSnapshotRecords) when given; the engine encodes them once per batch
+   * instead (Engine.applyBatch), except when it looks for the one input whose state cannot be encoded.
+   */
+  snapshot?: { previous: RunState | undefined; partition: number },
 ): Promise<OutputRecord[]> {
   const out: OutputRecord[] = [];
   let i = 0;
@@ -189,50 +201,107 @@ export async function encodeOutputs(
     } as never);
     out.push({ topic: codec.physical('wf.events'), key: state.runId, value });
   }
-  if (withSnapshot)
-    out.push({
-      topic: codec.physical('wf.state'),
-      key: state.runId,
-      value: await encodeSnapshot(codec, state, cause, claim),
-    });
+  if (snapshot)
+    out.push(
+      ...(await encodeSnapshotRecords(codec, state, snapshot.previous, cause, claim, snapshot.partition)),
+    );
   return out;
 }
 
 /** Prefix of the blob keys of one run's snapshots (`state/<run>/`). */
 export const snapshotBlobPrefix = (runId: string) => payloadBlobKey('state', runId, '').replace(/[^/]+$/, '');
+/** Prefix of the blob keys of one segment of a run's map items (`segments/<run>/<map>.<k>/`), or of all of them. */
+export const segmentBlobPrefix = (runId: string, segment?: { mapId: string; index: number }) =>
+  payloadBlobKey('segments', runId, '').replace(/[^/]+$/, '') +
+  (segment ? `${segment.mapId}.${segment.index}/` : ''); // step ids are [A-Za-z0-9_.-]: safe in a blob key
 
 /**
- * The RunSnapshot record of `state`. A state over the claim check's threshold is stored as blob
- * `state/<run>/<hash of sequence>` (kept while it is the run's latest snapshot: wf.state is compacted) and the
- * record carries `stateRef`; the run's earlier snapshot blobs then expire once their records can be compacted away.
+ * The wf.state records of `state`: one per segment of map items changed since `previous` (the state of the run's
+ * last committed snapshot; undefined: all of them), then the core record (README "Run state"). All go to
+ * `partition`, the run's. A part over the claim check's threshold is stored as a blob (kept while its record is the
+ * latest for its key: wf.state is compacted) and the record carries `stateRef`; the part's earlier blobs then
+ * expire once their records can be compacted away.
+ * @throws PayloadTooLargeError (not retryable) when a part exceeds even the blob store's limit; outages as is.
  */
-export async function encodeSnapshot(
+export async function encodeSnapshotRecords(
   codec: EventCodec,
   state: RunState,
+  previous: RunState | undefined,
   cause: { eventId: string; at: number },
   claim: ClaimCheck,
+  partition: number,
+): Promise<OutputRecord[]> {
+  const parts = snapshotParts(state, previous);
+  const topic = codec.physical('wf.state');
+  const out: OutputRecord[] = [];
+  for (const seg of parts.segments) {
+    const key = segmentKey(state.runId, seg.mapId, seg.index);
+    const prefix = segmentBlobPrefix(state.runId, seg);
+    out.push({
+      topic,
+      key,
+      partition,
+      value: await encodeStatePart(codec, claim, {
+        what: `segment ${seg.index} of map ${seg.mapId} of run ${state.runId}`,
+        state,
+        text: seg.text,
+        blobPrefix: prefix,
+        blobKey: `${prefix}${state.sequence}`,
+        cause,
+        eventId: derivedEventId(cause.eventId, `${SNAPSHOT_ID_NAME}/${seg.mapId}/${seg.index}`),
+        segment: { mapId: seg.mapId, index: seg.index },
+      }),
+    });
+  }
+  out.push({
+    topic,
+    key: state.runId,
+    partition,
+    value: await encodeStatePart(codec, claim, {
+      what: `state of run ${state.runId}`,
+      state,
+      text: parts.core,
+      blobPrefix: snapshotBlobPrefix(state.runId),
+      blobKey: payloadBlobKey('state', state.runId, String(state.sequence)),
+      cause,
+      eventId: derivedEventId(cause.eventId, SNAPSHOT_ID_NAME),
+      segment: null,
+    }),
+  });
+  return out;
+}
+
+async function encodeStatePart(
+  codec: EventCodec,
+  claim: ClaimCheck,
+  p: {
+    what: string;
+    state: RunState;
+    text: string;
+    blobPrefix: string;
+    blobKey: string;
+    cause: { eventId: string; at: number };
+    eventId: string;
+    segment: { mapId: string; index: number } | null;
+  },
 ): Promise<Buffer> {
-  const key = () => payloadBlobKey('state', state.runId, String(state.sequence));
-  const checked = await claim.offload(`state of run ${state.runId}`, key, JSON.stringify(state), null);
+  const checked = await claim.offload(p.what, () => p.blobKey, p.text, null);
   if (checked.ref && claim.store)
-    await claim.store.expire(
-      snapshotBlobPrefix(state.runId),
-      supersededExpiry(Date.now(), claim.o.graceMs),
-      key(),
-    );
+    await claim.store.expire(p.blobPrefix, supersededExpiry(Date.now(), claim.o.graceMs), p.blobKey);
   return codec.encode('wf.state', 'RunSnapshot', {
     metadata: newMetadata('RunSnapshot', {
-      key: state.runId,
-      correlationId: state.runId,
-      causationId: cause.eventId,
-      eventId: derivedEventId(cause.eventId, SNAPSHOT_ID_NAME),
-      occurredAt: cause.at,
+      key: p.state.runId,
+      correlationId: p.state.runId,
+      causationId: p.cause.eventId,
+      eventId: p.eventId,
+      occurredAt: p.cause.at,
     }),
-    runId: state.runId,
-    sequence: state.sequence,
-    status: state.status,
+    runId: p.state.runId,
+    sequence: p.state.sequence,
+    status: p.state.status,
     state: checked.inline,
     stateRef: checked.ref,
+    segment: p.segment,
   });
 }
 

@@ -8,7 +8,13 @@ import {
   undecodableBatchOf,
 } from '@keyflow/kafka';
 import type { ComponentHealth, Counter, Logger, Registry } from '@keyflow/observability';
-import type { RunState, RunStatus } from '@keyflow/workflow';
+import {
+  assembleRunState,
+  segmentKey,
+  type ItemSegment,
+  type RunState,
+  type RunStatus,
+} from '@keyflow/workflow';
 import { COMPONENTS } from './components';
 
 /** Key prefix of the barrier records the engine writes to wf.state when it takes a partition over. */
@@ -19,6 +25,7 @@ export const SKIP_REASONS = {
   undecodable: 'undecodable',
   stateNotJson: 'state not JSON',
   notRunState: 'state not a run',
+  notSegment: 'segment not map items',
   blobUnreadable: 'state blob unreadable',
 } as const;
 
@@ -48,6 +55,8 @@ export interface RunEntry {
  */
 export class RunReadModel {
   private readonly runs = new Map<string, RunEntry>();
+  /** The latest segment records of each run's map items: run id -> `<map id>/<index>` -> segment. */
+  private readonly segments = new Map<string, Map<string, ItemSegment>>();
   private readonly barriers = new Map<number, string>();
   private waiters: Array<{
     partition: number;
@@ -140,7 +149,13 @@ export class RunReadModel {
         }
         const key = message.key?.toString() ?? '';
         if (message.value === null) {
-          this.runs.delete(key);
+          // A tombstone of a run (its key is the run id) or of one of its segments (`<run>/<map>/<index>`).
+          const seg = /^([^/]+)\/([^/]+\/\d+)$/.exec(key);
+          if (seg) this.segments.get(seg[1])?.delete(seg[2]);
+          else {
+            this.runs.delete(key);
+            this.segments.delete(key);
+          }
           return;
         }
         const where = { topic, partition, offset: message.offset, key };
@@ -188,20 +203,42 @@ export class RunReadModel {
             return;
           }
         }
-        let state: RunState;
+        let parsed: unknown;
         try {
-          state = JSON.parse(text) as RunState;
+          parsed = JSON.parse(text);
         } catch (err) {
           this.skip(SKIP_REASONS.stateNotJson, where, err);
           return;
         }
+        if (d.value.segment) {
+          // One segment of a map's items, written before its run's core record in the same transaction.
+          const seg = parsed as ItemSegment;
+          if (!Array.isArray(seg?.steps) || !Array.isArray(seg?.outputs)) {
+            this.skip(SKIP_REASONS.notSegment, where);
+            return;
+          }
+          const own = this.segments.get(d.value.runId) ?? new Map<string, ItemSegment>();
+          own.set(`${d.value.segment.mapId}/${d.value.segment.index}`, seg);
+          this.segments.set(d.value.runId, own);
+          return;
+        }
+        let state = parsed as RunState;
         if (
           typeof state !== 'object' ||
           state === null ||
           typeof state.runId !== 'string' ||
-          typeof state.sequence !== 'number'
+          typeof state.sequence !== 'number' ||
+          typeof state.steps !== 'object' ||
+          state.steps === null
         ) {
           this.skip(SKIP_REASONS.notRunState, where);
+          return;
+        }
+        const own = this.segments.get(state.runId);
+        try {
+          state = assembleRunState(state, (mapId, index) => own?.get(`${mapId}/${index}`));
+        } catch (err) {
+          this.skip(SKIP_REASONS.notRunState, where, err);
           return;
         }
         const prev = this.runs.get(state.runId);
@@ -246,6 +283,14 @@ export class RunReadModel {
           reject(e);
         },
       });
+    });
+  }
+
+  /** The keys of the segment records held for `runId` (what a tombstone of the run must also delete). */
+  segmentKeys(runId: string): string[] {
+    return [...(this.segments.get(runId)?.keys() ?? [])].map((k) => {
+      const at = k.lastIndexOf('/');
+      return segmentKey(runId, k.slice(0, at), Number(k.slice(at + 1)));
     });
   }
 

@@ -29,6 +29,7 @@ describe('orchestrator health and the read model', () => {
           status: 'running',
           state: '{not json',
           stateRef: null,
+          segment: null,
         });
       // Both kinds in every partition, before any valid snapshot that follows.
       await producer.send({
