@@ -1,4 +1,6 @@
 import { parseArgs } from 'node:util';
+import { Kafka, logLevel } from 'kafkajs';
+import { EventCodec } from '@keyflow/contracts';
 import {
   PendingRuns,
   reduce,
@@ -8,6 +10,7 @@ import {
   type RunState,
   type WorkflowInput,
 } from '@keyflow/workflow';
+import { spawnService } from './support';
 
 /**
  * Map fan-out cost per item, on the reducer as the engine drives it (issue "Throughput at ETL scale", target 3):
@@ -18,7 +21,11 @@ import {
  * against 1,000), and the bytes of the last batch's snapshot records.
  * `--pure` also times the pure `reduce` (a copy of the whole run per input, what the engine did before) up to
  * `--pure-max` items: that column is the old, quadratic figure.
+ * `--e2e` measures end to end instead, on the local stack: an orchestrator and one worker process (the `echo`
+ * handler), one run of the built-in `fan-out` workflow (64 items in flight) per size, from the POST to the map's
+ * StepCompleted (its fan-in) on wf.events; printed per item and against the smallest size.
  *   npm run bench:map -- [--sizes 1000,10000,100000] [--batch 200] [--concurrency 256] [--pure]
+ *   eval "$(infra/local/stack.sh up)" && npm run bench:map -- --e2e --sizes 1000,10000,100000
  */
 const { values: args } = parseArgs({
   options: {
@@ -26,6 +33,7 @@ const { values: args } = parseArgs({
     batch: { type: 'string', default: '200' },
     concurrency: { type: 'string', default: '256' },
     pure: { type: 'boolean', default: false },
+    e2e: { type: 'boolean', default: false },
     'pure-max': { type: 'string', default: '4000' },
   },
 });
@@ -149,4 +157,82 @@ function main() {
   );
 }
 
-main();
+/** End to end: one `fan-out` run per size through a real orchestrator and worker. */
+async function e2e() {
+  const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+  const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
+  if (!brokers.length || !registryUrl)
+    throw new Error('KAFKA_BROKERS and SCHEMA_REGISTRY_URL must be set: eval "$(infra/local/stack.sh up)"');
+  const prefix = `bench-map-${Date.now()}.`;
+  const env = {
+    KEYFLOW_TOPIC_PREFIX: prefix,
+    ORCHESTRATOR_GROUP_ID: `${prefix}orch`,
+    WORKER_GROUP_ID: `${prefix}workers`,
+  };
+  const orch = spawnService('services/orchestrator/src/main.ts', env, 'orchestrator ready');
+  const url = await orch.ready;
+  const worker = spawnService(
+    'services/workers/src/main.ts',
+    { ...env, WORKER_TASK_TYPES: 'echo' },
+    'worker ready',
+  );
+  await worker.ready;
+  const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
+  await codec.registerTopics(['wf.events']);
+  const kafka = new Kafka({ brokers, clientId: 'bench-map', logLevel: logLevel.NOTHING });
+  const consumer = kafka.consumer({
+    groupId: `${prefix}events`,
+    readUncommitted: false,
+    maxWaitTimeInMs: 50,
+  });
+  const fannedIn = new Map<string, () => void>();
+  await consumer.connect();
+  await consumer.subscribe({ topic: codec.physical('wf.events'), fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ topic, partition, message }) => {
+      const d = await codec.decode('wf.events', message.value, { topic, partition, offset: message.offset });
+      if (d.event === 'StepCompleted' && d.value.stepId === 'each') fannedIn.get(d.value.runId)?.();
+    },
+  });
+  const rows: Array<Record<string, number>> = [];
+  let base: number | undefined;
+  try {
+    for (const n of args.sizes.split(',').map(Number)) {
+      const t0 = Date.now();
+      const res = await fetch(`${url}/runs`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ workflow: 'fan-out', input: { count: n } }),
+      });
+      if (res.status !== 202) throw new Error(`POST /runs answered ${res.status}: ${await res.text()}`);
+      const { runId } = (await res.json()) as { runId: string };
+      await new Promise<void>((resolve) => fannedIn.set(runId, resolve));
+      const ms = Date.now() - t0;
+      const perItem = (ms * 1000) / n;
+      base ??= perItem;
+      rows.push({
+        items: n,
+        'end to end ms': ms,
+        'us/item': Math.round(perItem),
+        'vs smallest': Number((perItem / base).toFixed(2)),
+        'orchestrator peak RSS MiB': Math.round(orch.peakRssMb()),
+      });
+    }
+  } finally {
+    await consumer.disconnect();
+    orch.proc.kill('SIGTERM');
+    worker.proc.kill('SIGTERM');
+  }
+  console.table(rows);
+  console.log(JSON.stringify({ bench: 'map-e2e', node: process.version, rows }));
+}
+
+if (args.e2e)
+  e2e().then(
+    () => process.exit(0),
+    (err) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+else main();

@@ -35,6 +35,19 @@ export const builtinWorkflows = [
     .task('third', { type: 'echo', input: (c) => ({ step: 3, previous: c.outputs.second }) })
     .build(),
   /**
+   * A map step over `input.count` items (default 10) on the `echo` handler, 64 in flight, then one step over all
+   * outputs: the fan-out / fan-in shape at any size (bench:map --e2e, the map tests).
+   */
+  workflow('fan-out', 1)
+    .map('each', {
+      type: 'echo',
+      items: (c) => Array.from({ length: Number(c.input.count ?? 10) }, (_, i) => i),
+      input: (item) => ({ item }),
+      concurrency: 64,
+    })
+    .task('sum', { type: 'echo', input: (c) => ({ n: (c.outputs.each as unknown[]).length }) })
+    .build(),
+  /**
    * The order saga example: each step has a compensation; `failAt` in the input (reserve, charge, ship, confirm)
    * injects a failure there, and the completed steps are compensated in reverse order.
    */

@@ -1,8 +1,7 @@
 import { Collector, eventually } from '@keyflow/testing';
 import { segmentKey } from '@keyflow/workflow';
 import { rebuildRuns } from '../../src/rebuild';
-import { WorkflowRegistry } from '../../src/workflows/registry';
-import { fanOut } from '../fixtures/test-workflows';
+import { builtinWorkflows, WorkflowRegistry } from '../../src/workflows/registry';
 import { distinctEvents, OrchestratorHarness, post } from './support';
 
 jest.setTimeout(240_000);
@@ -108,7 +107,7 @@ describe('a map of 1,000 items', () => {
       flatBytes / 2,
     );
 
-    const report = await rebuildRuns(h.ns.kafka, h.codec, new WorkflowRegistry().register(fanOut));
+    const report = await rebuildRuns(h.ns.kafka, h.codec, new WorkflowRegistry().register(...builtinWorkflows));
     expect(report).toMatchObject({ runsLive: 1, runsRebuilt: 1, matching: 1, differences: [] });
   });
 });
