@@ -37,7 +37,6 @@ import {
 import { ComponentHealth, type Logger } from '@keyflow/observability';
 import {
   backoffDelayMs,
-  dueTimers,
   PendingRuns,
   retryPolicy,
   segmentKey,
@@ -60,6 +59,7 @@ import {
 import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
+import { TimerQueue, type DueTimer } from './timers';
 
 /** Backoff between take-overs of a partition whose take-over or transaction failed (full jitter). */
 const TAKEOVER_RETRY = retryPolicy({
@@ -72,6 +72,8 @@ interface OwnedPartition {
   partition: number;
   producer: Producer;
   runs: Map<string, RunState>;
+  /** The durable timers of `runs`, in due order. */
+  timers: TimerQueue;
   ready: Promise<void>;
   /**
    * Failed take-overs or transactions of this partition since its last commit, and when the first of them happened
@@ -104,7 +106,6 @@ export class Engine {
   private timerProducer?: Producer;
   private readonly owned = new Map<number, OwnedPartition>();
   private readonly assigned = new Set<number>();
-  private readonly fired = new Set<string>();
   private tick?: NodeJS.Timeout;
   private retentionTick?: NodeJS.Timeout;
   private stopping = false;
@@ -310,6 +311,7 @@ export class Engine {
       partition,
       producer,
       runs: new Map(),
+      timers: new TimerQueue(),
       ready: Promise.resolve(),
       failures,
       lock: Promise.resolve(),
@@ -337,7 +339,10 @@ export class Engine {
       await tx.commit();
       await this.readModel.waitForBarrier(partition, nonce);
       // Terminal runs too: a late result for them must be recognised as stale, not as an unknown run.
-      for (const s of this.readModel.inPartition(partition)) o.runs.set(s.runId, s);
+      for (const s of this.readModel.inPartition(partition)) {
+        o.runs.set(s.runId, s);
+        o.timers.track(s);
+      }
       this.metrics.restores.inc();
       this.logger.info(
         { partition, runs: o.runs.size, ms: Date.now() - t0 },
@@ -687,7 +692,10 @@ export class Engine {
     }
     // Only now does the in-memory state move on.
     o.failures = null;
-    for (const [id, s] of changed) o.runs.set(id, s);
+    for (const [id, s] of changed) {
+      o.timers.track(s, o.runs.get(id));
+      o.runs.set(id, s);
+    }
     p.resolveOffset(lastOffset);
     if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
     else this.quarantine.ok(batch.topic, batch.partition);
@@ -784,43 +792,41 @@ export class Engine {
           .catch((err) => this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"));
   }
 
-  /** Publishes TimerFired for due timers of owned runs (at most once per timer until it is processed). */
+  /**
+   * Publishes TimerFired for the due timers of owned runs: each partition's TimerQueue gives the due ones (no scan of
+   * every run), each once until its TimerFired is applied; those that could not be published are given back.
+   */
   private async fireTimers(): Promise<void> {
     if (this.stopping || !this.timerProducer) return;
     const now = Date.now();
     const messages: Array<{ key: string; value: Buffer }> = [];
-    const ids: string[] = [];
+    const taken: Array<[OwnedPartition, DueTimer[]]> = [];
     for (const o of this.owned.values()) {
-      for (const s of o.runs.values()) {
-        for (const [timerId, t] of dueTimers(s, now)) {
-          const id = `${s.runId}|${timerId}|${t.dueAt}`;
-          if (this.fired.has(id)) continue;
-          this.fired.add(id);
-          ids.push(id);
-          messages.push({
-            key: s.runId,
-            value: this.codec.encode('wf.requests', 'TimerFired', {
-              metadata: newMetadata('TimerFired', {
-                key: s.runId,
-                correlationId: s.runId,
-                eventId: derivedEventId(s.runId, `timer/${timerId}/${t.dueAt}`),
-              }),
-              runId: s.runId,
-              timerId,
-              purpose: t.purpose,
-              dueAt: t.dueAt,
+      const due = o.timers.takeDue(now, (runId) => o.runs.get(runId));
+      if (!due.length) continue;
+      taken.push([o, due]);
+      for (const { runId, timerId, timer } of due)
+        messages.push({
+          key: runId,
+          value: this.codec.encode('wf.requests', 'TimerFired', {
+            metadata: newMetadata('TimerFired', {
+              key: runId,
+              correlationId: runId,
+              eventId: derivedEventId(runId, `timer/${timerId}/${timer.dueAt}`),
             }),
-          });
-        }
-      }
+            runId,
+            timerId,
+            purpose: timer.purpose,
+            dueAt: timer.dueAt,
+          }),
+        });
     }
-    if (this.fired.size > 100_000) this.fired.clear(); // a re-fire is stale and ignored; this only bounds memory
     if (!messages.length) return;
     try {
       await this.timerProducer.send({ topic: this.codec.physical('wf.requests'), acks: -1, messages });
       this.metrics.timersFired.inc(messages.length);
     } catch (err) {
-      ids.forEach((id) => this.fired.delete(id)); // retried at the next tick
+      for (const [o, due] of taken) o.timers.giveBack(due); // retried at the next tick
       this.logger.warn({ err }, 'could not publish due timers; retrying at the next tick');
     }
   }
