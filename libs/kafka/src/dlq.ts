@@ -1,9 +1,8 @@
 import { hostname } from 'node:os';
-import type { IHeaders, Kafka, Producer } from 'kafkajs';
+import type { IHeaders, Kafka, KafkaMessage, Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 import type { ConsumedMessage } from './ordered-consumer';
-import { undecodableBatchError } from './codecs';
-import { undecodableBatchOf } from './undecodable';
+import { lastStableOffsets, scanRanges } from './scan';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
 export const DLQ_HEADERS = {
@@ -85,104 +84,85 @@ export interface RedriveFilter {
 
 export interface RedriveReport {
   scanned: number;
+  /** Records re-published (with `dryRun`: that would be). */
   moved: number;
   /** Moved records per original topic. */
   byTopic: Record<string, number>;
   skipped: number;
+  dryRun: boolean;
+}
+
+/** Whether a DLQ record matches `filter` (by key, error class and last failure time). */
+export function matchesRedriveFilter(
+  m: Pick<KafkaMessage, 'key' | 'headers'>,
+  filter: RedriveFilter,
+): boolean {
+  const h = m.headers ?? {};
+  const last = Number(header(h, DLQ_HEADERS.lastFailureAt) ?? 0);
+  return (
+    (filter.key === undefined || m.key?.toString() === filter.key) &&
+    (filter.errorClass === undefined || header(h, DLQ_HEADERS.errorClass) === filter.errorClass) &&
+    (filter.fromMs === undefined || last >= filter.fromMs) &&
+    (filter.toMs === undefined || last < filter.toMs)
+  );
 }
 
 /**
  * Re-publishes the DLQ records that match `filter` to their original topic, with their original key, bytes
  * and headers (so the idempotency key inside the payload is kept), minus the triage headers, plus
  * `x-dlq-redrive-count`. Reads the DLQ (read_committed) from the beginning up to its last stable offsets at the start
- * of the call, at most `ratePerSec` records per second, then returns. Records may be redriven more than once; the
- * idempotency layer makes that safe.
- *
- * Transactional DLQs (the orchestrator writes wf.requests.dlq and task.results.dlq inside its transactions): the
- * log holds commit and abort markers and aborted records, none of which a read_committed consumer is given, and a
- * transaction still open hides everything after its first record. So:
- *  - the end of each partition is its last stable offset (LSO): kafkajs's `admin.fetchTopicOffsets` sends
- *    ListOffsets v2+ with isolation_level READ_COMMITTED (the default of requests/listOffsets in kafkajs 2.2.4 when
- *    the admin's cluster sets none), which the broker answers with the LSO, not the high watermark
- *    (KIP-98, https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging);
- *  - the position reached counts every offset fetched, given or not: the consumer's END_BATCH_PROCESS event carries
- *    the batch's `lastOffset`, the last offset of the raw fetched records including control records and aborted
- *    ones (kafkajs consumer/batch.js `lastOffset()`; the runner emits the event also for a batch that held only
- *    markers or aborted records, consumer/runner.js `isEmptyDueToFiltering`). A partition is done when that position
- *    reaches its end, so the redrive no longer waits for a marker's offset that is never delivered.
+ * of the call (`scanRanges`: transactional DLQs, such as the orchestrator's wf.requests.dlq and task.results.dlq,
+ * hold markers and aborted records it passes over), at most `ratePerSec` records per second, then returns. With
+ * `dryRun` nothing is sent: the report says what would be. Records may be redriven more than once; the idempotency
+ * layer makes that safe.
  * @throws UndecodableBatchError (code UNDECODABLE_BATCH, naming the DLQ partition and offsets) when a record batch
  *   of the DLQ cannot be decompressed: nothing after it in that partition is moved; whatever else the consumer or
  *   producer throws (kafkajs errors)
  */
 export async function redrive(
   kafka: Kafka,
-  opts: { dlqTopic: string; filter?: RedriveFilter; ratePerSec?: number; logger: Logger; producer: Producer },
+  opts: {
+    dlqTopic: string;
+    filter?: RedriveFilter;
+    ratePerSec?: number;
+    logger: Logger;
+    producer: Producer;
+    dryRun?: boolean;
+  },
 ): Promise<RedriveReport> {
-  const { dlqTopic, filter = {}, ratePerSec = 100 } = opts;
-  const admin = kafka.admin();
-  await admin.connect();
-  const ends = await admin.fetchTopicOffsets(dlqTopic);
-  await admin.disconnect();
-  const remaining = new Map(
-    ends.filter((e) => BigInt(e.high) > BigInt(e.low)).map((e) => [e.partition, BigInt(e.high)]),
-  );
-  const report: RedriveReport = { scanned: 0, moved: 0, byTopic: {}, skipped: 0 };
-  if (remaining.size === 0) return report;
-
-  const consumer = kafka.consumer({
-    groupId: `keyflow-redrive-${dlqTopic}-${Date.now()}-${process.pid}`,
-    readUncommitted: false,
-  });
+  const { dlqTopic, filter = {}, ratePerSec = 100, dryRun = false } = opts;
+  const ends = await lastStableOffsets(kafka, dlqTopic);
+  const report: RedriveReport = { scanned: 0, moved: 0, byTopic: {}, skipped: 0, dryRun };
   const minGapMs = 1_000 / ratePerSec;
   let nextSendAt = Date.now();
-  await consumer.connect();
-  await consumer.subscribe({ topic: dlqTopic, fromBeginning: true });
-  await new Promise<void>((resolve, reject) => {
-    /** Everything below `next` in `partition` was fetched (delivered, aborted or a marker). */
-    const reached = (partition: number, next: bigint) => {
-      const end = remaining.get(partition);
-      if (end !== undefined && next >= end) remaining.delete(partition);
-      if (remaining.size === 0) resolve();
-    };
-    consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
-      if (payload.topic === dlqTopic) reached(payload.partition, BigInt(payload.lastOffset) + 1n);
-    });
-    consumer
-      .run({
-        autoCommit: false,
-        eachMessage: async ({ partition, message }) => {
-          const end = remaining.get(partition);
-          if (end === undefined || BigInt(message.offset) >= end) return;
-          const undecodable = undecodableBatchOf(message);
-          if (undecodable) return reject(undecodableBatchError(dlqTopic, partition, undecodable));
-          report.scanned++;
-          const h = message.headers ?? {};
-          const last = Number(header(h, DLQ_HEADERS.lastFailureAt) ?? 0);
-          const matches =
-            (filter.key === undefined || message.key?.toString() === filter.key) &&
-            (filter.errorClass === undefined || header(h, DLQ_HEADERS.errorClass) === filter.errorClass) &&
-            (filter.fromMs === undefined || last >= filter.fromMs) &&
-            (filter.toMs === undefined || last < filter.toMs);
-          const original = header(h, DLQ_HEADERS.originalTopic);
-          if (matches && original) {
-            const wait = nextSendAt - Date.now();
-            if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-            nextSendAt = Math.max(Date.now(), nextSendAt) + minGapMs;
-            const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
-            kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
-            await opts.producer.send({
-              topic: original,
-              acks: -1,
-              messages: [{ key: message.key, value: message.value, headers: kept }],
-            });
-            report.moved++;
-            report.byTopic[original] = (report.byTopic[original] ?? 0) + 1;
-          } else report.skipped++;
-          reached(partition, BigInt(message.offset) + 1n);
-        },
-      })
-      .catch(reject);
-  }).finally(() => consumer.disconnect());
-  opts.logger.info({ dlqTopic, filter, ...report }, 'redrive finished');
+  await scanRanges(
+    kafka,
+    ends.map((e) => ({ topic: dlqTopic, partition: e.partition, from: e.low, to: e.end })),
+    async (_topic, _partition, message) => {
+      report.scanned++;
+      const h = message.headers ?? {};
+      const original = header(h, DLQ_HEADERS.originalTopic);
+      if (!matchesRedriveFilter(message, filter) || !original) {
+        report.skipped++;
+        return;
+      }
+      if (!dryRun) {
+        const wait = nextSendAt - Date.now();
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+        nextSendAt = Math.max(Date.now(), nextSendAt) + minGapMs;
+        const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
+        kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
+        await opts.producer.send({
+          topic: original,
+          acks: -1,
+          messages: [{ key: message.key, value: message.value, headers: kept }],
+        });
+      }
+      report.moved++;
+      report.byTopic[original] = (report.byTopic[original] ?? 0) + 1;
+    },
+    { groupPrefix: 'keyflow-redrive' },
+  );
+  opts.logger.info({ dlqTopic, filter, ...report }, dryRun ? 'redrive dry run finished' : 'redrive finished');
   return report;
 }

@@ -34,7 +34,17 @@ export { OffsetTracker } from './offset-tracker';
 export { Semaphore } from './semaphore';
 export { BatchingProducer } from './batching-producer';
 export { abortableSleep, linkSignals } from './sleep';
-export { dlqMessage, sendToDlq, redrive, dlqTopicFor, header, DLQ_HEADERS } from './dlq';
+export {
+  dlqMessage,
+  sendToDlq,
+  redrive,
+  matchesRedriveFilter,
+  dlqTopicFor,
+  header,
+  DLQ_HEADERS,
+} from './dlq';
+export { lastStableOffsets, scanRanges, groupLag, SCAN_GROUP_PREFIXES } from './scan';
+export type { ScanRange, PartitionLag } from './scan';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';
 export {
   assignSubscribed,

@@ -1,0 +1,206 @@
+import type { Kafka, KafkaMessage } from 'kafkajs';
+import { undecodableBatchError } from './codecs';
+import { undecodableBatchOf } from './undecodable';
+
+/** Offsets [from, to) of one partition of one topic to read; offsets are Kafka offsets as strings or bigints. */
+export interface ScanRange {
+  topic: string;
+  partition: number;
+  /** First offset to read (default: the partition's earliest). */
+  from?: bigint;
+  /** Read up to, not including, this offset: take it from {@link lastStableOffsets}. */
+  to: bigint;
+}
+
+/**
+ * The end of each partition of `topic` that a read_committed consumer can reach now: its last stable offset (LSO).
+ * kafkajs's `admin.fetchTopicOffsets` sends ListOffsets v2+ with isolation_level READ_COMMITTED (kafkajs 2.2.4
+ * requests/listOffsets default when the admin's cluster sets none), which the broker answers with the LSO, not the
+ * high watermark (KIP-98). Also returns each partition's earliest offset (`low`).
+ */
+export async function lastStableOffsets(
+  kafka: Kafka,
+  topic: string,
+): Promise<Array<{ partition: number; low: bigint; end: bigint }>> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const offsets = await admin.fetchTopicOffsets(topic);
+    return offsets.map((o) => ({ partition: o.partition, low: BigInt(o.low), end: BigInt(o.high) }));
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/**
+ * Reads the given ranges with one read_committed consumer (a fresh consumer group that commits nothing) and calls
+ * `each` for every record a read_committed consumer is given in them, in offset order per partition; resolves when
+ * every range has been passed. Records a consumer is never given (commit/abort markers, records of aborted
+ * transactions) count as passed: the consumer's END_BATCH_PROCESS event carries the batch's `lastOffset`, the last
+ * offset of the raw fetched records including those (kafkajs consumer/batch.js `lastOffset()`; the runner emits the
+ * event for a batch that held only such records too, consumer/runner.js `isEmptyDueToFiltering`). So a range that
+ * ends on a marker is done when its marker is fetched, not waited on forever.
+ * @throws UndecodableBatchError (code UNDECODABLE_BATCH) when a record batch in a range cannot be decompressed;
+ *   whatever the consumer throws (kafkajs errors)
+ */
+export async function scanRanges(
+  kafka: Kafka,
+  ranges: ScanRange[],
+  /** Called per record; returning false ends that range there. */
+  each: (topic: string, partition: number, message: KafkaMessage) => void | boolean | Promise<void | boolean>,
+  opts: { groupPrefix?: string } = {},
+): Promise<void> {
+  const id = (topic: string, partition: number) => `${topic}\u0000${partition}`;
+  const remaining = new Map(
+    ranges.filter((r) => r.to > (r.from ?? -1n) && r.to > 0n).map((r) => [id(r.topic, r.partition), r]),
+  );
+  if (remaining.size === 0) return;
+  const topics = [...new Set([...remaining.values()].map((r) => r.topic))];
+  const groupId = `${opts.groupPrefix ?? 'keyflow-scan'}-${Date.now()}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+  // The fresh group starts where the ranges start (their partitions) or at the end (the topics' other partitions):
+  // offsets set before it has members, so no fetch reads from anywhere else (a seek after start would race one).
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    for (const topic of topics) {
+      const offsets = await admin.fetchTopicOffsets(topic);
+      await admin.setOffsets({
+        groupId,
+        topic,
+        partitions: offsets.map((o) => {
+          const r = remaining.get(id(topic, o.partition));
+          const from = r ? (r.from ?? BigInt(o.low)) : BigInt(o.high);
+          return { partition: o.partition, offset: String(from < BigInt(o.low) ? BigInt(o.low) : from) };
+        }),
+      });
+    }
+  } finally {
+    await admin.disconnect();
+  }
+  const consumer = kafka.consumer({ groupId, readUncommitted: false, maxWaitTimeInMs: 100 });
+  await consumer.connect();
+  try {
+    for (const topic of topics) await consumer.subscribe({ topic, fromBeginning: true });
+    await new Promise<void>((resolve, reject) => {
+      /** Everything below `next` in the partition was fetched (delivered, aborted or a marker). */
+      const reached = (topic: string, partition: number, next: bigint) => {
+        const r = remaining.get(id(topic, partition));
+        if (r && next >= r.to) remaining.delete(id(topic, partition));
+        if (remaining.size === 0) resolve();
+      };
+      consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) =>
+        reached(payload.topic, payload.partition, BigInt(payload.lastOffset) + 1n),
+      );
+      consumer
+        .run({
+          autoCommit: false,
+          eachMessage: async ({ topic, partition, message }) => {
+            const r = remaining.get(id(topic, partition));
+            if (!r || BigInt(message.offset) >= r.to) return;
+            const undecodable = undecodableBatchOf(message);
+            if (undecodable) return reject(undecodableBatchError(topic, partition, undecodable));
+            if ((await each(topic, partition, message)) === false) {
+              remaining.delete(id(topic, partition)); // the caller has what it needs from this range
+              if (remaining.size === 0) resolve();
+              return;
+            }
+            reached(topic, partition, BigInt(message.offset) + 1n);
+          },
+        })
+        .catch(reject);
+    });
+  } finally {
+    await consumer.disconnect();
+    // The scan's group committed nothing but its start offsets: it is deleted so it does not linger in group lists.
+    const cleanup = kafka.admin();
+    await cleanup
+      .connect()
+      .then(() => cleanup.deleteGroups([groupId]))
+      .catch(() => undefined)
+      .finally(() => cleanup.disconnect());
+  }
+}
+
+/** The lag of a consumer group on one partition. Offsets are Kafka offsets; times are ms since epoch. */
+export interface PartitionLag {
+  topic: string;
+  partition: number;
+  /** The group's committed offset, or null when it has none (its consumers would start at the earliest). */
+  committed: string | null;
+  /** The partition's last stable offset: what a read_committed consumer can reach now. */
+  end: string;
+  /**
+   * Records a read_committed consumer would still be given before it reaches `end`: transaction markers and
+   * records of aborted transactions are not counted (Kafka's own tools count them, so a transactional topic shows a
+   * lag of 1 where nothing is left to read). Exact when `exact`; otherwise `end - position`, an upper bound.
+   */
+  lag: number;
+  exact: boolean;
+  /** Age (ms, against `now`) of the oldest record the group has not consumed, by its timestamp; null when none. */
+  oldestAgeMs: number | null;
+}
+
+/** Name prefixes of the short-lived consumer groups the scans of this module use (hidden from group lists). */
+export const SCAN_GROUP_PREFIXES = ['keyflow-scan', 'keyflow-redrive', 'keyflow-lag'] as const;
+
+/**
+ * The lag of consumer group `groupId` on every partition it has committed offsets for (or on `topics`, all their
+ * partitions). Partitions whose offset difference to the LSO is at most `exactUpTo` (default 10,000) are read
+ * (one read_committed scan for all of them) and their records counted; larger ones report the difference as an upper
+ * bound. Every partition with something left is read far enough to find the oldest record's timestamp.
+ */
+export async function groupLag(
+  kafka: Kafka,
+  groupId: string,
+  opts: { topics?: string[]; exactUpTo?: number; now?: number } = {},
+): Promise<PartitionLag[]> {
+  const exactUpTo = BigInt(opts.exactUpTo ?? 10_000);
+  const admin = kafka.admin();
+  await admin.connect();
+  let committed: Array<{ topic: string; partitions: Array<{ partition: number; offset: string }> }>;
+  try {
+    committed = await admin.fetchOffsets({ groupId, topics: opts.topics });
+  } finally {
+    await admin.disconnect();
+  }
+  const out: PartitionLag[] = [];
+  const ranges: ScanRange[] = [];
+  const byRange = new Map<string, PartitionLag>();
+  for (const { topic, partitions } of committed) {
+    if (!opts.topics && partitions.every((p) => p.offset === '-1')) continue;
+    const ends = new Map((await lastStableOffsets(kafka, topic)).map((e) => [e.partition, e]));
+    for (const { partition, offset } of partitions) {
+      const e = ends.get(partition);
+      if (!e) continue;
+      const position = offset === '-1' ? e.low : BigInt(offset) < e.low ? e.low : BigInt(offset);
+      const diff = e.end > position ? e.end - position : 0n;
+      const lag: PartitionLag = {
+        topic,
+        partition,
+        committed: offset === '-1' ? null : offset,
+        end: String(e.end),
+        lag: diff <= exactUpTo ? 0 : Number(diff),
+        exact: diff <= exactUpTo,
+        oldestAgeMs: null,
+      };
+      out.push(lag);
+      if (diff === 0n) continue;
+      // Small ranges are read whole (and counted); a large one only up to its oldest record.
+      ranges.push({ topic, partition, from: position, to: e.end });
+      byRange.set(`${topic}\u0000${partition}`, lag);
+    }
+  }
+  const now = opts.now ?? Date.now();
+  await scanRanges(
+    kafka,
+    ranges,
+    (topic, partition, m) => {
+      const lag = byRange.get(`${topic}\u0000${partition}`)!;
+      if (lag.oldestAgeMs === null) lag.oldestAgeMs = Math.max(0, now - Number(m.timestamp));
+      if (!lag.exact) return false; // a large range: only its oldest record was wanted
+      lag.lag++;
+    },
+    { groupPrefix: 'keyflow-lag' },
+  );
+  return out.sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : a.partition - b.partition));
+}
