@@ -33,6 +33,8 @@ export default tseslint.config(
             { sourceTag: 'type:service', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
             { sourceTag: 'type:bench', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
             { sourceTag: 'type:e2e', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
+            // The CLI folds in the services' one-shot commands (rebuild needs the orchestrator's projection).
+            { sourceTag: 'type:cli', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
           ],
         },
       ],

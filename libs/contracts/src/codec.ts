@@ -155,6 +155,30 @@ export class EventCodec {
     return ids;
   }
 
+  /**
+   * Prepares decoding of each logical topic without writing to the registry (for read-only tools such as the CLI):
+   * its reader schema comes from the catalog, writer schemas are fetched by id as records name them. Encoding on such
+   * a topic is not possible (it has no registered id); a topic already registered is left as it is.
+   * @throws Error when a topic is not in the catalog (schemas/catalog.yaml).
+   */
+  useTopics(logicalTopics: string[]): void {
+    for (const logical of logicalTopics) {
+      if (this.topics.has(logical)) continue;
+      const entry = this.set.topic(logical);
+      const schema = this.opts.topicSchemas?.[logical] ?? this.set.topicSchema(logical);
+      this.topics.set(logical, {
+        subject: subjectFor(this.physical(logical)),
+        logical,
+        reader: avsc.Type.forSchema(schema as avsc.Schema, typeOpts()),
+        registeredId: -1,
+        isUnion: entry.events.length > 1,
+        events: new Map<string, EventName>(
+          entry.events.map((e) => [`dev.keyflow.events.${e}`, e as EventName] as const),
+        ),
+      });
+    }
+  }
+
   /** Runs `call`, again with backoff while it fails with RegistryUnavailableError, up to registryStartupTimeoutMs. */
   private async untilRegistryAnswers<T>(call: () => Promise<T>): Promise<T> {
     const deadline = Date.now() + (this.opts.registryStartupTimeoutMs ?? 60_000);
@@ -233,7 +257,8 @@ export class EventCodec {
    *         InvalidEventError (value does not match the schema; names the fields).
    */
   encode<E extends EventName>(logicalTopic: string, event: E, value: EventsByName[E]): Buffer {
-    const t = this.topics.get(logicalTopic);
+    const found = this.topics.get(logicalTopic);
+    const t = found && found.registeredId >= 0 ? found : undefined; // useTopics: readable, not writable
     if (!t) throw new TopicNotRegisteredError(logicalTopic);
     const fullName = `dev.keyflow.events.${event}`;
     if (!t.events.has(fullName))

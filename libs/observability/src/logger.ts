@@ -7,12 +7,17 @@ export type { Logger } from 'pino';
  * `correlationId` (the run), `causationId`, `topic`, `partition`, `offset` so one run can be followed across services.
  * Fields named in `redact` (PII) are replaced with "[redacted]".
  */
-export function createLogger(service: string, opts: { level?: string; redact?: string[] } = {}): Logger {
-  return pino({
+export function createLogger(
+  service: string,
+  /** `stderr`: log lines go to file descriptor 2 (a CLI keeps stdout for its output); default stdout. */
+  opts: { level?: string; redact?: string[]; stream?: 'stdout' | 'stderr' } = {},
+): Logger {
+  const options = {
     name: service,
     level: opts.level ?? process.env.LOG_LEVEL ?? 'info',
     base: { service, pid: process.pid },
     redact: { paths: opts.redact ?? ['*.password', '*.email', '*.authorization'], censor: '[redacted]' },
     timestamp: pino.stdTimeFunctions.isoTime,
-  });
+  };
+  return opts.stream === 'stderr' ? pino(options, pino.destination({ dest: 2, sync: true })) : pino(options);
 }

@@ -1,0 +1,46 @@
+/** The orchestrator answered with an error status; `status` is the HTTP status, `body` its JSON (or text). */
+export class ApiError extends Error {
+  readonly code = 'API_ERROR';
+  readonly retryable: boolean;
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+    what: string,
+  ) {
+    const msg = (body as { message?: unknown })?.message;
+    super(`${what}: HTTP ${status}${msg ? `: ${Array.isArray(msg) ? msg.join('; ') : String(msg)}` : ''}`);
+    this.name = 'ApiError';
+    this.retryable = status >= 500 || status === 429;
+  }
+}
+
+/**
+ * Calls the orchestrator's run API (README "Orchestrator"). `path` starts with `/`.
+ * @throws ApiError on a non-2xx answer; fetch's TypeError when nothing answers at `base`
+ */
+export async function api<T>(
+  base: string,
+  method: 'GET' | 'POST',
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<T> {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      accept: 'application/json',
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      ...headers,
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = text ? JSON.parse(text) : null;
+  } catch {
+    /* keep the text */
+  }
+  if (!res.ok) throw new ApiError(res.status, parsed, `${method} ${path}`);
+  return parsed as T;
+}

@@ -1,0 +1,59 @@
+import { resolve } from 'node:path';
+import { Command, InvalidArgumentError } from 'commander';
+import { claimCheckFromConfig } from '@keyflow/blobs';
+import type { WorkflowDefinition } from '@keyflow/workflow';
+import { loadOrchestratorConfig } from '@keyflow/orchestrator/src/config';
+import { rebuildRuns } from '@keyflow/orchestrator/src/rebuild';
+import { builtinWorkflows, WorkflowRegistry } from '@keyflow/orchestrator/src/workflows/registry';
+import type { CliContext } from '../context';
+import { print } from '../output';
+
+/** The definitions a module exports: `workflows` (an array), or a default export that is one. */
+export function definitionsOf(modulePath: string): WorkflowDefinition[] {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const mod = require(resolve(modulePath)) as { workflows?: unknown; default?: unknown };
+  const defs = mod.workflows ?? mod.default;
+  if (!Array.isArray(defs) || defs.some((d) => typeof d?.name !== 'string' || !(d?.stepIndex instanceof Map)))
+    throw new InvalidArgumentError(
+      `${modulePath} must export \`workflows\` (or a default export): an array of built definitions (workflow(...).build())`,
+    );
+  return defs as WorkflowDefinition[];
+}
+
+/** `keyflow rebuild`: every run rebuilt from the input topics, compared with the live state on wf.state. */
+export function rebuildCommand(ctx: CliContext): Command {
+  return new Command('rebuild')
+    .description(
+      'rebuild every run from wf.requests and task.results with the definitions and compare with wf.state ' +
+        "(exit 0: they agree, 2: they differ); reads the orchestrator's environment",
+    )
+    .option('--definitions <module...>', 'modules exporting `workflows` (yours), besides the built-ins')
+    .option('--max-differences <n>', 'differences to print', '20')
+    .option('--json', 'JSON output')
+    .action(async (o) => {
+      const cfg = loadOrchestratorConfig();
+      const registry = new WorkflowRegistry().register(
+        ...builtinWorkflows,
+        ...((o.definitions as string[] | undefined) ?? []).flatMap(definitionsOf),
+      );
+      const report = await rebuildRuns(ctx.kafka, ctx.codec!, registry, claimCheckFromConfig(cfg), {
+        signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+      });
+      const shown = {
+        ...report,
+        differences: report.differences.slice(0, Number(o.maxDifferences)),
+        differenceCount: report.differences.length,
+      };
+      print(shown, o.json, (r) =>
+        [
+          `runs: ${r.runsLive} live, ${r.runsRebuilt} rebuilt from ${r.inputsRead} inputs, ${r.matching} matching`,
+          ...(r.unrebuildable.length ? [`not rebuildable (no definition): ${r.unrebuildable.length}`] : []),
+          ...r.differences.map(
+            (d) =>
+              `  ${d.runId} ${d.field}: live ${JSON.stringify(d.live)} rebuilt ${JSON.stringify(d.rebuilt)}`,
+          ),
+        ].join('\n'),
+      );
+      process.exitCode = report.differences.length ? 2 : 0;
+    });
+}

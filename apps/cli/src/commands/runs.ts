@@ -1,0 +1,201 @@
+import { Command, InvalidArgumentError, Option } from 'commander';
+import type { RunState, StepState } from '@keyflow/workflow';
+import { api } from '../api';
+import type { CliContext } from '../context';
+import { duration, iso, parseTime, print, table } from '../output';
+
+const STATUSES = ['running', 'waiting', 'compensating', 'completed', 'failed', 'compensated', 'cancelled'];
+const time = (v: string) => {
+  try {
+    return parseTime(v);
+  } catch (e) {
+    throw new InvalidArgumentError((e as Error).message);
+  }
+};
+const json = (v: string) => {
+  try {
+    return JSON.parse(v) as unknown;
+  } catch {
+    throw new InvalidArgumentError('not JSON');
+  }
+};
+
+type Summary = {
+  runId: string;
+  workflow: string;
+  version: number;
+  status: string;
+  startedAt: number;
+  endedAt: number | null;
+};
+
+/** The rows `runs show` prints for a run's steps: the plan's steps (map items summed up), then compensations. */
+export function stepRows(run: RunState): Array<Record<string, unknown>> {
+  const item = /^(.+)\[(\d+)\]$/;
+  const ids = [...run.plan, ...Object.keys(run.steps).filter((id) => id.endsWith('.compensate'))];
+  return ids
+    .filter((id) => run.steps[id])
+    .map((id) => {
+      const st: StepState = run.steps[id];
+      const items = st.map
+        ? Object.entries(run.steps)
+            .filter(([k]) => item.exec(k)?.[1] === id)
+            .map(([, s]) => s)
+        : [];
+      const failedItems = items.filter((s) => s.status === 'failed').length;
+      return {
+        step: id,
+        status: st.status,
+        attempts: st.attempt,
+        took: duration(
+          st.endedAt !== undefined && st.startedAt !== undefined ? st.endedAt - st.startedAt : null,
+        ),
+        items: st.map
+          ? `${st.map.done}/${st.map.total} done${failedItems ? `, ${failedItems} failed` : ''}`
+          : '',
+        error: st.error ? `${st.error.errorClass}: ${st.error.message}` : '',
+      };
+    });
+}
+
+function showRun(run: RunState): string {
+  const took =
+    run.endedAt !== undefined
+      ? duration(run.endedAt - run.startedAt)
+      : `running for ${duration(Date.now() - run.startedAt)}`;
+  const lines = [
+    `run ${run.runId}  ${run.workflow} v${run.version}  ${run.status}  started ${iso(run.startedAt)}  ${took}`,
+    '',
+    table(stepRows(run)),
+  ];
+  if (run.error)
+    lines.push('', `error at ${run.error.stepId}: ${run.error.errorClass}: ${run.error.message}`);
+  if (run.compensation)
+    lines.push(
+      '',
+      `compensation after ${run.compensation.failedStepId}: ${run.compensation.queue.map((s) => `${s}.compensate`).join(' -> ')} (${run.compensation.index}/${run.compensation.queue.length} done)`,
+    );
+  lines.push(
+    '',
+    'timeline:',
+    table(
+      run.timeline.map((t) => ({
+        at: iso(t.at),
+        '+': duration(t.at - run.startedAt),
+        event: t.event,
+        step: t.stepId ?? '',
+        attempt: t.attempt ?? '',
+        detail: t.detail ?? '',
+      })),
+    ),
+  );
+  return lines.join('\n');
+}
+
+/** `keyflow runs ...`: the orchestrator's run API. */
+export function runsCommand(ctx: CliContext): Command {
+  const runs = new Command('runs').description(
+    "runs through the orchestrator's API (--api or KEYFLOW_API_URL)",
+  );
+  const apiOption = () => new Option('--api <url>', 'orchestrator API URL (default: KEYFLOW_API_URL)');
+  runs
+    .command('ls')
+    .description('list runs, newest first')
+    .addOption(apiOption())
+    .option('--workflow <name>', 'only runs of this workflow')
+    .addOption(new Option('--status <status>', 'only runs in this status').choices(STATUSES))
+    .option('--from <time>', 'started at or after (ms, ISO-8601, or 15m/2h/7d ago)', time)
+    .option('--to <time>', 'started before', time)
+    .option('--limit <n>', 'runs at most (1-500)', '50')
+    .option('--json', 'JSON output')
+    .action(async (o) => {
+      const q = new URLSearchParams();
+      for (const k of ['workflow', 'status', 'from', 'to', 'limit'] as const)
+        if (o[k] !== undefined) q.set(k, String(o[k]));
+      const page = await api<{ runs: Summary[]; next: string | null }>(
+        ctx.apiUrl(o.api),
+        'GET',
+        `/runs?${q}`,
+      );
+      print(
+        page,
+        o.json,
+        (p) =>
+          table(
+            p.runs.map((r) => ({
+              run: r.runId,
+              workflow: `${r.workflow} v${r.version}`,
+              status: r.status,
+              started: iso(r.startedAt),
+              took: r.endedAt !== null ? duration(r.endedAt - r.startedAt) : '-',
+            })),
+          ) + (p.next ? `\n(more: --to ${p.runs.at(-1)?.startedAt})` : ''),
+      );
+    });
+  runs
+    .command('show <runId>')
+    .description('a run: steps with attempts, durations and errors, compensation, timeline')
+    .addOption(apiOption())
+    .option('--json', 'JSON output (the run as GET /runs/:id gives it)')
+    .action(async (runId: string, o) => {
+      const run = await api<RunState>(ctx.apiUrl(o.api), 'GET', `/runs/${encodeURIComponent(runId)}`);
+      print(run, o.json, showRun);
+    });
+  runs
+    .command('start <workflow>')
+    .description('start a run (202: accepted; it runs asynchronously)')
+    .addOption(apiOption())
+    .option('--input <json>', 'run input (a JSON object)', json, {})
+    .option('--version <n>', 'workflow version (default: the latest)')
+    .option('--business-key <key>', 'business key (default: the run id)')
+    .option('--run-id <id>', 'run id (default: generated)')
+    .option(
+      '--idempotency-key <key>',
+      'Idempotency-Key: a retry with the same key and body starts no second run',
+    )
+    .option('--json', 'JSON output')
+    .action(async (workflow: string, o) => {
+      const res = await api<{ runId: string }>(
+        ctx.apiUrl(o.api),
+        'POST',
+        '/runs',
+        {
+          workflow,
+          input: o.input,
+          ...(o.version ? { version: Number(o.version) } : {}),
+          ...(o.businessKey ? { businessKey: o.businessKey } : {}),
+          ...(o.runId ? { runId: o.runId } : {}),
+        },
+        o.idempotencyKey ? { 'Idempotency-Key': o.idempotencyKey } : {},
+      );
+      print(res, o.json, (r) => `started ${r.runId}`);
+    });
+  const control = (name: string, description: string) =>
+    runs.command(name).description(description).addOption(apiOption()).option('--json', 'JSON output');
+  control('cancel <runId>', 'cancel a run: it stops, and its completed steps are compensated')
+    .option('--reason <text>', 'recorded with RunCancelled', 'cancelled with the keyflow CLI')
+    .action(async (runId: string, o) => {
+      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/cancel`, {
+        reason: o.reason,
+      });
+      print(res, o.json, () => `cancel of ${runId} accepted`);
+    });
+  control('signal <runId> <signal>', 'send a signal to a run (a wait step takes it, or it is buffered)')
+    .option('--payload <json>', 'signal payload (JSON)', json)
+    .action(async (runId: string, signal: string, o) => {
+      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/signal`, {
+        signal,
+        ...(o.payload !== undefined ? { payload: o.payload } : {}),
+      });
+      print(res, o.json, () => `signal ${signal} to ${runId} accepted`);
+    });
+  control('retry <runId>', 'retry a failed run from its failed step (or --from-step)')
+    .option('--from-step <stepId>', 'step to re-run from (at or before the failed one)')
+    .action(async (runId: string, o) => {
+      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/retry`, {
+        ...(o.fromStep ? { fromStepId: o.fromStep } : {}),
+      });
+      print(res, o.json, () => `retry of ${runId} accepted`);
+    });
+  return runs;
+}

@@ -1,0 +1,73 @@
+import { z } from 'zod';
+import { EventCodec } from '@keyflow/contracts';
+import { createKafka } from '@keyflow/kafka';
+import { createLogger, type Logger } from '@keyflow/observability';
+import type { Kafka } from 'kafkajs';
+
+/** What the CLI reads from the environment (the same variables the services and `stack.sh env` use). */
+const EnvSchema = z.object({
+  KAFKA_BROKERS: z.string().optional(),
+  SCHEMA_REGISTRY_URL: z.string().url().optional(),
+  KEYFLOW_TOPIC_PREFIX: z.string().default(''),
+  /** The orchestrator's HTTP API, e.g. http://127.0.0.1:3000 (npm start prints it). */
+  KEYFLOW_API_URL: z.string().url().optional(),
+  LOG_LEVEL: z.string().default('warn'),
+});
+
+/** A command's environment is missing or wrong: the message says which variable. Not retryable. */
+export class CliConfigError extends Error {
+  readonly code = 'CLI_CONFIG';
+  readonly retryable = false;
+  constructor(message: string) {
+    super(message);
+    this.name = 'CliConfigError';
+  }
+}
+
+/** The connections a command asks for, made on first use from the environment (logs go to stderr). */
+export class CliContext {
+  readonly env = EnvSchema.parse(process.env);
+  readonly logger: Logger = createLogger('keyflow-cli', { level: this.env.LOG_LEVEL, stream: 'stderr' });
+  private kafkaClient?: Kafka;
+  private codecClient?: EventCodec;
+
+  /** Physical topic name of a logical one (`KEYFLOW_TOPIC_PREFIX` + name). */
+  physical(logical: string): string {
+    return `${this.env.KEYFLOW_TOPIC_PREFIX}${logical}`;
+  }
+
+  /** Logical topic name of a physical one, or undefined when it lacks the prefix. */
+  logical(physical: string): string | undefined {
+    const p = this.env.KEYFLOW_TOPIC_PREFIX;
+    return physical.startsWith(p) ? physical.slice(p.length) : undefined;
+  }
+
+  /** @throws CliConfigError when KAFKA_BROKERS is not set */
+  get kafka(): Kafka {
+    const brokers = (this.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+    if (!brokers.length)
+      throw new CliConfigError(
+        'KAFKA_BROKERS is not set (eval "$(infra/local/stack.sh env)" for the local stack)',
+      );
+    this.kafkaClient ??= createKafka({ brokers, clientId: 'keyflow-cli', logger: this.logger });
+    return this.kafkaClient;
+  }
+
+  /** The codec, or undefined when SCHEMA_REGISTRY_URL is not set (values are then shown as bytes). */
+  get codec(): EventCodec | undefined {
+    if (!this.env.SCHEMA_REGISTRY_URL) return undefined;
+    this.codecClient ??= new EventCodec({
+      registryUrl: this.env.SCHEMA_REGISTRY_URL,
+      topicPrefix: this.env.KEYFLOW_TOPIC_PREFIX,
+    });
+    return this.codecClient;
+  }
+
+  /** @throws CliConfigError when neither `--api` nor KEYFLOW_API_URL gives the orchestrator's URL */
+  apiUrl(option?: string): string {
+    const url = option ?? this.env.KEYFLOW_API_URL;
+    if (!url)
+      throw new CliConfigError('the orchestrator API is not known: pass --api <url> or set KEYFLOW_API_URL');
+    return url.replace(/\/+$/, '');
+  }
+}

@@ -1,0 +1,36 @@
+import { Command } from 'commander';
+import { CliContext } from './context';
+import { dlqCommand } from './commands/dlq';
+import { groupsCommand } from './commands/groups';
+import { rebuildCommand } from './commands/rebuild';
+import { runsCommand } from './commands/runs';
+
+/**
+ * `keyflow`: one CLI for operators and scripts (README "Operating keyflow"). Reads KAFKA_BROKERS,
+ * SCHEMA_REGISTRY_URL, KEYFLOW_TOPIC_PREFIX and KEYFLOW_API_URL from the environment; `--json` on every command for
+ * scripts. Exit codes: 0 done, 1 an error (its message on stderr), 2 a usage error or (rebuild) differences found.
+ */
+export function program(ctx = new CliContext()): Command {
+  return new Command('keyflow')
+    .description('operate keyflow: runs, DLQs, consumer groups and lag, rebuild')
+    .showHelpAfterError()
+    .addCommand(runsCommand(ctx))
+    .addCommand(dlqCommand(ctx))
+    .addCommand(groupsCommand(ctx))
+    .addCommand(rebuildCommand(ctx));
+}
+
+if (
+  require.main === module ||
+  process.argv[1]?.endsWith('keyflow.js') ||
+  process.argv[1]?.endsWith('keyflow')
+)
+  program()
+    .parseAsync()
+    .then(
+      () => process.exit(process.exitCode ?? 0),
+      (e: unknown) => {
+        process.stderr.write(`keyflow: ${e instanceof Error ? e.message : String(e)}\n`);
+        process.exit(1);
+      },
+    );
