@@ -107,7 +107,11 @@ describe('a map of 1,000 items', () => {
       flatBytes / 2,
     );
 
-    const report = await rebuildRuns(h.ns.kafka, h.codec, new WorkflowRegistry().register(...builtinWorkflows));
+    const report = await rebuildRuns(
+      h.ns.kafka,
+      h.codec,
+      new WorkflowRegistry().register(...builtinWorkflows),
+    );
     expect(report).toMatchObject({ runsLive: 1, runsRebuilt: 1, matching: 1, differences: [] });
   });
 });
