@@ -3,6 +3,7 @@ import { CliContext } from './context';
 import { dlqCommand } from './commands/dlq';
 import { groupsCommand } from './commands/groups';
 import { rebuildCommand } from './commands/rebuild';
+import { replayCommand } from './commands/replay';
 import { runsCommand } from './commands/runs';
 
 /**
@@ -12,11 +13,12 @@ import { runsCommand } from './commands/runs';
  */
 export function program(ctx = new CliContext()): Command {
   return new Command('keyflow')
-    .description('operate keyflow: runs, DLQs, consumer groups and lag, rebuild')
+    .description('operate keyflow: runs, DLQs, consumer groups, lag and replay, rebuild')
     .showHelpAfterError()
     .addCommand(runsCommand(ctx))
     .addCommand(dlqCommand(ctx))
     .addCommand(groupsCommand(ctx))
+    .addCommand(replayCommand(ctx))
     .addCommand(rebuildCommand(ctx));
 }
 

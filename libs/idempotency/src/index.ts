@@ -1,3 +1,8 @@
-export { IdempotencyStore, IdempotencyStoreUnavailableError, ForeignRecordError } from './store';
-export type { BeginResult, Lease, IdempotencyStoreOptions } from './store';
+export {
+  IdempotencyStore,
+  IdempotencyStoreUnavailableError,
+  ForeignRecordError,
+  idempotencyKeyPrefix,
+} from './store';
+export type { BeginResult, Lease, IdempotencyStoreOptions, RecordState } from './store';
 export { checkRedisPersistence, type RedisPersistence } from './persistence';

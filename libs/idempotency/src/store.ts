@@ -125,6 +125,16 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {'fenced', ''}
 `;
 
+/** The Redis key prefix of the workers' idempotency records for a deployment's topic prefix (one definition). */
+export const idempotencyKeyPrefix = (topicPrefix: string) => `${topicPrefix}keyflow:idem:`;
+
+/**
+ * What a key's record says without taking anything (`peek`): `completed` / `failed` (a result is stored: a command of
+ * that attempt re-publishes it), `fenced` (its compensation ran: it never runs), `running` (a lease), `absent` (no
+ * record, or it expired: a command would run the handler).
+ */
+export type RecordState = 'completed' | 'failed' | 'fenced' | 'running' | 'absent';
+
 export interface IdempotencyStoreOptions {
   /** Prefix of every Redis key, e.g. `keyflow:idem:`. */
   keyPrefix: string;
@@ -176,6 +186,19 @@ export class IdempotencyStore<R = unknown> {
     } catch (e) {
       throw new IdempotencyStoreUnavailableError(operation, e);
     }
+  }
+
+  /**
+   * Reads the record of `key` without changing it (for dry runs: what a redelivered command would do).
+   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
+   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write.
+   */
+  async peek(key: string): Promise<RecordState> {
+    const value = await this.call('peek', () => this.redis.get(this.k(key)));
+    if (value === null) return 'absent';
+    const rec = parseRecord<R>(this.k(key), value) as { s: string; ok?: boolean };
+    if (rec.s === 'done') return rec.ok === false ? 'failed' : 'completed';
+    return rec.s === 'fenced' ? 'fenced' : 'running';
   }
 
   /**

@@ -2,7 +2,8 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { dlqMessage } from '@keyflow/kafka';
 import { eventually, TestNamespace } from '@keyflow/testing';
-import { OrchestratorHarness } from '@keyflow/orchestrator/test/integration/support';
+import { idempotencyKeyPrefix } from '@keyflow/idempotency';
+import { OrchestratorHarness, TERMINAL_EVENTS } from '@keyflow/orchestrator/test/integration/support';
 
 jest.setTimeout(180_000);
 
@@ -161,6 +162,86 @@ describe('the keyflow CLI', () => {
       expect(end.high).toBe('2');
     } finally {
       await ns.cleanup();
+    }
+  });
+
+  it("replay of the workers' group: refused with live members, a dry run counts stored results, applied it re-publishes them (a command without one runs again only with --allow-rerun) and the orchestrator ignores them", async () => {
+    const r = new OrchestratorHarness('cli-replay');
+    try {
+      const orch = await r.startOrchestrator();
+      let worker = await r.startWorker();
+      await r.readEvents();
+      const env = { ...r.env(), KEYFLOW_API_URL: await orch.ready };
+      const runIds: string[] = [];
+      for (let i = 0; i < 3; i++)
+        runIds.push((await keyflow(['runs', 'start', 'three-step', '--json'], env)).json().runId);
+      await eventually(
+        '3 runs ended',
+        () => r.events.items.filter((e) => TERMINAL_EVENTS.has(e.event)).length,
+        {
+          until: (n) => n >= 3,
+          timeoutMs: 60_000,
+        },
+      );
+      const group = r.ns.groupId('workers');
+      const args = ['replay', group, '--to-earliest', '--topic', 'task.echo', '--json'];
+
+      const refused = await keyflow(args, env);
+      expect(refused.code).toBe(1);
+      expect(refused.err).toMatch(/live member\(s\).*stop them/);
+
+      worker.kill('SIGTERM');
+      await worker.exited;
+      const dry = await keyflow([...args, '--dry-run'], env);
+      expect(dry.code).toBe(0);
+      const total = (rows: Array<Record<string, number>>, k: string) =>
+        rows.reduce((n, m) => n + (m[k] ?? 0), 0);
+      expect(dry.json()).toMatchObject({ applied: false, members: [] });
+      expect([
+        total(dry.json().moves, 'records'),
+        total(dry.json().moves, 'stored'),
+        total(dry.json().moves, 'rerun'),
+      ]).toEqual([9, 9, 0]);
+
+      // One completion record gone (expired): that command would run its handler again.
+      await r.ns.redis().del(`${idempotencyKeyPrefix(r.prefix)}${runIds[0]}/first`);
+      const risky = await keyflow(args, env);
+      expect(risky.code).toBe(1);
+      expect(risky.err).toMatch(/1 command\(s\).*run again.*--allow-rerun/);
+      const applied = await keyflow([...args, '--allow-rerun'], env);
+      expect(applied.code).toBe(0);
+      expect(applied.json()).toMatchObject({ applied: true });
+      expect(total(applied.json().moves, 'rerun')).toBe(1);
+
+      const completedBefore = r.events.items.filter((e) => e.event === 'RunCompleted').length;
+      worker = await r.startWorker();
+      const metric = async (url: string, name: string) => {
+        const text = await (await fetch(`${url}/metrics`)).text();
+        return text
+          .split('\n')
+          .filter((l) => l.startsWith(name))
+          .reduce((n, l) => n + Number(l.split(' ').at(-1)), 0);
+      };
+      const wurl = await worker.ready;
+      await eventually(
+        '8 stored results re-published',
+        () => metric(wurl, 'keyflow_worker_task_replayed_total'),
+        {
+          until: (n) => n >= 8,
+          timeoutMs: 60_000,
+        },
+      );
+      expect(await metric(wurl, 'keyflow_worker_task_attempts_total')).toBe(1); // only the command without a record
+      await eventually(
+        'the orchestrator ignored the 9 replayed results',
+        () => metric(env.KEYFLOW_API_URL, 'keyflow_orchestrator_inputs_ignored_total'),
+        { until: (n) => n >= 9, timeoutMs: 30_000 },
+      );
+      expect(r.events.items.filter((e) => e.event === 'RunCompleted').length).toBe(completedBefore);
+      const lag = await keyflow(['groups', 'lag', group, '--json'], env);
+      expect(lag.json().every((row: { lag: number }) => row.lag === 0)).toBe(true);
+    } finally {
+      await r.teardown();
     }
   });
 });

@@ -10,7 +10,12 @@ import {
   type BlobStore,
 } from '@keyflow/blobs';
 import { EventCodec } from '@keyflow/contracts';
-import { checkRedisPersistence, IdempotencyStore, type RedisPersistence } from '@keyflow/idempotency';
+import {
+  checkRedisPersistence,
+  IdempotencyStore,
+  idempotencyKeyPrefix,
+  type RedisPersistence,
+} from '@keyflow/idempotency';
 import {
   BatchingProducer,
   createIdempotentProducer,
@@ -183,7 +188,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     // At every (re)connection: a Redis replaced by one without persistence is noticed too.
     this.redis.on('ready', () => void this.checkPersistence(this.redis!));
     const store = new IdempotencyStore<StoredOutcome>(this.redis, {
-      keyPrefix: `${this.cfg.KEYFLOW_TOPIC_PREFIX}keyflow:idem:`,
+      keyPrefix: idempotencyKeyPrefix(this.cfg.KEYFLOW_TOPIC_PREFIX),
       leaseMs: this.cfg.WORKER_LEASE_MS,
       completionTtlMs: this.cfg.WORKER_COMPLETION_TTL_MS,
     });

@@ -1,4 +1,4 @@
-import { IdempotencyStore } from '@keyflow/idempotency';
+import { IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { PgBlobStore } from '@keyflow/blobs';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { eventually } from '@keyflow/testing';
@@ -80,7 +80,7 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
 
   it('a stored (idempotency) result too big for the topic is re-published through the claim check, or failed, never retried forever', async () => {
     const store = new IdempotencyStore<StoredOutcome>(h.ns.redis(), {
-      keyPrefix: `${h.prefix}keyflow:idem:`,
+      keyPrefix: idempotencyKeyPrefix(h.prefix),
     });
     const record = async (key: string, bytes: number) => {
       const b = await store.begin(key);
