@@ -55,7 +55,12 @@ export type WorkflowInput =
       code?: string | null;
     })
   | (InputBase & { kind: 'timer-fired'; timerId: string })
-  | (InputBase & { kind: 'cancel'; reason: string })
+  | (InputBase & {
+      kind: 'cancel';
+      reason: string;
+      /** Stop at once without compensating (terminate); otherwise completed steps are compensated first. */
+      terminate?: boolean;
+    })
   | (InputBase & { kind: 'signal'; signal: string; payload: unknown })
   | (InputBase & { kind: 'retry'; fromStepId?: string | null });
 
@@ -155,6 +160,8 @@ export interface RunState {
     queue: string[];
     index: number;
     error?: StepError & { stepId: string };
+    /** Set when the compensation follows a cancel (its reason): the run then ends `cancelled`, not `compensated`. */
+    cancelled?: string;
   };
   signals: Record<string, unknown>;
   output?: unknown;
@@ -201,7 +208,7 @@ export type LifecycleSpec =
   | { type: 'RunCompleted'; output: string }
   | { type: 'RunFailed'; failedStepId: string; reason: string }
   | { type: 'RunCompensated'; failedStepId: string; compensatedSteps: string[] }
-  | { type: 'RunCancelled'; reason: string };
+  | { type: 'RunCancelled'; reason: string; terminated: boolean };
 
 export interface Decision {
   state: RunState | undefined;
@@ -600,13 +607,27 @@ function apply(
       return undefined;
     }
     case 'cancel':
+      if (input.terminate) {
+        // Terminate: stop at once, compensating nothing (a compensation under way is cut off too). Commands out
+        // may still run; their results are stale.
+        s.status = 'cancelled';
+        s.timers = {};
+        s.endedAt = c.at;
+        c.events.push({ type: 'RunCancelled', reason: input.reason, terminated: true });
+        c.log('RunTerminated', undefined, undefined, input.reason);
+        return undefined;
+      }
       // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
-      if (s.status === 'compensating') return 'run is compensating: cancel applies to a running run';
-      s.status = 'cancelled';
-      s.timers = {};
-      s.endedAt = c.at;
-      c.events.push({ type: 'RunCancelled', reason: input.reason });
-      c.log('RunCancelled', undefined, undefined, input.reason);
+      if (s.status === 'compensating')
+        return 'run is compensating: cancel applies to a running run (terminate stops it at once)';
+      // Cancel: the completed steps (and those outstanding, whose effect may happen) are compensated, in reverse
+      // order, then the run ends cancelled.
+      failRun(
+        c,
+        s.plan[s.position] ?? 'run',
+        { errorClass: 'RunCancelled', message: input.reason, retryable: false },
+        input.reason,
+      );
       return undefined;
     case 'retry': {
       if (s.status !== 'failed' || s.compensation || !s.error)
@@ -956,8 +977,11 @@ function onFailed(c: Ctx, stepId: string, attempt: number, error: StepError): vo
   failRun(c, item ? item[1] : stepId, error);
 }
 
-/** A step failed for good: run the compensations of completed steps in reverse order, or fail the run. */
-function failRun(c: Ctx, stepId: string, error: StepError): void {
+/**
+ * A step failed for good, or the run is cancelled (`cancelReason`): run the compensations of completed steps in
+ * reverse order, or end the run (failed, or cancelled).
+ */
+function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string): void {
   const s = c.s;
   if (s.status === 'compensating') {
     // A compensation failed for good: the run fails with the compensation's error.
@@ -999,8 +1023,12 @@ function failRun(c: Ctx, stepId: string, error: StepError): void {
       };
     });
   }
-  s.error = { ...error, stepId };
+  if (cancelReason === undefined) s.error = { ...error, stepId };
   const queue = [...s.compensable].reverse();
+  if (queue.length === 0 && cancelReason !== undefined) {
+    endCancelled(c, cancelReason);
+    return;
+  }
   if (queue.length === 0) {
     s.status = 'failed';
     s.endedAt = c.at;
@@ -1016,13 +1044,23 @@ function failRun(c: Ctx, stepId: string, error: StepError): void {
   s.status = 'compensating';
   delete s.timers['run-timeout']; // compensation runs to its end; a run timeout must not cut it off
   s.compensation = { failedStepId: stepId, queue, index: 0 };
-  c.log('Compensating', stepId, undefined, queue.join(' <- '));
+  if (cancelReason !== undefined) s.compensation.cancelled = cancelReason;
+  c.log(
+    cancelReason === undefined ? 'Compensating' : 'CancelCompensating',
+    stepId,
+    undefined,
+    queue.join(' <- '),
+  );
   nextCompensation(c);
 }
 
 function nextCompensation(c: Ctx): void {
   const s = c.s;
   const comp = s.compensation!;
+  if (comp.index >= comp.queue.length && comp.cancelled !== undefined) {
+    endCancelled(c, comp.cancelled);
+    return;
+  }
   if (comp.index >= comp.queue.length) {
     s.status = 'compensated';
     s.endedAt = c.at;
@@ -1033,6 +1071,15 @@ function nextCompensation(c: Ctx): void {
   }
   const id = compensationStepId(comp.queue[comp.index]);
   schedule(c, id, currentAttempt(c, id) + 1);
+}
+
+/** Ends a cancelled run (after its compensations, if it had any). */
+function endCancelled(c: Ctx, reason: string): void {
+  c.s.status = 'cancelled';
+  c.s.endedAt = c.at;
+  c.s.timers = {};
+  c.events.push({ type: 'RunCancelled', reason, terminated: false });
+  c.log('RunCancelled', undefined, undefined, reason);
 }
 
 /** Timers due at or before `now`, earliest first: what the engine fires. */

@@ -52,7 +52,7 @@ export namespace DevKeyflowEvents {
          */
         tracestate: null | string;
     }
-    export const CancelRunSchema = "{\"type\":\"record\",\"name\":\"CancelRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":{\"type\":\"record\",\"name\":\"EventMetadata\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Carried by every event, enforced by its schema. Times are ms since the Unix epoch.\",\"fields\":[{\"name\":\"eventId\",\"type\":\"string\",\"doc\":\"Unique id of this event (UUID). Consumers deduplicate on it.\"},{\"name\":\"eventType\",\"type\":\"string\",\"doc\":\"Name of the event record, e.g. TaskCompleted.\"},{\"name\":\"schemaVersion\",\"type\":\"int\",\"doc\":\"Version of the event's .avsc in schemas/avro/<eventType>/ that the producer wrote.\"},{\"name\":\"occurredAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"},\"doc\":\"When it happened (not when it was sent), ms since epoch.\"},{\"name\":\"key\",\"type\":\"string\",\"doc\":\"The ordering (partition) key the event was produced with.\"},{\"name\":\"correlationId\",\"type\":\"string\",\"doc\":\"The workflow run this event belongs to.\"},{\"name\":\"causationId\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"eventId of the event that caused this one; null for an external trigger.\"},{\"name\":\"traceparent\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/#traceparent-header).\"},{\"name\":\"tracestate\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context tracestate.\"}]}},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"}]}";
+    export const CancelRunSchema = "{\"type\":\"record\",\"name\":\"CancelRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":{\"type\":\"record\",\"name\":\"EventMetadata\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Carried by every event, enforced by its schema. Times are ms since the Unix epoch.\",\"fields\":[{\"name\":\"eventId\",\"type\":\"string\",\"doc\":\"Unique id of this event (UUID). Consumers deduplicate on it.\"},{\"name\":\"eventType\",\"type\":\"string\",\"doc\":\"Name of the event record, e.g. TaskCompleted.\"},{\"name\":\"schemaVersion\",\"type\":\"int\",\"doc\":\"Version of the event's .avsc in schemas/avro/<eventType>/ that the producer wrote.\"},{\"name\":\"occurredAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"},\"doc\":\"When it happened (not when it was sent), ms since epoch.\"},{\"name\":\"key\",\"type\":\"string\",\"doc\":\"The ordering (partition) key the event was produced with.\"},{\"name\":\"correlationId\",\"type\":\"string\",\"doc\":\"The workflow run this event belongs to.\"},{\"name\":\"causationId\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"eventId of the event that caused this one; null for an external trigger.\"},{\"name\":\"traceparent\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/#traceparent-header).\"},{\"name\":\"tracestate\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context tracestate.\"}]}},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"},{\"name\":\"terminate\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True: stop the run at once, without compensating its completed steps (keyflow runs terminate). False: cancel, which compensates them first.\"}]}";
     export const CancelRunName = "dev.keyflow.events.CancelRun";
     /**
      * Operator -> wf.requests. Key: run id.
@@ -64,6 +64,12 @@ export namespace DevKeyflowEvents {
          */
         runId: string;
         reason: string;
+        /**
+         * True: stop the run at once, without compensating its completed steps (keyflow runs terminate). False: cancel, which compensates them first.
+         *
+         * Default: false
+         */
+        terminate: boolean;
     }
     export const CityEnrichedSchema = "{\"type\":\"record\",\"name\":\"CityEnriched\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"ETL workers -> etl.cities.enriched: one validated, normalised, enriched GeoNames city. Key: its natural key.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The ETL run that produced it.\"},{\"name\":\"naturalKey\",\"type\":\"string\",\"doc\":\"country|admin1|name|lat|lng (normalised): the upsert and dedupe key.\"},{\"name\":\"name\",\"type\":\"string\",\"doc\":\"Unicode NFC, trimmed.\"},{\"name\":\"country\",\"type\":\"string\",\"doc\":\"ISO 3166-1 alpha-2 code.\"},{\"name\":\"countryName\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"region\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"subregion\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"currencies\",\"type\":{\"type\":\"array\",\"items\":\"string\"},\"default\":[],\"doc\":\"ISO 4217 codes.\"},{\"name\":\"admin1\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin1 code.\"},{\"name\":\"admin1Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"admin2\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin2 code.\"},{\"name\":\"admin2Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"lat\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"},{\"name\":\"lng\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"}]}";
     export const CityEnrichedName = "dev.keyflow.events.CityEnriched";
@@ -151,7 +157,7 @@ export namespace DevKeyflowEvents {
          */
         fromStepId: null | string;
     }
-    export const RunCancelledSchema = "{\"type\":\"record\",\"name\":\"RunCancelled\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The run was cancelled.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"}]}";
+    export const RunCancelledSchema = "{\"type\":\"record\",\"name\":\"RunCancelled\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The run was cancelled.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"},{\"name\":\"terminated\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True when the run was terminated (stopped at once, no compensation); false when cancelled (its completed steps were compensated first).\"}]}";
     export const RunCancelledName = "dev.keyflow.events.RunCancelled";
     /**
      * The run was cancelled.
@@ -163,6 +169,12 @@ export namespace DevKeyflowEvents {
          */
         runId: string;
         reason: string;
+        /**
+         * True when the run was terminated (stopped at once, no compensation); false when cancelled (its completed steps were compensated first).
+         *
+         * Default: false
+         */
+        terminated: boolean;
     }
     export const RunCompensatedSchema = "{\"type\":\"record\",\"name\":\"RunCompensated\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"A step failed for good and the compensations of completed steps ran in reverse order.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"failedStepId\",\"type\":\"string\"},{\"name\":\"compensatedSteps\",\"type\":{\"type\":\"array\",\"items\":\"string\"}}]}";
     export const RunCompensatedName = "dev.keyflow.events.RunCompensated";
@@ -610,10 +622,10 @@ export type TimerFired = DevKeyflowEvents.TimerFired;
 
 /** Latest schema version of every event. */
 export const EVENT_VERSIONS = {
-  "CancelRun": 1,
+  "CancelRun": 2,
   "CityEnriched": 1,
   "RetryRun": 1,
-  "RunCancelled": 1,
+  "RunCancelled": 2,
   "RunCompensated": 1,
   "RunCompleted": 2,
   "RunFailed": 1,

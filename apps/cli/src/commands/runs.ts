@@ -180,6 +180,17 @@ export function runsCommand(ctx: CliContext): Command {
       });
       print(res, o.json, () => `cancel of ${runId} accepted`);
     });
+  control(
+    'terminate <runId>',
+    'terminate a run: it stops at once, nothing is compensated (recorded as terminated)',
+  )
+    .option('--reason <text>', 'recorded with RunCancelled', 'terminated with the keyflow CLI')
+    .action(async (runId: string, o) => {
+      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/terminate`, {
+        reason: o.reason,
+      });
+      print(res, o.json, () => `terminate of ${runId} accepted`);
+    });
   control('signal <runId> <signal>', 'send a signal to a run (a wait step takes it, or it is buffered)')
     .option('--payload <json>', 'signal payload (JSON)', json)
     .action(async (runId: string, signal: string, o) => {

@@ -244,4 +244,42 @@ describe('the keyflow CLI', () => {
       await r.teardown();
     }
   });
+
+  it('runs cancel compensates the completed step and ends cancelled; runs terminate stops at once without compensating', async () => {
+    const r = new OrchestratorHarness('cli-cancel');
+    try {
+      const orch = await r.startOrchestrator();
+      await r.readEvents();
+      // slowpoke: `prepare` (compensated by slow.undo) completes, then `call` never answers.
+      const commands = await r.simulateWorker(['slow.prepare', 'slow.undo'], () => ({
+        output: { ok: true },
+      }));
+      const env = { ...r.env(), KEYFLOW_API_URL: await orch.ready };
+      const startOne = async () =>
+        (await keyflow(['runs', 'start', 'slowpoke', '--json'], env)).json().runId as string;
+      const [cancelled, terminated] = [await startOne(), await startOne()];
+      const prepared = (id: string) =>
+        r.events.items.some(
+          (e) => e.event === 'StepCompleted' && e.value.runId === id && e.value.stepId === 'prepare',
+        );
+      await eventually('both prepared', () => prepared(cancelled) && prepared(terminated), {
+        timeoutMs: 30_000,
+      });
+
+      expect((await keyflow(['runs', 'cancel', cancelled, '--reason', 'customer asked'], env)).code).toBe(0);
+      expect((await keyflow(['runs', 'terminate', terminated, '--reason', 'stop now'], env)).code).toBe(0);
+      const ended = (id: string) =>
+        r.events.items.find((e) => e.event === 'RunCancelled' && e.value.runId === id);
+      await eventually('both ended', () => ended(cancelled) && ended(terminated), { timeoutMs: 30_000 });
+      expect(ended(cancelled)!.value).toMatchObject({ reason: 'customer asked', terminated: false });
+      expect(ended(terminated)!.value).toMatchObject({ reason: 'stop now', terminated: true });
+      const undone = (id: string) =>
+        commands.filter((c) => c.taskType === 'slow.undo' && c.runId === id).length;
+      expect([undone(cancelled), undone(terminated)]).toEqual([1, 0]);
+      const shown = await keyflow(['runs', 'show', terminated], env);
+      expect(shown.out).toMatch(/RunTerminated\s+stop now/);
+    } finally {
+      await r.teardown();
+    }
+  });
 });

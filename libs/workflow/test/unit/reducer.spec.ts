@@ -654,3 +654,53 @@ describe('snapshots of a run with map items', () => {
     expect(read(second, segments)).toEqual(next);
   });
 });
+
+describe('cancel and terminate', () => {
+  const twoDone = () => {
+    let d = reduce(saga, undefined, start(saga, { amount: 5 }));
+    d = reduce(saga, d.state, ok(d.commands[0])); // reserve
+    d = reduce(saga, d.state, ok(d.commands[0])); // charge; ship is scheduled
+    return d;
+  };
+
+  it('cancel compensates the completed steps (and the outstanding one) in reverse order, then ends cancelled', () => {
+    let d = twoDone();
+    d = reduce(saga, d.state, { ...base(), kind: 'cancel', reason: 'customer asked' });
+    expect(d.state!.status).toBe('compensating');
+    expect(d.commands.map((c) => c.stepId)).toEqual(['charge.compensate']);
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    expect(d.commands.map((c) => c.stepId)).toEqual(['reserve.compensate']);
+    d = reduce(saga, d.state, ok(d.commands[0]));
+    expect(d.state!.status).toBe('cancelled');
+    expect(d.events.at(-1)).toEqual({ type: 'RunCancelled', reason: 'customer asked', terminated: false });
+    expect(d.state!.error).toBeUndefined();
+  });
+
+  it('terminate stops at once: no compensation, recorded as terminated; it also cuts a compensation short', () => {
+    let d = twoDone();
+    const t = reduce(saga, d.state, { ...base(), kind: 'cancel', reason: 'stop now', terminate: true });
+    expect(t.commands).toEqual([]);
+    expect(t.state!.status).toBe('cancelled');
+    expect(t.events).toEqual([{ type: 'RunCancelled', reason: 'stop now', terminated: true }]);
+    expect(t.state!.timeline.at(-1)!.event).toBe('RunTerminated');
+
+    d = reduce(saga, d.state, { ...base(), kind: 'cancel', reason: 'first' });
+    expect(reduce(saga, d.state, { ...base(), kind: 'cancel', reason: 'again' }).ignored).toMatch(
+      /compensating/,
+    );
+    const cut = reduce(saga, d.state, { ...base(), kind: 'cancel', reason: 'enough', terminate: true });
+    expect(cut.state!.status).toBe('cancelled');
+    expect(cut.state!.timers).toEqual({});
+  });
+
+  it('cancel of a run with nothing to compensate ends it cancelled at once; an outstanding compensable step is compensated', () => {
+    const plain = workflow('plain', 1).task('a', { type: 'a' }).task('b', { type: 'b' }).build();
+    const d = reduce(plain, undefined, start(plain));
+    const c = reduce(plain, d.state, { ...base(), kind: 'cancel', reason: 'not needed' });
+    const s = reduce(saga, undefined, start(saga));
+    const uncertain = reduce(saga, s.state, { ...base(), kind: 'cancel', reason: 'reserve may have run' });
+    expect(uncertain.commands.map((x) => x.stepId)).toEqual(['reserve.compensate']);
+    expect(c.state!.status).toBe('cancelled');
+    expect(c.events).toEqual([{ type: 'RunCancelled', reason: 'not needed', terminated: false }]);
+  });
+});

@@ -82,6 +82,7 @@ const StartSchema = z.object({
     .optional(),
 });
 const CancelSchema = z.object({ reason: z.string().min(1).max(1000).default('cancelled by API') });
+const TerminateSchema = z.object({ reason: z.string().min(1).max(1000).default('terminated by API') });
 const SignalSchema = z.object({ signal: z.string().min(1).max(200), payload: z.unknown().optional() });
 const RetrySchema = z.object({ fromStepId: z.string().min(1).optional() });
 const ListSchema = z.object({
@@ -292,9 +293,21 @@ export class RunsController {
 
   @Post('runs/:id/cancel')
   @HttpCode(202)
+  @ApiOperation({ summary: 'Cancel a run: its completed steps are compensated, then it ends cancelled.' })
   cancel(@Param('id') id: string, @Body() body: unknown) {
     const b = parse(CancelSchema, body);
     return answer(() => this.runs.cancel(id, b.reason).then(() => ({ runId: id })));
+  }
+
+  @Post('runs/:id/terminate')
+  @HttpCode(202)
+  @ApiOperation({
+    summary:
+      'Terminate a run: it stops at once, nothing is compensated (RunCancelled with terminated: true).',
+  })
+  terminate(@Param('id') id: string, @Body() body: unknown) {
+    const b = parse(TerminateSchema, body);
+    return answer(() => this.runs.cancel(id, b.reason, true).then(() => ({ runId: id })));
   }
 
   @Post('runs/:id/signal')

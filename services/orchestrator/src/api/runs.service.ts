@@ -159,9 +159,13 @@ export class RunsService {
     return `run-${createHash('sha256').update(`${workflow}\n${key}`).digest('hex').slice(0, 32)}`;
   }
 
-  async cancel(runId: string, reason: string) {
+  /**
+   * Cancels a run: its completed steps are compensated, then it ends `cancelled`. With `terminate` it stops at once,
+   * compensating nothing (RunCancelled says `terminated: true`).
+   */
+  async cancel(runId: string, reason: string, terminate = false) {
     this.mustExist(runId);
-    await this.send(runId, 'CancelRun', { runId, reason });
+    await this.send(runId, 'CancelRun', { runId, reason, terminate });
   }
 
   /**

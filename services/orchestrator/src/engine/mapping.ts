@@ -70,7 +70,13 @@ export function toWorkflowInput(
     case 'TimerFired':
       return { ...base, runId: d.value.runId, kind: 'timer-fired', timerId: d.value.timerId };
     case 'CancelRun':
-      return { ...base, runId: d.value.runId, kind: 'cancel', reason: d.value.reason };
+      return {
+        ...base,
+        runId: d.value.runId,
+        kind: 'cancel',
+        reason: d.value.reason,
+        terminate: d.value.terminate === true, // v1 records have no field: a cancel
+      };
     case 'SignalRun': {
       let payload: unknown = d.value.payload;
       try {
