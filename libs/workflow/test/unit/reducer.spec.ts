@@ -704,3 +704,104 @@ describe('cancel and terminate', () => {
     expect(c.events).toEqual([{ type: 'RunCancelled', reason: 'not needed', terminated: false }]);
   });
 });
+
+/** Defects found by review of the segmented map state (each test fails without its fix). */
+describe('map segments: upgrades, retries and definitions that change their arguments', () => {
+  it('the first snapshot of a run restored from an older-shape snapshot writes every segment (none is lost on re-read)', () => {
+    const N = 600;
+    const def = workflow('up', 1)
+      .map('m', { type: 'm', items: () => Array.from({ length: N }, (_, i) => i), concurrency: N })
+      .build();
+    let d = reduce(def, undefined, start(def));
+    for (let i = 0; i < N - 1; i++)
+      d = reduce(def, d.state, ok(d.commands[i] ?? ({ stepId: `m[${i}]`, attempt: 1 } as CommandSpec), i));
+    const older = flatRunState(d.state!); // items among the steps, outputs in map.outputs: what older versions wrote
+    delete (older.steps.m.map as { segments?: unknown }).segments;
+    const restored = assembleRunState(JSON.parse(JSON.stringify(older)), () => undefined);
+    const pending = new PendingRuns(() => restored);
+    pending.apply(def, { ...base(), kind: 'signal', signal: 'noise', payload: 1 });
+    const next = pending.changed().get('r1')!;
+    const parts = snapshotParts(next, restored);
+    const segments = new Map(
+      parts.segments.map((p) => [`${p.mapId}/${p.index}`, JSON.parse(p.text) as ItemSegment]),
+    );
+    const reread = assembleRunState(JSON.parse(parts.core), (m, k) => segments.get(`${m}/${k}`));
+    expect(flatRunState(reread)).toEqual(flatRunState(next));
+  });
+
+  it('a run retry that shrinks a map and then grows it again gives each item its own key (no completed key reused)', () => {
+    const def = workflow('shrink', 1)
+      .task('fetch', { type: 'fetch' })
+      .map('m', {
+        type: 'm',
+        items: (c) => (c.outputs.fetch as { orders: string[] }).orders,
+        concurrency: 10,
+      })
+      .task('z', { type: 'z' })
+      .build();
+    const seen: string[] = [];
+    let d = reduce(def, undefined, start(def));
+    const step = (i: WorkflowInput) => {
+      d = reduce(def, d.state, i);
+      d.commands.forEach((c) => seen.push(`${c.stepId}|${c.idempotencyKey}|${c.attempt}`));
+    };
+    step(ok(d.commands[0], { orders: ['A', 'B', 'C'] }));
+    for (const c of [...d.commands]) step(ok(c, c.stepId));
+    step(fail(d.commands[0], false)); // z fails for good
+    step({ ...base(), kind: 'retry', fromStepId: 'fetch' });
+    step(ok(d.commands[0], { orders: ['A'] }));
+    step(ok(d.commands[0], 'A'));
+    step(fail(d.commands[0], false));
+    step({ ...base(), kind: 'retry', fromStepId: 'fetch' });
+    step(ok(d.commands[0], { orders: ['A', 'X', 'Y'] }));
+    const m1 = seen.filter((k) => k.startsWith('m[1]|'));
+    expect(new Set(m1).size).toBe(m1.length);
+    expect(m1.at(-1)).toBe('m[1]|r1/m[1]#1|2'); // B completed under r1/m[1]: X runs under a new generation
+  });
+
+  it("an older-shape run retried from before its map keeps its items' generations after the upgrade", () => {
+    const def = workflow('legacy', 1)
+      .task('a', { type: 'a' })
+      .map('m', { type: 'm', items: () => [0, 1], concurrency: 2 })
+      .task('z', { type: 'z' })
+      .build();
+    let d = reduce(def, undefined, start(def));
+    d = reduce(def, d.state, ok(d.commands[0]));
+    const [i0, i1] = d.commands;
+    d = reduce(def, d.state, ok(i0, 0));
+    d = reduce(def, d.state, ok(i1, 1));
+    d = reduce(def, d.state, fail(d.commands[0], false));
+    d = reduce(def, d.state, { ...base(), kind: 'retry', fromStepId: 'a' });
+    const a = d.commands[0];
+    const expected = reduce(def, d.state, ok(a)).commands.map((c) => c.idempotencyKey);
+    expect(expected).toEqual(['r1/m[0]#1', 'r1/m[1]#1']);
+    // What an older version's retry left: the map step reset without its progress, its items among the steps.
+    const older = flatRunState(d.state!);
+    older.steps.m = { status: 'failed', attempt: 1, generation: 1 };
+    const restored = normalizeRunState(JSON.parse(JSON.stringify(older)));
+    expect(reduce(def, restored, ok(a)).commands.map((c) => c.idempotencyKey)).toEqual(expected);
+  });
+
+  it('a definition function that changes its arguments fails that input and leaves the committed state as it was', () => {
+    const def = workflow('mutates', 1)
+      .task('quote', { type: 'quote' })
+      .task('charge', {
+        type: 'charge',
+        input: (c) => {
+          (c.outputs.quote as { amount: number }).amount *= 100;
+          return c.outputs.quote;
+        },
+      })
+      .build();
+    const d = reduce(def, undefined, start(def));
+    const committed = d.state!;
+    const before = structuredClone(committed);
+    const result = ok(d.commands[0], { amount: 12.5 });
+    for (let i = 0; i < 2; i++) {
+      const pending = new PendingRuns(() => committed);
+      expect(() => pending.apply(def, result)).toThrow(TypeError);
+      expect(committed).toEqual(before);
+    }
+    expect(() => reduce(def, committed, result)).toThrow(TypeError); // the pure path refuses it the same way
+  });
+});
