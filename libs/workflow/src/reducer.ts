@@ -113,6 +113,11 @@ export interface MapProgress {
   segments: ItemSegment[];
   /** States written before segments existed carried every item's output here (see normalizeRunState). */
   outputs?: unknown[];
+  /**
+   * Items a run retry's smaller fan-out left out, by index (their reset states): a later, larger fan-out takes their
+   * attempts and generations back, so an index never reuses the idempotency key of another item's effect.
+   */
+  retired?: Record<string, StepState>;
 }
 
 /**
@@ -262,17 +267,48 @@ const emptySegment = (size: number): ItemSegment => ({
   outputs: new Array<unknown>(size).fill(null),
 });
 
-/** A fresh fan-out of `total` items; item states of `previous` (a run retry's reset items) are carried over. */
+/**
+ * A fresh fan-out of `total` items. Item states of `previous` (a run retry's reset items) are carried over by index,
+ * also those it had retired; those beyond `total` are retired (kept for a later, larger fan-out).
+ */
 function newProgress(total: number, previous?: MapProgress): MapProgress {
+  const retired: Record<string, StepState> = { ...previous?.retired };
+  previous?.segments.forEach((seg, k) =>
+    seg.steps.forEach((st, i) => {
+      if (st) retired[k * SEGMENT_ITEMS + i] = st;
+    }),
+  );
   const segments: ItemSegment[] = [];
   for (let k = 0; k * SEGMENT_ITEMS < total; k++) {
     const size = Math.min(SEGMENT_ITEMS, total - k * SEGMENT_ITEMS);
     const seg = emptySegment(size);
-    const old = previous?.segments[k];
-    if (old) for (let i = 0; i < size && i < old.steps.length; i++) seg.steps[i] = old.steps[i];
+    for (let i = 0; i < size; i++) {
+      const index = k * SEGMENT_ITEMS + i;
+      seg.steps[i] = retired[index] ?? null;
+      delete retired[index];
+    }
     segments.push(seg);
   }
-  return { total, next: 0, done: 0, segments };
+  const progress: MapProgress = { total, next: 0, done: 0, segments };
+  if (Object.keys(retired).length) progress.retired = retired;
+  return progress;
+}
+
+/** Freezes a value that enters a run's state or is handed to a definition's function, deeply; O(size) once. */
+function deepFreeze<T>(v: T): T {
+  if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
+/** States normalizeRunState converted from the older shape: their segments were never written as records. */
+const UPGRADED = new WeakSet<RunState>();
+
+/** Whether `s` was read in the older shape (items among the steps): its next snapshot must write every segment. */
+export function isUpgradedRunState(s: RunState): boolean {
+  return UPGRADED.has(s);
 }
 
 /** A step's state by id, a map item's included (from its segment). */
@@ -338,8 +374,19 @@ export function flatRunState(s: RunState): RunState {
  * in place; a current state is returned as is. Readers of snapshots call it on every state they parse.
  */
 export function normalizeRunState(s: RunState): RunState {
+  // An older version's run retry reset a map step without its progress and left its items among the steps: the
+  // progress is made again, sized to hold them, so their attempts and generations (idempotency keys) are kept.
+  const orphans = new Map<string, number>();
+  for (const id of Object.keys(s.steps)) {
+    const item = itemOf(id);
+    if (item && s.steps[item.mapId] && !s.steps[item.mapId].map)
+      orphans.set(item.mapId, Math.max(orphans.get(item.mapId) ?? 0, item.index + 1));
+  }
+  for (const [mapId, total] of orphans) s.steps[mapId] = { ...s.steps[mapId], map: newProgress(total) };
+  let upgraded = orphans.size > 0;
   for (const st of Object.values(s.steps)) {
     if (!st.map || st.map.segments) continue;
+    upgraded = true;
     const progress = newProgress(st.map.total);
     progress.next = st.map.next;
     progress.done = st.map.done;
@@ -352,7 +399,9 @@ export function normalizeRunState(s: RunState): RunState {
     if (!item || !progress || item.index >= progress.total) continue;
     writeItem(progress, item.index, (seg, at) => (seg.steps[at] = st));
     delete s.steps[id];
+    upgraded = true;
   }
+  if (upgraded) UPGRADED.add(s);
   return s;
 }
 
@@ -406,11 +455,13 @@ class Ctx {
     const steps = this.s.steps;
     for (const id of this.s.plan) {
       const st = steps[id];
-      if (st?.status === 'completed') outputs[id] = st.output;
+      if (st?.status === 'completed') outputs[id] = deepFreeze(st.output);
       const comp = steps[compensationStepId(id)];
-      if (comp?.status === 'completed') outputs[compensationStepId(id)] = comp.output;
+      if (comp?.status === 'completed') outputs[compensationStepId(id)] = deepFreeze(comp.output);
     }
-    return { runId: this.s.runId, businessKey: this.s.businessKey, input: this.s.input, outputs };
+    // Frozen: a definition's function that changes what it is given throws (its input is dead-lettered) instead of
+    // changing the run's state, which copies of the run share (copyRunState).
+    return { runId: this.s.runId, businessKey: this.s.businessKey, input: deepFreeze(this.s.input), outputs };
   }
 
   /**
@@ -421,7 +472,7 @@ class Ctx {
     const progress = this.s.steps[step.id]?.map;
     const cached = progress && ITEMS.get(progress);
     if (cached) return cached;
-    const items = step.items(this.stepContext());
+    const items = deepFreeze(step.items(this.stepContext()));
     if (progress) ITEMS.set(progress, items);
     return items;
   }
@@ -673,6 +724,7 @@ function apply(
               steps: seg.steps.map((item) => item && reset(item)),
               outputs: seg.outputs.map(() => null),
             })),
+            ...(prev.map.retired ? { retired: prev.map.retired } : {}),
           };
         s.steps[id] = next;
       }
@@ -722,7 +774,7 @@ function startStep(c: Ctx, id: string): boolean {
       schedule(c, id, currentAttempt(c, id) + 1);
       return false;
     case 'map': {
-      const items = step.items(c.stepContext());
+      const items = deepFreeze(step.items(c.stepContext()));
       const progress = newProgress(items.length, s.steps[id]?.map);
       ITEMS.set(progress, items);
       s.steps[id] = { status: 'scheduled', attempt: 1, startedAt: c.at, map: progress };
@@ -911,7 +963,7 @@ function onCompleted(c: Ctx, stepId: string, attempt: number, output: unknown): 
     });
     map.done++;
     if (map.done === map.total) {
-      completeStep(c, mapId, 1, step.aggregate(outputsOf(map)));
+      completeStep(c, mapId, 1, step.aggregate(deepFreeze(outputsOf(map))));
       return;
     }
     if (map.next < map.total) scheduleItem(c, step);

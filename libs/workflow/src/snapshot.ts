@@ -1,4 +1,5 @@
 import {
+  isUpgradedRunState,
   normalizeRunState,
   SEGMENT_ITEMS,
   type ItemSegment,
@@ -27,6 +28,8 @@ type CoreProgress = Omit<MapProgress, 'segments'> & { segmentCount: number };
  * segment); segments are immutable once shared (see `ItemSegment`), so identity tells what changed.
  */
 export function snapshotParts(state: RunState, previous: RunState | undefined): SnapshotParts {
+  // A previous state read in the older shape had its segments made in memory only: all of them are written.
+  if (previous && isUpgradedRunState(previous)) previous = undefined;
   const steps: Record<string, unknown> = {};
   const segments: SnapshotParts['segments'] = [];
   for (const [id, st] of Object.entries(state.steps)) {

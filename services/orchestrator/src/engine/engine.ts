@@ -61,6 +61,12 @@ import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
 import { TimerQueue, type DueTimer } from './timers';
 
+/** At most this many ended runs, and this many wf.state tombstones (cores and segments), per partition per sweep. */
+const FORGET_RUNS_PER_SWEEP = 1_000;
+const FORGET_RECORDS_PER_SWEEP = 20_000;
+/** Tombstones per produce request of the sweep's transaction (~100 bytes each before gzip). */
+const FORGET_RECORDS_PER_REQUEST = 2_000;
+
 /** Backoff between take-overs of a partition whose take-over or transaction failed (full jitter). */
 const TAKEOVER_RETRY = retryPolicy({
   maxAttempts: Number.MAX_SAFE_INTEGER,
@@ -713,9 +719,10 @@ export class Engine {
    * the partition's own producer (fenced like its batches, and serialised with them by the partition's lock) writes
    * a tombstone (null value) for each to wf.state, on the partition its snapshots are on; after the commit the
    * engine drops them, and every read model drops them when it reads the tombstone (compaction then removes the
-   * key: Kafka docs "Log Compaction", a null value deletes). At most 1,000 runs per partition per sweep. A failed
+   * key: Kafka docs "Log Compaction", a null value deletes). A failed
    * transaction is handled like a failed batch (abort, take the partition over again); the runs stay until the next
-   * sweep. Their snapshot blobs, if any, expire after the claim check's grace time.
+   * sweep. Their snapshot blobs, if any, expire after the claim check's grace time. At most FORGET_RUNS_PER_SWEEP runs
+   * and FORGET_RECORDS_PER_SWEEP tombstones per partition per sweep (the rest wait for the next one).
    */
   private async forgetEndedRuns(): Promise<void> {
     if (this.stopping) return;
@@ -724,10 +731,13 @@ export class Engine {
       s !== undefined && TERMINAL.has(s.status) && (s.endedAt ?? s.updatedAt) <= cutoff;
     for (const o of [...this.owned.values()]) {
       const found: string[] = [];
+      let records = 0;
       for (const s of o.runs.values()) {
         if (!expired(s)) continue;
         found.push(s.runId);
-        if (found.length >= 1_000) break;
+        // A run's tombstones: its core and one per map item segment (a 100,000-item map has 391).
+        records += 1 + Object.values(s.steps).reduce((n, st) => n + (st.map?.segments.length ?? 0), 0);
+        if (found.length >= FORGET_RUNS_PER_SWEEP || records >= FORGET_RECORDS_PER_SWEEP) break;
       }
       if (found.length === 0) continue;
       // A partition still being taken over (or whose take-over failed: its handler deals with that) waits.
@@ -761,11 +771,17 @@ export class Engine {
           st.map?.segments.forEach((_, k) => segments.add(segmentKey(runId, mapId, k)));
         return [...segments, runId];
       });
-      await tx.send({
-        topic: this.codec.physical('wf.state'),
-        acks: -1,
-        messages: keys.map((key) => ({ partition: o.partition, key, value: null })),
-      });
+      // In requests of at most FORGET_RECORDS_PER_REQUEST tombstones, gzipped, so none exceeds the broker's
+      // message.max.bytes (keys of segments are long: 1,000 runs of 10,000-item maps are 40,000 tombstones).
+      for (let i = 0; i < keys.length; i += FORGET_RECORDS_PER_REQUEST)
+        await tx.send({
+          topic: this.codec.physical('wf.state'),
+          acks: -1,
+          compression: CompressionTypes.GZIP,
+          messages: keys
+            .slice(i, i + FORGET_RECORDS_PER_REQUEST)
+            .map((key) => ({ partition: o.partition, key, value: null })),
+        });
       await tx.commit();
       tx = undefined;
     } catch (err) {
@@ -802,6 +818,7 @@ export class Engine {
     const messages: Array<{ key: string; value: Buffer }> = [];
     const taken: Array<[OwnedPartition, DueTimer[]]> = [];
     for (const o of this.owned.values()) {
+      o.timers.compactIfStale(o.runs.values());
       const due = o.timers.takeDue(now, (runId) => o.runs.get(runId));
       if (!due.length) continue;
       taken.push([o, due]);

@@ -8,6 +8,9 @@ interface Entry {
   timerId: string;
 }
 
+/** Stale heap entries tolerated before a rebuild (see TimerQueue.compactIfStale). */
+const COMPACT_SLACK = 10_000;
+
 /** A due timer of a run, as {@link TimerQueue.takeDue} returns it. */
 export interface DueTimer extends Entry {
   timer: TimerState;
@@ -23,6 +26,8 @@ export interface DueTimer extends Entry {
  */
 export class TimerQueue {
   private readonly heap = new Heap<Entry>((a, b) => a.dueAt - b.dueAt);
+  /** Live timers at the last rebuild (see compactIfStale). */
+  private live = 0;
 
   /** Adds the timers `next` has and `previous` (the run's committed state before it, if any) did not, with that due time. */
   track(next: RunState, previous?: RunState): void {
@@ -49,6 +54,22 @@ export class TimerQueue {
   /** Puts taken timers back (their TimerFired could not be published): the next tick takes them again. */
   giveBack(timers: DueTimer[]): void {
     for (const { dueAt, runId, timerId } of timers) this.heap.push({ dueAt, runId, timerId });
+  }
+
+  /**
+   * Rebuilds the heap from the runs' timers when stale entries dominate it: more than COMPACT_SLACK entries beyond
+   * twice the live timers counted at the last rebuild (ended or forgotten runs leave theirs until they are due, a
+   * day's run timeout included). O(runs) when it rebuilds, which is only after the heap has doubled.
+   */
+  compactIfStale(runs: Iterable<RunState>): void {
+    if (this.heap.size() <= 2 * this.live + COMPACT_SLACK) return;
+    const entries: Entry[] = [];
+    for (const s of runs)
+      for (const [timerId, t] of Object.entries(s.timers))
+        entries.push({ dueAt: t.dueAt, runId: s.runId, timerId });
+    this.heap.clear();
+    this.heap.init(entries);
+    this.live = entries.length;
   }
 
   /** Entries held, stale ones included. */

@@ -50,3 +50,19 @@ describe('the timer queue', () => {
     expect(q.size).toBe(0);
   });
 });
+
+describe('the timer queue under churn', () => {
+  it('drops the entries of runs that ended or were forgotten once they dominate the heap, keeping every live timer', () => {
+    const q = new TimerQueue();
+    const ended = Array.from({ length: 30_000 }, (_, i) => run(`done-${i}`, { 'run-timeout': 86_400_000 }));
+    ended.forEach((s) => q.track(s));
+    const live = run('live', { t: 500 });
+    q.track(live);
+    q.compactIfStale([live]); // the ended runs no longer hold their timers (or are gone)
+    expect(q.size).toBe(1);
+    expect(q.takeDue(500, () => live).map((d) => d.timerId)).toEqual(['t']);
+    q.track(run('another', { u: 1 }));
+    q.compactIfStale([]); // below the slack: nothing rebuilt
+    expect(q.size).toBe(1);
+  });
+});
