@@ -14,7 +14,11 @@ export const COMPENSATION_SUFFIX = '.compensate';
  *     .build();
  */
 
-/** What input mappings and conditions see: the run input and the outputs of completed steps, by step id. */
+/**
+ * What input mappings and conditions see: the run input and the outputs of completed steps, by step id. Frozen
+ * (deeply): a function that changes what it is given throws a TypeError, and that input is dead-lettered with it
+ * (the run's state is shared between the engine's copies of it; a change would leak into the committed state).
+ */
 export interface StepContext {
   runId: string;
   businessKey: string;
