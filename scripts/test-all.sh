@@ -35,6 +35,20 @@ step "format" npm run -s format:check
 step "schema compatibility gate" npm run -s schemas:check
 test_step "unit tests" npm run -s test:unit
 
+# Alert rules and dashboard (infra/observability): promtool accepts the rules, every metric they name is exported.
+# promtool comes from Debian's prometheus package, installed here when missing (as root).
+if ! command -v promtool >/dev/null && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+  step "install promtool (Debian's prometheus package)" bash -c \
+    'apt-get install -y -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; }'
+fi
+step "alert rules and dashboard"
+if node -r @swc-node/register infra/observability/check.ts; then
+  echo '{"passed":1,"failed":0,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"
+else
+  echo '{"passed":0,"failed":1,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"
+  step_failed 1
+fi
+
 if [[ -z "${KAFKA_BROKERS:-}" || -z "${SCHEMA_REGISTRY_URL:-}" || -z "${REDIS_URL:-}" ]]; then
   # Stopped on exit when not up before, also when `up` fails half way (e.g. Redis started, Kafka's port taken).
   if ! infra/local/stack.sh is-up 2>/dev/null; then stop_infra=1; fi

@@ -11,6 +11,7 @@ export {
   topicCreation,
   type TopicSpec,
   type EffectiveReplication,
+  DEFAULT_GROUP_IDS,
 } from './topics';
 export { OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
 export {
@@ -43,8 +44,8 @@ export {
   header,
   DLQ_HEADERS,
 } from './dlq';
-export { lastStableOffsets, scanRanges, groupLag, SCAN_GROUP_PREFIXES } from './scan';
-export type { ScanRange, PartitionLag } from './scan';
+export { lastStableOffsets, scanRanges, groupLag, summarizeDlqs, SCAN_GROUP_PREFIXES } from './scan';
+export type { ScanRange, PartitionLag, DlqSummary } from './scan';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';
 export {
   assignSubscribed,

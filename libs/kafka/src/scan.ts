@@ -1,5 +1,6 @@
-import type { Kafka, KafkaMessage } from 'kafkajs';
+import { AssignerProtocol, type Kafka, type KafkaMessage } from 'kafkajs';
 import { undecodableBatchError } from './codecs';
+import { DLQ_HEADERS, header } from './dlq';
 import { undecodableBatchOf } from './undecodable';
 
 /** Offsets [from, to) of one partition of one topic to read; offsets are Kafka offsets as strings or bigints. */
@@ -144,8 +145,8 @@ export interface PartitionLag {
 export const SCAN_GROUP_PREFIXES = ['keyflow-scan', 'keyflow-redrive', 'keyflow-lag'] as const;
 
 /**
- * The lag of consumer group `groupId` on every partition it has committed offsets for (or on `topics`, all their
- * partitions). Partitions whose offset difference to the LSO is at most `exactUpTo` (default 10,000) are read
+ * The lag of consumer group `groupId` on every partition of the topics it has committed offsets on or its live members
+ * subscribe to (or of `topics`); a partition without a committed offset counts from its earliest record. Partitions whose offset difference to the LSO is at most `exactUpTo` (default 10,000) are read
  * (one read_committed scan for all of them) and their records counted; larger ones report the difference as an upper
  * bound. Every partition with something left is read far enough to find the oldest record's timestamp.
  */
@@ -159,7 +160,23 @@ export async function groupLag(
   await admin.connect();
   let committed: Array<{ topic: string; partitions: Array<{ partition: number; offset: string }> }>;
   try {
-    committed = await admin.fetchOffsets({ groupId, topics: opts.topics });
+    let topics = opts.topics;
+    if (!topics) {
+      // The topics the group has committed on, and those its live members subscribe to (a topic a consumer has not
+      // committed on yet is lag too); asked for by name, every partition is listed (offset -1: none committed).
+      const withOffsets = (await admin.fetchOffsets({ groupId })).map((t) => t.topic);
+      const [group] = (await admin.describeGroups([groupId])).groups;
+      const subscribed = group.members.flatMap((m) => {
+        try {
+          return AssignerProtocol.MemberMetadata.decode(m.memberMetadata)?.topics ?? [];
+        } catch {
+          return []; // not a consumer protocol member
+        }
+      });
+      topics = [...new Set([...withOffsets, ...subscribed])];
+      if (!topics.length) return [];
+    }
+    committed = await admin.fetchOffsets({ groupId, topics });
   } finally {
     await admin.disconnect();
   }
@@ -167,7 +184,6 @@ export async function groupLag(
   const ranges: ScanRange[] = [];
   const byRange = new Map<string, PartitionLag>();
   for (const { topic, partitions } of committed) {
-    if (!opts.topics && partitions.every((p) => p.offset === '-1')) continue;
     const ends = new Map((await lastStableOffsets(kafka, topic)).map((e) => [e.partition, e]));
     for (const { partition, offset } of partitions) {
       const e = ends.get(partition);
@@ -203,4 +219,45 @@ export async function groupLag(
     { groupPrefix: 'keyflow-lag' },
   );
   return out.sort((a, b) => (a.topic < b.topic ? -1 : a.topic > b.topic ? 1 : a.partition - b.partition));
+}
+
+/** One DLQ topic's summary. Times are ms since epoch (the last failure's header, else the record's timestamp). */
+export interface DlqSummary {
+  topic: string;
+  /** Records a read_committed consumer is given (markers and aborted records not counted). */
+  records: number;
+  oldest: number | null;
+  newest: number | null;
+  /** Error classes by count, most frequent first (at most 5). */
+  topErrors: Array<{ errorClass: string; count: number }>;
+}
+
+/**
+ * Reads each DLQ topic (physical names) up to its last stable offset, in one scan, and sums it up: record count,
+ * oldest and newest failure, top error classes (from the x-dlq-* triage headers, libs/kafka dlq.ts).
+ */
+export async function summarizeDlqs(kafka: Kafka, topics: string[]): Promise<DlqSummary[]> {
+  const byTopic = new Map<string, DlqSummary & { errors: Map<string, number> }>();
+  const ranges: ScanRange[] = [];
+  for (const topic of topics) {
+    byTopic.set(topic, { topic, records: 0, oldest: null, newest: null, topErrors: [], errors: new Map() });
+    for (const e of await lastStableOffsets(kafka, topic))
+      ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
+  }
+  await scanRanges(kafka, ranges, (topic, _p, m) => {
+    const s = byTopic.get(topic)!;
+    const at = Number(header(m.headers, DLQ_HEADERS.lastFailureAt) ?? m.timestamp);
+    s.records++;
+    s.oldest = s.oldest === null ? at : Math.min(s.oldest, at);
+    s.newest = s.newest === null ? at : Math.max(s.newest, at);
+    const cls = header(m.headers, DLQ_HEADERS.errorClass) ?? '(none)';
+    s.errors.set(cls, (s.errors.get(cls) ?? 0) + 1);
+  });
+  return [...byTopic.values()].map(({ errors, ...s }) => ({
+    ...s,
+    topErrors: [...errors]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 5)
+      .map(([errorClass, count]) => ({ errorClass, count })),
+  }));
 }

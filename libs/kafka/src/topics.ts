@@ -152,3 +152,9 @@ export async function subscribeWhenReady(
 ): Promise<void> {
   await retryWhileTopicsSettle(() => consumer.subscribe({ topic, fromBeginning }), timeoutMs);
 }
+
+/** Default consumer group ids of the services (their configs' defaults; the orchestrator's lag monitor reads both). */
+export const DEFAULT_GROUP_IDS = {
+  orchestrator: 'keyflow.orchestrator',
+  workers: 'keyflow.workers',
+} as const;

@@ -20,8 +20,21 @@ export const LATENCY_BUCKETS_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 export const metric = {
   counter: (r: Registry, name: string, help: string, labelNames: string[] = []) =>
     new Counter({ name: `keyflow_${name}`, help, labelNames, registers: [r] }),
-  gauge: (r: Registry, name: string, help: string, labelNames: string[] = []) =>
-    new Gauge({ name: `keyflow_${name}`, help, labelNames, registers: [r] }),
+  /** `collect`: called at each scrape to set the gauge's values (prom-client's collect hook). */
+  gauge: (r: Registry, name: string, help: string, labelNames: string[] = [], collect?: (g: Gauge) => void) =>
+    new Gauge({
+      name: `keyflow_${name}`,
+      help,
+      labelNames,
+      registers: [r],
+      ...(collect
+        ? {
+            collect() {
+              collect(this as Gauge);
+            },
+          }
+        : {}),
+    }),
   histogram: (
     r: Registry,
     name: string,

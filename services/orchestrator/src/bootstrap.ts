@@ -12,7 +12,8 @@ import {
 } from '@keyflow/observability';
 import type { WorkflowDefinition } from '@keyflow/workflow';
 import Redis from 'ioredis';
-import { loadOrchestratorConfig, requireApiSettings } from './config';
+import { lagGroups, loadOrchestratorConfig, requireApiSettings } from './config';
+import { LagMonitor } from './engine/lag-monitor';
 import { Engine } from './engine/engine';
 import { orchestratorMetrics } from './engine/metrics';
 import { RunReadModel } from './engine/read-model';
@@ -63,6 +64,12 @@ export async function bootstrapOrchestrator(
   );
   const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
+  const lagMonitor = new LagMonitor(kafka, metrics, logger, {
+    groups: lagGroups(cfg),
+    topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
+    intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
+  });
+  lagMonitor.start();
   const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
     health.fail(COMPONENTS.apiProducer, err),
   );
@@ -134,6 +141,7 @@ export async function bootstrapOrchestrator(
       closing = true;
       logger.info({ signal }, 'shutting down');
       scheduler.stop();
+      lagMonitor.stop();
       Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]).then(
         () => process.exit(0),
         (err) => {

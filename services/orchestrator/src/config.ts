@@ -1,5 +1,6 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import { z } from 'zod';
+import { DEFAULT_GROUP_IDS } from '@keyflow/kafka';
 import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 
@@ -8,7 +9,7 @@ const Schema = z.object({
   KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
   SCHEMA_REGISTRY_URL: z.string().url(),
   KEYFLOW_TOPIC_PREFIX: z.string().default(''),
-  ORCHESTRATOR_GROUP_ID: z.string().min(1).default('keyflow.orchestrator'),
+  ORCHESTRATOR_GROUP_ID: z.string().min(1).default(DEFAULT_GROUP_IDS.orchestrator),
   /** Distinguishes instances: the read-model consumer group and the transactional ids' owner tag. */
   ORCHESTRATOR_INSTANCE_ID: z.string().min(1).default(`${process.pid}`),
   ORCHESTRATOR_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
@@ -90,9 +91,21 @@ const Schema = z.object({
   SCHEDULE_CATCH_UP_WINDOW_MS: z.coerce.number().int().min(0).default(60_000),
   /** `all`: at most this many missed fires per schedule (the latest ones). */
   SCHEDULE_CATCH_UP_MAX: z.coerce.number().int().min(1).default(100),
+  /** How often (ms) the lag monitor sets consumer_lag_records, consumer_oldest_unread_age_seconds, dlq_records; 0: off. */
+  ORCHESTRATOR_LAG_INTERVAL_MS: z.coerce.number().int().min(0).default(30_000),
+  /** Consumer groups the lag monitor measures (comma-separated); default: this orchestrator's and the workers'. */
+  ORCHESTRATOR_LAG_GROUPS: z.string().optional(),
+  /** The workers' group id (the workers' WORKER_GROUP_ID), for the default of ORCHESTRATOR_LAG_GROUPS. */
+  WORKER_GROUP_ID: z.string().min(1).default(DEFAULT_GROUP_IDS.workers),
   /** Blob store and size limits (libs/blobs config.ts). */
   ...BlobConfigSchema,
 });
+
+/** The groups the lag monitor measures (ORCHESTRATOR_LAG_GROUPS, or the orchestrator's and the workers'). */
+export const lagGroups = (cfg: OrchestratorConfig) =>
+  cfg.ORCHESTRATOR_LAG_GROUPS?.split(',')
+    .map((g) => g.trim())
+    .filter(Boolean) ?? [cfg.ORCHESTRATOR_GROUP_ID, cfg.WORKER_GROUP_ID];
 
 export type OrchestratorConfig = z.infer<typeof Schema> & { brokers: string[] };
 

@@ -1,5 +1,6 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import { z } from 'zod';
+import { DEFAULT_GROUP_IDS } from '@keyflow/kafka';
 
 /**
  * Worker configuration from the environment, validated at startup. Every field is set after parsing
@@ -10,7 +11,7 @@ const Schema = z.object({
   SCHEMA_REGISTRY_URL: z.string().url(),
   REDIS_URL: z.string().regex(/^rediss?:\/\//, 'a redis:// URL'),
   KEYFLOW_TOPIC_PREFIX: z.string().default(''),
-  WORKER_GROUP_ID: z.string().min(1).default('keyflow.workers'),
+  WORKER_GROUP_ID: z.string().min(1).default(DEFAULT_GROUP_IDS.workers),
   /** Task types to consume (comma-separated); default: every registered handler. */
   WORKER_TASK_TYPES: z.string().default(''),
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),

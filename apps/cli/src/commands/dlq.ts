@@ -8,6 +8,8 @@ import {
   matchesRedriveFilter,
   redrive,
   scanRanges,
+  summarizeDlqs,
+  type DlqSummary,
   type RedriveFilter,
 } from '@keyflow/kafka';
 import type { CliContext } from '../context';
@@ -26,55 +28,14 @@ const positive = (v: string) => {
   return n;
 };
 
-/** One DLQ topic's summary (`dlq ls`). Times are ms since epoch (last failure, else the record's timestamp). */
-export interface DlqSummary {
-  topic: string;
-  records: number;
-  oldest: number | null;
-  newest: number | null;
-  /** Error classes by count, most frequent first (at most 5). */
-  topErrors: Array<{ errorClass: string; count: number }>;
-}
-
-const failedAt = (m: KafkaMessage) => Number(header(m.headers, DLQ_HEADERS.lastFailureAt) ?? m.timestamp);
-
-/** Reads every DLQ topic (`*.dlq` under the topic prefix) up to its last stable offset and sums it up. */
+/** Every DLQ topic (`*.dlq` under the topic prefix), summed up, with logical names. */
 export async function dlqSummaries(ctx: CliContext): Promise<DlqSummary[]> {
   const admin = ctx.kafka.admin();
   await admin.connect();
   const topics = (await admin.listTopics().finally(() => admin.disconnect()))
     .filter((t) => t.endsWith('.dlq') && ctx.logical(t) !== undefined)
     .sort();
-  const byTopic = new Map<string, DlqSummary & { errors: Map<string, number> }>();
-  const ranges = [];
-  for (const topic of topics) {
-    byTopic.set(topic, {
-      topic: ctx.logical(topic)!,
-      records: 0,
-      oldest: null,
-      newest: null,
-      topErrors: [],
-      errors: new Map(),
-    });
-    for (const e of await lastStableOffsets(ctx.kafka, topic))
-      ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
-  }
-  await scanRanges(ctx.kafka, ranges, (topic, _p, m) => {
-    const s = byTopic.get(topic)!;
-    const at = failedAt(m);
-    s.records++;
-    s.oldest = s.oldest === null ? at : Math.min(s.oldest, at);
-    s.newest = s.newest === null ? at : Math.max(s.newest, at);
-    const cls = header(m.headers, DLQ_HEADERS.errorClass) ?? '(none)';
-    s.errors.set(cls, (s.errors.get(cls) ?? 0) + 1);
-  });
-  return [...byTopic.values()].map(({ errors, ...s }) => ({
-    ...s,
-    topErrors: [...errors]
-      .sort((a, b) => b[1] - a[1])
-      .slice(0, 5)
-      .map(([errorClass, count]) => ({ errorClass, count })),
-  }));
+  return (await summarizeDlqs(ctx.kafka, topics)).map((s) => ({ ...s, topic: ctx.logical(s.topic)! }));
 }
 
 /** A DLQ record as `dlq show` prints it: triage headers, key, and the value decoded with its original topic's schema. */

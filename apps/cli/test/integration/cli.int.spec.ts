@@ -138,7 +138,7 @@ describe('the keyflow CLI', () => {
           errorClass: 'TaskInputError',
           attempts: 3,
           originalTopic: original,
-          value: { undecodable: expect.stringMatching(/no registered schema/), text: 'c1' },
+          value: { undecodable: expect.stringMatching(/no entry in schemas\/catalog.yaml/), text: 'c1' },
         }),
         expect.objectContaining({ key: 'c2', errorMessage: 'bad c2' }),
       ]);

@@ -41,6 +41,7 @@ import {
   retryPolicy,
   segmentKey,
   SIGNAL_BUFFER_FULL,
+  stepStateOf,
   TERMINAL,
   type Decision,
   type RunState,
@@ -132,6 +133,10 @@ export class Engine {
     /** Size limits and the blob store of payloads too large for their topic (default: from the configuration). */
     private readonly claim: ClaimCheck = claimCheckFromConfig(cfg),
   ) {
+    const owned = this.owned;
+    metrics.setRunsSource(function* (this: void) {
+      for (const o of owned.values()) yield* o.runs.values();
+    });
     this.quarantine = new PartitionQuarantine({
       component: COMPONENTS.engineConsumer,
       logger,
@@ -485,7 +490,9 @@ export class Engine {
     const dlq: Array<{ m: (typeof batch.messages)[number]; err: Error }> = [];
     let transitions = 0;
     const started: string[] = [];
-    const finished: Array<{ runId: string; status: string; ms: number }> = [];
+    const finished: Array<{ workflow: string; status: string; ms: number }> = [];
+    /** Schedule-to-result times of the results applied (observed after the commit). */
+    const latencies: Array<{ taskType: string; ms: number }> = [];
     for (const m of messages) {
       let decoded;
       try {
@@ -553,6 +560,10 @@ export class Engine {
       // dead-lettered with the error, and the partition goes on (it must never block every run behind it).
       let d: Decision | undefined;
       let outputs: OutputRecord[] = [];
+      const dispatchedAt =
+        state && (input.kind === 'task-completed' || input.kind === 'task-failed')
+          ? stepStateOf(state, input.stepId)?.dispatchedAt
+          : undefined;
       try {
         d = pending.apply(def, input);
         if (!d.ignored) {
@@ -606,10 +617,19 @@ export class Engine {
       }
       const next = d.state!;
       causes.set(next.runId, { eventId: input.eventId, at: input.at });
+      if (dispatchedAt !== undefined)
+        latencies.push({
+          taskType: (decoded.value as { taskType: string }).taskType,
+          ms: input.at - dispatchedAt,
+        });
       transitions++;
       if (input.kind === 'start') started.push(next.runId);
       if (TERMINAL.has(next.status))
-        finished.push({ runId: next.runId, status: next.status, ms: next.updatedAt - next.startedAt });
+        finished.push({
+          workflow: next.workflow,
+          status: next.status,
+          ms: next.updatedAt - next.startedAt,
+        });
       records.push(...outputs);
     }
     const changed = pending.changed();
@@ -709,9 +729,10 @@ export class Engine {
     this.metrics.started.inc(started.length);
     for (const f of finished) {
       this.metrics.finished.inc({ status: f.status });
-      this.metrics.runSeconds.observe({ status: f.status }, f.ms / 1000);
+      this.metrics.runSeconds.observe({ workflow: f.workflow, status: f.status }, f.ms / 1000);
     }
     if (dlq.length) this.metrics.dlq.inc(dlq.length);
+    for (const l of latencies) this.metrics.stepLatency.observe({ task_type: l.taskType }, l.ms / 1000);
   }
 
   /**

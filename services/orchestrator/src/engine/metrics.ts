@@ -1,4 +1,4 @@
-import { metric, type Counter, type Histogram, type Registry } from '@keyflow/observability';
+import { metric, type Counter, type Gauge, type Histogram, type Registry } from '@keyflow/observability';
 
 export interface OrchestratorMetrics {
   /** The registry these are in (consumers register the undecodable-batch metrics there too). */
@@ -13,11 +13,27 @@ export interface OrchestratorMetrics {
   forgotten: Counter;
   snapshotsSkipped: Counter<'reason'>;
   dlq: Counter;
-  runSeconds: Histogram<'status'>;
+  runSeconds: Histogram<'workflow' | 'status'>;
+  /** Runs of the partitions this instance owns, by workflow and status (set at each scrape: see Engine). */
+  runsInFlight: Gauge<'workflow' | 'status'>;
+  /** From a command's dispatch to its result being applied, per task type (seconds). */
+  stepLatency: Histogram<'task_type'>;
+  /** Set by the LagMonitor: records a group still has to read (read_committed), per group, topic and partition. */
+  consumerLag: Gauge<'group' | 'topic' | 'partition'>;
+  /** Set by the LagMonitor: age of the oldest record a group has not read, seconds. */
+  oldestUnread: Gauge<'group' | 'topic' | 'partition'>;
+  /** Set by the LagMonitor: records in each DLQ topic. */
+  dlqRecords: Gauge<'topic'>;
+  /** Set by the LagMonitor: when its last pass ended (seconds since epoch), so a stale figure is visible. */
+  lagScrapedAt: Gauge;
+  /** Where runsInFlight reads the runs from at each scrape (the engine sets it to its owned runs). */
+  setRunsSource(source: () => Iterable<{ workflow: string; status: string }>): void;
 }
 
 export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
+  let runs: () => Iterable<{ workflow: string; status: string }> = () => [];
   return {
+    setRunsSource: (source) => (runs = source),
     registry: r,
     started: metric.counter(r, 'orchestrator_runs_started_total', 'Runs started.'),
     finished: metric.counter(r, 'orchestrator_runs_finished_total', 'Runs that reached a terminal status.', [
@@ -63,9 +79,45 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
     runSeconds: metric.histogram(
       r,
       'orchestrator_run_duration_seconds',
-      'Start-to-finish time of runs, seconds.',
-      ['status'],
-      [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-    ) as Histogram<'status'>,
+      'Start-to-finish time of runs (the chain time), seconds, by workflow and terminal status.',
+      ['workflow', 'status'],
+      [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600],
+    ) as Histogram<'workflow' | 'status'>,
+    runsInFlight: metric.gauge(
+      r,
+      'orchestrator_runs',
+      'Runs this instance holds (its partitions), by workflow and status; ended runs until their retention.',
+      ['workflow', 'status'],
+      (g) => {
+        g.reset();
+        for (const s of runs()) g.inc({ workflow: s.workflow, status: s.status });
+      },
+    ) as Gauge<'workflow' | 'status'>,
+    stepLatency: metric.histogram(
+      r,
+      'orchestrator_step_latency_seconds',
+      'Schedule-to-result time of task steps: from the command being dispatched to its result applied, seconds.',
+      ['task_type'],
+    ) as Histogram<'task_type'>,
+    consumerLag: metric.gauge(
+      r,
+      'consumer_lag_records',
+      'Records a consumer group still has to read up to the last stable offset (no markers, no aborted records).',
+      ['group', 'topic', 'partition'],
+    ) as Gauge<'group' | 'topic' | 'partition'>,
+    oldestUnread: metric.gauge(
+      r,
+      'consumer_oldest_unread_age_seconds',
+      'Age of the oldest record a consumer group has not read yet (0 when none), seconds.',
+      ['group', 'topic', 'partition'],
+    ) as Gauge<'group' | 'topic' | 'partition'>,
+    dlqRecords: metric.gauge(r, 'dlq_records', 'Records in each DLQ topic (read_committed).', [
+      'topic',
+    ]) as Gauge<'topic'>,
+    lagScrapedAt: metric.gauge(
+      r,
+      'consumer_lag_scraped_at_seconds',
+      'When the lag monitor last finished a pass (seconds since epoch).',
+    ),
   };
 }
