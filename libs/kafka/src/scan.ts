@@ -224,8 +224,10 @@ export async function groupLag(
 /** One DLQ topic's summary. Times are ms since epoch (the last failure's header, else the record's timestamp). */
 export interface DlqSummary {
   topic: string;
-  /** Records a read_committed consumer is given (markers and aborted records not counted). */
+  /** Records a read_committed consumer is given (markers and aborted records not counted), if `exact`. */
   records: number;
+  /** False when a partition was too large to read (see summarizeDlqs): `records` is then an upper bound. */
+  exact: boolean;
   oldest: number | null;
   newest: number | null;
   /** Error classes by count, most frequent first (at most 5). */
@@ -236,13 +238,31 @@ export interface DlqSummary {
  * Reads each DLQ topic (physical names) up to its last stable offset, in one scan, and sums it up: record count,
  * oldest and newest failure, top error classes (from the x-dlq-* triage headers, libs/kafka dlq.ts).
  */
-export async function summarizeDlqs(kafka: Kafka, topics: string[]): Promise<DlqSummary[]> {
+export async function summarizeDlqs(
+  kafka: Kafka,
+  topics: string[],
+  /** Partitions with more offsets than this are not read: their offset span counts as records (an upper bound). */
+  opts: { exactUpTo?: number } = {},
+): Promise<DlqSummary[]> {
   const byTopic = new Map<string, DlqSummary & { errors: Map<string, number> }>();
   const ranges: ScanRange[] = [];
   for (const topic of topics) {
-    byTopic.set(topic, { topic, records: 0, oldest: null, newest: null, topErrors: [], errors: new Map() });
-    for (const e of await lastStableOffsets(kafka, topic))
-      ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
+    const summary = {
+      topic,
+      records: 0,
+      exact: true,
+      oldest: null,
+      newest: null,
+      topErrors: [],
+      errors: new Map(),
+    };
+    byTopic.set(topic, summary);
+    for (const e of await lastStableOffsets(kafka, topic)) {
+      if (opts.exactUpTo !== undefined && e.end - e.low > BigInt(opts.exactUpTo)) {
+        summary.records += Number(e.end - e.low);
+        summary.exact = false;
+      } else ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
+    }
   }
   await scanRanges(kafka, ranges, (topic, _p, m) => {
     const s = byTopic.get(topic)!;
