@@ -1,4 +1,4 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
 import type { KafkaMessage } from 'kafkajs';
 import {
   createIdempotentProducer,
@@ -13,20 +13,8 @@ import {
   type RedriveFilter,
 } from '@keyflow/kafka';
 import type { CliContext } from '../context';
-import { iso, parseTime, print, table } from '../output';
-
-const time = (v: string) => {
-  try {
-    return parseTime(v);
-  } catch (e) {
-    throw new InvalidArgumentError((e as Error).message);
-  }
-};
-const positive = (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('a positive number');
-  return n;
-};
+import { opt } from '../options';
+import { iso, print, table } from '../output';
 
 /** Every DLQ topic (`*.dlq` under the topic prefix), summed up, with logical names. */
 export async function dlqSummaries(ctx: CliContext): Promise<DlqSummary[]> {
@@ -102,9 +90,9 @@ function withFilter(c: Command): Command {
     .option(
       '--from <time>',
       'only records whose last failure is at or after (ms, ISO-8601, or 15m/2h/7d ago)',
-      time,
+      opt.time,
     )
-    .option('--to <time>', 'only records whose last failure is before', time);
+    .option('--to <time>', 'only records whose last failure is before', opt.time);
 }
 const filterOf = (o: Record<string, unknown>): RedriveFilter => ({
   key: o.key as string | undefined,
@@ -137,7 +125,7 @@ export function dlqCommand(ctx: CliContext): Command {
     });
   withFilter(dlq.command('show <topic>'))
     .description('records of one DLQ topic with their triage headers and decoded values')
-    .option('--limit <n>', 'records at most', positive, 20)
+    .option('--limit <n>', 'records at most', opt.positive, 20)
     .option('--json', 'JSON output')
     .action(async (topic: string, o) => {
       const physical = ctx.physical(topic);
@@ -169,7 +157,7 @@ export function dlqCommand(ctx: CliContext): Command {
     });
   withFilter(dlq.command('redrive <topic>'))
     .description('re-publish matching records to their original topic (key, bytes and idempotency key kept)')
-    .option('--rate <n>', 'records per second at most', positive, 100)
+    .option('--rate <n>', 'records per second at most', opt.positive, 100)
     .option('--dry-run', 'count what would be redriven; send nothing')
     .option('--json', 'JSON output')
     .action(async (topic: string, o) => {

@@ -1,13 +1,8 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
 import { groupLag, SCAN_GROUP_PREFIXES, type PartitionLag } from '@keyflow/kafka';
 import type { CliContext } from '../context';
+import { opt } from '../options';
 import { duration, print, table } from '../output';
-
-const positive = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('a positive integer');
-  return n;
-};
 
 /** The consumer groups of the cluster, without the short-lived ones the CLI's own scans use. */
 export async function listGroups(ctx: CliContext) {
@@ -50,7 +45,7 @@ export function groupsCommand(ctx: CliContext): Command {
     .option(
       '--exact-up-to <n>',
       'count records exactly when a partition is at most this far behind',
-      positive,
+      opt.positive,
       10_000,
     )
     .option('--all', 'list partitions with no lag too')

@@ -4,7 +4,8 @@ import { IdempotencyStore, idempotencyKeyPrefix, type RecordState } from '@keyfl
 import { lastStableOffsets, scanRanges } from '@keyflow/kafka';
 import type { CliContext } from '../context';
 import { CliConfigError } from '../context';
-import { parseTime, print, table } from '../output';
+import { opt } from '../options';
+import { print, table } from '../output';
 
 /** One partition's move in a replay plan. Offsets are Kafka offsets (strings). */
 export interface ReplayMove {
@@ -174,11 +175,15 @@ export function replayCommand(ctx: CliContext): Command {
     .addOption(
       new Option('--to-offset <n>', 'to this offset (clamped to the partition)').conflicts(['toTime']),
     )
-    .option('--to-time <time>', 'to the first offset at or after this time (ms, ISO-8601, or 15m/2h/7d ago)')
+    .option(
+      '--to-time <time>',
+      'to the first offset at or after this time (ms, ISO-8601, or 15m/2h/7d ago)',
+      opt.time,
+    )
     .option('--topic <topic...>', 'only these topics (logical names)')
     .option('--partition <p...>', 'only these partitions')
     .option('--dry-run', 'print the plan; change nothing')
-    .option('--wait <ms>', 'wait up to this long for the group to have no live members', '0')
+    .option('--wait <ms>', 'wait up to this long for the group to have no live members', opt.positive, 0)
     .option('--allow-rerun', 'apply even when commands would run their handlers again (no stored result)')
     .option('--json', 'JSON output')
     .action(async (group: string, o) => {
@@ -187,7 +192,7 @@ export function replayCommand(ctx: CliContext): Command {
         : o.toOffset !== undefined
           ? ({ kind: 'offset', offset: BigInt(o.toOffset) } as const)
           : o.toTime !== undefined
-            ? ({ kind: 'time', at: parseTime(o.toTime) } as const)
+            ? ({ kind: 'time', at: o.toTime as number } as const)
             : undefined;
       if (!target)
         throw new InvalidArgumentError('say where to: --to-earliest, --to-offset <n> or --to-time <time>');

@@ -1,24 +1,11 @@
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, Option } from 'commander';
 import type { RunState, StepState } from '@keyflow/workflow';
 import { api } from '../api';
 import type { CliContext } from '../context';
-import { duration, iso, parseTime, print, table } from '../output';
+import { opt } from '../options';
+import { duration, iso, print, table } from '../output';
 
 const STATUSES = ['running', 'waiting', 'compensating', 'completed', 'failed', 'compensated', 'cancelled'];
-const time = (v: string) => {
-  try {
-    return parseTime(v);
-  } catch (e) {
-    throw new InvalidArgumentError((e as Error).message);
-  }
-};
-const json = (v: string) => {
-  try {
-    return JSON.parse(v) as unknown;
-  } catch {
-    throw new InvalidArgumentError('not JSON');
-  }
-};
 
 type Summary = {
   runId: string;
@@ -104,8 +91,8 @@ export function runsCommand(ctx: CliContext): Command {
     .addOption(apiOption())
     .option('--workflow <name>', 'only runs of this workflow')
     .addOption(new Option('--status <status>', 'only runs in this status').choices(STATUSES))
-    .option('--from <time>', 'started at or after (ms, ISO-8601, or 15m/2h/7d ago)', time)
-    .option('--to <time>', 'started before', time)
+    .option('--from <time>', 'started at or after (ms, ISO-8601, or 15m/2h/7d ago)', opt.time)
+    .option('--to <time>', 'started before', opt.time)
     .option('--limit <n>', 'runs at most (1-500)', '50')
     .option('--json', 'JSON output')
     .action(async (o) => {
@@ -145,7 +132,7 @@ export function runsCommand(ctx: CliContext): Command {
     .command('start <workflow>')
     .description('start a run (202: accepted; it runs asynchronously)')
     .addOption(apiOption())
-    .option('--input <json>', 'run input (a JSON object)', json, {})
+    .option('--input <json>', 'run input (a JSON object)', opt.json, {})
     .option('--version <n>', 'workflow version (default: the latest)')
     .option('--business-key <key>', 'business key (default: the run id)')
     .option('--run-id <id>', 'run id (default: generated)')
@@ -192,7 +179,7 @@ export function runsCommand(ctx: CliContext): Command {
       print(res, o.json, () => `terminate of ${runId} accepted`);
     });
   control('signal <runId> <signal>', 'send a signal to a run (a wait step takes it, or it is buffered)')
-    .option('--payload <json>', 'signal payload (JSON)', json)
+    .option('--payload <json>', 'signal payload (JSON)', opt.json)
     .action(async (runId: string, signal: string, o) => {
       const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/signal`, {
         signal,
