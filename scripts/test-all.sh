@@ -39,7 +39,7 @@ test_step "unit tests" npm run -s test:unit
 # promtool comes from Debian's prometheus package, installed here when missing (as root).
 if ! command -v promtool >/dev/null && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
   step "install promtool (Debian's prometheus package)" bash -c \
-    'apt-get install -y -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; }'
+    'apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends prometheus >/dev/null; }'
 fi
 step "alert rules and dashboard"
 if node -r @swc-node/register infra/observability/check.ts; then

@@ -1,4 +1,4 @@
-import { Command } from 'commander';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { CliContext } from './context';
 import { dlqCommand } from './commands/dlq';
 import { groupsCommand } from './commands/groups';
@@ -12,7 +12,7 @@ import { runsCommand } from './commands/runs';
  * scripts. Exit codes: 0 done, 1 an error (its message on stderr), 2 a usage error or (rebuild) differences found.
  */
 export function program(ctx = new CliContext()): Command {
-  return new Command('keyflow')
+  const root = new Command('keyflow')
     .description('operate keyflow: runs, DLQs, consumer groups, lag and replay, rebuild')
     .showHelpAfterError()
     .addCommand(runsCommand(ctx))
@@ -20,6 +20,14 @@ export function program(ctx = new CliContext()): Command {
     .addCommand(groupsCommand(ctx))
     .addCommand(replayCommand(ctx))
     .addCommand(rebuildCommand(ctx));
+  // Usage errors of every command (addCommand passes no settings down) come to the catch below as CommanderError,
+  // exit 2, instead of commander's own process.exit(1).
+  const override = (c: Command): void => {
+    c.exitOverride();
+    c.commands.forEach(override);
+  };
+  override(root);
+  return root;
 }
 
 if (
@@ -32,7 +40,9 @@ if (
     .then(
       () => process.exit(process.exitCode ?? 0),
       (e: unknown) => {
+        // Commander already printed its usage errors (and help or the version, which exit 0).
+        if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2);
         process.stderr.write(`keyflow: ${e instanceof Error ? e.message : String(e)}\n`);
-        process.exit(1);
+        process.exit(e instanceof InvalidArgumentError ? 2 : 1);
       },
     );

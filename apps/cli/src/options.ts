@@ -17,6 +17,17 @@ export const opt = {
     if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('a positive integer');
     return n;
   },
+  /** A non-negative integer. */
+  nonNegative(v: string): number {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('a non-negative integer');
+    return n;
+  },
+  /** A Kafka offset (a non-negative integer), as a bigint. */
+  offset(v: string): bigint {
+    if (!/^\d+$/.test(v)) throw new InvalidArgumentError('an offset (a non-negative integer)');
+    return BigInt(v);
+  },
   /** JSON text. */
   json(v: string): unknown {
     try {

@@ -189,14 +189,16 @@ export class IdempotencyStore<R = unknown> {
   }
 
   /**
-   * Reads the record of `key` without changing it (for dry runs: what a redelivered command would do).
+   * Reads the record of `key` without changing it (for dry runs: what a redelivered command of `attempt` would do).
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
    * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write.
    */
-  async peek(key: string): Promise<RecordState> {
+  async peek(key: string, attempt = 1): Promise<RecordState> {
     const value = await this.call('peek', () => this.redis.get(this.k(key)));
     if (value === null) return 'absent';
-    const rec = parseRecord<R>(this.k(key), value) as { s: string; ok?: boolean };
+    const rec = parseRecord<R>(this.k(key), value) as { s: string; ok?: boolean; a?: number };
+    // As the BEGIN script decides: a failure of an earlier attempt gives way to a later one (it runs).
+    if (rec.s === 'done' && rec.ok === false && Number(rec.a ?? 0) < attempt) return 'absent';
     if (rec.s === 'done') return rec.ok === false ? 'failed' : 'completed';
     return rec.s === 'fenced' ? 'fenced' : 'running';
   }

@@ -58,60 +58,84 @@ export async function scanRanges(
   if (remaining.size === 0) return;
   const topics = [...new Set([...remaining.values()].map((r) => r.topic))];
   const groupId = `${opts.groupPrefix ?? 'keyflow-scan'}-${Date.now()}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
-  // The fresh group starts where the ranges start (their partitions) or at the end (the topics' other partitions):
-  // offsets set before it has members, so no fetch reads from anywhere else (a seek after start would race one).
-  const admin = kafka.admin();
-  await admin.connect();
+  /** Per range, the next offset to give `each`: a record below it (fetched again after a rejoin) is skipped. */
+  const next = new Map<string, bigint>();
+  const consumer = kafka.consumer({
+    groupId,
+    readUncommitted: false,
+    maxWaitTimeInMs: 100,
+    // A failure is the caller's to see (rejected below), not a restart that would read the ranges again.
+    retry: { retries: 2, restartOnFailure: async () => false },
+  });
   try {
-    for (const topic of topics) {
-      const offsets = await admin.fetchTopicOffsets(topic);
-      await admin.setOffsets({
-        groupId,
-        topic,
-        partitions: offsets.map((o) => {
-          const r = remaining.get(id(topic, o.partition));
-          const from = r ? (r.from ?? BigInt(o.low)) : BigInt(o.high);
-          return { partition: o.partition, offset: String(from < BigInt(o.low) ? BigInt(o.low) : from) };
-        }),
-      });
+    // The fresh group starts where the ranges start (their partitions) or at the end (the topics' other partitions):
+    // offsets set before it has members, so no fetch reads from anywhere else (a seek after start would race one).
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      for (const topic of topics) {
+        const offsets = await admin.fetchTopicOffsets(topic);
+        await admin.setOffsets({
+          groupId,
+          topic,
+          partitions: offsets.map((o) => {
+            const key = id(topic, o.partition);
+            const r = remaining.get(key);
+            let from = r ? (r.from ?? BigInt(o.low)) : BigInt(o.high);
+            if (from < BigInt(o.low)) from = BigInt(o.low); // deleted by retention meanwhile
+            if (r && from >= r.to)
+              remaining.delete(key); // nothing left of the range: no batch would come
+            else if (r) next.set(key, from);
+            return { partition: o.partition, offset: String(from) };
+          }),
+        });
+      }
+    } finally {
+      await admin.disconnect();
     }
-  } finally {
-    await admin.disconnect();
-  }
-  const consumer = kafka.consumer({ groupId, readUncommitted: false, maxWaitTimeInMs: 100 });
-  await consumer.connect();
-  try {
+    if (remaining.size === 0) return;
+    await consumer.connect();
     for (const topic of topics) await consumer.subscribe({ topic, fromBeginning: true });
     await new Promise<void>((resolve, reject) => {
-      /** Everything below `next` in the partition was fetched (delivered, aborted or a marker). */
-      const reached = (topic: string, partition: number, next: bigint) => {
+      /** Everything below `upTo` in the partition was fetched (delivered, aborted or a marker). */
+      const reached = (topic: string, partition: number, upTo: bigint) => {
         const r = remaining.get(id(topic, partition));
-        if (r && next >= r.to) remaining.delete(id(topic, partition));
+        if (r && upTo >= r.to) remaining.delete(id(topic, partition));
         if (remaining.size === 0) resolve();
       };
       consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) =>
         reached(payload.topic, payload.partition, BigInt(payload.lastOffset) + 1n),
       );
+      consumer.on(consumer.events.CRASH, ({ payload }) => reject(payload.error));
       consumer
         .run({
           autoCommit: false,
           eachMessage: async ({ topic, partition, message }) => {
-            const r = remaining.get(id(topic, partition));
-            if (!r || BigInt(message.offset) >= r.to) return;
+            const key = id(topic, partition);
+            const r = remaining.get(key);
+            const offset = BigInt(message.offset);
+            if (!r || offset >= r.to || offset < (next.get(key) ?? 0n)) return;
+            next.set(key, offset + 1n);
             const undecodable = undecodableBatchOf(message);
             if (undecodable) return reject(undecodableBatchError(topic, partition, undecodable));
-            if ((await each(topic, partition, message)) === false) {
-              remaining.delete(id(topic, partition)); // the caller has what it needs from this range
+            let more: void | boolean;
+            try {
+              more = await each(topic, partition, message);
+            } catch (err) {
+              return reject(err); // the caller's failure ends the scan (kafkajs would retry the batch)
+            }
+            if (more === false) {
+              remaining.delete(key); // the caller has what it needs from this range
               if (remaining.size === 0) resolve();
               return;
             }
-            reached(topic, partition, BigInt(message.offset) + 1n);
+            reached(topic, partition, offset + 1n);
           },
         })
         .catch(reject);
     });
   } finally {
-    await consumer.disconnect();
+    await consumer.disconnect().catch(() => undefined);
     // The scan's group committed nothing but its start offsets: it is deleted so it does not linger in group lists.
     const cleanup = kafka.admin();
     await cleanup

@@ -7,21 +7,27 @@ import { CliConfigError } from '../context';
 import { opt } from '../options';
 import { print, table } from '../output';
 
-/** One partition's move in a replay plan. Offsets are Kafka offsets (strings). */
+/** One partition's move in a replay plan. Offsets are Kafka offsets (strings); counts are records. */
 export interface ReplayMove {
+  /** Logical name (without the topic prefix; the physical name when it has none). */
   topic: string;
+  physical: string;
   partition: number;
-  /** The group's committed offset now, or null when it has none. */
+  /** The group's committed offset now, or null when it has none (its consumers then start at the earliest). */
   from: string | null;
   to: string;
-  /** Records a read_committed consumer is given between `to` and `from` (re-delivered by the replay). */
+  /** Records a read_committed consumer is given again (between `to` and the group's position). */
   records: number;
-  /** Task topics only: of those commands, how many find a stored result or fence (re-published, not re-run)... */
+  /** Records the group would never read (a move forward, past its position). */
+  skipped: number;
+  /** Task topics: re-delivered commands that find a stored result or fence (re-published, not re-run)... */
   stored?: number;
-  /** ...and how many find no record (expired or lost): their handlers would run again. */
+  /** ...and those that find no record (expired, lost, or a crashed worker's lease): their handlers run again. */
   rerun?: number;
-  /** ...and how many find a lease (a worker runs them now). */
-  running?: number;
+  /** ...and those no schema decodes (they go to the DLQ again; no effect). */
+  undecodable?: number;
+  /** wf.requests: re-delivered starts, retries, signals and cancels, which the orchestrator applies again. */
+  requests?: number;
 }
 
 export interface ReplayPlan {
@@ -32,7 +38,7 @@ export interface ReplayPlan {
   applied: boolean;
 }
 
-/** A replay that may not be applied: live members, or effects that would run again without --allow-rerun. */
+/** A replay that may not be applied: live members, skipped records, re-run effects or re-applied requests. */
 export class ReplayRefusedError extends Error {
   readonly code = 'REPLAY_REFUSED';
   readonly retryable = false;
@@ -44,6 +50,8 @@ export class ReplayRefusedError extends Error {
 
 const isTaskTopic = (logical: string) =>
   logical.startsWith('task.') && logical !== 'task.results' && !logical.endsWith('.dlq');
+/** wf.requests events the orchestrator applies again when re-delivered (a TimerFired of a gone timer is stale). */
+const REAPPLIED_REQUESTS = new Set(['StartRun', 'RetryRun', 'SignalRun', 'CancelRun']);
 
 async function members(ctx: CliContext, group: string) {
   const admin = ctx.kafka.admin();
@@ -57,9 +65,11 @@ async function members(ctx: CliContext, group: string) {
 }
 
 /**
- * The plan: for each partition of the group's topics (or `topics`), where its offset goes, and what the records in
- * between are. For task topics each command's idempotency key is looked up in the workers' Redis (REDIS_URL): a
- * stored result is re-published without running the handler, a missing record runs it again.
+ * The plan: for each partition of the group's topics (or `topics`), where its offset goes and what lies between the
+ * group's position and there: records read again (a move back) or never read (a move forward). Re-delivered task
+ * commands are looked up in the workers' Redis (REDIS_URL): a stored result is re-published without running the
+ * handler, a missing record (or a crashed worker's lease) runs it again. Re-delivered wf.requests starts, retries,
+ * signals and cancels are counted: the orchestrator applies them again.
  */
 export async function planReplay(
   ctx: CliContext,
@@ -70,6 +80,8 @@ export async function planReplay(
   const admin = ctx.kafka.admin();
   await admin.connect();
   const moves: ReplayMove[] = [];
+  /** Per move, the range to read: records between the new offset and the group's position. */
+  const ranges: Array<{ move: ReplayMove; from: bigint; to: bigint; back: boolean }> = [];
   try {
     const physical = only.topics?.map((t) => ctx.physical(t));
     const committed = await admin.fetchOffsets({ groupId: group, topics: physical });
@@ -88,39 +100,41 @@ export async function planReplay(
       for (const { partition, offset } of partitions) {
         if (only.partitions && !only.partitions.includes(partition)) continue;
         const e = ends.get(partition)!;
-        let to =
+        const clamp = (o: bigint) => (o < e.low ? e.low : o > e.end ? e.end : o);
+        const to = clamp(
           target.kind === 'earliest'
             ? e.low
             : target.kind === 'offset'
               ? target.offset
-              : byTime!.get(partition)!;
-        if (to < e.low) to = e.low;
-        if (to > e.end) to = e.end;
-        moves.push({
+              : byTime!.get(partition)!,
+        );
+        const position = offset === '-1' ? e.low : clamp(BigInt(offset));
+        const move: ReplayMove = {
           topic: ctx.logical(topic) ?? topic,
+          physical: topic,
           partition,
           from: offset === '-1' ? null : offset,
           to: String(to),
           records: 0,
-        });
+          skipped: 0,
+        };
+        moves.push(move);
+        if (to < position) ranges.push({ move, from: to, to: position, back: true });
+        if (to > position) ranges.push({ move, from: position, to, back: false });
       }
     }
   } finally {
     await admin.disconnect();
   }
-  // What the re-delivered ranges hold: records between the new offset and the committed one.
-  const byRange = new Map(moves.map((m) => [`${ctx.physical(m.topic)}\u0000${m.partition}`, m]));
-  const ranges = moves
-    .filter((m) => m.from !== null && BigInt(m.from) > BigInt(m.to))
-    .map((m) => ({
-      topic: ctx.physical(m.topic),
-      partition: m.partition,
-      from: BigInt(m.to),
-      to: BigInt(m.from!),
-    }));
   const taskMoves = moves.filter((m) => isTaskTopic(m.topic));
+  const requestMoves = moves.filter((m) => m.topic === 'wf.requests');
   let store: IdempotencyStore | undefined;
   let redis: Redis | undefined;
+  if (taskMoves.length || requestMoves.length) {
+    if (!ctx.codec)
+      throw new CliConfigError('SCHEMA_REGISTRY_URL is not set: task commands and requests must be decoded');
+    ctx.codec.useTopics([...new Set([...taskMoves, ...requestMoves].map((m) => m.topic))]);
+  }
   if (taskMoves.length) {
     if (!process.env.REDIS_URL)
       throw new CliConfigError(
@@ -128,32 +142,44 @@ export async function planReplay(
       );
     redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 2, lazyConnect: true });
     store = new IdempotencyStore(redis, { keyPrefix: idempotencyKeyPrefix(ctx.env.KEYFLOW_TOPIC_PREFIX) });
-    taskMoves.forEach((m) => Object.assign(m, { stored: 0, rerun: 0, running: 0 }));
-    if (!ctx.codec) throw new CliConfigError('SCHEMA_REGISTRY_URL is not set: task commands must be decoded');
-    ctx.codec.useTopics([...new Set(taskMoves.map((m) => m.topic))]);
+    taskMoves.forEach((m) => Object.assign(m, { stored: 0, rerun: 0, undecodable: 0 }));
   }
-  const kinds: Record<RecordState, 'stored' | 'rerun' | 'running'> = {
-    completed: 'stored',
-    failed: 'stored',
-    fenced: 'stored',
-    running: 'running',
-    absent: 'rerun',
+  requestMoves.forEach((m) => (m.requests = 0));
+  const stored: Record<RecordState, boolean> = {
+    completed: true,
+    failed: true,
+    fenced: true,
+    running: false, // the group is stopped: a lease is a crashed worker's, and the command runs once it expires
+    absent: false,
   };
+  const byRange = new Map(ranges.map((r) => [`${r.move.physical}\u0000${r.move.partition}`, r]));
   try {
     await scanRanges(
       ctx.kafka,
-      ranges,
+      ranges.map((r) => ({ topic: r.move.physical, partition: r.move.partition, from: r.from, to: r.to })),
       async (topic, partition, message) => {
-        const m = byRange.get(`${topic}\u0000${partition}`)!;
+        const { move: m, back } = byRange.get(`${topic}\u0000${partition}`)!;
+        if (!back) {
+          m.skipped++;
+          return;
+        }
         m.records++;
-        if (!store || !isTaskTopic(m.topic)) return;
-        const d = await ctx.codec!.decode(m.topic, message.value, {
-          topic,
-          partition,
-          offset: message.offset,
-        });
-        const key = (d.value as { idempotencyKey?: string }).idempotencyKey;
-        if (key) m[kinds[await store.peek(key)]]! += 1;
+        if (m.requests === undefined && m.stored === undefined) return;
+        let d;
+        try {
+          d = await ctx.codec!.decode(m.topic, message.value, { topic, partition, offset: message.offset });
+        } catch {
+          if (m.undecodable !== undefined) m.undecodable++;
+          return;
+        }
+        if (m.requests !== undefined) {
+          if (REAPPLIED_REQUESTS.has(d.event)) m.requests++;
+          return;
+        }
+        const cmd = d.value as { idempotencyKey?: string; attempt?: number };
+        if (!cmd.idempotencyKey) return;
+        if (stored[await store!.peek(cmd.idempotencyKey, cmd.attempt ?? 1)]) m.stored!++;
+        else m.rerun!++;
       },
       { groupPrefix: 'keyflow-scan' },
     );
@@ -163,7 +189,7 @@ export async function planReplay(
   return moves;
 }
 
-/** `keyflow replay <group>`: moves a stopped consumer group's offsets back, with a dry run of what it re-delivers. */
+/** `keyflow replay <group>`: moves a stopped consumer group's offsets, with a dry run of what it changes. */
 export function replayCommand(ctx: CliContext): Command {
   return new Command('replay')
     .description(
@@ -173,7 +199,9 @@ export function replayCommand(ctx: CliContext): Command {
     .argument('<group>', 'consumer group id')
     .addOption(new Option('--to-earliest', 'to the earliest offset').conflicts(['toOffset', 'toTime']))
     .addOption(
-      new Option('--to-offset <n>', 'to this offset (clamped to the partition)').conflicts(['toTime']),
+      new Option('--to-offset <n>', 'to this offset (clamped to the partition)')
+        .argParser(opt.offset)
+        .conflicts(['toTime']),
     )
     .option(
       '--to-time <time>',
@@ -181,16 +209,27 @@ export function replayCommand(ctx: CliContext): Command {
       opt.time,
     )
     .option('--topic <topic...>', 'only these topics (logical names)')
-    .option('--partition <p...>', 'only these partitions')
+    .option('--partition <p...>', 'only these partitions', (v: string, prev: number[] = []) => [
+      ...prev,
+      opt.nonNegative(v),
+    ])
     .option('--dry-run', 'print the plan; change nothing')
-    .option('--wait <ms>', 'wait up to this long for the group to have no live members', opt.positive, 0)
-    .option('--allow-rerun', 'apply even when commands would run their handlers again (no stored result)')
+    .option('--wait <ms>', 'wait up to this long for the group to have no live members', opt.nonNegative, 0)
+    .option(
+      '--allow-rerun',
+      'apply even when task commands would run their handlers again (no stored result)',
+    )
+    .option('--allow-skip', 'apply even when the move goes forward, past records the group has not read')
+    .option(
+      '--allow-requests',
+      'apply even when wf.requests starts, retries, signals or cancels would be applied again',
+    )
     .option('--json', 'JSON output')
     .action(async (group: string, o) => {
       const target = o.toEarliest
         ? ({ kind: 'earliest' } as const)
         : o.toOffset !== undefined
-          ? ({ kind: 'offset', offset: BigInt(o.toOffset) } as const)
+          ? ({ kind: 'offset', offset: o.toOffset as bigint } as const)
           : o.toTime !== undefined
             ? ({ kind: 'time', at: o.toTime as number } as const)
             : undefined;
@@ -198,7 +237,7 @@ export function replayCommand(ctx: CliContext): Command {
         throw new InvalidArgumentError('say where to: --to-earliest, --to-offset <n> or --to-time <time>');
       const only = {
         topics: o.topic as string[] | undefined,
-        partitions: (o.partition as string[] | undefined)?.map(Number),
+        partitions: o.partition as number[] | undefined,
       };
       const mode =
         target.kind === 'time'
@@ -206,9 +245,9 @@ export function replayCommand(ctx: CliContext): Command {
           : target.kind === 'offset'
             ? `to offset ${target.offset}`
             : 'to earliest';
-      // Kafka refuses offset changes for a group with live members (OffsetCommit: UNKNOWN_MEMBER_ID / the group is
-      // not empty): they must stop first. Wait for that, or name them.
-      const deadline = Date.now() + Number(o.wait);
+      // Kafka moves the offsets only of a group with no members (admin setOffsets refuses otherwise): they must stop
+      // first. Wait for that, or name them.
+      const deadline = Date.now() + (o.wait as number);
       let live = await members(ctx, group);
       while (live.length && Date.now() < deadline && !o.dryRun) {
         process.stderr.write(`waiting for ${live.length} live member(s) of ${group} to leave...\n`);
@@ -222,7 +261,7 @@ export function replayCommand(ctx: CliContext): Command {
         moves: await planReplay(ctx, group, target, only),
         applied: false,
       };
-      const rerun = plan.moves.reduce((n, m) => n + (m.rerun ?? 0), 0);
+      const sum = (k: 'skipped' | 'rerun' | 'requests') => plan.moves.reduce((n, m) => n + (m[k] ?? 0), 0);
       const human = (p: ReplayPlan) =>
         [
           `replay of ${p.group} ${p.mode}${p.applied ? ': applied' : o.dryRun ? ' (dry run: nothing changed)' : ''}`,
@@ -233,8 +272,10 @@ export function replayCommand(ctx: CliContext): Command {
               from: m.from,
               to: m.to,
               're-delivered': m.records,
+              'never read': m.skipped || '',
               'stored results (re-published)': m.stored ?? '',
               'run again': m.rerun ?? '',
+              'requests applied again': m.requests ?? '',
             })),
           ),
           ...(p.members.length
@@ -248,20 +289,30 @@ export function replayCommand(ctx: CliContext): Command {
               'Kafka only moves the offsets of a group with no members: stop them (SIGTERM the services of this group; ' +
               'they leave it as they stop), or pass --wait <ms>',
           );
-        if (rerun > 0 && !o.allowRerun)
+        if (sum('skipped') > 0 && !o.allowSkip)
           throw new ReplayRefusedError(
-            `${rerun} command(s) in the range have no stored result (expired or lost): their handlers would run again. ` +
-              'Pass --allow-rerun to accept that; --dry-run shows where',
+            `the move goes forward past ${sum('skipped')} record(s) the group has not read: they would never be processed. ` +
+              'Pass --allow-skip to accept that; --dry-run shows where',
+          );
+        if (sum('rerun') > 0 && !o.allowRerun)
+          throw new ReplayRefusedError(
+            `${sum('rerun')} command(s) in the range have no stored result (expired, lost, or a crashed worker's lease): ` +
+              'their handlers would run again. Pass --allow-rerun to accept that; --dry-run shows where',
+          );
+        if (sum('requests') > 0 && !o.allowRequests)
+          throw new ReplayRefusedError(
+            `${sum('requests')} wf.requests start(s), retries, signals or cancels would be applied again (a start of a run ` +
+              'forgotten after its retention starts it again; a retry re-runs steps). Pass --allow-requests to accept that',
           );
         const admin = ctx.kafka.admin();
         await admin.connect();
         try {
-          for (const topic of new Set(plan.moves.map((m) => m.topic)))
+          for (const physical of new Set(plan.moves.map((m) => m.physical)))
             await admin.setOffsets({
               groupId: group,
-              topic: ctx.physical(topic),
+              topic: physical,
               partitions: plan.moves
-                .filter((m) => m.topic === topic)
+                .filter((m) => m.physical === physical)
                 .map((m) => ({ partition: m.partition, offset: m.to })),
             });
         } finally {

@@ -36,11 +36,29 @@ export class LagMonitor {
     return topic.startsWith(this.o.topicPrefix) ? topic.slice(this.o.topicPrefix.length) : topic;
   }
 
-  /** One pass; at most one at a time. */
+  /** One pass; at most one at a time, and given up after twice the interval (at least 60 s). */
   async pass(): Promise<void> {
     if (this.running) return;
     this.running = true;
+    const limitMs = Math.max(60_000, 2 * this.o.intervalMs);
+    let timer: NodeJS.Timeout | undefined;
     try {
+      await Promise.race([
+        this.measure(),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`lag monitor pass took over ${limitMs} ms`)), limitMs);
+        }),
+      ]);
+    } catch (err) {
+      this.logger.warn({ err }, 'lag monitor pass failed; the lag metrics keep their previous values');
+    } finally {
+      clearTimeout(timer);
+      this.running = false;
+    }
+  }
+
+  private async measure(): Promise<void> {
+    {
       const lags = [];
       for (const group of this.o.groups)
         for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 })) lags.push({ group, ...l });
@@ -62,10 +80,6 @@ export class LagMonitor {
       }
       for (const d of dlqs) m.dlqRecords.set({ topic: this.logical(d.topic) }, d.records);
       m.lagScrapedAt.set(Date.now() / 1000);
-    } catch (err) {
-      this.logger.warn({ err }, 'lag monitor pass failed; the lag metrics keep their previous values');
-    } finally {
-      this.running = false;
     }
   }
 }
