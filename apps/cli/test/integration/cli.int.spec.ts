@@ -240,6 +240,34 @@ describe('the keyflow CLI', () => {
       expect(r.events.items.filter((e) => e.event === 'RunCompleted').length).toBe(completedBefore);
       const lag = await keyflow(['groups', 'lag', group, '--json'], env);
       expect(lag.json().every((row: { lag: number }) => row.lag === 0)).toBe(true);
+
+      // A move forward past a command the workers have not read is refused: it would never run.
+      worker.kill('SIGTERM');
+      await worker.exited;
+      expect((await keyflow(['runs', 'start', 'three-step', '--json'], env)).code).toBe(0);
+      await eventually(
+        'the new command waiting',
+        async () => total((await keyflow(['groups', 'lag', group, '--json'], env)).json(), 'lag'),
+        { until: (n) => n === 1, timeoutMs: 30_000, intervalMs: 500 },
+      );
+      const later = String(Date.now() + 3_600_000);
+      const forward = await keyflow(['replay', group, '--to-time', later, '--topic', 'task.echo'], env);
+      expect(forward.code).toBe(1);
+      expect(forward.err).toMatch(/forward past 1 record.*--allow-skip/);
+      // The orchestrator's requests would be applied again: the dry run counts the four starts.
+      const requests = await keyflow(
+        [
+          'replay',
+          r.ns.groupId('orchestrator'),
+          '--to-earliest',
+          '--topic',
+          'wf.requests',
+          '--dry-run',
+          '--json',
+        ],
+        env,
+      );
+      expect(total(requests.json().moves, 'requests')).toBe(4);
     } finally {
       await r.teardown();
     }
