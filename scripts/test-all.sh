@@ -37,9 +37,13 @@ test_step "unit tests" npm run -s test:unit
 
 # Alert rules and dashboard (infra/observability): promtool accepts the rules, every metric they name is exported.
 # promtool comes from Debian's prometheus package, installed here when missing (as root).
-if ! command -v promtool >/dev/null && [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
-  step "install promtool (Debian's prometheus package)" bash -c \
-    'apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends prometheus >/dev/null; }'
+if ! command -v promtool >/dev/null && command -v apt-get >/dev/null; then
+  as_root=""
+  if [[ "$(id -u)" != 0 ]] && sudo -n true 2>/dev/null; then as_root="sudo -n"; fi
+  if [[ "$(id -u)" == 0 || -n "$as_root" ]]; then
+    step "install promtool (Debian's prometheus package)" bash -c \
+      "$as_root apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || { $as_root apt-get update -q >/dev/null && $as_root apt-get install -y -q --no-install-recommends prometheus >/dev/null; }"
+  fi
 fi
 step "alert rules and dashboard"
 if node -r @swc-node/register infra/observability/check.ts; then
