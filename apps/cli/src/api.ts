@@ -1,16 +1,18 @@
+import { CliError } from './context';
+
 /** The orchestrator answered with an error status; `status` is the HTTP status, `body` its JSON (or text). */
-export class ApiError extends Error {
-  readonly code = 'API_ERROR';
-  readonly retryable: boolean;
+export class ApiError extends CliError {
   constructor(
     readonly status: number,
     readonly body: unknown,
     what: string,
   ) {
     const msg = (body as { message?: unknown })?.message;
-    super(`${what}: HTTP ${status}${msg ? `: ${Array.isArray(msg) ? msg.join('; ') : String(msg)}` : ''}`);
-    this.name = 'ApiError';
-    this.retryable = status >= 500 || status === 429;
+    super(
+      'API_ERROR',
+      `${what}: HTTP ${status}${msg ? `: ${Array.isArray(msg) ? msg.join('; ') : String(msg)}` : ''}`,
+      status >= 500 || status === 429,
+    );
   }
 }
 

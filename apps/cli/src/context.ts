@@ -14,13 +14,22 @@ const EnvSchema = z.object({
   LOG_LEVEL: z.string().default('warn'),
 });
 
-/** A command's environment is missing or wrong: the message says which variable. Not retryable. */
-export class CliConfigError extends Error {
-  readonly code = 'CLI_CONFIG';
-  readonly retryable = false;
-  constructor(message: string) {
+/** The CLI's error base: a machine-readable `code` and whether trying again may help (`retryable`). */
+export class CliError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly retryable = false,
+  ) {
     super(message);
-    this.name = 'CliConfigError';
+    this.name = new.target.name;
+  }
+}
+
+/** A command's environment is missing or wrong: the message says which variable. Not retryable. */
+export class CliConfigError extends CliError {
+  constructor(message: string) {
+    super('CLI_CONFIG', message);
   }
 }
 

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import { IdempotencyStore, idempotencyKeyPrefix, type RecordState } from '@keyflow/idempotency';
 import { lastStableOffsets, scanRanges } from '@keyflow/kafka';
 import type { CliContext } from '../context';
-import { CliConfigError } from '../context';
+import { CliConfigError, CliError } from '../context';
 import { opt } from '../options';
 import { print, table } from '../output';
 
@@ -39,12 +39,9 @@ export interface ReplayPlan {
 }
 
 /** A replay that may not be applied: live members, skipped records, re-run effects or re-applied requests. */
-export class ReplayRefusedError extends Error {
-  readonly code = 'REPLAY_REFUSED';
-  readonly retryable = false;
+export class ReplayRefusedError extends CliError {
   constructor(message: string) {
-    super(message);
-    this.name = 'ReplayRefusedError';
+    super('REPLAY_REFUSED', message);
   }
 }
 
