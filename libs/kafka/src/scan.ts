@@ -169,10 +169,10 @@ export interface PartitionLag {
 export const SCAN_GROUP_PREFIXES = ['keyflow-scan', 'keyflow-redrive', 'keyflow-lag'] as const;
 
 /**
- * The lag of consumer group `groupId` on every partition of the topics it has committed offsets on or its live members
- * subscribe to (or of `topics`); a partition without a committed offset counts from its earliest record. Partitions whose offset difference to the LSO is at most `exactUpTo` (default 10,000) are read
- * (one read_committed scan for all of them) and their records counted; larger ones report the difference as an upper
- * bound. Every partition with something left is read far enough to find the oldest record's timestamp.
+ * The lag of consumer group `groupId` on every partition of the topics it has committed offsets on or its live
+ * members subscribe to (or of `topics`); a partition without a committed offset counts from its earliest record.
+ * Partitions whose offset difference to the LSO is at most `exactUpTo` (default 10,000) are read (one read_committed
+ * scan for all of them) and their records counted; larger ones report the difference as an upper bound. Every partition with something left is read far enough to find the oldest record's timestamp.
  */
 export async function groupLag(
   kafka: Kafka,

@@ -551,11 +551,10 @@ export function reduceInPlace(
   if (input.kind === 'start' || !state) return reduce(def, state, input, opts);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
     return { state, commands: [], events: [], ignored: `run is ${state.status}` };
-  const sequence = state.sequence;
   const c = new Ctx(def, state, input.at);
   const ignored = apply(c, input, opts);
   if (ignored) return { state, commands: [], events: [], ignored };
-  c.s.sequence = sequence + 1;
+  c.s.sequence++;
   c.s.updatedAt = input.at;
   return { state: c.s, commands: c.commands, events: c.events };
 }
@@ -661,11 +660,7 @@ function apply(
       if (input.terminate) {
         // Terminate: stop at once, compensating nothing (a compensation under way is cut off too). Commands out
         // may still run; their results are stale.
-        s.status = 'cancelled';
-        s.timers = {};
-        s.endedAt = c.at;
-        c.events.push({ type: 'RunCancelled', reason: input.reason, terminated: true });
-        c.log('RunTerminated', undefined, undefined, input.reason);
+        endCancelled(c, input.reason, true);
         return undefined;
       }
       // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
@@ -1125,13 +1120,13 @@ function nextCompensation(c: Ctx): void {
   schedule(c, id, currentAttempt(c, id) + 1);
 }
 
-/** Ends a cancelled run (after its compensations, if it had any). */
-function endCancelled(c: Ctx, reason: string): void {
+/** Ends a cancelled run (after its compensations, if it had any), or a terminated one (at once). */
+function endCancelled(c: Ctx, reason: string, terminated = false): void {
   c.s.status = 'cancelled';
   c.s.endedAt = c.at;
   c.s.timers = {};
-  c.events.push({ type: 'RunCancelled', reason, terminated: false });
-  c.log('RunCancelled', undefined, undefined, reason);
+  c.events.push({ type: 'RunCancelled', reason, terminated });
+  c.log(terminated ? 'RunTerminated' : 'RunCancelled', undefined, undefined, reason);
 }
 
 /** Timers due at or before `now`, earliest first: what the engine fires. */

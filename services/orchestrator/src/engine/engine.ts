@@ -740,10 +740,10 @@ export class Engine {
    * the partition's own producer (fenced like its batches, and serialised with them by the partition's lock) writes
    * a tombstone (null value) for each to wf.state, on the partition its snapshots are on; after the commit the
    * engine drops them, and every read model drops them when it reads the tombstone (compaction then removes the
-   * key: Kafka docs "Log Compaction", a null value deletes). A failed
-   * transaction is handled like a failed batch (abort, take the partition over again); the runs stay until the next
-   * sweep. Their snapshot blobs, if any, expire after the claim check's grace time. At most FORGET_RUNS_PER_SWEEP runs
-   * and FORGET_RECORDS_PER_SWEEP tombstones per partition per sweep (the rest wait for the next one).
+   * key: Kafka docs "Log Compaction", a null value deletes). A failed transaction is handled like a failed batch
+   * (abort, take the partition over again); the runs stay until the next sweep. Their snapshot blobs, if any, expire
+   * after the claim check's grace time. At most FORGET_RUNS_PER_SWEEP runs and FORGET_RECORDS_PER_SWEEP tombstones
+   * per partition per sweep (the rest wait for the next one).
    */
   private async forgetEndedRuns(): Promise<void> {
     if (this.stopping) return;

@@ -58,28 +58,26 @@ export class LagMonitor {
   }
 
   private async measure(): Promise<void> {
-    {
-      const lags = [];
-      for (const group of this.o.groups)
-        for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 })) lags.push({ group, ...l });
-      const admin = this.kafka.admin();
-      await admin.connect();
-      const dlqTopics = (await admin.listTopics().finally(() => admin.disconnect())).filter(
-        (t) => t.startsWith(this.o.topicPrefix) && t.endsWith('.dlq'),
-      );
-      // A large DLQ is not read every pass: its offset span is counted (an upper bound).
-      const dlqs = await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000 });
-      const m = this.metrics;
-      m.consumerLag.reset();
-      m.oldestUnread.reset();
-      m.dlqRecords.reset();
-      for (const l of lags) {
-        const labels = { group: l.group, topic: this.logical(l.topic), partition: String(l.partition) };
-        m.consumerLag.set(labels, l.lag);
-        m.oldestUnread.set(labels, (l.oldestAgeMs ?? 0) / 1000);
-      }
-      for (const d of dlqs) m.dlqRecords.set({ topic: this.logical(d.topic) }, d.records);
-      m.lagScrapedAt.set(Date.now() / 1000);
+    const lags = [];
+    for (const group of this.o.groups)
+      for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 })) lags.push({ group, ...l });
+    const admin = this.kafka.admin();
+    await admin.connect();
+    const dlqTopics = (await admin.listTopics().finally(() => admin.disconnect())).filter(
+      (t) => t.startsWith(this.o.topicPrefix) && t.endsWith('.dlq'),
+    );
+    // A large DLQ is not read every pass: its offset span is counted (an upper bound).
+    const dlqs = await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000 });
+    const m = this.metrics;
+    m.consumerLag.reset();
+    m.oldestUnread.reset();
+    m.dlqRecords.reset();
+    for (const l of lags) {
+      const labels = { group: l.group, topic: this.logical(l.topic), partition: String(l.partition) };
+      m.consumerLag.set(labels, l.lag);
+      m.oldestUnread.set(labels, (l.oldestAgeMs ?? 0) / 1000);
     }
+    for (const d of dlqs) m.dlqRecords.set({ topic: this.logical(d.topic) }, d.records);
+    m.lagScrapedAt.set(Date.now() / 1000);
   }
 }

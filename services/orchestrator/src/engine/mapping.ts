@@ -123,8 +123,8 @@ const EVENT_PAYLOADS: Partial<Record<string, { field: 'output' | 'input'; ref: '
   };
 
 /**
- * Encodes the reducer's commands, lifecycle events and (unless `withSnapshot` is false) the snapshot as Kafka records. Every payload over the claim
- * check's threshold (a command's input, an event's output or input, the snapshot's state) is stored as a blob first
+ * Encodes the reducer's commands, lifecycle events and (given `snapshot`) the snapshot as Kafka records. Every
+ * payload over the claim check's threshold (a command's input, an event's output or input, the snapshot's state) is stored as a blob first
  * and the record carries its reference (README "Claim check").
  * @throws PayloadTooLargeError (PAYLOAD_TOO_LARGE, not retryable) when one cannot be carried; store outages as is.
  */
