@@ -45,5 +45,5 @@ export type {
   ReduceOptions,
 } from './reducer';
 export { PendingRuns } from './pending';
-export { snapshotParts, assembleRunState, segmentKey } from './snapshot';
+export { snapshotParts, assembleRunState, segmentKey, runOfSegmentKey } from './snapshot';
 export type { SnapshotParts } from './snapshot';

@@ -51,6 +51,11 @@ export function snapshotParts(state: RunState, previous: RunState | undefined): 
 /** The key of a segment record: distinct from every run id (run ids have no `/`), on the run's partition. */
 export const segmentKey = (runId: string, mapId: string, index: number) => `${runId}/${mapId}/${index}`;
 
+/** The run a segment record's key names (see {@link segmentKey}), or undefined for a run's own key. */
+export function runOfSegmentKey(key: string): string | undefined {
+  return /^([^/]+)\/[^/]+\/\d+$/.exec(key)?.[1];
+}
+
 /**
  * A run's state from its core record's parsed JSON and its segments (`segment(mapId, index)`: the latest segment
  * record's parsed value, or undefined when none was written: the segment is then empty). A core written before

@@ -1,6 +1,8 @@
 import fc from 'fast-check';
 import {
   assembleRunState,
+  runOfSegmentKey,
+  segmentKey,
   snapshotParts,
   type ItemSegment,
   type SnapshotParts,
@@ -630,6 +632,12 @@ describe('map items kept in segments', () => {
 });
 
 describe('snapshots of a run with map items', () => {
+  it('a segment key names its run; a run id is not a segment key', () => {
+    expect(runOfSegmentKey(segmentKey('run-1', 'each', 3))).toBe('run-1');
+    expect(runOfSegmentKey('run-1')).toBeUndefined();
+    expect(runOfSegmentKey('__barrier__/2')).toBeUndefined();
+  });
+
   const big = workflow('big', 1)
     .map('each', { type: 'w', items: () => Array.from({ length: 1000 }, (_, i) => i), concurrency: 8 })
     .build();

@@ -10,6 +10,7 @@ import {
 import type { ComponentHealth, Counter, Logger, Registry } from '@keyflow/observability';
 import {
   assembleRunState,
+  runOfSegmentKey,
   segmentKey,
   type ItemSegment,
   type RunState,
@@ -55,7 +56,7 @@ export interface RunEntry {
  */
 export class RunReadModel {
   private readonly runs = new Map<string, RunEntry>();
-  /** The latest segment records of each run's map items: run id -> `<map id>/<index>` -> segment. */
+  /** The latest segment records of each run's map items: run id -> segment key (segmentKey) -> segment. */
   private readonly segments = new Map<string, Map<string, ItemSegment>>();
   private readonly barriers = new Map<number, string>();
   private waiters: Array<{
@@ -150,8 +151,8 @@ export class RunReadModel {
         const key = message.key?.toString() ?? '';
         if (message.value === null) {
           // A tombstone of a run (its key is the run id) or of one of its segments (`<run>/<map>/<index>`).
-          const seg = /^([^/]+)\/([^/]+\/\d+)$/.exec(key);
-          if (seg) this.segments.get(seg[1])?.delete(seg[2]);
+          const runOfSegment = runOfSegmentKey(key);
+          if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
           else {
             this.runs.delete(key);
             this.segments.delete(key);
@@ -218,7 +219,7 @@ export class RunReadModel {
             return;
           }
           const own = this.segments.get(d.value.runId) ?? new Map<string, ItemSegment>();
-          own.set(`${d.value.segment.mapId}/${d.value.segment.index}`, seg);
+          own.set(segmentKey(d.value.runId, d.value.segment.mapId, d.value.segment.index), seg);
           this.segments.set(d.value.runId, own);
           return;
         }
@@ -236,7 +237,8 @@ export class RunReadModel {
         }
         const own = this.segments.get(state.runId);
         try {
-          state = assembleRunState(state, (mapId, index) => own?.get(`${mapId}/${index}`));
+          const runId = state.runId;
+          state = assembleRunState(state, (mapId, index) => own?.get(segmentKey(runId, mapId, index)));
         } catch (err) {
           this.skip(SKIP_REASONS.notRunState, where, err);
           return;
@@ -288,10 +290,7 @@ export class RunReadModel {
 
   /** The keys of the segment records held for `runId` (what a tombstone of the run must also delete). */
   segmentKeys(runId: string): string[] {
-    return [...(this.segments.get(runId)?.keys() ?? [])].map((k) => {
-      const at = k.lastIndexOf('/');
-      return segmentKey(runId, k.slice(0, at), Number(k.slice(at + 1)));
-    });
+    return [...(this.segments.get(runId)?.keys() ?? [])];
   }
 
   get(runId: string): RunState | undefined {
