@@ -44,7 +44,15 @@ export {
   header,
   DLQ_HEADERS,
 } from './dlq';
-export { lastStableOffsets, scanRanges, groupLag, summarizeDlqs, SCAN_GROUP_PREFIXES } from './scan';
+export {
+  lastStableOffsets,
+  resumePosition,
+  listDlqTopics,
+  scanRanges,
+  groupLag,
+  summarizeDlqs,
+  SCAN_GROUP_PREFIXES,
+} from './scan';
 export type { ScanRange, PartitionLag, DlqSummary } from './scan';
 export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';
 export {

@@ -1,4 +1,4 @@
-import { AssignerProtocol, type Kafka, type KafkaMessage } from 'kafkajs';
+import { AssignerProtocol, type Admin, type Kafka, type KafkaMessage } from 'kafkajs';
 import { undecodableBatchError } from './codecs';
 import { DLQ_HEADERS, header } from './dlq';
 import { undecodableBatchOf } from './undecodable';
@@ -17,17 +17,40 @@ export interface ScanRange {
  * The end of each partition of `topic` that a read_committed consumer can reach now: its last stable offset (LSO).
  * kafkajs's `admin.fetchTopicOffsets` sends ListOffsets v2+ with isolation_level READ_COMMITTED (kafkajs 2.2.4
  * requests/listOffsets default when the admin's cluster sets none), which the broker answers with the LSO, not the
- * high watermark (KIP-98). Also returns each partition's earliest offset (`low`).
+ * high watermark (KIP-98). Also returns each partition's earliest offset (`low`). With `admin` (connected), asks
+ * through it; otherwise connects an admin client of its own for the call.
  */
 export async function lastStableOffsets(
   kafka: Kafka,
   topic: string,
+  admin?: Admin,
 ): Promise<Array<{ partition: number; low: bigint; end: bigint }>> {
+  const own = admin ? undefined : kafka.admin();
+  await own?.connect();
+  try {
+    const offsets = await (admin ?? own!).fetchTopicOffsets(topic);
+    return offsets.map((o) => ({ partition: o.partition, low: BigInt(o.low), end: BigInt(o.high) }));
+  } finally {
+    await own?.disconnect();
+  }
+}
+
+/**
+ * Where a group's consumer resumes in a partition: its committed offset (`-1`: none) clamped to the partition's
+ * offsets, the earliest when it has none (the project's consumers start from the beginning).
+ */
+export function resumePosition(committed: string, partition: { low: bigint; end: bigint }): bigint {
+  if (committed === '-1') return partition.low;
+  const at = BigInt(committed);
+  return at < partition.low ? partition.low : at > partition.end ? partition.end : at;
+}
+
+/** The DLQ topics (`*.dlq`) whose names start with `prefix` (the deployment's topic prefix), sorted. */
+export async function listDlqTopics(kafka: Kafka, prefix: string): Promise<string[]> {
   const admin = kafka.admin();
   await admin.connect();
   try {
-    const offsets = await admin.fetchTopicOffsets(topic);
-    return offsets.map((o) => ({ partition: o.partition, low: BigInt(o.low), end: BigInt(o.high) }));
+    return (await admin.listTopics()).filter((t) => t.startsWith(prefix) && t.endsWith('.dlq')).sort();
   } finally {
     await admin.disconnect();
   }
@@ -182,7 +205,9 @@ export async function groupLag(
   const exactUpTo = BigInt(opts.exactUpTo ?? 10_000);
   const admin = kafka.admin();
   await admin.connect();
-  let committed: Array<{ topic: string; partitions: Array<{ partition: number; offset: string }> }>;
+  const out: PartitionLag[] = [];
+  const ranges: ScanRange[] = [];
+  const byRange = new Map<string, PartitionLag>();
   try {
     let topics = opts.topics;
     if (!topics) {
@@ -200,35 +225,31 @@ export async function groupLag(
       topics = [...new Set([...withOffsets, ...subscribed])];
       if (!topics.length) return [];
     }
-    committed = await admin.fetchOffsets({ groupId, topics });
+    for (const { topic, partitions } of await admin.fetchOffsets({ groupId, topics })) {
+      const ends = new Map((await lastStableOffsets(kafka, topic, admin)).map((e) => [e.partition, e]));
+      for (const { partition, offset } of partitions) {
+        const e = ends.get(partition);
+        if (!e) continue;
+        const position = resumePosition(offset, e);
+        const diff = e.end - position;
+        const lag: PartitionLag = {
+          topic,
+          partition,
+          committed: offset === '-1' ? null : offset,
+          end: String(e.end),
+          lag: diff <= exactUpTo ? 0 : Number(diff),
+          exact: diff <= exactUpTo,
+          oldestAgeMs: null,
+        };
+        out.push(lag);
+        if (diff === 0n) continue;
+        // Small ranges are read whole (and counted); a large one only up to its oldest record.
+        ranges.push({ topic, partition, from: position, to: e.end });
+        byRange.set(`${topic}\u0000${partition}`, lag);
+      }
+    }
   } finally {
     await admin.disconnect();
-  }
-  const out: PartitionLag[] = [];
-  const ranges: ScanRange[] = [];
-  const byRange = new Map<string, PartitionLag>();
-  for (const { topic, partitions } of committed) {
-    const ends = new Map((await lastStableOffsets(kafka, topic)).map((e) => [e.partition, e]));
-    for (const { partition, offset } of partitions) {
-      const e = ends.get(partition);
-      if (!e) continue;
-      const position = offset === '-1' ? e.low : BigInt(offset) < e.low ? e.low : BigInt(offset);
-      const diff = e.end > position ? e.end - position : 0n;
-      const lag: PartitionLag = {
-        topic,
-        partition,
-        committed: offset === '-1' ? null : offset,
-        end: String(e.end),
-        lag: diff <= exactUpTo ? 0 : Number(diff),
-        exact: diff <= exactUpTo,
-        oldestAgeMs: null,
-      };
-      out.push(lag);
-      if (diff === 0n) continue;
-      // Small ranges are read whole (and counted); a large one only up to its oldest record.
-      ranges.push({ topic, partition, from: position, to: e.end });
-      byRange.set(`${topic}\u0000${partition}`, lag);
-    }
   }
   const now = opts.now ?? Date.now();
   await scanRanges(
@@ -270,23 +291,29 @@ export async function summarizeDlqs(
 ): Promise<DlqSummary[]> {
   const byTopic = new Map<string, DlqSummary & { errors: Map<string, number> }>();
   const ranges: ScanRange[] = [];
-  for (const topic of topics) {
-    const summary = {
-      topic,
-      records: 0,
-      exact: true,
-      oldest: null,
-      newest: null,
-      topErrors: [],
-      errors: new Map(),
-    };
-    byTopic.set(topic, summary);
-    for (const e of await lastStableOffsets(kafka, topic)) {
-      if (opts.exactUpTo !== undefined && e.end - e.low > BigInt(opts.exactUpTo)) {
-        summary.records += Number(e.end - e.low);
-        summary.exact = false;
-      } else ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    for (const topic of topics) {
+      const summary = {
+        topic,
+        records: 0,
+        exact: true,
+        oldest: null,
+        newest: null,
+        topErrors: [],
+        errors: new Map(),
+      };
+      byTopic.set(topic, summary);
+      for (const e of await lastStableOffsets(kafka, topic, admin)) {
+        if (opts.exactUpTo !== undefined && e.end - e.low > BigInt(opts.exactUpTo)) {
+          summary.records += Number(e.end - e.low);
+          summary.exact = false;
+        } else ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
+      }
     }
+  } finally {
+    await admin.disconnect();
   }
   await scanRanges(kafka, ranges, (topic, _p, m) => {
     const s = byTopic.get(topic)!;

@@ -5,6 +5,7 @@ import {
   DLQ_HEADERS,
   header,
   lastStableOffsets,
+  listDlqTopics,
   matchesRedriveFilter,
   redrive,
   scanRanges,
@@ -18,11 +19,7 @@ import { iso, print, table } from '../output';
 
 /** Every DLQ topic (`*.dlq` under the topic prefix), summed up, with logical names. */
 export async function dlqSummaries(ctx: CliContext): Promise<DlqSummary[]> {
-  const admin = ctx.kafka.admin();
-  await admin.connect();
-  const topics = (await admin.listTopics().finally(() => admin.disconnect()))
-    .filter((t) => t.endsWith('.dlq') && ctx.logical(t) !== undefined)
-    .sort();
+  const topics = await listDlqTopics(ctx.kafka, ctx.env.KEYFLOW_TOPIC_PREFIX);
   return (await summarizeDlqs(ctx.kafka, topics)).map((s) => ({ ...s, topic: ctx.logical(s.topic)! }));
 }
 

@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { Redis } from 'ioredis';
 import { IdempotencyStore, idempotencyKeyPrefix, type RecordState } from '@keyflow/idempotency';
-import { lastStableOffsets, scanRanges } from '@keyflow/kafka';
+import { lastStableOffsets, resumePosition, scanRanges } from '@keyflow/kafka';
 import type { CliContext } from '../context';
 import { CliConfigError, CliError } from '../context';
 import { opt } from '../options';
@@ -84,7 +84,7 @@ export async function planReplay(
     const committed = await admin.fetchOffsets({ groupId: group, topics: physical });
     for (const { topic, partitions } of committed) {
       if (!physical && partitions.every((p) => p.offset === '-1')) continue;
-      const ends = new Map((await lastStableOffsets(ctx.kafka, topic)).map((e) => [e.partition, e]));
+      const ends = new Map((await lastStableOffsets(ctx.kafka, topic, admin)).map((e) => [e.partition, e]));
       const byTime =
         target.kind === 'time'
           ? new Map(
@@ -105,7 +105,7 @@ export async function planReplay(
               ? target.offset
               : byTime!.get(partition)!,
         );
-        const position = offset === '-1' ? e.low : clamp(BigInt(offset));
+        const position = resumePosition(offset, e);
         const move: ReplayMove = {
           topic: ctx.logical(topic) ?? topic,
           physical: topic,

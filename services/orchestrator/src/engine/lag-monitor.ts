@@ -1,5 +1,5 @@
 import type { Kafka } from 'kafkajs';
-import { groupLag, summarizeDlqs } from '@keyflow/kafka';
+import { groupLag, listDlqTopics, summarizeDlqs } from '@keyflow/kafka';
 import type { Logger } from '@keyflow/observability';
 import type { OrchestratorMetrics } from './metrics';
 
@@ -61,11 +61,7 @@ export class LagMonitor {
     const lags = [];
     for (const group of this.o.groups)
       for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 })) lags.push({ group, ...l });
-    const admin = this.kafka.admin();
-    await admin.connect();
-    const dlqTopics = (await admin.listTopics().finally(() => admin.disconnect())).filter(
-      (t) => t.startsWith(this.o.topicPrefix) && t.endsWith('.dlq'),
-    );
+    const dlqTopics = await listDlqTopics(this.kafka, this.o.topicPrefix);
     // A large DLQ is not read every pass: its offset span is counted (an upper bound).
     const dlqs = await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000 });
     const m = this.metrics;
