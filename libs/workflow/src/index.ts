@@ -18,6 +18,7 @@ export {
   flatRunState,
   normalizeRunState,
   stepStateOf,
+  itemOf,
   SEGMENT_ITEMS,
   dueTimers,
   seededRandom,

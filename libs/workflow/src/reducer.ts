@@ -256,8 +256,8 @@ const ITEM = /^(.+)\[(\d+)\]$/;
 /** A running map step's items, by its progress record (see Ctx.itemsOf); dropped with the record. */
 const ITEMS = new WeakMap<object, unknown[]>();
 
-/** The map step id and item index an item step id names, or undefined for any other step id. */
-function itemOf(stepId: string): { mapId: string; index: number } | undefined {
+/** The map step id and item index an item step id (`<map>[<index>]`) names, or undefined for any other step id. */
+export function itemOf(stepId: string): { mapId: string; index: number } | undefined {
   const m = ITEM.exec(stepId);
   return m ? { mapId: m[1], index: Number(m[2]) } : undefined;
 }

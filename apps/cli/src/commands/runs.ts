@@ -1,5 +1,5 @@
 import { Command, Option } from 'commander';
-import type { RunState, StepState } from '@keyflow/workflow';
+import { COMPENSATION_SUFFIX, itemOf, type RunState, type StepState } from '@keyflow/workflow';
 import { api } from '../api';
 import type { CliContext } from '../context';
 import { opt } from '../options';
@@ -18,18 +18,18 @@ type Summary = {
 
 /** The rows `runs show` prints for a run's steps: the plan's steps (map items summed up), then compensations. */
 export function stepRows(run: RunState): Array<Record<string, unknown>> {
-  const item = /^(.+)\[(\d+)\]$/;
-  const ids = [...run.plan, ...Object.keys(run.steps).filter((id) => id.endsWith('.compensate'))];
+  const ids = [...run.plan, ...Object.keys(run.steps).filter((id) => id.endsWith(COMPENSATION_SUFFIX))];
+  // The run API lists map items among the steps (`<map>[<index>]`): failed ones, counted per map in one pass.
+  const failedItems = new Map<string, number>();
+  for (const [id, st] of Object.entries(run.steps)) {
+    const mapId = itemOf(id)?.mapId;
+    if (mapId && st.status === 'failed') failedItems.set(mapId, (failedItems.get(mapId) ?? 0) + 1);
+  }
   return ids
     .filter((id) => run.steps[id])
     .map((id) => {
       const st: StepState = run.steps[id];
-      const items = st.map
-        ? Object.entries(run.steps)
-            .filter(([k]) => item.exec(k)?.[1] === id)
-            .map(([, s]) => s)
-        : [];
-      const failedItems = items.filter((s) => s.status === 'failed').length;
+      const failed = failedItems.get(id) ?? 0;
       return {
         step: id,
         status: st.status,
@@ -37,9 +37,7 @@ export function stepRows(run: RunState): Array<Record<string, unknown>> {
         took: duration(
           st.endedAt !== undefined && st.startedAt !== undefined ? st.endedAt - st.startedAt : null,
         ),
-        items: st.map
-          ? `${st.map.done}/${st.map.total} done${failedItems ? `, ${failedItems} failed` : ''}`
-          : '',
+        items: st.map ? `${st.map.done}/${st.map.total} done${failed ? `, ${failed} failed` : ''}` : '',
         error: st.error ? `${st.error.errorClass}: ${st.error.message}` : '',
       };
     });

@@ -1,3 +1,5 @@
+import type { RunState } from '@keyflow/workflow';
+import { stepRows } from '../../src/commands/runs';
 import { duration, parseTime, table } from '../../src/output';
 
 describe('CLI output and option parsing', () => {
@@ -27,6 +29,25 @@ describe('CLI output and option parsing', () => {
       '2 min 5 s',
       '2 h 3 min',
       '-',
+    ]);
+  });
+});
+
+describe('runs show', () => {
+  it('sums a map step up from its items among the steps, failed ones counted', () => {
+    const run = {
+      plan: ['each', 'sum'],
+      steps: {
+        each: { status: 'failed', attempt: 1, map: { total: 3, next: 3, done: 1, segments: [] } },
+        'each[0]': { status: 'completed', attempt: 1 },
+        'each[1]': { status: 'failed', attempt: 2 },
+        'each[2]': { status: 'failed', attempt: 1 },
+        'each.compensate': { status: 'completed', attempt: 1 },
+      },
+    } as unknown as RunState;
+    expect(stepRows(run).map((r) => [r.step, r.items])).toEqual([
+      ['each', '1/3 done, 2 failed'],
+      ['each.compensate', ''],
     ]);
   });
 });
