@@ -130,26 +130,12 @@ export class EventCodec {
   async registerTopics(logicalTopics: string[]): Promise<Map<string, number>> {
     const ids = new Map<string, number>();
     for (const logical of logicalTopics) {
-      const entry = this.set.topic(logical);
-      const schema = this.opts.topicSchemas?.[logical] ?? this.set.topicSchema(logical);
-      const subject = subjectFor(this.physical(logical));
-      const mode = this.opts.compatibility ?? entry.compatibility;
-      await this.untilRegistryAnswers(() => this.setCompatibility(subject, mode));
-      const id = await this.untilRegistryAnswers(() => this.registerSchema(subject, schema));
-      const reader = avsc.Type.forSchema(schema as avsc.Schema, typeOpts());
-      const events = new Map<string, EventName>(
-        entry.events.map((e) => [`dev.keyflow.events.${e}`, e as EventName] as const),
-      );
-      this.topics.set(logical, {
-        subject,
-        logical,
-        reader,
-        registeredId: id,
-        isUnion: entry.events.length > 1,
-        events,
-      });
-      this.writersReady.set(id, reader);
-      this.writers.set(id, Promise.resolve(reader));
+      const { state, schema, compatibility } = this.topicState(logical);
+      await this.untilRegistryAnswers(() => this.setCompatibility(state.subject, compatibility));
+      const id = await this.untilRegistryAnswers(() => this.registerSchema(state.subject, schema));
+      this.topics.set(logical, { ...state, registeredId: id });
+      this.writersReady.set(id, state.reader);
+      this.writers.set(id, Promise.resolve(state.reader));
       ids.set(logical, id);
     }
     return ids;
@@ -162,21 +148,25 @@ export class EventCodec {
    * @throws Error when a topic is not in the catalog (schemas/catalog.yaml).
    */
   useTopics(logicalTopics: string[]): void {
-    for (const logical of logicalTopics) {
-      if (this.topics.has(logical)) continue;
-      const entry = this.set.topic(logical);
-      const schema = this.opts.topicSchemas?.[logical] ?? this.set.topicSchema(logical);
-      this.topics.set(logical, {
-        subject: subjectFor(this.physical(logical)),
-        logical,
-        reader: avsc.Type.forSchema(schema as avsc.Schema, typeOpts()),
-        registeredId: -1,
-        isUnion: entry.events.length > 1,
-        events: new Map<string, EventName>(
-          entry.events.map((e) => [`dev.keyflow.events.${e}`, e as EventName] as const),
-        ),
-      });
-    }
+    for (const logical of logicalTopics)
+      if (!this.topics.has(logical)) this.topics.set(logical, this.topicState(logical).state);
+  }
+
+  /** A logical topic's state from the catalog (reader type, events, subject), not registered yet. */
+  private topicState(logical: string) {
+    const entry = this.set.topic(logical);
+    const schema = this.opts.topicSchemas?.[logical] ?? this.set.topicSchema(logical);
+    const state: TopicReader = {
+      subject: subjectFor(this.physical(logical)),
+      logical,
+      reader: avsc.Type.forSchema(schema as avsc.Schema, typeOpts()),
+      registeredId: -1, // until registered: readable, not writable (see encode)
+      isUnion: entry.events.length > 1,
+      events: new Map<string, EventName>(
+        entry.events.map((e) => [`dev.keyflow.events.${e}`, e as EventName] as const),
+      ),
+    };
+    return { state, schema, compatibility: this.opts.compatibility ?? entry.compatibility };
   }
 
   /** Runs `call`, again with backoff while it fails with RegistryUnavailableError, up to registryStartupTimeoutMs. */
