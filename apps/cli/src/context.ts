@@ -72,6 +72,16 @@ export class CliContext {
     return this.codecClient;
   }
 
+  /** The codec. @throws CliConfigError when SCHEMA_REGISTRY_URL is not set */
+  requireCodec(): EventCodec {
+    const codec = this.codec;
+    if (!codec)
+      throw new CliConfigError(
+        'SCHEMA_REGISTRY_URL is not set (eval "$(infra/local/stack.sh env)" for the local stack)',
+      );
+    return codec;
+  }
+
   /** @throws CliConfigError when neither `--api` nor KEYFLOW_API_URL gives the orchestrator's URL */
   apiUrl(option?: string): string {
     const url = option ?? this.env.KEYFLOW_API_URL;

@@ -2,6 +2,14 @@ import { hostname } from 'node:os';
 import type { IHeaders, Kafka, KafkaMessage, Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 import type { ConsumedMessage } from './ordered-consumer';
+
+import {
+  ensureDlqLedger,
+  ledgerMessage,
+  readDlqLedger,
+  type DlqAction,
+  type LedgerCodec,
+} from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
@@ -29,6 +37,10 @@ export interface DeadLetter {
   lastFailureAt: number;
   consumerGroup: string;
 }
+
+/** Ledger key and in-memory id of a DLQ record: `<physical dlq topic>/<partition>/<offset>`. */
+export const dlqRecordId = (physicalDlqTopic: string, partition: number, offset: string) =>
+  `${physicalDlqTopic}/${partition}/${offset}`;
 
 /** `task.extract` -> `task.extract.dlq`. */
 export const dlqTopicFor = (topic: string) => `${topic}.dlq`;
@@ -73,6 +85,10 @@ export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: Dead
 }
 
 export interface RedriveFilter {
+  /** Only the records of this DLQ partition. */
+  partition?: number;
+  /** Only the record at this offset (with `partition`: one record). */
+  offset?: string;
   /** Only records with this key. */
   key?: string;
   /** Only records whose error class is this. */
@@ -84,22 +100,29 @@ export interface RedriveFilter {
 
 export interface RedriveReport {
   scanned: number;
-  /** Records re-published (with `dryRun`: that would be). */
+  /** Records re-published, or discarded with `action: 'DISCARDED'` (with `dryRun`: that would be). */
   moved: number;
   /** Moved records per original topic. */
   byTopic: Record<string, number>;
+  /** Records that did not match the filter, or had no original topic header. */
   skipped: number;
+  /** Matching records the ledger says were handled before (left alone unless `includeHandled`). */
+  alreadyHandled: number;
   dryRun: boolean;
+  action: DlqAction;
 }
 
-/** Whether a DLQ record matches `filter` (by key, error class and last failure time). */
+/** Whether a DLQ record matches `filter` (by partition, offset, key, error class and last failure time). */
 export function matchesRedriveFilter(
-  m: Pick<KafkaMessage, 'key' | 'headers'>,
+  m: Pick<KafkaMessage, 'key' | 'headers' | 'offset'>,
   filter: RedriveFilter,
+  partition?: number,
 ): boolean {
   const h = m.headers ?? {};
   const last = Number(header(h, DLQ_HEADERS.lastFailureAt) ?? 0);
   return (
+    (filter.partition === undefined || partition === filter.partition) &&
+    (filter.offset === undefined || m.offset === filter.offset) &&
     (filter.key === undefined || m.key?.toString() === filter.key) &&
     (filter.errorClass === undefined || header(h, DLQ_HEADERS.errorClass) === filter.errorClass) &&
     (filter.fromMs === undefined || last >= filter.fromMs) &&
@@ -110,14 +133,17 @@ export function matchesRedriveFilter(
 /**
  * Re-publishes the DLQ records that match `filter` to their original topic, with their original key, bytes
  * and headers (so the idempotency key inside the payload is kept), minus the triage headers, plus
- * `x-dlq-redrive-count`. Reads the DLQ (read_committed) from the beginning up to its last stable offsets at the start
- * of the call (`scanRanges`: transactional DLQs, such as the orchestrator's wf.requests.dlq and task.results.dlq,
- * hold markers and aborted records it passes over), at most `ratePerSec` records per second, then returns. With
- * `dryRun` nothing is sent: the report says what would be. Records may be redriven more than once; the idempotency
- * layer makes that safe.
+ * `x-dlq-redrive-count`; with `action: 'DISCARDED'` sends nothing to the original topic. Each record acted on gets
+ * a DlqRecordHandled entry in the DLQ ledger (libs/kafka dlq-ledger.ts) after its send, so it stops counting as
+ * pending, and a later redrive leaves it alone unless `includeHandled`. Reads the DLQ (read_committed) from the
+ * beginning up to its last stable offsets at the start of the call (`scanRanges`: transactional DLQs, such as the
+ * orchestrator's wf.requests.dlq and task.results.dlq, hold markers and aborted records it passes over), at most
+ * `ratePerSec` records per second, then returns. With `dryRun` nothing is sent: the report says what would be. A
+ * crash between a record's send and its ledger entry leaves it pending: it may be redriven again, which the
+ * idempotency layer makes safe.
  * @throws UndecodableBatchError (code UNDECODABLE_BATCH, naming the DLQ partition and offsets) when a record batch
- *   of the DLQ cannot be decompressed: nothing after it in that partition is moved; whatever else the consumer or
- *   producer throws (kafkajs errors)
+ *   of the DLQ cannot be decompressed: nothing after it in that partition is moved; the codec's registry errors
+ *   (ensureDlqLedger); whatever else the consumer or producer throws (kafkajs errors)
  */
 export async function redrive(
   kafka: Kafka,
@@ -128,38 +154,72 @@ export async function redrive(
     logger: Logger;
     producer: Producer;
     dryRun?: boolean;
+    /** The ledger's codec and who acts (see {@link handledBy}). */
+    ledger: { codec: LedgerCodec; handledBy: string; reason?: string };
+    /** Default REDRIVEN. */
+    action?: DlqAction;
+    /** Also act on records the ledger says were handled before (default false). */
+    includeHandled?: boolean;
   },
 ): Promise<RedriveReport> {
-  const { dlqTopic, filter = {}, ratePerSec = 100, dryRun = false } = opts;
+  const { dlqTopic, filter = {}, ratePerSec = 100, dryRun = false, action = 'REDRIVEN' } = opts;
+  const { codec } = opts.ledger;
+  if (!dryRun) await ensureDlqLedger(kafka, codec);
+  const handled = await readDlqLedger(kafka, codec);
   const ends = await lastStableOffsets(kafka, dlqTopic);
-  const report: RedriveReport = { scanned: 0, moved: 0, byTopic: {}, skipped: 0, dryRun };
+  const report: RedriveReport = {
+    scanned: 0,
+    moved: 0,
+    byTopic: {},
+    skipped: 0,
+    alreadyHandled: 0,
+    dryRun,
+    action,
+  };
   const minGapMs = 1_000 / ratePerSec;
   let nextSendAt = Date.now();
   await scanRanges(
     kafka,
     ends.map((e) => ({ topic: dlqTopic, partition: e.partition, from: e.low, to: e.end })),
-    async (_topic, _partition, message) => {
+    async (_topic, partition, message) => {
       report.scanned++;
       const h = message.headers ?? {};
       const original = header(h, DLQ_HEADERS.originalTopic);
-      if (!matchesRedriveFilter(message, filter) || !original) {
+      if (!matchesRedriveFilter(message, filter, partition) || (!original && action === 'REDRIVEN')) {
         report.skipped++;
+        return;
+      }
+      if (!opts.includeHandled && handled.has(dlqRecordId(dlqTopic, partition, message.offset))) {
+        report.alreadyHandled++;
         return;
       }
       if (!dryRun) {
         const wait = nextSendAt - Date.now();
         if (wait > 0) await new Promise((r) => setTimeout(r, wait));
         nextSendAt = Math.max(Date.now(), nextSendAt) + minGapMs;
-        const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
-        kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
-        await opts.producer.send({
-          topic: original,
-          acks: -1,
-          messages: [{ key: message.key, value: message.value, headers: kept }],
+        if (action === 'REDRIVEN') {
+          const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
+          kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
+          await opts.producer.send({
+            topic: original!,
+            acks: -1,
+            messages: [{ key: message.key, value: message.value, headers: kept }],
+          });
+        }
+        const { topic, ...entry } = ledgerMessage(codec, {
+          dlqTopic,
+          partition,
+          offset: message.offset,
+          action,
+          originalTopic: action === 'REDRIVEN' ? original : null,
+          handledBy: opts.ledger.handledBy,
+          reason: opts.ledger.reason,
         });
+        await opts.producer.send({ topic, acks: -1, messages: [entry] });
       }
       report.moved++;
-      report.byTopic[original] = (report.byTopic[original] ?? 0) + 1;
+      const to = action === 'REDRIVEN' ? original! : '(discarded)';
+      report.byTopic[to] = (report.byTopic[to] ?? 0) + 1;
     },
     { groupPrefix: 'keyflow-redrive' },
   );

@@ -41,9 +41,22 @@ export {
   redrive,
   matchesRedriveFilter,
   dlqTopicFor,
+  dlqRecordId,
   header,
   DLQ_HEADERS,
 } from './dlq';
+export {
+  DLQ_LEDGER_TOPIC,
+  DLQ_LEDGER_PARTITIONS,
+  ensureDlqLedger,
+  ledgerMessage,
+  readDlqLedger,
+  handledBy,
+  type HandledEntry,
+  type DlqAction,
+  type LedgerCodec,
+} from './dlq-ledger';
+export { describeDlqRecord, readDlqRecords, type DlqRecord } from './dlq-records';
 export {
   lastStableOffsets,
   resumePosition,

@@ -1,6 +1,6 @@
 import { AssignerProtocol, type Admin, type Kafka, type KafkaMessage } from 'kafkajs';
 import { undecodableBatchError } from './codecs';
-import { DLQ_HEADERS, header } from './dlq';
+import { DLQ_HEADERS, dlqRecordId, header } from './dlq';
 import { undecodableBatchOf } from './undecodable';
 
 /** Offsets [from, to) of one partition of one topic to read; offsets are Kafka offsets as strings or bigints. */
@@ -271,11 +271,17 @@ export interface DlqSummary {
   topic: string;
   /** Records a read_committed consumer is given (markers and aborted records not counted), if `exact`. */
   records: number;
+  /**
+   * Records still waiting for an operator: `records` minus those the DLQ ledger (`handled`) says were redriven or
+   * discarded. Equal to `records` when no ledger was given.
+   */
+  pending: number;
   /** False when a partition was too large to read (see summarizeDlqs): `records` is then an upper bound. */
   exact: boolean;
+  /** Oldest and newest failure among the pending records. */
   oldest: number | null;
   newest: number | null;
-  /** Error classes by count, most frequent first (at most 5). */
+  /** Error classes of the pending records by count, most frequent first (at most 5). */
   topErrors: Array<{ errorClass: string; count: number }>;
 }
 
@@ -286,8 +292,12 @@ export interface DlqSummary {
 export async function summarizeDlqs(
   kafka: Kafka,
   topics: string[],
-  /** Partitions with more offsets than this are not read: their offset span counts as records (an upper bound). */
-  opts: { exactUpTo?: number } = {},
+  opts: {
+    /** Partitions with more offsets than this are not read: their offset span counts as records (an upper bound). */
+    exactUpTo?: number;
+    /** The DLQ ledger (readDlqLedger), by dlqRecordId: its records do not count as pending. */
+    handled?: ReadonlyMap<string, unknown>;
+  } = {},
 ): Promise<DlqSummary[]> {
   const byTopic = new Map<string, DlqSummary & { errors: Map<string, number> }>();
   const ranges: ScanRange[] = [];
@@ -298,6 +308,7 @@ export async function summarizeDlqs(
       const summary = {
         topic,
         records: 0,
+        pending: 0,
         exact: true,
         oldest: null,
         newest: null,
@@ -308,6 +319,7 @@ export async function summarizeDlqs(
       for (const e of await lastStableOffsets(kafka, topic, admin)) {
         if (opts.exactUpTo !== undefined && e.end - e.low > BigInt(opts.exactUpTo)) {
           summary.records += Number(e.end - e.low);
+          summary.pending += Number(e.end - e.low);
           summary.exact = false;
         } else ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
       }
@@ -315,10 +327,12 @@ export async function summarizeDlqs(
   } finally {
     await admin.disconnect();
   }
-  await scanRanges(kafka, ranges, (topic, _p, m) => {
+  await scanRanges(kafka, ranges, (topic, partition, m) => {
     const s = byTopic.get(topic)!;
     const at = Number(header(m.headers, DLQ_HEADERS.lastFailureAt) ?? m.timestamp);
     s.records++;
+    if (opts.handled?.has(dlqRecordId(topic, partition, m.offset))) return;
+    s.pending++;
     s.oldest = s.oldest === null ? at : Math.min(s.oldest, at);
     s.newest = s.newest === null ? at : Math.max(s.newest, at);
     const cls = header(m.headers, DLQ_HEADERS.errorClass) ?? '(none)';

@@ -141,6 +141,41 @@ export namespace DevKeyflowEvents {
          */
         lng: number;
     }
+    export const DlqActionSchema = "{\"type\":\"enum\",\"name\":\"DlqAction\",\"symbols\":[\"REDRIVEN\",\"DISCARDED\"]}";
+    export const DlqActionName = "dev.keyflow.events.DlqAction";
+    export type DlqAction = "REDRIVEN" | "DISCARDED";
+    export const DlqRecordHandledSchema = "{\"type\":\"record\",\"name\":\"DlqRecordHandled\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"An operator (CLI or console) -> dlq.handled: a DLQ record was redriven to its original topic or discarded, so it no longer counts as pending. Key: <dlq topic>/<partition>/<offset> (compacted: the latest action per record).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"dlqTopic\",\"type\":\"string\",\"doc\":\"Logical name of the DLQ topic (without the environment prefix), e.g. task.etl.load.dlq.\"},{\"name\":\"partition\",\"type\":\"int\"},{\"name\":\"offset\",\"type\":\"string\",\"doc\":\"Offset of the DLQ record, in decimal (Kafka offsets are 64-bit).\"},{\"name\":\"action\",\"type\":{\"type\":\"enum\",\"name\":\"DlqAction\",\"symbols\":[\"REDRIVEN\",\"DISCARDED\"]}},{\"name\":\"originalTopic\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Physical topic the record was redriven to (x-dlq-original-topic); null when discarded.\"},{\"name\":\"handledBy\",\"type\":\"string\",\"doc\":\"Who acted: the tool and host, e.g. keyflow-cli@ops-1 or console.\"},{\"name\":\"reason\",\"type\":[\"null\",\"string\"],\"default\":null}]}";
+    export const DlqRecordHandledName = "dev.keyflow.events.DlqRecordHandled";
+    /**
+     * An operator (CLI or console) -> dlq.handled: a DLQ record was redriven to its original topic or discarded, so it no longer counts as pending. Key: <dlq topic>/<partition>/<offset> (compacted: the latest action per record).
+     */
+    export interface DlqRecordHandled {
+        metadata: DevKeyflowEvents.EventMetadata;
+        /**
+         * Logical name of the DLQ topic (without the environment prefix), e.g. task.etl.load.dlq.
+         */
+        dlqTopic: string;
+        partition: number;
+        /**
+         * Offset of the DLQ record, in decimal (Kafka offsets are 64-bit).
+         */
+        offset: string;
+        action: DevKeyflowEvents.DlqAction;
+        /**
+         * Physical topic the record was redriven to (x-dlq-original-topic); null when discarded.
+         *
+         * Default: null
+         */
+        originalTopic: null | string;
+        /**
+         * Who acted: the tool and host, e.g. keyflow-cli@ops-1 or console.
+         */
+        handledBy: string;
+        /**
+         * Default: null
+         */
+        reason: null | string;
+    }
     export const RetryRunSchema = "{\"type\":\"record\",\"name\":\"RetryRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests: retry a failed run from its failed step. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"fromStepId\",\"type\":[\"null\",\"string\"],\"default\":null}]}";
     export const RetryRunName = "dev.keyflow.events.RetryRun";
     /**
@@ -603,6 +638,7 @@ export type EventMetadata = DevKeyflowEvents.EventMetadata;
 export type TaskError = DevKeyflowEvents.TaskError;
 export type CancelRun = DevKeyflowEvents.CancelRun;
 export type CityEnriched = DevKeyflowEvents.CityEnriched;
+export type DlqRecordHandled = DevKeyflowEvents.DlqRecordHandled;
 export type RetryRun = DevKeyflowEvents.RetryRun;
 export type RunCancelled = DevKeyflowEvents.RunCancelled;
 export type RunCompensated = DevKeyflowEvents.RunCompensated;
@@ -624,6 +660,7 @@ export type TimerFired = DevKeyflowEvents.TimerFired;
 export const EVENT_VERSIONS = {
   "CancelRun": 2,
   "CityEnriched": 1,
+  "DlqRecordHandled": 1,
   "RetryRun": 1,
   "RunCancelled": 2,
   "RunCompensated": 1,
@@ -649,6 +686,7 @@ export type EventName = keyof typeof EVENT_VERSIONS;
 export interface EventsByName {
   CancelRun: DevKeyflowEvents.CancelRun;
   CityEnriched: DevKeyflowEvents.CityEnriched;
+  DlqRecordHandled: DevKeyflowEvents.DlqRecordHandled;
   RetryRun: DevKeyflowEvents.RetryRun;
   RunCancelled: DevKeyflowEvents.RunCancelled;
   RunCompensated: DevKeyflowEvents.RunCompensated;
@@ -698,5 +736,8 @@ export const TOPIC_EVENTS = {
   ],
   "etl.cities.enriched": [
     "CityEnriched"
+  ],
+  "dlq.handled": [
+    "DlqRecordHandled"
   ]
 } as const;

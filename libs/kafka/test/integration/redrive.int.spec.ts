@@ -1,7 +1,16 @@
 import type { KafkaMessage, Producer } from 'kafkajs';
 import { createLogger } from '@keyflow/observability';
 import { Collector, TestNamespace } from '@keyflow/testing';
-import { createIdempotentProducer, dlqMessage, dlqTopicFor, redrive, type RedriveReport } from '../../src';
+import { EventCodec } from '@keyflow/contracts';
+import {
+  createIdempotentProducer,
+  dlqMessage,
+  dlqTopicFor,
+  readDlqLedger,
+  redrive,
+  summarizeDlqs,
+  type RedriveReport,
+} from '../../src';
 
 jest.setTimeout(90_000);
 
@@ -16,6 +25,11 @@ const within = <T>(ms: number, what: string, p: Promise<T>) =>
 
 describe('redrive of a DLQ written inside Kafka transactions (as the orchestrator writes wf.requests.dlq)', () => {
   const ns = new TestNamespace('redrive-tx');
+  const codec = new EventCodec({
+    registryUrl: process.env.SCHEMA_REGISTRY_URL!,
+    topicPrefix: `${ns.prefix}.`,
+  });
+  const ledger = { codec, handledBy: 'redrive-test' };
   const producers: Producer[] = [];
   afterAll(async () => {
     await Promise.allSettled(producers.map((p) => p.disconnect()));
@@ -82,7 +96,13 @@ describe('redrive of a DLQ written inside Kafka transactions (as the orchestrato
     const report: RedriveReport = await within(
       30_000,
       'the redrive',
-      redrive(ns.kafka, { dlqTopic: dlq, producer, logger: createLogger('redrive-test'), ratePerSec: 1_000 }),
+      redrive(ns.kafka, {
+        dlqTopic: dlq,
+        producer,
+        logger: createLogger('redrive-test'),
+        ratePerSec: 1_000,
+        ledger,
+      }),
     );
     await open.abort();
 
@@ -99,5 +119,25 @@ describe('redrive of a DLQ written inside Kafka transactions (as the orchestrato
     const values = (await got.wait(4)).map((m) => m.value!.toString()).sort();
     await reader.disconnect();
     expect(values).toEqual(['c1', 'c2', 'c3', 'c4']);
+
+    // The ledger now names the four: they no longer count as pending, and a second redrive leaves them alone.
+    const handled = await readDlqLedger(ns.kafka, codec);
+    expect([...handled.values()].map((e) => e.action)).toEqual([
+      'REDRIVEN',
+      'REDRIVEN',
+      'REDRIVEN',
+      'REDRIVEN',
+    ]);
+    const [summary] = await summarizeDlqs(ns.kafka, [dlq], { handled });
+    expect(summary).toMatchObject({ records: 4, pending: 0, oldest: null });
+    const again = await redrive(ns.kafka, {
+      dlqTopic: dlq,
+      producer,
+      logger: createLogger('redrive-test'),
+      ledger,
+    });
+    expect(again).toMatchObject({ scanned: 4, moved: 0, alreadyHandled: 4 });
+    const [{ high: after }] = await admin.fetchTopicOffsets(original);
+    expect(Number(after)).toBe(4);
   });
 });

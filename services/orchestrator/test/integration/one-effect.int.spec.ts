@@ -136,6 +136,8 @@ describe('one effect per logical step (orchestrator and workers)', () => {
           ratePerSec: 100,
           producer,
           logger: createLogger('redrive', { level: 'silent' }),
+          ledger: { codec: h.codec, handledBy: 'one-effect-test' },
+          includeHandled: true, // the test redrives the same record twice on purpose
         });
         await producer.disconnect();
       };

@@ -144,6 +144,7 @@ describe('a worker process', () => {
       ratePerSec: 50,
       producer,
       logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec: h.codec, handledBy: 'worker-basics-test' },
     });
     await producer.disconnect();
     expect(report).toMatchObject({ moved: 1, byTopic: { [h.codec.physical('task.poison')]: 1 } });

@@ -1,0 +1,141 @@
+import { hostname } from 'node:os';
+import type { Admin, Kafka, Message } from 'kafkajs';
+import { newMetadata, type EventCodec } from '@keyflow/contracts';
+import type { DlqRecordHandled } from '@keyflow/schemas';
+import { dlqRecordId } from './dlq';
+import { lastStableOffsets, scanRanges } from './scan';
+import { ensureTopics } from './topics';
+
+/** What was done to a DLQ record: REDRIVEN (re-published to its original topic) or DISCARDED. */
+export type DlqAction = DlqRecordHandled['action'];
+
+/**
+ * Logical name of the DLQ ledger: a compacted topic with one DlqRecordHandled per DLQ record that was redriven or
+ * discarded (the latest action wins). A DLQ topic keeps every record until retention deletes it; the ledger is
+ * what says which of them still wait for an operator ("pending").
+ */
+export const DLQ_LEDGER_TOPIC = 'dlq.handled';
+/** Partition count the ledger is created with (schemas/catalog.yaml names it). */
+export const DLQ_LEDGER_PARTITIONS = 3;
+
+/** Who acts, as ledger entries record it: `<tool>@<hostname>`. */
+export const handledBy = (tool: string) => `${tool}@${hostname()}`;
+
+/** What the ledger says about one DLQ record. */
+export interface HandledEntry {
+  action: DlqAction;
+  /** ms since epoch. */
+  at: number;
+  handledBy: string;
+  originalTopic: string | null;
+  reason: string | null;
+}
+
+/** The codec calls the ledger needs (an EventCodec). */
+export type LedgerCodec = Pick<
+  EventCodec,
+  'physical' | 'replication' | 'registerTopics' | 'encode' | 'decode'
+>;
+
+/**
+ * Creates the ledger topic when missing (compacted, DLQ_LEDGER_PARTITIONS partitions, the catalog's replication)
+ * and registers its schema, so this process can write entries.
+ * @throws SchemaRegistrationError / RegistryUnavailableError (the codec's), kafkajs admin errors
+ */
+export async function ensureDlqLedger(kafka: Kafka, codec: LedgerCodec, admin?: Admin): Promise<void> {
+  const a = admin ?? kafka.admin();
+  if (!admin) await a.connect();
+  try {
+    await ensureTopics(a, [
+      {
+        topic: codec.physical(DLQ_LEDGER_TOPIC),
+        partitions: DLQ_LEDGER_PARTITIONS,
+        configs: { 'cleanup.policy': 'compact' },
+        ...codec.replication(DLQ_LEDGER_TOPIC),
+      },
+    ]);
+  } finally {
+    if (!admin) await a.disconnect();
+  }
+  await codec.registerTopics([DLQ_LEDGER_TOPIC]);
+}
+
+/**
+ * The ledger record for one DLQ record: key {@link dlqRecordId}, value a DlqRecordHandled. `dlqTopic` is the
+ * physical DLQ topic; the event carries its logical name.
+ */
+export function ledgerMessage(
+  codec: LedgerCodec,
+  entry: {
+    dlqTopic: string;
+    partition: number;
+    offset: string;
+    action: DlqAction;
+    originalTopic?: string | null;
+    handledBy: string;
+    reason?: string | null;
+  },
+): Message & { topic: string } {
+  const key = dlqRecordId(entry.dlqTopic, entry.partition, entry.offset);
+  const prefix = codec.physical('');
+  const logical = entry.dlqTopic.startsWith(prefix) ? entry.dlqTopic.slice(prefix.length) : entry.dlqTopic;
+  return {
+    topic: codec.physical(DLQ_LEDGER_TOPIC),
+    key,
+    value: codec.encode(DLQ_LEDGER_TOPIC, 'DlqRecordHandled', {
+      metadata: newMetadata('DlqRecordHandled', { key, correlationId: key }),
+      dlqTopic: logical,
+      partition: entry.partition,
+      offset: entry.offset,
+      action: entry.action,
+      originalTopic: entry.originalTopic ?? null,
+      handledBy: entry.handledBy,
+      reason: entry.reason ?? null,
+    }),
+  };
+}
+
+/**
+ * Reads the whole ledger (read_committed, up to its last stable offsets) into a map from {@link dlqRecordId} to the
+ * latest entry. An entry no codec decodes is left out (its DLQ record then counts as pending: a later redrive may
+ * send it again, which idempotency keys make safe); a missing ledger topic reads as empty.
+ * @throws kafkajs errors, UndecodableBatchError when a ledger batch cannot be decompressed
+ */
+export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<Map<string, HandledEntry>> {
+  const topic = codec.physical(DLQ_LEDGER_TOPIC);
+  const out = new Map<string, HandledEntry>();
+  const admin = kafka.admin();
+  await admin.connect();
+  let ends;
+  try {
+    if (!(await admin.listTopics()).includes(topic)) return out;
+    ends = await lastStableOffsets(kafka, topic, admin);
+  } finally {
+    await admin.disconnect();
+  }
+  await scanRanges(
+    kafka,
+    ends.map((e) => ({ topic, partition: e.partition, from: e.low, to: e.end })),
+    async (_t, partition, m) => {
+      const key = m.key?.toString();
+      if (!key) return;
+      if (!m.value) return void out.delete(key); // a tombstone: the entry was forgotten
+      try {
+        const d = await codec.decode(DLQ_LEDGER_TOPIC, m.value, { topic, partition, offset: m.offset });
+        if (d.event !== 'DlqRecordHandled') return;
+        const v = d.value;
+        out.set(dlqRecordId(codec.physical(v.dlqTopic), v.partition, v.offset), {
+          action: v.action,
+          at: v.metadata.occurredAt,
+          handledBy: v.handledBy,
+          originalTopic: v.originalTopic,
+          reason: v.reason,
+        });
+      } catch {
+        /* undecodable entry: the record stays pending (see the docstring) */
+      }
+    },
+    { groupPrefix: 'keyflow-scan' },
+  );
+  return out;
+}

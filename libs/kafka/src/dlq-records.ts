@@ -1,0 +1,116 @@
+import type { Kafka, KafkaMessage } from 'kafkajs';
+import type { EventCodec } from '@keyflow/contracts';
+import { DLQ_HEADERS, dlqRecordId, header, matchesRedriveFilter, type RedriveFilter } from './dlq';
+import type { HandledEntry } from './dlq-ledger';
+import { lastStableOffsets, scanRanges } from './scan';
+
+/** A DLQ record as operators see it: triage headers, key, the decoded value and what the ledger says of it. */
+export interface DlqRecord {
+  partition: number;
+  offset: string;
+  key: string | null;
+  originalTopic: string | null;
+  originalPartition: number | null;
+  originalOffset: string | null;
+  errorClass: string | null;
+  errorMessage: string | null;
+  attempts: number | null;
+  /** ms since epoch */
+  firstFailureAt: number | null;
+  /** ms since epoch */
+  lastFailureAt: number | null;
+  consumerGroup: string | null;
+  host: string | null;
+  redriveCount: number;
+  /**
+   * The decoded event (`{ event, value }`) read with its original topic's schema; `{ undecodable, text }` when no
+   * schema decodes it; the bytes as UTF-8 text when no codec was given.
+   */
+  value: unknown;
+  /** The ledger's latest entry for it (redriven or discarded), or null while it is pending. */
+  handled: HandledEntry | null;
+}
+
+/** Longest text shown for a value no schema decodes, in characters. */
+const UNDECODABLE_TEXT_CHARS = 2_000;
+
+/**
+ * Describes one DLQ record. `codec` (read only: `useTopics`) decodes the value with the schema of its original topic
+ * (the `x-dlq-original-topic` header, a physical name: `prefix` is cut to get the logical one).
+ */
+export async function describeDlqRecord(
+  m: KafkaMessage,
+  at: { topic: string; partition: number },
+  o: {
+    codec?: Pick<EventCodec, 'useTopics' | 'decode'>;
+    prefix: string;
+    handled?: ReadonlyMap<string, HandledEntry>;
+  },
+): Promise<DlqRecord> {
+  const h = (n: string) => header(m.headers, n) ?? null;
+  const num = (v: string | null) => (v === null ? null : Number(v));
+  const original = h(DLQ_HEADERS.originalTopic);
+  const logical = original?.startsWith(o.prefix) ? original.slice(o.prefix.length) : undefined;
+  let value: unknown = m.value?.toString('utf8') ?? null;
+  const codec = o.codec;
+  if (codec && logical && m.value)
+    value = await Promise.resolve()
+      .then(() => codec.useTopics([logical]))
+      .then(() => codec.decode(logical, m.value, { ...at, offset: m.offset }))
+      .then((d) => ({ event: d.event, value: d.value }))
+      .catch((err: Error) => ({
+        undecodable: err.message,
+        text: m.value!.toString('utf8').slice(0, UNDECODABLE_TEXT_CHARS),
+      }));
+  return {
+    partition: at.partition,
+    offset: m.offset,
+    key: m.key?.toString() ?? null,
+    originalTopic: original,
+    originalPartition: num(h(DLQ_HEADERS.originalPartition)),
+    originalOffset: h(DLQ_HEADERS.originalOffset),
+    errorClass: h(DLQ_HEADERS.errorClass),
+    errorMessage: h(DLQ_HEADERS.errorMessage),
+    attempts: num(h(DLQ_HEADERS.attempts)),
+    firstFailureAt: num(h(DLQ_HEADERS.firstFailureAt)),
+    lastFailureAt: num(h(DLQ_HEADERS.lastFailureAt)),
+    consumerGroup: h(DLQ_HEADERS.consumerGroup),
+    host: h(DLQ_HEADERS.host),
+    redriveCount: Number(h(DLQ_HEADERS.redriveCount) ?? 0),
+    value,
+    handled: o.handled?.get(dlqRecordId(at.topic, at.partition, m.offset)) ?? null,
+  };
+}
+
+/**
+ * Up to `limit` records of one DLQ topic (physical name) that match `filter`, in offset order per partition, read
+ * read_committed up to the last stable offsets; with `pendingOnly`, those the ledger (`handled`) does not name.
+ * @throws kafkajs errors; UndecodableBatchError when a record batch cannot be decompressed
+ */
+export async function readDlqRecords(
+  kafka: Kafka,
+  dlqTopic: string,
+  o: {
+    limit: number;
+    filter?: RedriveFilter;
+    pendingOnly?: boolean;
+    codec?: Pick<EventCodec, 'useTopics' | 'decode'>;
+    prefix: string;
+    handled?: ReadonlyMap<string, HandledEntry>;
+  },
+): Promise<DlqRecord[]> {
+  const ranges = (await lastStableOffsets(kafka, dlqTopic)).map((e) => ({
+    topic: dlqTopic,
+    partition: e.partition,
+    from: e.low,
+    to: e.end,
+  }));
+  const found: DlqRecord[] = [];
+  await scanRanges(kafka, ranges, async (topic, partition, m) => {
+    if (found.length >= o.limit) return false;
+    if (!matchesRedriveFilter(m, o.filter ?? {}, partition)) return;
+    if (o.pendingOnly && o.handled?.has(dlqRecordId(topic, partition, m.offset))) return;
+    found.push(await describeDlqRecord(m, { topic, partition }, o));
+  });
+  return found.sort((a, b) => a.partition - b.partition || Number(BigInt(a.offset) - BigInt(b.offset)));
+}
