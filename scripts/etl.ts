@@ -14,6 +14,7 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Command, InvalidArgumentError } from 'commander';
 import { SingleBar, Presets } from 'cli-progress';
+import { CONSOLE_PATH } from '../services/orchestrator/src/api/console';
 
 const ROOT = resolve(__dirname, '..');
 const positiveInt = (v: string) => {
@@ -188,6 +189,7 @@ async function main() {
     );
     children.push(orch.proc);
     const url = await orch.url;
+    say(`ops console: ${url}${CONSOLE_PATH} (API ${url}, OpenAPI ${url}/docs)`);
     const workers = Array.from({ length: opts.workers }, (_, i) =>
       startService(`worker-${i + 1}`, 'services/workers/src/main.ts', common, 'worker ready'),
     );
@@ -277,6 +279,16 @@ async function main() {
       `${report.read} records in ${seconds.toFixed(1)} s: loaded ${report.loaded}; sink: ${sink.kind === 'sqlite' ? sink.path : sink.url} (table ${sink.table}); balanced: ${report.balanced}, sink matches report: ${report.sinkMatches}`,
     );
     if (!report.balanced || !report.sinkMatches) process.exitCode = 1;
+    if (opts.keepRunning) {
+      say(
+        `the orchestrator, ${opts.workers} worker(s) and the infrastructure keep running; Ctrl-C stops them`,
+      );
+      say(`ops console: ${url}${CONSOLE_PATH}#/runs/${encodeURIComponent(runId)}`);
+      say(
+        `for the keyflow CLI: export KEYFLOW_API_URL=${url} KEYFLOW_TOPIC_PREFIX=${opts.prefix} ` +
+          `KAFKA_BROKERS=${env.KAFKA_BROKERS} SCHEMA_REGISTRY_URL=${env.SCHEMA_REGISTRY_URL}`,
+      );
+    }
   } finally {
     if (!opts.keepRunning) await stopAll();
   }

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import type { Admin, Kafka, Message } from 'kafkajs';
-import { newMetadata, type EventCodec } from '@keyflow/contracts';
+import { DecodeError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { DlqRecordHandled } from '@keyflow/schemas';
 import { dlqRecordId } from './dlq';
 import { lastStableOffsets, scanRanges } from './scan';
@@ -34,7 +34,7 @@ export interface HandledEntry {
 /** The codec calls the ledger needs (an EventCodec). */
 export type LedgerCodec = Pick<
   EventCodec,
-  'physical' | 'replication' | 'registerTopics' | 'encode' | 'decode'
+  'physical' | 'replication' | 'registerTopics' | 'useTopics' | 'encode' | 'decode'
 >;
 
 /**
@@ -99,11 +99,13 @@ export function ledgerMessage(
  * Reads the whole ledger (read_committed, up to its last stable offsets) into a map from {@link dlqRecordId} to the
  * latest entry. An entry no codec decodes is left out (its DLQ record then counts as pending: a later redrive may
  * send it again, which idempotency keys make safe); a missing ledger topic reads as empty.
- * @throws kafkajs errors, UndecodableBatchError when a ledger batch cannot be decompressed
+ * @throws kafkajs errors, UndecodableBatchError when a ledger batch cannot be decompressed, the codec's
+ *   RegistryUnavailableError / RegistryRefusedError when an entry's writer schema cannot be fetched
  */
 export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<Map<string, HandledEntry>> {
   const topic = codec.physical(DLQ_LEDGER_TOPIC);
   const out = new Map<string, HandledEntry>();
+  codec.useTopics([DLQ_LEDGER_TOPIC]);
   const admin = kafka.admin();
   await admin.connect();
   let ends;
@@ -131,8 +133,9 @@ export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<M
           originalTopic: v.originalTopic,
           reason: v.reason,
         });
-      } catch {
-        /* undecodable entry: the record stays pending (see the docstring) */
+      } catch (err) {
+        // An undecodable entry: its record stays pending (see above). Anything else (the registry) is the caller's.
+        if (!(err instanceof DecodeError)) throw err;
       }
     },
     { groupPrefix: 'keyflow-scan' },

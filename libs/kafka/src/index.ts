@@ -12,6 +12,8 @@ export {
   type TopicSpec,
   type EffectiveReplication,
   DEFAULT_GROUP_IDS,
+  taskTopicOf,
+  taskTypeOfTopic,
 } from './topics';
 export { OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
 export {

@@ -91,28 +91,26 @@ export async function scanRanges(
     retry: { retries: 2, restartOnFailure: async () => false },
   });
   try {
-    // The fresh group starts where the ranges start (their partitions) or at the end (the topics' other partitions):
-    // offsets set before it has members, so no fetch reads from anywhere else (a seek after start would race one).
+    // Where the fresh group starts: where the ranges start (their partitions) or at the end (the topics' other
+    // partitions). Seeks given right after run() is called, before its first fetch: kafkajs creates the consumer
+    // group synchronously in run() and applies pending seeks at the start of every fetch, leaving out any response
+    // for a partition with a seek still pending (consumer/consumerGroup.js fetch, seekOffsets), so no record is read
+    // from anywhere else. (admin.setOffsets would run a consumer of its own per topic, waiting out a fetch each.)
+    const starts: Array<{ topic: string; partition: number; offset: string }> = [];
     const admin = kafka.admin();
     await admin.connect();
     try {
-      for (const topic of topics) {
-        const offsets = await admin.fetchTopicOffsets(topic);
-        await admin.setOffsets({
-          groupId,
-          topic,
-          partitions: offsets.map((o) => {
-            const key = id(topic, o.partition);
-            const r = remaining.get(key);
-            let from = r ? (r.from ?? BigInt(o.low)) : BigInt(o.high);
-            if (from < BigInt(o.low)) from = BigInt(o.low); // deleted by retention meanwhile
-            if (r && from >= r.to)
-              remaining.delete(key); // nothing left of the range: no batch would come
-            else if (r) next.set(key, from);
-            return { partition: o.partition, offset: String(from) };
-          }),
-        });
-      }
+      for (const topic of topics)
+        for (const o of await admin.fetchTopicOffsets(topic)) {
+          const key = id(topic, o.partition);
+          const r = remaining.get(key);
+          let from = r ? (r.from ?? BigInt(o.low)) : BigInt(o.high);
+          if (from < BigInt(o.low)) from = BigInt(o.low); // deleted by retention meanwhile
+          if (r && from >= r.to)
+            remaining.delete(key); // nothing left of the range: no batch would come
+          else if (r) next.set(key, from);
+          starts.push({ topic, partition: o.partition, offset: String(from) });
+        }
     } finally {
       await admin.disconnect();
     }
@@ -156,10 +154,11 @@ export async function scanRanges(
           },
         })
         .catch(reject);
+      for (const start of starts) consumer.seek(start);
     });
   } finally {
     await consumer.disconnect().catch(() => undefined);
-    // The scan's group committed nothing but its start offsets: it is deleted so it does not linger in group lists.
+    // The scan's group committed nothing: it is deleted so it does not linger in group lists.
     const cleanup = kafka.admin();
     await cleanup
       .connect()

@@ -154,6 +154,16 @@ export async function subscribeWhenReady(
 }
 
 /** Default consumer group ids of the services (their configs' defaults; the orchestrator's lag monitor reads both). */
+/** Logical topic of a task type's commands: `task.<type>` (schemas/catalog.yaml). */
+export const taskTopicOf = (taskType: string) => `task.${taskType}`;
+
+/** The task type whose commands a logical topic carries, or undefined (task.results, DLQs, other topics). */
+export function taskTypeOfTopic(logicalTopic: string): string | undefined {
+  if (!logicalTopic.startsWith('task.') || logicalTopic.endsWith('.dlq') || logicalTopic === 'task.results')
+    return undefined;
+  return logicalTopic.slice('task.'.length);
+}
+
 export const DEFAULT_GROUP_IDS = {
   orchestrator: 'keyflow.orchestrator',
   workers: 'keyflow.workers',

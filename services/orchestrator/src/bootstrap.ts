@@ -1,9 +1,16 @@
 import 'reflect-metadata';
 import { Module, type DynamicModule } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { EventCodec } from '@keyflow/contracts';
-import { connectUntilAnswered, createIdempotentProducer, createKafka, watchProducer } from '@keyflow/kafka';
+import {
+  connectUntilAnswered,
+  createIdempotentProducer,
+  createKafka,
+  ensureDlqLedger,
+  watchProducer,
+} from '@keyflow/kafka';
 import {
   ComponentHealth,
   createLogger,
@@ -24,11 +31,15 @@ import { HealthController, METRICS_REGISTRY } from './api/health.controller';
 import { RunsController, WEBHOOKS, type WebhookSettings } from './api/runs.controller';
 import { RequestKeys } from './api/request-keys';
 import { RunsService } from './api/runs.service';
+import { CONSOLE_DIR, CONSOLE_PATH } from './api/console';
+import { OpsController } from './api/ops.controller';
+import { OpsService } from './api/ops.service';
 import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
 
 /**
  * Starts an orchestrator instance: the read model (all of wf.state), the engine (its share of the partitions) and
- * the HTTP API (OpenAPI at /docs, /health, /metrics). SIGTERM/SIGINT close it and exit 0. When a part fails for
+ * the HTTP API (OpenAPI at /docs, /health, /metrics, the ops API under /ops) and the ops console (/console/).
+ * SIGTERM/SIGINT close it and exit 0. When a part fails for
  * good (the engine's consumer crashes, its producer or the API's fails, the read model's consumer crashes), /health
  * answers 503 naming it and the process exits 1 shortly after (KEYFLOW_FATAL_EXIT_DELAY_MS), so a supervisor
  * restarts it.
@@ -64,10 +75,12 @@ export async function bootstrapOrchestrator(
   );
   const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
+  await ensureDlqLedger(kafka, codec); // the console's DLQ actions write to it
   const lagMonitor = new LagMonitor(kafka, metrics, logger, {
     groups: lagGroups(cfg),
     topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
     intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
+    codec,
   });
   lagMonitor.start();
   const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
@@ -84,6 +97,7 @@ export async function bootstrapOrchestrator(
     idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
     signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
   });
+  const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger);
   const scheduler = new Scheduler(
     schedules,
     (s, runId, fireAt) =>
@@ -110,9 +124,10 @@ export async function bootstrapOrchestrator(
     static register(): DynamicModule {
       return {
         module: OrchestratorModule,
-        controllers: [RunsController, HealthController],
+        controllers: [RunsController, OpsController, HealthController],
         providers: [
           { provide: RunsService, useValue: runs },
+          { provide: OpsService, useValue: ops },
           { provide: Engine, useValue: engine },
           { provide: RunReadModel, useValue: readModel },
           { provide: METRICS_REGISTRY, useValue: registry },
@@ -123,7 +138,7 @@ export async function bootstrapOrchestrator(
     }
   }
 
-  const app = await NestFactory.create(OrchestratorModule.register(), {
+  const app = await NestFactory.create<NestExpressApplication>(OrchestratorModule.register(), {
     logger: ['error', 'warn'],
     rawBody: true,
   });
@@ -132,6 +147,7 @@ export async function bootstrapOrchestrator(
     new DocumentBuilder().setTitle('keyflow orchestrator').setVersion('0.1.0').build(),
   );
   SwaggerModule.setup('docs', app, doc, { jsonDocumentUrl: 'docs/openapi.json' });
+  app.useStaticAssets(CONSOLE_DIR, { prefix: CONSOLE_PATH, index: 'index.html' });
   await app.listen(cfg.ORCHESTRATOR_HTTP_PORT, '127.0.0.1');
   const url = await app.getUrl();
   let closing = false;

@@ -152,14 +152,29 @@ describe('the keyflow CLI', () => {
         env,
       );
       expect(real.json()).toMatchObject({ moved: 2, dryRun: false, byTopic: { [original]: 2 } });
-      // What landed on the original topic: the two records, nothing from the dry run or the aborted transaction.
+      // The DLQ ledger: the two are handled, so they no longer count as pending and a second redrive skips them.
+      const after = await keyflow(['dlq', 'ls', '--json'], env);
+      expect(after.json()).toEqual([
+        expect.objectContaining({ records: 3, pending: 1, topErrors: [{ errorClass: 'Other', count: 1 }] }),
+      ]);
+      const again = await keyflow(['dlq', 'redrive', 'orig.dlq', '--json'], env);
+      expect(again.json()).toMatchObject({ moved: 1, alreadyHandled: 2 }); // only c3 was still pending
+      const shown = await keyflow(['dlq', 'show', 'orig.dlq', '--json'], env);
+      expect(shown.json().map((r: Json) => [r.key, r.handled?.action, r.handled?.handledBy])).toEqual([
+        ['c1', 'REDRIVEN', expect.stringMatching(/^keyflow-cli@/)],
+        ['c2', 'REDRIVEN', expect.stringMatching(/^keyflow-cli@/)],
+        ['c3', 'REDRIVEN', expect.stringMatching(/^keyflow-cli@/)],
+      ]);
+      expect((await keyflow(['dlq', 'show', 'orig.dlq', '--pending', '--json'], env)).json()).toEqual([]);
+      // What landed on the original topic: the three records once each, nothing from the dry run, the aborted
+      // transaction or the second redrive of the first two.
       const lag = await keyflow(['groups', 'lag', ns.groupId('nobody')], env);
       expect(lag.code).toBe(0);
       const admin = ns.kafka.admin();
       await admin.connect();
       const [end] = await admin.fetchTopicOffsets(original);
       await admin.disconnect();
-      expect(end.high).toBe('2');
+      expect(end.high).toBe('3');
     } finally {
       await ns.cleanup();
     }

@@ -27,6 +27,7 @@ import type { Request } from 'express';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
+import { parse } from './validation';
 import { guarded, KEY_SPACES, RefusedRequest, RequestError, RunsService } from './runs.service';
 import type { RequestKeys } from './request-keys';
 
@@ -95,19 +96,6 @@ const ListSchema = z.object({
   limit: z.coerce.number().int().min(1).max(500).default(50),
   cursor: z.string().optional(),
 });
-
-function parse<T>(schema: z.ZodType<T, z.ZodTypeDef, unknown>, value: unknown): T {
-  const r = schema.safeParse(value ?? {});
-  if (!r.success)
-    throw new HttpException(
-      {
-        message: 'invalid request',
-        errors: r.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })),
-      },
-      400,
-    );
-  return r.data;
-}
 
 async function answer<T>(f: () => Promise<T> | T): Promise<T> {
   try {

@@ -33,6 +33,7 @@ import {
   watchProducer,
   type TopicSpec,
   connectUntilAnswered,
+  taskTopicOf,
 } from '@keyflow/kafka';
 import { ComponentHealth, type Logger } from '@keyflow/observability';
 import {
@@ -175,8 +176,8 @@ export class Engine {
       { topic: 'wf.requests.dlq', partitions: 1 },
       { topic: 'task.results.dlq', partitions: 1 },
       ...[...taskTypes].flatMap((t) => [
-        { topic: `task.${t}`, partitions: cfg.TASK_PARTITIONS },
-        { topic: `task.${t}.dlq`, partitions: 1 },
+        { topic: taskTopicOf(t), partitions: cfg.TASK_PARTITIONS },
+        { topic: dlqTopicFor(taskTopicOf(t)), partitions: 1 },
       ]),
     ];
   }
@@ -492,7 +493,12 @@ export class Engine {
     const started: string[] = [];
     const finished: Array<{ workflow: string; status: string; ms: number }> = [];
     /** Schedule-to-result times of the results applied (observed after the commit). */
-    const latencies: Array<{ taskType: string; ms: number }> = [];
+    const latencies: Array<{
+      taskType: string;
+      ms: number;
+      outcome: 'completed' | 'failed';
+      retry: boolean;
+    }> = [];
     for (const m of messages) {
       let decoded;
       try {
@@ -621,6 +627,8 @@ export class Engine {
         latencies.push({
           taskType: (decoded.value as { taskType: string }).taskType,
           ms: input.at - dispatchedAt,
+          outcome: input.kind === 'task-completed' ? 'completed' : 'failed',
+          retry: (decoded.value as { attempt: number }).attempt > 1,
         });
       transitions++;
       if (input.kind === 'start') started.push(next.runId);
@@ -732,7 +740,10 @@ export class Engine {
       this.metrics.runSeconds.observe({ workflow: f.workflow, status: f.status }, f.ms / 1000);
     }
     if (dlq.length) this.metrics.dlq.inc(dlq.length);
-    for (const l of latencies) this.metrics.stepLatency.observe({ task_type: l.taskType }, l.ms / 1000);
+    for (const l of latencies) {
+      this.metrics.stepLatency.observe({ task_type: l.taskType }, l.ms / 1000);
+      this.metrics.taskResults.inc({ task_type: l.taskType, outcome: l.outcome, retry: String(l.retry) });
+    }
   }
 
   /**

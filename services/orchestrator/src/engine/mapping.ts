@@ -1,5 +1,6 @@
 import { blobRetentionMs, payloadBlobKey, supersededExpiry, type ClaimCheck } from '@keyflow/blobs';
 import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
+import { taskTopicOf } from '@keyflow/kafka';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
 import {
   segmentKey,
@@ -155,7 +156,7 @@ export async function encodeOutputs(
       tracestate: cause.tracestate,
     });
   for (const c of commands) {
-    const logical = `task.${c.taskType}`;
+    const logical = taskTopicOf(c.taskType);
     const input = await claim.offload(
       `input of ${c.idempotencyKey} attempt ${c.attempt}`,
       () => payloadBlobKey('inputs', state.runId, `${c.idempotencyKey}@${c.attempt}`),

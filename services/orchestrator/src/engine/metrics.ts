@@ -18,11 +18,13 @@ export interface OrchestratorMetrics {
   runsInFlight: Gauge<'workflow' | 'status'>;
   /** From a command's dispatch to its result being applied, per task type (seconds). */
   stepLatency: Histogram<'task_type'>;
+  /** Task results applied, by task type, outcome and whether the attempt was a retry (the console's retry rate). */
+  taskResults: Counter<'task_type' | 'outcome' | 'retry'>;
   /** Set by the LagMonitor: records a group still has to read (read_committed), per group, topic and partition. */
   consumerLag: Gauge<'group' | 'topic' | 'partition'>;
   /** Set by the LagMonitor: age of the oldest record a group has not read, seconds. */
   oldestUnread: Gauge<'group' | 'topic' | 'partition'>;
-  /** Set by the LagMonitor: records in each DLQ topic. */
+  /** Set by the LagMonitor: records in each DLQ topic not yet redriven or discarded (the DLQ ledger). */
   dlqRecords: Gauge<'topic'>;
   /** Set by the LagMonitor: when its last pass ended (seconds since epoch), so a stale figure is visible. */
   lagScrapedAt: Gauge;
@@ -111,9 +113,18 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       'Age of the oldest record a consumer group has not read yet (0 when none), seconds.',
       ['group', 'topic', 'partition'],
     ) as Gauge<'group' | 'topic' | 'partition'>,
-    dlqRecords: metric.gauge(r, 'dlq_records', 'Records in each DLQ topic (read_committed).', [
-      'topic',
-    ]) as Gauge<'topic'>,
+    dlqRecords: metric.gauge(
+      r,
+      'dlq_records',
+      'Records in each DLQ topic (read_committed) not yet redriven or discarded (the dlq.handled ledger).',
+      ['topic'],
+    ) as Gauge<'topic'>,
+    taskResults: metric.counter(
+      r,
+      'orchestrator_task_results_total',
+      'Task results applied to runs, by task type, outcome (completed, failed) and retry (true when the attempt was not the first).',
+      ['task_type', 'outcome', 'retry'],
+    ) as Counter<'task_type' | 'outcome' | 'retry'>,
     lagScrapedAt: metric.gauge(
       r,
       'consumer_lag_scraped_at_seconds',

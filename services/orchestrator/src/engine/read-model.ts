@@ -48,6 +48,18 @@ export interface RunEntry {
   partition: number;
 }
 
+/** One workflow's figures in {@link RunReadModel.workflowStats}. */
+export interface WorkflowStats {
+  workflow: string;
+  /** Runs the read model holds, by status (ended runs stay until their retention). */
+  byStatus: Record<string, number>;
+  /** Runs that ended in the window. */
+  ended: number;
+  /** Chain time (run start to end) of those, ms: median and 95th percentile (nearest rank); null when none. */
+  chainP50Ms: number | null;
+  chainP95Ms: number | null;
+}
+
 /**
  * The query side: every instance reads the whole compacted wf.state topic (read_committed) into memory, so any
  * instance answers for any run. It also lets the engine restore a partition it takes over: the engine writes a
@@ -328,6 +340,33 @@ export class RunReadModel {
     const page = all.slice(0, q.limit);
     const last = page.at(-1);
     return { runs: page, next: all.length > q.limit && last ? `${last.startedAt}:${last.runId}` : undefined };
+  }
+
+  /**
+   * Per workflow: runs known by status, and the chain time (start to end, ms) of the runs that ended at or after
+   * `sinceMs` (ms since epoch): count, p50 and p95 (nearest-rank), or null when none ended.
+   */
+  workflowStats(sinceMs: number): WorkflowStats[] {
+    const by = new Map<string, { byStatus: Record<string, number>; chain: number[] }>();
+    for (const { state: s } of this.runs.values()) {
+      let w = by.get(s.workflow);
+      if (!w) by.set(s.workflow, (w = { byStatus: {}, chain: [] }));
+      w.byStatus[s.status] = (w.byStatus[s.status] ?? 0) + 1;
+      if (s.endedAt !== undefined && s.endedAt >= sinceMs) w.chain.push(s.endedAt - s.startedAt);
+    }
+    const rank = (sorted: number[], q: number) => sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)];
+    return [...by]
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([workflow, w]) => {
+        const c = w.chain.sort((a, b) => a - b);
+        return {
+          workflow,
+          byStatus: w.byStatus,
+          ended: c.length,
+          chainP50Ms: c.length ? rank(c, 0.5) : null,
+          chainP95Ms: c.length ? rank(c, 0.95) : null,
+        };
+      });
   }
 
   get size(): number {

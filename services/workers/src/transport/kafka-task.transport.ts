@@ -25,6 +25,7 @@ import {
   OrderedConsumer,
   watchProducer,
   connectUntilAnswered,
+  taskTopicOf,
 } from '@keyflow/kafka';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from '../config';
@@ -148,7 +149,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       registryUrl: this.cfg.SCHEMA_REGISTRY_URL,
       topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX,
     });
-    const taskTopics = types.map((t) => `task.${t}`);
+    const taskTopics = types.map(taskTopicOf);
     this.kafka = createKafka({
       brokers: this.cfg.brokers,
       clientId: `keyflow-worker-${process.pid}`,

@@ -1,0 +1,638 @@
+// keyflow ops console: a static page over the orchestrator's API (GET /runs, GET /runs/:id, /ops/*). No build step
+// and nothing from a CDN: the orchestrator serves this directory at /console/. Every value from the API is put in
+// the page as text (never as HTML).
+
+/** How often each view refreshes itself, ms. */
+const REFRESH_MS = { runs: 2000, run: 2000, queues: 5000, dlq: 5000 };
+/** Lag/DLQ figures the queues and DLQ views accept, ms old at most (the orchestrator measures again when older). */
+const FIGURES_MAX_AGE_MS = 5000;
+/** Timeline entries shown for one run (a big map has many). */
+const TIMELINE_ROWS = 500;
+const STATUSES = ['running', 'waiting', 'compensating', 'completed', 'failed', 'compensated', 'cancelled'];
+const COMPENSATION_SUFFIX = '.compensate';
+
+const api = new URL('..', document.baseURI); // the console lives at <api>/console/
+
+/** An element with attributes (`on*` functions become listeners) and children (strings become text nodes). */
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat())
+    if (c !== undefined && c !== null && c !== false) el.append(c instanceof Node ? c : String(c));
+  return el;
+}
+
+async function call(path, init) {
+  const res = await fetch(new URL(path.replace(/^\//, ''), api), {
+    ...init,
+    headers: { 'content-type': 'application/json', ...(init?.headers ?? {}) },
+  });
+  const text = await res.text();
+  const body = text ? JSON.parse(text) : null;
+  if (!res.ok) {
+    const detail = body?.errors ? body.errors.map((e) => `${e.path}: ${e.message}`).join('; ') : '';
+    throw new Error(`${res.status} ${body?.message ?? res.statusText}${detail ? ` (${detail})` : ''}`);
+  }
+  return body;
+}
+
+const iso = (ms) =>
+  ms === null || ms === undefined ? '-' : new Date(ms).toISOString().replace('T', ' ').slice(0, 23);
+function duration(ms) {
+  if (ms === null || ms === undefined) return '-';
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  if (ms < 3_600_000) return `${(ms / 60_000).toFixed(1)} min`;
+  return `${(ms / 3_600_000).toFixed(1)} h`;
+}
+const num = (n) => (n === null || n === undefined ? '-' : Number(n).toLocaleString('en-US'));
+const statusCell = (s) => h('td', { class: `status-${s}`, 'data-status': s }, s);
+
+function table(headers, rows, opts = {}) {
+  return h(
+    'table',
+    { 'data-testid': opts.testid },
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        headers.map((c) => h('th', { class: c.num ? 'num' : undefined }, c.label ?? c)),
+      ),
+    ),
+    h(
+      'tbody',
+      {},
+      rows.length
+        ? rows
+        : h('tr', {}, h('td', { colspan: headers.length, class: 'muted' }, opts.empty ?? 'none')),
+    ),
+  );
+}
+
+function setStatus(text, error = false) {
+  const el = document.getElementById('status');
+  el.textContent = text;
+  el.classList.toggle('error', error);
+}
+
+// ---- views ----
+
+const runFilters = { workflow: '', status: '' };
+
+async function runsView(view) {
+  const q = new URLSearchParams({ limit: '100' });
+  if (runFilters.workflow) q.set('workflow', runFilters.workflow);
+  if (runFilters.status) q.set('status', runFilters.status);
+  const page = await call(`/runs?${q}`);
+  const filters = h(
+    'form',
+    {
+      class: 'filters',
+      onsubmit: (e) => {
+        e.preventDefault();
+        const f = new FormData(e.target);
+        runFilters.workflow = String(f.get('workflow') ?? '').trim();
+        runFilters.status = String(f.get('status') ?? '');
+        void render();
+      },
+    },
+    h(
+      'label',
+      {},
+      'workflow',
+      h('input', { name: 'workflow', value: runFilters.workflow, placeholder: 'any' }),
+    ),
+    h(
+      'label',
+      {},
+      'status',
+      h(
+        'select',
+        { name: 'status' },
+        h('option', { value: '' }, 'any'),
+        STATUSES.map((s) => h('option', { value: s, selected: s === runFilters.status }, s)),
+      ),
+    ),
+    h('button', { type: 'submit' }, 'Filter'),
+  );
+  const rows = page.runs.map((r) =>
+    h(
+      'tr',
+      {
+        class: 'clickable',
+        'data-run-id': r.runId,
+        onclick: () => (location.hash = `#/runs/${encodeURIComponent(r.runId)}`),
+      },
+      h('td', {}, h('a', { href: `#/runs/${encodeURIComponent(r.runId)}` }, r.runId)),
+      h('td', {}, `${r.workflow} v${r.version}`),
+      statusCell(r.status),
+      h('td', {}, iso(r.startedAt)),
+      h(
+        'td',
+        { class: 'num' },
+        r.endedAt !== null
+          ? duration(r.endedAt - r.startedAt)
+          : `${duration(Date.now() - r.startedAt)} so far`,
+      ),
+    ),
+  );
+  view.replaceChildren(
+    h('h2', {}, 'Runs'),
+    filters,
+    table(['run', 'workflow', 'status', 'started', { label: 'took', num: true }], rows, {
+      testid: 'runs',
+      empty: 'no runs',
+    }),
+    page.next ? h('p', { class: 'muted' }, 'newest 100 shown') : '',
+  );
+}
+
+function stepRows(run) {
+  const ids = [...run.plan, ...Object.keys(run.steps).filter((id) => id.endsWith(COMPENSATION_SUFFIX))];
+  const failedItems = new Map();
+  for (const [id, st] of Object.entries(run.steps)) {
+    const m = /^(.*)\[\d+\]$/.exec(id);
+    if (m && st.status === 'failed') failedItems.set(m[1], (failedItems.get(m[1]) ?? 0) + 1);
+  }
+  return ids
+    .filter((id) => run.steps[id])
+    .map((id) => {
+      const st = run.steps[id];
+      const failed = failedItems.get(id) ?? 0;
+      return h(
+        'tr',
+        { 'data-step': id },
+        h('td', {}, id),
+        statusCell(st.status),
+        h('td', { class: 'num' }, st.attempt),
+        h(
+          'td',
+          { class: 'num' },
+          st.endedAt !== undefined && st.startedAt !== undefined ? duration(st.endedAt - st.startedAt) : '-',
+        ),
+        h(
+          'td',
+          {},
+          st.map ? `${num(st.map.done)}/${num(st.map.total)} done${failed ? `, ${failed} failed` : ''}` : '',
+        ),
+        h(
+          'td',
+          { class: st.error ? 'bad' : undefined },
+          st.error ? `${st.error.errorClass}: ${st.error.message}` : '',
+        ),
+      );
+    });
+}
+
+async function runView(view, runId) {
+  const run = await call(`/runs/${encodeURIComponent(runId)}`);
+  const took =
+    run.endedAt !== undefined
+      ? duration(run.endedAt - run.startedAt)
+      : `running for ${duration(Date.now() - run.startedAt)}`;
+  const timeline = run.timeline
+    .slice(0, TIMELINE_ROWS)
+    .map((t) =>
+      h(
+        'tr',
+        {},
+        h('td', {}, iso(t.at)),
+        h('td', { class: 'num' }, `+${duration(t.at - run.startedAt)}`),
+        h('td', {}, t.event),
+        h('td', {}, t.stepId ?? ''),
+        h('td', { class: 'num' }, t.attempt ?? ''),
+        h('td', {}, t.detail ?? ''),
+      ),
+    );
+  view.replaceChildren(
+    h('p', {}, h('a', { href: '#/runs' }, '← runs')),
+    h('h2', { 'data-testid': 'run-title' }, `Run ${run.runId}`),
+    h(
+      'div',
+      { class: 'cards' },
+      card('workflow', `${run.workflow} v${run.version}`),
+      card('status', run.status, { 'data-testid': 'run-status', class: `status-${run.status}` }),
+      card('started', iso(run.startedAt)),
+      card('chain time', took),
+    ),
+    run.error
+      ? h(
+          'p',
+          { class: 'bad' },
+          `error at ${run.error.stepId}: ${run.error.errorClass}: ${run.error.message}`,
+        )
+      : '',
+    run.compensation
+      ? h(
+          'p',
+          {},
+          `compensation after ${run.compensation.failedStepId}: ${run.compensation.queue.map((s) => s + COMPENSATION_SUFFIX).join(' → ')} (${run.compensation.index}/${run.compensation.queue.length} done)`,
+        )
+      : '',
+    h('h2', {}, 'Steps'),
+    table(
+      ['step', 'status', { label: 'attempts', num: true }, { label: 'took', num: true }, 'items', 'error'],
+      stepRows(run),
+      { testid: 'steps' },
+    ),
+    h('h2', {}, 'Timeline'),
+    table(
+      ['at', { label: 'since start', num: true }, 'event', 'step', { label: 'attempt', num: true }, 'detail'],
+      timeline,
+      { testid: 'timeline' },
+    ),
+    run.timeline.length > TIMELINE_ROWS
+      ? h('p', { class: 'muted' }, `first ${TIMELINE_ROWS} of ${num(run.timeline.length)} entries shown`)
+      : '',
+  );
+}
+
+function card(k, v, attrs = {}) {
+  const { class: cls, ...rest } = attrs;
+  return h(
+    'div',
+    { class: 'card', ...rest },
+    h('div', { class: `v ${cls ?? ''}` }, v),
+    h('div', { class: 'k' }, k),
+  );
+}
+
+async function queuesView(view) {
+  const o = await call(`/ops/overview?maxAgeMs=${FIGURES_MAX_AGE_MS}`);
+  const queues = o.lags.filter((l) => l.taskType !== null);
+  const depth = queues.reduce((n, l) => n + l.lag, 0);
+  const oldest = Math.max(0, ...o.lags.map((l) => l.oldestAgeMs ?? 0));
+  const pending = o.dlqs.reduce((n, d) => n + d.pending, 0);
+  const inFlight = o.workflows.reduce(
+    (n, w) => n + (w.byStatus.running ?? 0) + (w.byStatus.waiting ?? 0) + (w.byStatus.compensating ?? 0),
+    0,
+  );
+  view.replaceChildren(
+    h('h2', {}, 'Queues & lag'),
+    h(
+      'p',
+      { class: 'muted', 'data-testid': 'scraped-at' },
+      o.scrapedAt
+        ? `lag and DLQ figures measured ${duration(Date.now() - o.scrapedAt)} ago`
+        : 'lag not measured yet',
+    ),
+    h(
+      'div',
+      { class: 'cards' },
+      card('tasks waiting (all task topics)', num(depth), { 'data-testid': 'queue-depth' }),
+      card('oldest unread message', duration(oldest)),
+      card('DLQ records pending', num(pending), { 'data-testid': 'dlq-pending-total' }),
+      card('runs in flight', num(inFlight)),
+    ),
+    h('h2', {}, 'Queue depth per task type'),
+    table(
+      [
+        'task type',
+        'topic',
+        'group',
+        { label: 'waiting', num: true },
+        { label: 'oldest waiting', num: true },
+      ],
+      queues.map((l) =>
+        h(
+          'tr',
+          { 'data-task-type': l.taskType },
+          h('td', {}, l.taskType),
+          h('td', {}, l.topic),
+          h('td', {}, l.group),
+          h('td', { class: 'num' }, num(l.lag)),
+          h('td', { class: 'num' }, duration(l.oldestAgeMs)),
+        ),
+      ),
+      { testid: 'queues' },
+    ),
+    h('h2', {}, 'Consumer lag per group'),
+    table(
+      [
+        'group',
+        'topic',
+        { label: 'partitions', num: true },
+        { label: 'lag', num: true },
+        { label: 'oldest unread', num: true },
+      ],
+      o.lags.map((l) =>
+        h(
+          'tr',
+          {},
+          h('td', {}, l.group),
+          h('td', {}, l.topic),
+          h('td', { class: 'num' }, l.partitions),
+          h('td', { class: 'num' }, num(l.lag)),
+          h('td', { class: 'num' }, duration(l.oldestAgeMs)),
+        ),
+      ),
+      { testid: 'lags' },
+    ),
+    h('h2', {}, 'DLQ'),
+    dlqTable(o.dlqs),
+    h('h2', {}, 'Retry rate (task results since this orchestrator started)'),
+    table(
+      [
+        'task type',
+        { label: 'results', num: true },
+        { label: 'retries', num: true },
+        { label: 'retry rate', num: true },
+        { label: 'failed', num: true },
+      ],
+      o.tasks.map((t) =>
+        h(
+          'tr',
+          {},
+          h('td', {}, t.taskType),
+          h('td', { class: 'num' }, num(t.results)),
+          h('td', { class: 'num' }, num(t.retries)),
+          h('td', { class: 'num' }, t.results ? `${((100 * t.retries) / t.results).toFixed(1)} %` : '-'),
+          h('td', { class: 'num' }, num(t.failed)),
+        ),
+      ),
+      { testid: 'retries' },
+    ),
+    h('h2', {}, `Chain time (runs ended in the last ${duration(o.chainWindowMs)})`),
+    table(
+      [
+        'workflow',
+        'runs by status',
+        { label: 'ended', num: true },
+        { label: 'p50', num: true },
+        { label: 'p95', num: true },
+      ],
+      o.workflows.map((w) =>
+        h(
+          'tr',
+          { 'data-workflow': w.workflow },
+          h('td', {}, w.workflow),
+          h(
+            'td',
+            {},
+            Object.entries(w.byStatus)
+              .map(([s, n]) => `${s} ${n}`)
+              .join(', '),
+          ),
+          h('td', { class: 'num' }, num(w.ended)),
+          h('td', { class: 'num', 'data-testid': 'chain-p50' }, duration(w.chainP50Ms)),
+          h('td', { class: 'num' }, duration(w.chainP95Ms)),
+        ),
+      ),
+      { testid: 'chain' },
+    ),
+  );
+}
+
+function dlqTable(dlqs) {
+  return table(
+    [
+      'DLQ topic',
+      { label: 'pending', num: true },
+      { label: 'records', num: true },
+      'oldest pending',
+      'newest pending',
+      'top errors (pending)',
+    ],
+    dlqs.map((d) =>
+      h(
+        'tr',
+        {
+          class: 'clickable',
+          'data-dlq-topic': d.topic,
+          onclick: () => (location.hash = `#/dlq/${encodeURIComponent(d.topic)}`),
+        },
+        h('td', {}, h('a', { href: `#/dlq/${encodeURIComponent(d.topic)}` }, d.topic)),
+        h('td', { class: 'num', 'data-testid': 'pending' }, num(d.pending), d.exact ? '' : ' (at most)'),
+        h('td', { class: 'num' }, num(d.records)),
+        h('td', {}, iso(d.oldest)),
+        h('td', {}, iso(d.newest)),
+        h('td', {}, d.topErrors.map((e) => `${e.errorClass} (${e.count})`).join(', ')),
+      ),
+    ),
+    { testid: 'dlqs', empty: 'no DLQ topics' },
+  );
+}
+
+async function dlqListView(view) {
+  const o = await call(`/ops/overview?maxAgeMs=${FIGURES_MAX_AGE_MS}`);
+  view.replaceChildren(
+    h('h2', {}, 'Dead-letter topics'),
+    h(
+      'p',
+      { class: 'muted' },
+      o.scrapedAt ? `measured ${duration(Date.now() - o.scrapedAt)} ago` : 'not measured yet',
+    ),
+    dlqTable(o.dlqs),
+  );
+}
+
+const dlqFilters = { pendingOnly: true, key: '', errorClass: '' };
+
+async function act(topic, body, what) {
+  const dry = await call(`/ops/dlq/${encodeURIComponent(topic)}/redrive`, {
+    method: 'POST',
+    body: JSON.stringify({ ...body, dryRun: true }),
+  });
+  if (dry.moved === 0) return setStatus(`nothing to ${body.action}: no pending record matches`);
+  if (!confirm(`${body.action === 'discard' ? 'Discard' : 'Redrive'} ${dry.moved} record(s) ${what}?`))
+    return;
+  const done = await call(`/ops/dlq/${encodeURIComponent(topic)}/redrive`, {
+    method: 'POST',
+    body: JSON.stringify(body),
+  });
+  setStatus(`${body.action === 'discard' ? 'discarded' : 'redriven'}: ${done.moved} record(s)`);
+  await call(`/ops/overview?maxAgeMs=0`); // measure again, so the counts shown next are after the action
+  await render();
+}
+
+async function dlqView(view, topic) {
+  const q = new URLSearchParams({ limit: '100', pending: String(dlqFilters.pendingOnly) });
+  if (dlqFilters.key) q.set('key', dlqFilters.key);
+  if (dlqFilters.errorClass) q.set('errorClass', dlqFilters.errorClass);
+  const records = await call(`/ops/dlq/${encodeURIComponent(topic)}/records?${q}`);
+  const filter = { key: dlqFilters.key || undefined, errorClass: dlqFilters.errorClass || undefined };
+  const filters = h(
+    'form',
+    {
+      class: 'filters',
+      onsubmit: (e) => {
+        e.preventDefault();
+        const f = new FormData(e.target);
+        dlqFilters.pendingOnly = f.get('pending') === 'on';
+        dlqFilters.key = String(f.get('key') ?? '').trim();
+        dlqFilters.errorClass = String(f.get('errorClass') ?? '').trim();
+        void render();
+      },
+    },
+    h('label', {}, 'key', h('input', { name: 'key', value: dlqFilters.key, placeholder: 'any' })),
+    h(
+      'label',
+      {},
+      'error class',
+      h('input', { name: 'errorClass', value: dlqFilters.errorClass, placeholder: 'any' }),
+    ),
+    h(
+      'label',
+      {},
+      'pending only',
+      h('input', { type: 'checkbox', name: 'pending', checked: dlqFilters.pendingOnly }),
+    ),
+    h('button', { type: 'submit' }, 'Filter'),
+    h(
+      'button',
+      {
+        type: 'button',
+        class: 'primary',
+        'data-testid': 'redrive-matching',
+        onclick: () => run(() => act(topic, { action: 'redrive', ...filter }, 'matching the filter')),
+      },
+      'Redrive all matching',
+    ),
+    h(
+      'button',
+      {
+        type: 'button',
+        onclick: () => run(() => act(topic, { action: 'discard', ...filter }, 'matching the filter')),
+      },
+      'Discard all matching',
+    ),
+  );
+  const rows = records.map((r) =>
+    h(
+      'tr',
+      { 'data-record': `${r.partition}@${r.offset}`, 'data-key': r.key ?? '' },
+      h('td', {}, `${r.partition}@${r.offset}`),
+      h('td', {}, r.key ?? '-'),
+      h('td', {}, h('div', { class: 'bad' }, r.errorClass ?? '-'), h('div', {}, r.errorMessage ?? '')),
+      h(
+        'td',
+        {},
+        `${r.originalTopic ?? '-'} ${r.originalPartition ?? '-'}@${r.originalOffset ?? '-'}`,
+        h('div', { class: 'muted' }, `group ${r.consumerGroup ?? '-'}, host ${r.host ?? '-'}`),
+      ),
+      h('td', { class: 'num' }, r.attempts ?? '-'),
+      h('td', {}, iso(r.lastFailureAt), h('div', { class: 'muted' }, `first ${iso(r.firstFailureAt)}`)),
+      h(
+        'td',
+        { 'data-testid': 'ledger' },
+        r.handled ? `${r.handled.action.toLowerCase()} by ${r.handled.handledBy}` : 'pending',
+        r.redriveCount ? h('div', { class: 'muted' }, `redriven ${r.redriveCount}x before`) : '',
+      ),
+      h('td', {}, h('pre', {}, JSON.stringify(r.value, null, 2))),
+      h(
+        'td',
+        {},
+        r.handled
+          ? ''
+          : [
+              h(
+                'button',
+                {
+                  'data-testid': 'redrive-one',
+                  onclick: () =>
+                    run(() =>
+                      act(
+                        topic,
+                        { action: 'redrive', partition: r.partition, offset: r.offset },
+                        `(${r.partition}@${r.offset})`,
+                      ),
+                    ),
+                },
+                'Redrive',
+              ),
+              h(
+                'button',
+                {
+                  onclick: () =>
+                    run(() =>
+                      act(
+                        topic,
+                        { action: 'discard', partition: r.partition, offset: r.offset },
+                        `(${r.partition}@${r.offset})`,
+                      ),
+                    ),
+                },
+                'Discard',
+              ),
+            ],
+      ),
+    ),
+  );
+  view.replaceChildren(
+    h('p', {}, h('a', { href: '#/dlq' }, '← DLQ topics')),
+    h('h2', {}, `DLQ ${topic}`),
+    filters,
+    table(
+      [
+        'at',
+        'key',
+        'error',
+        'from',
+        { label: 'attempts', num: true },
+        'last failure',
+        'status',
+        'value (decoded)',
+        '',
+      ],
+      rows,
+      { testid: 'dlq-records', empty: 'no matching records' },
+    ),
+  );
+}
+
+// ---- routing and refresh ----
+
+function route() {
+  const [tab = 'runs', ...rest] = location.hash.replace(/^#\/?/, '').split('/');
+  const arg = rest.length ? decodeURIComponent(rest.join('/')) : undefined;
+  return { tab, arg };
+}
+
+let timer;
+let rendering = false;
+
+async function run(f) {
+  try {
+    await f();
+  } catch (e) {
+    setStatus(e.message, true);
+  }
+}
+
+async function render() {
+  if (rendering) return;
+  rendering = true;
+  clearTimeout(timer);
+  const { tab, arg } = route();
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.tab === tab);
+  const view = document.getElementById('view');
+  try {
+    if (tab === 'runs' && arg) await runView(view, arg);
+    else if (tab === 'queues') await queuesView(view);
+    else if (tab === 'dlq' && arg) await dlqView(view, arg);
+    else if (tab === 'dlq') await dlqListView(view);
+    else await runsView(view);
+    view.setAttribute('aria-busy', 'false');
+    setStatus(`updated ${new Date().toLocaleTimeString()}`);
+  } catch (e) {
+    setStatus(e.message, true);
+  } finally {
+    rendering = false;
+    const ms = tab === 'runs' && arg ? REFRESH_MS.run : (REFRESH_MS[tab] ?? REFRESH_MS.runs);
+    // A form being edited is not replaced under the user: the refresh waits until focus leaves it.
+    timer = setTimeout(function again() {
+      if (document.activeElement?.closest('form')) timer = setTimeout(again, ms);
+      else void render();
+    }, ms);
+  }
+}
+
+window.addEventListener('hashchange', () => void render());
+void render();

@@ -1,0 +1,189 @@
+import type { Kafka, Producer } from 'kafkajs';
+import type { EventCodec } from '@keyflow/contracts';
+import {
+  handledBy,
+  listDlqTopics,
+  readDlqLedger,
+  readDlqRecords,
+  redrive,
+  taskTypeOfTopic,
+  type DlqAction,
+  type DlqRecord,
+  type DlqSummary,
+  type RedriveFilter,
+  type RedriveReport,
+} from '@keyflow/kafka';
+import type { Logger } from '@keyflow/observability';
+import type { LagMonitor } from '../engine/lag-monitor';
+import type { OrchestratorMetrics } from '../engine/metrics';
+import type { RunReadModel, WorkflowStats } from '../engine/read-model';
+
+/** Who the DLQ ledger names for an action taken through the API (the ops console). */
+export const CONSOLE_ACTOR = 'keyflow-console';
+/** Window of the chain-time percentiles in the overview: runs that ended in the last hour, ms. */
+export const CHAIN_WINDOW_MS = 60 * 60_000;
+/** Redrive rate of the API, records per second (the CLI's default). */
+export const API_REDRIVE_RATE = 100;
+
+/** A consumer group's lag on one topic, summed over its partitions. Times in ms. */
+export interface TopicLag {
+  group: string;
+  topic: string;
+  /** The task type when the topic is a task topic (`task.<type>`), else null. */
+  taskType: string | null;
+  /** Records still to read (read_committed: markers and aborted records not counted). */
+  lag: number;
+  /** Age of the oldest record not read yet, ms; null when caught up. */
+  oldestAgeMs: number | null;
+  partitions: number;
+}
+
+/** Task results applied since this orchestrator started, per task type. */
+export interface TaskRetryStats {
+  taskType: string;
+  results: number;
+  /** Results of attempts after the first. */
+  retries: number;
+  failed: number;
+}
+
+/** What the ops console's panel shows (`GET /ops/overview`). */
+export interface Overview {
+  /** When the lag and DLQ figures were measured (ms since epoch), or null before the first measurement. */
+  scrapedAt: number | null;
+  lags: TopicLag[];
+  dlqs: DlqSummary[];
+  workflows: WorkflowStats[];
+  tasks: TaskRetryStats[];
+  /** The chain-time window, ms. */
+  chainWindowMs: number;
+}
+
+/** An ops request that names something that does not exist (a DLQ topic): HTTP 404. */
+export class OpsNotFoundError extends Error {
+  readonly code = 'OPS_NOT_FOUND';
+  readonly retryable = false;
+}
+
+/**
+ * What the ops console asks of the orchestrator: the lag/DLQ/chain-time overview, a DLQ's records, and redrive or
+ * discard of one record or a filtered set. DLQ topics are named by their logical names (`task.etl.load.dlq`).
+ */
+export class OpsService {
+  constructor(
+    private readonly kafka: Kafka,
+    private readonly codec: EventCodec,
+    private readonly lag: LagMonitor,
+    private readonly readModel: RunReadModel,
+    private readonly metrics: OrchestratorMetrics,
+    private readonly producer: Producer,
+    private readonly logger: Logger,
+  ) {}
+
+  private get prefix(): string {
+    return this.codec.physical('');
+  }
+
+  /**
+   * The overview, its lag and DLQ figures at most `maxAgeMs` old (a lag monitor pass is run when they are older;
+   * when it fails, the previous figures are returned with their `scrapedAt`).
+   */
+  async overview(maxAgeMs: number): Promise<Overview> {
+    const report = await this.lag.fresh(maxAgeMs);
+    const lags = new Map<string, TopicLag>();
+    for (const l of report?.lags ?? []) {
+      const id = `${l.group}\u0000${l.topic}`;
+      let t = lags.get(id);
+      if (!t)
+        lags.set(
+          id,
+          (t = {
+            group: l.group,
+            topic: l.topic,
+            taskType: taskTypeOfTopic(l.topic) ?? null,
+            lag: 0,
+            oldestAgeMs: null,
+            partitions: 0,
+          }),
+        );
+      t.lag += l.lag;
+      t.partitions++;
+      if (l.oldestAgeMs !== null) t.oldestAgeMs = Math.max(t.oldestAgeMs ?? 0, l.oldestAgeMs);
+    }
+    const tasks = new Map<string, TaskRetryStats>();
+    for (const v of (await this.metrics.taskResults.get()).values) {
+      const taskType = String(v.labels.task_type);
+      let t = tasks.get(taskType);
+      if (!t) tasks.set(taskType, (t = { taskType, results: 0, retries: 0, failed: 0 }));
+      t.results += v.value;
+      if (v.labels.retry === 'true') t.retries += v.value;
+      if (v.labels.outcome === 'failed') t.failed += v.value;
+    }
+    return {
+      scrapedAt: report?.at ?? null,
+      lags: [...lags.values()],
+      dlqs: report?.dlqs ?? [],
+      workflows: this.readModel.workflowStats(Date.now() - CHAIN_WINDOW_MS),
+      tasks: [...tasks.values()].sort((a, b) => (a.taskType < b.taskType ? -1 : 1)),
+      chainWindowMs: CHAIN_WINDOW_MS,
+    };
+  }
+
+  /** @throws OpsNotFoundError when `logicalDlq` is not an existing DLQ topic */
+  private async dlqTopic(logicalDlq: string): Promise<string> {
+    const physical = this.codec.physical(logicalDlq);
+    if (!(await listDlqTopics(this.kafka, this.prefix)).includes(physical))
+      throw new OpsNotFoundError(`no DLQ topic ${logicalDlq}`);
+    return physical;
+  }
+
+  /**
+   * Up to `limit` records of a DLQ matching `filter`, decoded, with what the ledger says of each.
+   * @throws OpsNotFoundError when the DLQ topic does not exist; kafkajs errors
+   */
+  async records(
+    logicalDlq: string,
+    q: { limit: number; pendingOnly: boolean; filter: RedriveFilter },
+  ): Promise<DlqRecord[]> {
+    const topic = await this.dlqTopic(logicalDlq);
+    return readDlqRecords(this.kafka, topic, {
+      limit: q.limit,
+      filter: q.filter,
+      pendingOnly: q.pendingOnly,
+      codec: this.codec,
+      prefix: this.prefix,
+      handled: await readDlqLedger(this.kafka, this.codec),
+    });
+  }
+
+  /**
+   * Redrives (or discards) the pending records of a DLQ that match `filter` (libs/kafka redrive), recorded in the DLQ
+   * ledger as done by the console. The next overview measures again.
+   * @throws OpsNotFoundError when the DLQ topic does not exist; what redrive throws
+   */
+  async act(
+    logicalDlq: string,
+    o: { action: DlqAction; filter: RedriveFilter; dryRun: boolean; reason?: string },
+  ): Promise<RedriveReport> {
+    const topic = await this.dlqTopic(logicalDlq);
+    const report = await redrive(this.kafka, {
+      dlqTopic: topic,
+      filter: o.filter,
+      ratePerSec: API_REDRIVE_RATE,
+      producer: this.producer,
+      logger: this.logger,
+      dryRun: o.dryRun,
+      action: o.action,
+      ledger: { codec: this.codec, handledBy: handledBy(CONSOLE_ACTOR), reason: o.reason },
+    });
+    return {
+      ...report,
+      byTopic: Object.fromEntries(
+        Object.entries(report.byTopic).map(([t, n]) => [
+          t.startsWith(this.prefix) ? t.slice(this.prefix.length) : t,
+          n,
+        ]),
+      ),
+    };
+  }
+}
