@@ -10,11 +10,11 @@ export {
   produceWithJavaClient,
   kcatLibrdkafkaVersion,
   kcatMissing,
-  KcatUnavailableError,
   KCAT_CODECS,
   type KcatCodec,
 } from './kcat';
 export { rejectLz4Batches } from './codec-gap';
+export { ensureDebianTool, ToolUnavailableError } from './debian-tool';
 export { RegistryProxy } from './registry-proxy';
 export { healthOf, degradedWith, type HealthAnswer } from './health';
 export {

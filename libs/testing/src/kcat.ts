@@ -1,11 +1,10 @@
 /**
  * kcat (librdkafka's command-line client) as a producer that is not kafkajs: records it writes with
  * `compression.type` set are what Java, Go and librdkafka clients put on topics, so tests read them as they are.
- *
- * ensureKcat installs Debian's `kcat` package when it is missing and we are root (CI is a fresh machine, run as
- * root): `apt-get install -y kcat`, then once more after `apt-get update` if that fails.
+ * ensureKcat installs it when missing (see debian-tool.ts).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { ensureDebianTool } from './debian-tool';
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -14,51 +13,12 @@ import { join } from 'node:path';
 export type KcatCodec = 'gzip' | 'snappy' | 'lz4' | 'zstd';
 export const KCAT_CODECS: readonly KcatCodec[] = ['gzip', 'snappy', 'lz4', 'zstd'];
 
-/** kcat is missing and could not be installed; `message` says why (for a test's skip notice). */
-export class KcatUnavailableError extends Error {
-  readonly code = 'KCAT_UNAVAILABLE';
-  readonly retryable = false;
-  constructor(reason: string) {
-    super(`kcat (librdkafka) is not available and could not be installed: ${reason}`);
-    this.name = 'KcatUnavailableError';
-  }
-}
-
-let resolved: Promise<string> | undefined;
-
-const onPath = (): string | undefined => {
-  const r = spawnSync('sh', ['-c', 'command -v kcat'], { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : undefined;
-};
-
 /**
- * The path of kcat, installing it with apt-get when missing and running as root. Memoised per process.
- * @throws KcatUnavailableError when it is missing and cannot be installed (not root, no apt-get, apt failed).
+ * The path of kcat, installing Debian's `kcat` package when missing and running as root. Memoised per process.
+ * @throws ToolUnavailableError when it is missing and cannot be installed (not root, no apt-get, apt failed).
  */
 export function ensureKcat(): Promise<string> {
-  resolved ??= (async () => {
-    const found = onPath();
-    if (found) return found;
-    if (process.getuid?.() !== 0) throw new KcatUnavailableError('not root, so apt-get cannot install it');
-    const apt = (args: string[]) =>
-      spawnSync('apt-get', args, {
-        encoding: 'utf8',
-        env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
-        timeout: 300_000,
-      });
-    let r = apt(['install', '-y', 'kcat']);
-    if (r.status !== 0) {
-      apt(['update']);
-      r = apt(['install', '-y', 'kcat']);
-    }
-    const installed = onPath();
-    if (!installed)
-      throw new KcatUnavailableError(
-        `apt-get install -y kcat failed (${r.error?.message ?? `exit ${r.status}`}): ${(r.stderr ?? '').slice(-400)}`,
-      );
-    return installed;
-  })();
-  return resolved;
+  return ensureDebianTool('kcat', 'kcat');
 }
 
 /** librdkafka's version as kcat reports it (e.g. "2.0.2"), for test names and logs. */

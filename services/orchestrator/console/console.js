@@ -50,6 +50,20 @@ function duration(ms) {
   if (ms < 3_600_000) return `${(ms / 60_000).toFixed(1)} min`;
   return `${(ms / 3_600_000).toFixed(1)} h`;
 }
+/** A decoded event for reading: fields that hold JSON text (a task's `input`, a result's `output`) shown parsed. */
+function readable(v) {
+  if (typeof v === 'string' && /^\s*[[{]/.test(v)) {
+    try {
+      return JSON.parse(v);
+    } catch {
+      return v;
+    }
+  }
+  if (Array.isArray(v)) return v.map(readable);
+  if (v && typeof v === 'object')
+    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, readable(x)]));
+  return v;
+}
 const num = (n) => (n === null || n === undefined ? '-' : Number(n).toLocaleString('en-US'));
 const statusCell = (s) => h('td', { class: `status-${s}`, 'data-status': s }, s);
 
@@ -390,7 +404,11 @@ async function queuesView(view) {
   );
 }
 
-function dlqTable(dlqs) {
+function dlqTable(all) {
+  // Those with records waiting first, then those with any records, then the empty ones, each by name.
+  const dlqs = [...all].sort(
+    (a, b) => b.pending - a.pending || b.records - a.records || (a.topic < b.topic ? -1 : 1),
+  );
   return table(
     [
       'DLQ topic',
@@ -525,7 +543,7 @@ async function dlqView(view, topic) {
         r.handled ? `${r.handled.action.toLowerCase()} by ${r.handled.handledBy}` : 'pending',
         r.redriveCount ? h('div', { class: 'muted' }, `redriven ${r.redriveCount}x before`) : '',
       ),
-      h('td', {}, h('pre', {}, JSON.stringify(r.value, null, 2))),
+      h('td', {}, h('pre', {}, JSON.stringify(readable(r.value), null, 2))),
       h(
         'td',
         {},
