@@ -122,7 +122,7 @@ async function resultCounter(codec: EventCodec, group: string) {
         offset: message.offset,
       });
       if (count++ === 0) firstAt = Date.now();
-      const at = sentAt.get(d.value.runId as string);
+      const at = sentAt.get((d.value as { runId: string }).runId);
       if (at !== undefined) latencies.push(Number(message.timestamp) - at);
     },
   });

@@ -351,7 +351,11 @@ async function queuesView(view) {
     ),
     h('h2', {}, 'DLQ'),
     dlqTable(o.dlqs),
-    h('h2', {}, 'Retry rate (task results since this orchestrator started)'),
+    h(
+      'h2',
+      {},
+      'Retry rate (task results of a step attempt after the first, since this orchestrator started)',
+    ),
     table(
       [
         'task type',

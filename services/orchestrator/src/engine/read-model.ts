@@ -61,6 +61,37 @@ export interface WorkflowStats {
 }
 
 /**
+ * Per workflow: runs by status, and the chain time (start to end, ms) of the runs that ended at or after `sinceMs`
+ * (ms since epoch): count, p50 and p95 by nearest rank (the smallest value with at least that share of the values
+ * at or below it), or null when none ended. Workflows sorted by name.
+ */
+export function workflowStats(
+  runs: Iterable<Pick<RunState, 'workflow' | 'status' | 'startedAt' | 'endedAt'>>,
+  sinceMs: number,
+): WorkflowStats[] {
+  const by = new Map<string, { byStatus: Record<string, number>; chain: number[] }>();
+  for (const s of runs) {
+    let w = by.get(s.workflow);
+    if (!w) by.set(s.workflow, (w = { byStatus: {}, chain: [] }));
+    w.byStatus[s.status] = (w.byStatus[s.status] ?? 0) + 1;
+    if (s.endedAt !== undefined && s.endedAt >= sinceMs) w.chain.push(s.endedAt - s.startedAt);
+  }
+  const rank = (sorted: number[], q: number) => sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)];
+  return [...by]
+    .sort(([a], [b]) => (a < b ? -1 : 1))
+    .map(([workflow, w]) => {
+      const c = w.chain.sort((a, b) => a - b);
+      return {
+        workflow,
+        byStatus: w.byStatus,
+        ended: c.length,
+        chainP50Ms: c.length ? rank(c, 0.5) : null,
+        chainP95Ms: c.length ? rank(c, 0.95) : null,
+      };
+    });
+}
+
+/**
  * The query side: every instance reads the whole compacted wf.state topic (read_committed) into memory, so any
  * instance answers for any run. It also lets the engine restore a partition it takes over: the engine writes a
  * barrier record to that partition and waits until this reader has seen it, which proves every snapshot committed
@@ -343,30 +374,15 @@ export class RunReadModel {
   }
 
   /**
-   * Per workflow: runs known by status, and the chain time (start to end, ms) of the runs that ended at or after
-   * `sinceMs` (ms since epoch): count, p50 and p95 (nearest-rank), or null when none ended.
+   * {@link workflowStats} of the runs this read model holds.
    */
   workflowStats(sinceMs: number): WorkflowStats[] {
-    const by = new Map<string, { byStatus: Record<string, number>; chain: number[] }>();
-    for (const { state: s } of this.runs.values()) {
-      let w = by.get(s.workflow);
-      if (!w) by.set(s.workflow, (w = { byStatus: {}, chain: [] }));
-      w.byStatus[s.status] = (w.byStatus[s.status] ?? 0) + 1;
-      if (s.endedAt !== undefined && s.endedAt >= sinceMs) w.chain.push(s.endedAt - s.startedAt);
-    }
-    const rank = (sorted: number[], q: number) => sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)];
-    return [...by]
-      .sort(([a], [b]) => (a < b ? -1 : 1))
-      .map(([workflow, w]) => {
-        const c = w.chain.sort((a, b) => a - b);
-        return {
-          workflow,
-          byStatus: w.byStatus,
-          ended: c.length,
-          chainP50Ms: c.length ? rank(c, 0.5) : null,
-          chainP95Ms: c.length ? rank(c, 0.95) : null,
-        };
-      });
+    return workflowStats(
+      (function* (runs) {
+        for (const e of runs) yield e.state;
+      })(this.runs.values()),
+      sinceMs,
+    );
   }
 
   get size(): number {
