@@ -17,6 +17,11 @@ export type DlqAction = DlqRecordHandled['action'];
 export const DLQ_LEDGER_TOPIC = 'dlq.handled';
 /** Partition count the ledger is created with (schemas/catalog.yaml names it). */
 export const DLQ_LEDGER_PARTITIONS = 3;
+/**
+ * How long ledger entries are kept, ms (cleanup.policy=compact,delete): longer than any DLQ keeps its records (a DLQ
+ * takes its topic's retention, at most 7 days in schemas/catalog.yaml), so an entry goes only after its record.
+ */
+export const DLQ_LEDGER_RETENTION_MS = 30 * 24 * 3_600_000;
 
 /** Who acts, as ledger entries record it: `<tool>@<hostname>`. */
 export const handledBy = (tool: string) => `${tool}@${hostname()}`;
@@ -24,6 +29,8 @@ export const handledBy = (tool: string) => `${tool}@${hostname()}`;
 /** What the ledger says about one DLQ record. */
 export interface HandledEntry {
   action: DlqAction;
+  /** Timestamp of the DLQ record the entry is about (ms since epoch): see {@link handledEntryOf}. */
+  recordTimestamp: number;
   /** ms since epoch. */
   at: number;
   handledBy: string;
@@ -50,7 +57,7 @@ export async function ensureDlqLedger(kafka: Kafka, codec: LedgerCodec, admin?: 
       {
         topic: codec.physical(DLQ_LEDGER_TOPIC),
         partitions: DLQ_LEDGER_PARTITIONS,
-        configs: { 'cleanup.policy': 'compact' },
+        configs: { 'cleanup.policy': 'compact,delete', 'retention.ms': String(DLQ_LEDGER_RETENTION_MS) },
         ...codec.replication(DLQ_LEDGER_TOPIC),
       },
     ]);
@@ -70,6 +77,8 @@ export function ledgerMessage(
     dlqTopic: string;
     partition: number;
     offset: string;
+    /** The DLQ record's timestamp, ms since epoch (kafkajs gives it as a decimal string). */
+    recordTimestamp: number;
     action: DlqAction;
     originalTopic?: string | null;
     handledBy: string;
@@ -87,6 +96,7 @@ export function ledgerMessage(
       dlqTopic: logical,
       partition: entry.partition,
       offset: entry.offset,
+      recordTimestamp: entry.recordTimestamp,
       action: entry.action,
       originalTopic: entry.originalTopic ?? null,
       handledBy: entry.handledBy,
@@ -128,6 +138,7 @@ export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<M
         const v = d.value;
         out.set(dlqRecordId(codec.physical(v.dlqTopic), v.partition, v.offset), {
           action: v.action,
+          recordTimestamp: v.recordTimestamp,
           at: v.metadata.occurredAt,
           handledBy: v.handledBy,
           originalTopic: v.originalTopic,
@@ -141,4 +152,41 @@ export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<M
     { groupPrefix: 'keyflow-scan' },
   );
   return out;
+}
+
+/**
+ * The ledger's entry for a DLQ record, if it has one that applies: same topic, partition and offset, and the same
+ * record timestamp (a DLQ topic deleted and created again starts its offsets at 0: its new records are not the ones
+ * the older entries name).
+ */
+export function handledEntryOf(
+  handled: ReadonlyMap<string, HandledEntry> | undefined,
+  physicalDlqTopic: string,
+  partition: number,
+  m: { offset: string; timestamp: string },
+): HandledEntry | undefined {
+  const e = handled?.get(dlqRecordId(physicalDlqTopic, partition, m.offset));
+  return e && e.recordTimestamp === Number(m.timestamp) ? e : undefined;
+}
+
+/**
+ * How many ledger entries name offsets in [low, end) of one DLQ partition: what is subtracted from the offset span of
+ * a partition too large to read (the entries' timestamps are not checked against records there, so it is an
+ * estimate).
+ */
+export function handledCountIn(
+  handled: ReadonlyMap<string, HandledEntry> | undefined,
+  physicalDlqTopic: string,
+  partition: number,
+  low: bigint,
+  end: bigint,
+): number {
+  const prefix = `${dlqRecordId(physicalDlqTopic, partition, '')}`;
+  let n = 0;
+  for (const id of handled?.keys() ?? []) {
+    if (!id.startsWith(prefix)) continue;
+    const offset = BigInt(id.slice(prefix.length));
+    if (offset >= low && offset < end) n++;
+  }
+  return n;
 }

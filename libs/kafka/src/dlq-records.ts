@@ -1,7 +1,7 @@
 import type { Kafka, KafkaMessage } from 'kafkajs';
 import type { EventCodec } from '@keyflow/contracts';
-import { DLQ_HEADERS, dlqRecordId, header, matchesRedriveFilter, type RedriveFilter } from './dlq';
-import type { HandledEntry } from './dlq-ledger';
+import { DLQ_HEADERS, header, matchesRedriveFilter, type RedriveFilter } from './dlq';
+import { handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
 
 /** A DLQ record as operators see it: triage headers, key, the decoded value and what the ledger says of it. */
@@ -78,7 +78,7 @@ export async function describeDlqRecord(
     host: h(DLQ_HEADERS.host),
     redriveCount: Number(h(DLQ_HEADERS.redriveCount) ?? 0),
     value,
-    handled: o.handled?.get(dlqRecordId(at.topic, at.partition, m.offset)) ?? null,
+    handled: handledEntryOf(o.handled, at.topic, at.partition, m) ?? null,
   };
 }
 
@@ -109,7 +109,7 @@ export async function readDlqRecords(
   await scanRanges(kafka, ranges, async (topic, partition, m) => {
     if (found.length >= o.limit) return false;
     if (!matchesRedriveFilter(m, o.filter ?? {}, partition)) return;
-    if (o.pendingOnly && o.handled?.has(dlqRecordId(topic, partition, m.offset))) return;
+    if (o.pendingOnly && handledEntryOf(o.handled, topic, partition, m)) return;
     found.push(await describeDlqRecord(m, { topic, partition }, o));
   });
   return found.sort((a, b) => a.partition - b.partition || Number(BigInt(a.offset) - BigInt(b.offset)));

@@ -5,6 +5,7 @@ import type { ConsumedMessage } from './ordered-consumer';
 
 import {
   ensureDlqLedger,
+  handledEntryOf,
   ledgerMessage,
   readDlqLedger,
   type DlqAction,
@@ -104,8 +105,10 @@ export interface RedriveReport {
   moved: number;
   /** Moved records per original topic. */
   byTopic: Record<string, number>;
-  /** Records that did not match the filter, or had no original topic header. */
+  /** Records that did not match the filter. */
   skipped: number;
+  /** Matching pending records a redrive cannot send: no x-dlq-original-topic header (discard them instead). */
+  noOriginalTopic: number;
   /** Matching records the ledger says were handled before (left alone unless `includeHandled`). */
   alreadyHandled: number;
   dryRun: boolean;
@@ -160,6 +163,8 @@ export async function redrive(
     action?: DlqAction;
     /** Also act on records the ledger says were handled before (default false). */
     includeHandled?: boolean;
+    /** Act on at most this many records (the count an operator confirmed after a dry run); default no limit. */
+    limit?: number;
   },
 ): Promise<RedriveReport> {
   const { dlqTopic, filter = {}, ratePerSec = 100, dryRun = false, action = 'REDRIVEN' } = opts;
@@ -172,6 +177,7 @@ export async function redrive(
     moved: 0,
     byTopic: {},
     skipped: 0,
+    noOriginalTopic: 0,
     alreadyHandled: 0,
     dryRun,
     action,
@@ -185,14 +191,19 @@ export async function redrive(
       report.scanned++;
       const h = message.headers ?? {};
       const original = header(h, DLQ_HEADERS.originalTopic);
-      if (!matchesRedriveFilter(message, filter, partition) || (!original && action === 'REDRIVEN')) {
+      if (!matchesRedriveFilter(message, filter, partition)) {
         report.skipped++;
         return;
       }
-      if (!opts.includeHandled && handled.has(dlqRecordId(dlqTopic, partition, message.offset))) {
+      if (!opts.includeHandled && handledEntryOf(handled, dlqTopic, partition, message)) {
         report.alreadyHandled++;
         return;
       }
+      if (!original && action === 'REDRIVEN') {
+        report.noOriginalTopic++;
+        return;
+      }
+      if (opts.limit !== undefined && report.moved >= opts.limit) return false;
       if (!dryRun) {
         const wait = nextSendAt - Date.now();
         if (wait > 0) await new Promise((r) => setTimeout(r, wait));
@@ -210,6 +221,7 @@ export async function redrive(
           dlqTopic,
           partition,
           offset: message.offset,
+          recordTimestamp: Number(message.timestamp),
           action,
           originalTopic: action === 'REDRIVEN' ? original : null,
           handledBy: opts.ledger.handledBy,

@@ -1,6 +1,7 @@
 import { AssignerProtocol, type Admin, type Kafka, type KafkaMessage } from 'kafkajs';
 import { undecodableBatchError } from './codecs';
-import { DLQ_HEADERS, dlqRecordId, header } from './dlq';
+import { DLQ_HEADERS, header } from './dlq';
+import { handledCountIn, handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { undecodableBatchOf } from './undecodable';
 
 /** Offsets [from, to) of one partition of one topic to read; offsets are Kafka offsets as strings or bigints. */
@@ -76,7 +77,9 @@ export async function scanRanges(
 ): Promise<void> {
   const id = (topic: string, partition: number) => `${topic}\u0000${partition}`;
   const remaining = new Map(
-    ranges.filter((r) => r.to > (r.from ?? -1n) && r.to > 0n).map((r) => [id(r.topic, r.partition), r]),
+    ranges
+      .filter((r) => r.to > (r.from ?? -1n) && r.to > 0n)
+      .map((r) => [id(r.topic, r.partition), { ...r }]),
   );
   if (remaining.size === 0) return;
   const topics = [...new Set([...remaining.values()].map((r) => r.topic))];
@@ -94,8 +97,9 @@ export async function scanRanges(
     // Where the fresh group starts: where the ranges start (their partitions) or at the end (the topics' other
     // partitions). Seeks given right after run() is called, before its first fetch: kafkajs creates the consumer
     // group synchronously in run() and applies pending seeks at the start of every fetch, leaving out any response
-    // for a partition with a seek still pending (consumer/consumerGroup.js fetch, seekOffsets), so no record is read
-    // from anywhere else. (admin.setOffsets would run a consumer of its own per topic, waiting out a fetch each.)
+    // for a partition with a seek still pending (consumer/consumerGroup.js fetch, seekOffsets), so the first fetch
+    // reads from there. After a rejoin the seeks are given again (below); records before a range's next offset are
+    // skipped in any case. (admin.setOffsets would run a consumer of its own per topic, waiting out a fetch each.)
     const starts: Array<{ topic: string; partition: number; offset: string }> = [];
     const admin = kafka.admin();
     await admin.connect();
@@ -106,11 +110,15 @@ export async function scanRanges(
           const r = remaining.get(key);
           let from = r ? (r.from ?? BigInt(o.low)) : BigInt(o.high);
           if (from < BigInt(o.low)) from = BigInt(o.low); // deleted by retention meanwhile
+          if (r && r.to > BigInt(o.high)) r.to = BigInt(o.high); // the topic was recreated: never reachable
           if (r && from >= r.to)
             remaining.delete(key); // nothing left of the range: no batch would come
           else if (r) next.set(key, from);
           starts.push({ topic, partition: o.partition, offset: String(from) });
         }
+      // A range on a partition the topic does not have (any more) has nothing to read.
+      const listed = new Set(starts.map((st) => id(st.topic, st.partition)));
+      for (const key of [...remaining.keys()]) if (!listed.has(key)) remaining.delete(key);
     } finally {
       await admin.disconnect();
     }
@@ -128,6 +136,17 @@ export async function scanRanges(
         reached(payload.topic, payload.partition, BigInt(payload.lastOffset) + 1n),
       );
       consumer.on(consumer.events.CRASH, ({ payload }) => reject(payload.error));
+      // A rejoin (a leader change, a lost membership) builds a new offset manager that forgets the seeks, and the
+      // group has committed nothing: seek again, each range to where it got to, the other partitions to their end.
+      let joined = 0;
+      consumer.on(consumer.events.GROUP_JOIN, () => {
+        if (joined++ === 0) return; // the first join: the seeks given after run() are still pending
+        for (const st of starts) {
+          const key = id(st.topic, st.partition);
+          const at = remaining.has(key) ? next.get(key) : undefined;
+          consumer.seek({ ...st, offset: at !== undefined ? String(at) : st.offset });
+        }
+      });
       consumer
         .run({
           autoCommit: false,
@@ -294,8 +313,8 @@ export async function summarizeDlqs(
   opts: {
     /** Partitions with more offsets than this are not read: their offset span counts as records (an upper bound). */
     exactUpTo?: number;
-    /** The DLQ ledger (readDlqLedger), by dlqRecordId: its records do not count as pending. */
-    handled?: ReadonlyMap<string, unknown>;
+    /** The DLQ ledger (readDlqLedger): the records it names do not count as pending. */
+    handled?: ReadonlyMap<string, HandledEntry>;
   } = {},
 ): Promise<DlqSummary[]> {
   const byTopic = new Map<string, DlqSummary & { errors: Map<string, number> }>();
@@ -318,7 +337,10 @@ export async function summarizeDlqs(
       for (const e of await lastStableOffsets(kafka, topic, admin)) {
         if (opts.exactUpTo !== undefined && e.end - e.low > BigInt(opts.exactUpTo)) {
           summary.records += Number(e.end - e.low);
-          summary.pending += Number(e.end - e.low);
+          summary.pending += Math.max(
+            0,
+            Number(e.end - e.low) - handledCountIn(opts.handled, topic, e.partition, e.low, e.end),
+          );
           summary.exact = false;
         } else ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
       }
@@ -330,7 +352,7 @@ export async function summarizeDlqs(
     const s = byTopic.get(topic)!;
     const at = Number(header(m.headers, DLQ_HEADERS.lastFailureAt) ?? m.timestamp);
     s.records++;
-    if (opts.handled?.has(dlqRecordId(topic, partition, m.offset))) return;
+    if (handledEntryOf(opts.handled, topic, partition, m)) return;
     s.pending++;
     s.oldest = s.oldest === null ? at : Math.min(s.oldest, at);
     s.newest = s.newest === null ? at : Math.max(s.newest, at);

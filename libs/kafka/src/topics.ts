@@ -153,7 +153,6 @@ export async function subscribeWhenReady(
   await retryWhileTopicsSettle(() => consumer.subscribe({ topic, fromBeginning }), timeoutMs);
 }
 
-/** Default consumer group ids of the services (their configs' defaults; the orchestrator's lag monitor reads both). */
 /** Logical topic of a task type's commands: `task.<type>` (schemas/catalog.yaml). */
 export const taskTopicOf = (taskType: string) => `task.${taskType}`;
 
@@ -164,6 +163,7 @@ export function taskTypeOfTopic(logicalTopic: string): string | undefined {
   return logicalTopic.slice('task.'.length);
 }
 
+/** Default consumer group ids of the services (their configs' defaults; the orchestrator's lag monitor reads both). */
 export const DEFAULT_GROUP_IDS = {
   orchestrator: 'keyflow.orchestrator',
   workers: 'keyflow.workers',

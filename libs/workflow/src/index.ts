@@ -25,6 +25,7 @@ export {
   stepOf,
   idempotencyKeyOf,
   TERMINAL,
+  RUN_STATUSES,
   DEAD_LETTERED,
   STEP_TIMEOUT_ERROR,
   DEFAULT_SIGNAL_BUFFER_LIMIT,

@@ -16,8 +16,17 @@ import {
  * as `timer-fired` inputs through the same ordered path.
  */
 
-export type RunStatus =
-  'running' | 'waiting' | 'compensating' | 'completed' | 'failed' | 'compensated' | 'cancelled';
+/** Every status a run can have, the four terminal ones last. */
+export const RUN_STATUSES = [
+  'running',
+  'waiting',
+  'compensating',
+  'completed',
+  'failed',
+  'compensated',
+  'cancelled',
+] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
 export const TERMINAL: ReadonlySet<RunStatus> = new Set(['completed', 'failed', 'compensated', 'cancelled']);
 
 interface InputBase {

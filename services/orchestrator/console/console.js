@@ -8,8 +8,8 @@ const REFRESH_MS = { runs: 2000, run: 2000, queues: 5000, dlq: 5000 };
 const FIGURES_MAX_AGE_MS = 5000;
 /** Timeline entries shown for one run (a big map has many). */
 const TIMELINE_ROWS = 500;
-const STATUSES = ['running', 'waiting', 'compensating', 'completed', 'failed', 'compensated', 'cancelled'];
-const COMPENSATION_SUFFIX = '.compensate';
+/** Constants shared with the engine (run statuses, the compensation suffix): GET /ops/meta, read once. */
+let meta;
 
 const api = new URL('..', document.baseURI); // the console lives at <api>/console/
 
@@ -131,7 +131,7 @@ async function runsView(view) {
         'select',
         { name: 'status' },
         h('option', { value: '' }, 'any'),
-        STATUSES.map((s) => h('option', { value: s, selected: s === runFilters.status }, s)),
+        meta.runStatuses.map((s) => h('option', { value: s, selected: s === runFilters.status }, s)),
       ),
     ),
     h('button', { type: 'submit' }, 'Filter'),
@@ -169,7 +169,7 @@ async function runsView(view) {
 }
 
 function stepRows(run) {
-  const ids = [...run.plan, ...Object.keys(run.steps).filter((id) => id.endsWith(COMPENSATION_SUFFIX))];
+  const ids = [...run.plan, ...Object.keys(run.steps).filter((id) => id.endsWith(meta.compensationSuffix))];
   const failedItems = new Map();
   for (const [id, st] of Object.entries(run.steps)) {
     const m = /^(.*)\[\d+\]$/.exec(id);
@@ -247,7 +247,7 @@ async function runView(view, runId) {
       ? h(
           'p',
           {},
-          `compensation after ${run.compensation.failedStepId}: ${run.compensation.queue.map((s) => s + COMPENSATION_SUFFIX).join(' → ')} (${run.compensation.index}/${run.compensation.queue.length} done)`,
+          `compensation after ${run.compensation.failedStepId}: ${run.compensation.queue.map((s) => s + meta.compensationSuffix).join(' → ')} (${run.compensation.index}/${run.compensation.queue.length} done)`,
         )
       : '',
     h('h2', {}, 'Steps'),
@@ -457,20 +457,31 @@ async function dlqListView(view) {
 
 const dlqFilters = { pendingOnly: true, key: '', errorClass: '' };
 
-async function act(topic, body, what) {
-  const dry = await call(`/ops/dlq/${encodeURIComponent(topic)}/redrive`, {
-    method: 'POST',
-    body: JSON.stringify({ ...body, dryRun: true }),
-  });
-  if (dry.moved === 0) return setStatus(`nothing to ${body.action}: no pending record matches`);
-  if (!confirm(`${body.action === 'discard' ? 'Discard' : 'Redrive'} ${dry.moved} record(s) ${what}?`))
-    return;
-  const done = await call(`/ops/dlq/${encodeURIComponent(topic)}/redrive`, {
-    method: 'POST',
-    body: JSON.stringify(body),
-  });
+/** What a filter selects, in words, for the confirmation. */
+function describeFilter(f) {
+  if (f.all) return 'ALL pending records of this DLQ';
+  if (f.partition !== undefined) return `record ${f.partition}@${f.offset}`;
+  const parts = [f.key && `key ${f.key}`, f.errorClass && `error class ${f.errorClass}`].filter(Boolean);
+  return `pending records with ${parts.join(' and ')}`;
+}
+
+/**
+ * Redrive or discard: a dry run counts the records first, the operator confirms that count, and the action is
+ * bounded by it (`limit`), so records that arrive meanwhile are not acted on unseen.
+ */
+async function act(topic, body) {
+  const path = `/ops/dlq/${encodeURIComponent(topic)}/redrive`;
+  const dry = await call(path, { method: 'POST', body: JSON.stringify({ ...body, dryRun: true }) });
+  if (dry.moved === 0)
+    return setStatus(
+      dry.noOriginalTopic
+        ? `${dry.noOriginalTopic} record(s) have no original topic: discard them instead`
+        : `nothing to ${body.action}: no pending record matches`,
+    );
+  const verb = body.action === 'discard' ? 'Discard' : 'Redrive';
+  if (!confirm(`${verb} ${dry.moved} record(s): ${describeFilter(body)}?`)) return;
+  const done = await call(path, { method: 'POST', body: JSON.stringify({ ...body, limit: dry.moved }) });
   setStatus(`${body.action === 'discard' ? 'discarded' : 'redriven'}: ${done.moved} record(s)`);
-  await call(`/ops/overview?maxAgeMs=0`); // measure again, so the counts shown next are after the action
   await render();
 }
 
@@ -479,7 +490,13 @@ async function dlqView(view, topic) {
   if (dlqFilters.key) q.set('key', dlqFilters.key);
   if (dlqFilters.errorClass) q.set('errorClass', dlqFilters.errorClass);
   const records = await call(`/ops/dlq/${encodeURIComponent(topic)}/records?${q}`);
-  const filter = { key: dlqFilters.key || undefined, errorClass: dlqFilters.errorClass || undefined };
+  /** The filter as typed in the form now (submitted or not), or `all` when it is empty. */
+  const typedFilter = (form) => {
+    const f = new FormData(form);
+    const key = String(f.get('key') ?? '').trim() || undefined;
+    const errorClass = String(f.get('errorClass') ?? '').trim() || undefined;
+    return key || errorClass ? { key, errorClass } : { all: true };
+  };
   const filters = h(
     'form',
     {
@@ -513,7 +530,7 @@ async function dlqView(view, topic) {
         type: 'button',
         class: 'primary',
         'data-testid': 'redrive-matching',
-        onclick: () => run(() => act(topic, { action: 'redrive', ...filter }, 'matching the filter')),
+        onclick: (e) => run(() => act(topic, { action: 'redrive', ...typedFilter(e.target.form) })),
       },
       'Redrive all matching',
     ),
@@ -521,7 +538,7 @@ async function dlqView(view, topic) {
       'button',
       {
         type: 'button',
-        onclick: () => run(() => act(topic, { action: 'discard', ...filter }, 'matching the filter')),
+        onclick: (e) => run(() => act(topic, { action: 'discard', ...typedFilter(e.target.form) })),
       },
       'Discard all matching',
     ),
@@ -559,13 +576,7 @@ async function dlqView(view, topic) {
                 {
                   'data-testid': 'redrive-one',
                   onclick: () =>
-                    run(() =>
-                      act(
-                        topic,
-                        { action: 'redrive', partition: r.partition, offset: r.offset },
-                        `(${r.partition}@${r.offset})`,
-                      ),
-                    ),
+                    run(() => act(topic, { action: 'redrive', partition: r.partition, offset: r.offset })),
                 },
                 'Redrive',
               ),
@@ -573,13 +584,7 @@ async function dlqView(view, topic) {
                 'button',
                 {
                   onclick: () =>
-                    run(() =>
-                      act(
-                        topic,
-                        { action: 'discard', partition: r.partition, offset: r.offset },
-                        `(${r.partition}@${r.offset})`,
-                      ),
-                    ),
+                    run(() => act(topic, { action: 'discard', partition: r.partition, offset: r.offset })),
                 },
                 'Discard',
               ),
@@ -619,6 +624,8 @@ function route() {
 
 let timer;
 let rendering = false;
+/** A render asked for while one runs (navigation, an action): done right after it, not dropped. */
+let again = false;
 
 async function run(f) {
   try {
@@ -628,14 +635,28 @@ async function run(f) {
   }
 }
 
+/** A field the operator is typing in: the refresh waits rather than replace it under them. */
+const editing = () => {
+  const el = document.activeElement;
+  return (
+    el instanceof HTMLInputElement || el instanceof HTMLSelectElement || el instanceof HTMLTextAreaElement
+  );
+};
+
 async function render() {
-  if (rendering) return;
+  if (rendering) {
+    again = true;
+    return;
+  }
   rendering = true;
   clearTimeout(timer);
-  const { tab, arg } = route();
-  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.tab === tab);
+  let tab = 'runs';
+  let arg;
   const view = document.getElementById('view');
   try {
+    ({ tab, arg } = route());
+    for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.tab === tab);
+    meta ??= await call('/ops/meta');
     if (tab === 'runs' && arg) await runView(view, arg);
     else if (tab === 'queues') await queuesView(view);
     else if (tab === 'dlq' && arg) await dlqView(view, arg);
@@ -648,11 +669,14 @@ async function render() {
   } finally {
     rendering = false;
     const ms = tab === 'runs' && arg ? REFRESH_MS.run : (REFRESH_MS[tab] ?? REFRESH_MS.runs);
-    // A form being edited is not replaced under the user: the refresh waits until focus leaves it.
-    timer = setTimeout(function again() {
-      if (document.activeElement?.closest('form')) timer = setTimeout(again, ms);
-      else void render();
-    }, ms);
+    if (again) {
+      again = false;
+      void render();
+    } else
+      timer = setTimeout(function tick() {
+        if (editing()) timer = setTimeout(tick, ms);
+        else void render();
+      }, ms);
   }
 }
 

@@ -75,7 +75,14 @@ export async function bootstrapOrchestrator(
   );
   const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
-  await ensureDlqLedger(kafka, codec); // the console's DLQ actions write to it
+  // The DLQ ledger the console's actions write to. Without it (no right to create topics, registry refusing) the
+  // orchestrator still runs: DLQ counts show every record as pending and a console action answers the error.
+  await ensureDlqLedger(kafka, codec).catch((err) =>
+    logger.warn(
+      { err },
+      'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
+    ),
+  );
   const lagMonitor = new LagMonitor(kafka, metrics, logger, {
     groups: lagGroups(cfg),
     topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,

@@ -10,7 +10,7 @@ import {
   type DlqSummary,
   type RedriveFilter,
 } from '@keyflow/kafka';
-import type { CliContext } from '../context';
+import { CliError, type CliContext } from '../context';
 import { opt } from '../options';
 import { iso, print, table } from '../output';
 
@@ -22,6 +22,14 @@ export async function dlqSummaries(ctx: CliContext): Promise<DlqSummary[]> {
     ...s,
     topic: ctx.logical(s.topic)!,
   }));
+}
+
+/** The physical name of a DLQ topic given by its logical name. @throws CliError DLQ_NOT_FOUND when there is none */
+async function dlqTopic(ctx: CliContext, logical: string): Promise<string> {
+  const physical = ctx.physical(logical);
+  if (!(await listDlqTopics(ctx.kafka, ctx.env.KEYFLOW_TOPIC_PREFIX)).includes(physical))
+    throw new CliError('DLQ_NOT_FOUND', `no DLQ topic ${logical} (keyflow dlq ls lists them)`);
+  return physical;
 }
 
 /** The filter options every DLQ subcommand that selects records takes. */
@@ -77,7 +85,7 @@ export function dlqCommand(ctx: CliContext): Command {
     .option('--json', 'JSON output')
     .action(async (topic: string, o) => {
       const codec = ctx.requireCodec();
-      const found = await readDlqRecords(ctx.kafka, ctx.physical(topic), {
+      const found = await readDlqRecords(ctx.kafka, await dlqTopic(ctx, topic), {
         limit: o.limit,
         filter: filterOf(o),
         pendingOnly: Boolean(o.pending),
@@ -120,7 +128,7 @@ export function dlqCommand(ctx: CliContext): Command {
         await producer.connect();
         try {
           const report = await redrive(ctx.kafka, {
-            dlqTopic: ctx.physical(topic),
+            dlqTopic: await dlqTopic(ctx, topic),
             filter: filterOf(o),
             ratePerSec: o.rate,
             producer,
@@ -133,7 +141,9 @@ export function dlqCommand(ctx: CliContext): Command {
           print(report, o.json, (r) =>
             [
               `${r.dryRun ? `would be ${name === 'redrive' ? 'redriven' : 'discarded'}` : name === 'redrive' ? 'redriven' : 'discarded'}: ` +
-                `${r.moved} of ${r.scanned} records (${r.skipped} did not match, ${r.alreadyHandled} handled before)`,
+                `${r.moved} of ${r.scanned} records (${r.skipped} did not match, ${r.alreadyHandled} handled before` +
+                (r.noOriginalTopic ? `, ${r.noOriginalTopic} without an original topic: discard them` : '') +
+                ')',
               ...Object.entries(r.byTopic).map(([t, n]) => `  -> ${ctx.logical(t) ?? t}: ${n}`),
             ].join('\n'),
           );

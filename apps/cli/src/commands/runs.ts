@@ -1,11 +1,9 @@
 import { Command, Option } from 'commander';
-import { COMPENSATION_SUFFIX, itemOf, type RunState, type StepState } from '@keyflow/workflow';
+import { COMPENSATION_SUFFIX, itemOf, RUN_STATUSES, type RunState, type StepState } from '@keyflow/workflow';
 import { api } from '../api';
 import type { CliContext } from '../context';
 import { opt } from '../options';
 import { duration, iso, print, table } from '../output';
-
-const STATUSES = ['running', 'waiting', 'compensating', 'completed', 'failed', 'compensated', 'cancelled'];
 
 type Summary = {
   runId: string;
@@ -88,7 +86,7 @@ export function runsCommand(ctx: CliContext): Command {
     .description('list runs, newest first')
     .addOption(apiOption())
     .option('--workflow <name>', 'only runs of this workflow')
-    .addOption(new Option('--status <status>', 'only runs in this status').choices(STATUSES))
+    .addOption(new Option('--status <status>', 'only runs in this status').choices(RUN_STATUSES))
     .option('--from <time>', 'started at or after (ms, ISO-8601, or 15m/2h/7d ago)', opt.time)
     .option('--to <time>', 'started before', opt.time)
     .option('--limit <n>', 'runs at most (1-500)', '50')

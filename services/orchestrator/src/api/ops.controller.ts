@@ -1,38 +1,78 @@
-import { Body, Controller, Get, HttpCode, HttpException, Inject, Param, Post, Query } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Get,
+  Headers,
+  HttpCode,
+  HttpException,
+  Inject,
+  Param,
+  Post,
+  Query,
+} from '@nestjs/common';
 import { ApiOperation, ApiQuery, ApiResponse, ApiTags } from '@nestjs/swagger';
 import { z } from 'zod';
-import { OpsNotFoundError, OpsService } from './ops.service';
-import { parse } from './validation';
+import { OpsService } from './ops.service';
+import { answer, parse } from './validation';
 
 /** Default and largest freshness of the overview's lag and DLQ figures, ms. */
 export const OVERVIEW_MAX_AGE_MS = { default: 10_000, max: 600_000 } as const;
 
-const OverviewSchema = z.object({
-  maxAgeMs: z.coerce.number().int().min(0).max(OVERVIEW_MAX_AGE_MS.max).default(OVERVIEW_MAX_AGE_MS.default),
-});
-const offset = z.string().regex(/^\d+$/, 'a Kafka offset (a non-negative integer)');
-const FilterSchema = {
-  partition: z.coerce.number().int().min(0).optional(),
-  offset: offset.optional(),
-  key: z.string().min(1).optional(),
-  errorClass: z.string().min(1).optional(),
-  from: z.coerce.number().int().optional(),
-  to: z.coerce.number().int().optional(),
-};
-const RecordsSchema = z.object({
-  ...FilterSchema,
-  limit: z.coerce.number().int().min(1).max(500).default(50),
-  pending: z.enum(['true', 'false']).default('false'),
-});
-const ActSchema = z.object({
-  ...FilterSchema,
-  partition: z.number().int().min(0).optional(),
-  from: z.number().int().optional(),
-  to: z.number().int().optional(),
-  action: z.enum(['redrive', 'discard']).default('redrive'),
-  dryRun: z.boolean().default(false),
-  reason: z.string().min(1).max(1000).optional(),
-});
+const OverviewSchema = z
+  .object({
+    maxAgeMs: z.coerce
+      .number()
+      .int()
+      .min(0)
+      .max(OVERVIEW_MAX_AGE_MS.max)
+      .default(OVERVIEW_MAX_AGE_MS.default),
+  })
+  .strict();
+/** A query's integer (`?partition=` with no value is refused, not read as 0). */
+const queryInt = z
+  .string()
+  .regex(/^-?\d+$/, 'an integer')
+  .transform((v) => Number(v));
+const offset = z.string().regex(/^\d+$/, 'a Kafka offset (a non-negative integer, in decimal)');
+const RecordsSchema = z
+  .object({
+    partition: queryInt.pipe(z.number().min(0)).optional(),
+    offset: offset.optional(),
+    key: z.string().min(1).optional(),
+    errorClass: z.string().min(1).optional(),
+    from: queryInt.optional(),
+    to: queryInt.optional(),
+    limit: queryInt.pipe(z.number().min(1).max(500)).default('50'),
+    pending: z.enum(['true', 'false']).default('false'),
+  })
+  .strict();
+const FILTER_FIELDS = ['partition', 'offset', 'key', 'errorClass', 'from', 'to'] as const;
+const ActSchema = z
+  .object({
+    action: z.enum(['redrive', 'discard']).default('redrive'),
+    partition: z.number().int().min(0).optional(),
+    offset: offset.optional(),
+    key: z.string().min(1).optional(),
+    errorClass: z.string().min(1).optional(),
+    from: z.number().int().optional(),
+    to: z.number().int().optional(),
+    /** Every pending record of the DLQ: must be said, so a lost filter never acts on the whole DLQ. */
+    all: z.boolean().default(false),
+    /** Act on at most this many records (the count the operator confirmed). */
+    limit: z.number().int().min(1).optional(),
+    dryRun: z.boolean().default(false),
+    reason: z.string().min(1).max(1000).optional(),
+  })
+  .strict()
+  .refine((b) => b.offset === undefined || b.partition !== undefined, {
+    message: 'offset needs partition (an offset alone names a record in every partition)',
+    path: ['offset'],
+  })
+  .refine((b) => b.all !== FILTER_FIELDS.some((f) => b[f] !== undefined), {
+    message:
+      'give a filter (partition and offset for one record; key, errorClass, from, to) or "all": true, not both',
+    path: ['all'],
+  });
 
 const filterOf = (q: {
   partition?: number;
@@ -49,15 +89,6 @@ const filterOf = (q: {
   fromMs: q.from,
   toMs: q.to,
 });
-
-async function found<T>(f: () => Promise<T>): Promise<T> {
-  try {
-    return await f();
-  } catch (e) {
-    if (e instanceof OpsNotFoundError) throw new HttpException({ message: e.message, code: e.code }, 404);
-    throw e;
-  }
-}
 
 /** What the ops console (and scripts) read and do: lag, DLQs, chain times. DLQ topics by logical name. */
 @ApiTags('ops')
@@ -77,7 +108,8 @@ export class OpsController {
     description: `Oldest lag/DLQ figures to accept, ms (default ${OVERVIEW_MAX_AGE_MS.default}; 0 measures now).`,
   })
   overview(@Query() query: unknown) {
-    return this.ops.overview(parse(OverviewSchema, query).maxAgeMs);
+    const q = parse(OverviewSchema, query);
+    return answer(() => this.ops.overview(q.maxAgeMs));
   }
 
   @Get('dlq/:topic/records')
@@ -87,7 +119,7 @@ export class OpsController {
   @ApiResponse({ status: 404, description: 'No such DLQ topic.' })
   records(@Param('topic') topic: string, @Query() query: unknown) {
     const q = parse(RecordsSchema, query);
-    return found(() =>
+    return answer(() =>
       this.ops.records(topic, { limit: q.limit, pendingOnly: q.pending === 'true', filter: filterOf(q) }),
     );
   }
@@ -97,18 +129,40 @@ export class OpsController {
   @ApiOperation({
     summary:
       'Redrive (or, with action "discard", mark handled) the pending records of a DLQ matching the filter: ' +
-      'one record with partition and offset, or a set by key, error class and failure time. dryRun counts only.',
+      'one record with partition and offset, a set by key, error class and failure time, or all with "all": true; ' +
+      'at most `limit`. dryRun counts only. JSON bodies only (415 otherwise); unknown fields are refused (400).',
   })
   @ApiResponse({ status: 404, description: 'No such DLQ topic.' })
-  act(@Param('topic') topic: string, @Body() body: unknown) {
+  @ApiResponse({ status: 415, description: 'Not a JSON body.' })
+  act(
+    @Param('topic') topic: string,
+    @Body() body: unknown,
+    @Headers('content-type') contentType: string | undefined,
+  ) {
+    // Only JSON: a form post (which any web page can send cross-site, and whose fields would not be read as the
+    // filter) or a text body is refused instead of being read as an empty request.
+    if (!/^application\/json\b/i.test(contentType ?? ''))
+      throw new HttpException(
+        { message: 'the body must be JSON (content-type: application/json)', code: 'UNSUPPORTED_MEDIA_TYPE' },
+        415,
+      );
     const b = parse(ActSchema, body);
-    return found(() =>
+    return answer(() =>
       this.ops.act(topic, {
         action: b.action === 'redrive' ? 'REDRIVEN' : 'DISCARDED',
         filter: filterOf(b),
         dryRun: b.dryRun,
+        limit: b.limit,
         reason: b.reason,
       }),
     );
+  }
+
+  @Get('meta')
+  @ApiOperation({
+    summary: 'Constants the console shares with the engine: run statuses, the compensation suffix.',
+  })
+  meta() {
+    return this.ops.meta();
   }
 }

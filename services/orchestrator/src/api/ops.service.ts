@@ -14,9 +14,11 @@ import {
   type RedriveReport,
 } from '@keyflow/kafka';
 import type { Logger } from '@keyflow/observability';
+import { COMPENSATION_SUFFIX, RUN_STATUSES } from '@keyflow/workflow';
 import type { LagMonitor } from '../engine/lag-monitor';
 import type { OrchestratorMetrics } from '../engine/metrics';
 import type { RunReadModel, WorkflowStats } from '../engine/read-model';
+import { RefusedRequest } from './runs.service';
 
 /** Who the DLQ ledger names for an action taken through the API (the ops console). */
 export const CONSOLE_ACTOR = 'keyflow-console';
@@ -59,11 +61,8 @@ export interface Overview {
   chainWindowMs: number;
 }
 
-/** An ops request that names something that does not exist (a DLQ topic): HTTP 404. */
-export class OpsNotFoundError extends Error {
-  readonly code = 'OPS_NOT_FOUND';
-  readonly retryable = false;
-}
+/** Code of the refusal of a DLQ topic that does not exist (HTTP 404). */
+export const DLQ_NOT_FOUND = 'DLQ_NOT_FOUND';
 
 /**
  * What the ops console asks of the orchestrator: the lag/DLQ/chain-time overview, a DLQ's records, and redrive or
@@ -129,17 +128,22 @@ export class OpsService {
     };
   }
 
-  /** @throws OpsNotFoundError when `logicalDlq` is not an existing DLQ topic */
+  /** @throws RefusedRequest 404 DLQ_NOT_FOUND when `logicalDlq` is not an existing DLQ topic */
   private async dlqTopic(logicalDlq: string): Promise<string> {
     const physical = this.codec.physical(logicalDlq);
     if (!(await listDlqTopics(this.kafka, this.prefix)).includes(physical))
-      throw new OpsNotFoundError(`no DLQ topic ${logicalDlq}`);
+      throw new RefusedRequest(404, DLQ_NOT_FOUND, `no DLQ topic ${logicalDlq}`);
     return physical;
+  }
+
+  /** Constants the console shares with the engine (so it does not keep copies of them). */
+  meta(): { runStatuses: readonly string[]; compensationSuffix: string } {
+    return { runStatuses: RUN_STATUSES, compensationSuffix: COMPENSATION_SUFFIX };
   }
 
   /**
    * Up to `limit` records of a DLQ matching `filter`, decoded, with what the ledger says of each.
-   * @throws OpsNotFoundError when the DLQ topic does not exist; kafkajs errors
+   * @throws RefusedRequest 404 DLQ_NOT_FOUND when the DLQ topic does not exist; kafkajs errors
    */
   async records(
     logicalDlq: string,
@@ -157,13 +161,13 @@ export class OpsService {
   }
 
   /**
-   * Redrives (or discards) the pending records of a DLQ that match `filter` (libs/kafka redrive), recorded in the DLQ
-   * ledger as done by the console. The next overview measures again.
-   * @throws OpsNotFoundError when the DLQ topic does not exist; what redrive throws
+   * Redrives (or discards) at most `limit` pending records of a DLQ that match `filter` (libs/kafka redrive),
+   * recorded in the DLQ ledger as done by the console. After an action the overview's figures are measured again.
+   * @throws RefusedRequest 404 DLQ_NOT_FOUND when the DLQ topic does not exist; what redrive throws
    */
   async act(
     logicalDlq: string,
-    o: { action: DlqAction; filter: RedriveFilter; dryRun: boolean; reason?: string },
+    o: { action: DlqAction; filter: RedriveFilter; dryRun: boolean; limit?: number; reason?: string },
   ): Promise<RedriveReport> {
     const topic = await this.dlqTopic(logicalDlq);
     const report = await redrive(this.kafka, {
@@ -174,8 +178,10 @@ export class OpsService {
       logger: this.logger,
       dryRun: o.dryRun,
       action: o.action,
+      limit: o.limit,
       ledger: { codec: this.codec, handledBy: handledBy(CONSOLE_ACTOR), reason: o.reason },
     });
+    if (!o.dryRun) this.lag.invalidate();
     return {
       ...report,
       byTopic: Object.fromEntries(

@@ -1,4 +1,4 @@
-import { flatRunState } from '@keyflow/workflow';
+import { flatRunState, RUN_STATUSES } from '@keyflow/workflow';
 import {
   Body,
   Controller,
@@ -27,8 +27,8 @@ import type { Request } from 'express';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
-import { parse } from './validation';
-import { guarded, KEY_SPACES, RefusedRequest, RequestError, RunsService } from './runs.service';
+import { answer, parse } from './validation';
+import { guarded, KEY_SPACES, RefusedRequest, RunsService } from './runs.service';
 import type { RequestKeys } from './request-keys';
 
 /** Injection token of the webhook settings (WebhookSettings). */
@@ -88,26 +88,12 @@ const SignalSchema = z.object({ signal: z.string().min(1).max(200), payload: z.u
 const RetrySchema = z.object({ fromStepId: z.string().min(1).optional() });
 const ListSchema = z.object({
   workflow: z.string().optional(),
-  status: z
-    .enum(['running', 'waiting', 'compensating', 'completed', 'failed', 'compensated', 'cancelled'])
-    .optional(),
+  status: z.enum(RUN_STATUSES).optional(),
   from: z.coerce.number().int().optional(),
   to: z.coerce.number().int().optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
   cursor: z.string().optional(),
 });
-
-async function answer<T>(f: () => Promise<T> | T): Promise<T> {
-  try {
-    return await f();
-  } catch (e) {
-    if (e instanceof RefusedRequest)
-      throw new HttpException({ message: e.message, code: e.code, ...e.details }, e.status);
-    if (e instanceof RequestError)
-      throw new HttpException({ message: e.message, errors: e.fields }, e.notFound ? 404 : 400);
-    throw e;
-  }
-}
 
 @ApiTags('runs')
 @Controller()

@@ -1,4 +1,6 @@
 import { HttpException } from '@nestjs/common';
+import { KafkaJSError } from 'kafkajs';
+import { RefusedRequest, RequestError } from './runs.service';
 import type { z } from 'zod';
 
 /**
@@ -16,4 +18,33 @@ export function parse<T>(schema: z.ZodType<T, z.ZodTypeDef, unknown>, value: unk
       400,
     );
   return r.data;
+}
+
+/**
+ * Runs a request's work and turns its refusals into HTTP answers: RefusedRequest -> its status with `code` and
+ * details; RequestError -> 400 (404 when `notFound`) with `errors`; an error that says trying again may help (a
+ * `retryable: true` error of a lib, a retriable kafkajs error: a broker or the registry not answering) -> 503 with
+ * its `code` and `retryable: true`. Anything else propagates (500).
+ */
+export async function answer<T>(f: () => Promise<T> | T): Promise<T> {
+  try {
+    return await f();
+  } catch (e) {
+    if (e instanceof RefusedRequest)
+      throw new HttpException({ message: e.message, code: e.code, ...e.details }, e.status);
+    if (e instanceof RequestError)
+      throw new HttpException({ message: e.message, errors: e.fields }, e.notFound ? 404 : 400);
+    const retryable =
+      (e as { retryable?: unknown }).retryable === true || (e instanceof KafkaJSError && e.retriable);
+    if (retryable)
+      throw new HttpException(
+        {
+          message: (e as Error).message,
+          code: (e as { code?: string }).code ?? (e as Error).name,
+          retryable: true,
+        },
+        503,
+      );
+    throw e;
+  }
 }

@@ -13,7 +13,7 @@ import type { OrchestratorMetrics } from './metrics';
 
 /** What one pass measured; topics are logical names. */
 export interface LagReport {
-  /** When the pass ended, ms since epoch. */
+  /** When the pass that measured these began, ms since epoch (the figures are at least this recent). */
   at: number;
   lags: Array<PartitionLag & { group: string }>;
   /** Every DLQ topic, its pending records counted against the DLQ ledger. */
@@ -30,8 +30,10 @@ export interface LagReport {
  */
 export class LagMonitor {
   private timer?: NodeJS.Timeout;
-  private running?: Promise<void>;
+  private running?: { startedAt: number; done: Promise<void> };
   private last?: LagReport;
+  /** Figures measured before this (ms since epoch) are not fresh for anyone (see {@link invalidate}). */
+  private staleBefore = 0;
 
   constructor(
     private readonly kafka: Kafka,
@@ -46,13 +48,25 @@ export class LagMonitor {
   }
 
   /**
-   * The figures at most `maxAgeMs` old: the last pass's if young enough, else those of a new pass (joined when
-   * one is running). A failed pass leaves the previous figures (see {@link pass}).
+   * Figures measured no earlier than `maxAgeMs` before the call (and after the last {@link invalidate}): the last
+   * pass's if recent enough, else those of the running pass if it began recently enough, else those of a new pass.
+   * A failed pass leaves the previous figures (their `at` says how old they are).
    */
   async fresh(maxAgeMs: number): Promise<LagReport | undefined> {
-    if (this.last && Date.now() - this.last.at <= maxAgeMs) return this.last;
+    const since = Math.max(Date.now() - maxAgeMs, this.staleBefore);
+    if (this.last && this.last.at >= since) return this.last;
+    const running = this.running;
+    if (running) {
+      await running.done;
+      if (running.startedAt >= since) return this.last;
+    }
     await this.pass();
     return this.last;
+  }
+
+  /** Marks the figures measured so far as stale (a DLQ action changed them): the next {@link fresh} measures. */
+  invalidate(): void {
+    this.staleBefore = Date.now();
   }
 
   start(): void {
@@ -72,16 +86,22 @@ export class LagMonitor {
 
   /** One pass; at most one at a time (a call during a pass joins it), given up after twice the interval (at least 60 s). */
   pass(): Promise<void> {
-    this.running ??= this.guardedPass().finally(() => (this.running = undefined));
-    return this.running;
+    if (!this.running) {
+      const startedAt = Date.now();
+      this.running = {
+        startedAt,
+        done: this.guardedPass(startedAt).finally(() => (this.running = undefined)),
+      };
+    }
+    return this.running.done;
   }
 
-  private async guardedPass(): Promise<void> {
+  private async guardedPass(startedAt: number): Promise<void> {
     const limitMs = Math.max(60_000, 2 * this.o.intervalMs);
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
-        this.measure(),
+        this.measure(startedAt),
         new Promise<never>((_, reject) => {
           timer = setTimeout(() => reject(new Error(`lag monitor pass took over ${limitMs} ms`)), limitMs);
         }),
@@ -93,7 +113,8 @@ export class LagMonitor {
     }
   }
 
-  private async measure(): Promise<void> {
+  /** One measurement; its figures replace the last ones only if they are newer (a pass given up may end late). */
+  private async measure(startedAt: number): Promise<void> {
     const lags = [];
     for (const group of this.o.groups)
       for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 }))
@@ -105,6 +126,7 @@ export class LagMonitor {
       ...d,
       topic: this.logical(d.topic),
     }));
+    if (this.last && this.last.at > startedAt) return;
     const m = this.metrics;
     m.consumerLag.reset();
     m.oldestUnread.reset();
@@ -115,8 +137,7 @@ export class LagMonitor {
       m.oldestUnread.set(labels, (l.oldestAgeMs ?? 0) / 1000);
     }
     for (const d of dlqs) m.dlqRecords.set({ topic: d.topic }, d.pending);
-    const at = Date.now();
-    m.lagScrapedAt.set(at / 1000);
-    this.last = { at, lags, dlqs };
+    m.lagScrapedAt.set(startedAt / 1000);
+    this.last = { at: startedAt, lags, dlqs };
   }
 }

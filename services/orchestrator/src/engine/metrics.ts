@@ -26,7 +26,7 @@ export interface OrchestratorMetrics {
   oldestUnread: Gauge<'group' | 'topic' | 'partition'>;
   /** Set by the LagMonitor: records in each DLQ topic not yet redriven or discarded (the DLQ ledger). */
   dlqRecords: Gauge<'topic'>;
-  /** Set by the LagMonitor: when its last pass ended (seconds since epoch), so a stale figure is visible. */
+  /** Set by the LagMonitor: when its last pass began (seconds since epoch), so a stale figure is visible. */
   lagScrapedAt: Gauge;
   /** Where runsInFlight reads the runs from at each scrape (the engine sets it to its owned runs). */
   setRunsSource(source: () => Iterable<{ workflow: string; status: string }>): void;
@@ -128,7 +128,7 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
     lagScrapedAt: metric.gauge(
       r,
       'consumer_lag_scraped_at_seconds',
-      'When the lag monitor last finished a pass (seconds since epoch).',
+      'When the lag monitor began its last finished pass (seconds since epoch): its figures are at least that recent.',
     ),
   };
 }

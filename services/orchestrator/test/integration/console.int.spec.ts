@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Pool } from 'pg';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { ensureDebianTool } from '@keyflow/testing';
+import { ensureDebianTool, eventually } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
 
 jest.setTimeout(300_000);
@@ -63,59 +63,117 @@ describe('the ops console (headless Chromium)', () => {
 
   const shot = (name: string) => page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
 
-  it('shows a run finish and its timeline, and a poison command in the DLQ panel that a redrive after the fix takes out', async () => {
+  it('shows a run finish and its timeline; finds poison commands in the DLQ panel, redrives one after its fix, and the pending count drops by one', async () => {
+    const dialogs: string[] = [];
+    page.on('dialog', (d) => void dialogs.push(d.message()));
+    await page.goto(`${url}/console/`);
+    await page.locator('[data-testid="runs"]').waitFor();
     const ok = (await post(`${url}/runs`, { workflow: 'payment-plain', input: { amount: 5 } })).body
       .runId as string;
-    await page.goto(`${url}/console/`);
-    const okRow = page.locator(`tr[data-run-id="${ok}"]`);
+    const okRow = page.locator(`tr[data-run-id="${ok}"]`); // appears and turns completed by the page's own refresh
     await okRow.locator('td[data-status="completed"]').waitFor({ timeout: LIVE_MS });
     await shot('runs');
 
     await okRow.click();
     await page.locator('[data-testid="run-title"]', { hasText: ok }).waitFor();
-    const timeline = page.locator('[data-testid="timeline"]');
-    await timeline.locator('td', { hasText: 'RunCompleted' }).waitFor();
-    await expectText(page.locator('[data-testid="steps"] tr[data-step="charge"]'), /charge\s*completed\s*1/);
+    await page.locator('[data-testid="timeline"] td', { hasText: 'RunCompleted' }).waitFor();
+    await expectCells(page.locator('[data-testid="steps"] tr[data-step="charge"]'), [
+      'charge',
+      'completed',
+      '1',
+    ]);
     await shot('run-timeline');
 
-    // A charge refused as bad input (TaskInputError): dead-lettered with triage headers; the run fails.
-    const poisoned = (
-      await post(`${url}/runs`, { workflow: 'payment-plain', input: { amount: 9, poison: 'console-fix' } })
-    ).body.runId as string;
+    // Two charges refused as bad input (TaskInputError): dead-lettered with triage headers; their runs fail.
+    const poison = async (fix: string) =>
+      (await post(`${url}/runs`, { workflow: 'payment-plain', input: { amount: 9, poison: fix } })).body
+        .runId as string;
+    const fixedLater = await poison('console-fix-a');
+    const stillBad = await poison('console-fix-b');
     await page.goto(`${url}/console/#/dlq`);
     const dlqRow = page.locator('tr[data-dlq-topic="task.charge.dlq"]');
-    await dlqRow.locator('[data-testid="pending"]', { hasText: /^1$/ }).waitFor({ timeout: LIVE_MS });
+    await dlqRow.locator('[data-testid="pending"]', { hasText: /^2$/ }).waitFor({ timeout: LIVE_MS });
     await shot('dlq-topics');
     await dlqRow.click();
-    const record = page.locator(`[data-testid="dlq-records"] tr[data-key="${poisoned}"]`);
+    const record = page.locator(`[data-testid="dlq-records"] tr[data-key="${fixedLater}"]`);
     await record.waitFor({ timeout: LIVE_MS });
     await expectText(record, /TaskInputError/);
     await expectText(record, /field "amount" is not a number/);
-    await expectText(record, /"poison": "console-fix"/); // the value decoded with task.charge's schema
+    await expectText(record, /"poison": "console-fix-a"/); // the value decoded with task.charge's schema
     await expectText(record.locator('[data-testid="ledger"]'), /^pending/);
     await shot('dlq-records');
 
-    // The fix, then a redrive from the console: the command runs (its effect is recorded) and the count drops.
-    await pg.query(`insert into ${table}_fix(name) values ('console-fix')`);
+    // The fix for one of them, then a redrive of that one record from the console, confirmed with its count.
+    await pg.query(`insert into ${table}_fix(name) values ('console-fix-a')`);
     await record.locator('[data-testid="redrive-one"]').click();
+    await eventually('the confirmation', () => dialogs.at(-1), { timeoutMs: LIVE_MS });
+    expect(dialogs.at(-1)).toMatch(/^Redrive 1 record\(s\): record \d+@\d+\?$/);
     await page.goto(`${url}/console/#/dlq`);
-    await dlqRow.locator('[data-testid="pending"]', { hasText: /^0$/ }).waitFor({ timeout: LIVE_MS });
+    await dlqRow.locator('[data-testid="pending"]', { hasText: /^1$/ }).waitFor({ timeout: LIVE_MS });
     await shot('dlq-after-redrive');
-    const ran = await pg.query(`select 1 from ${table}_exec where idempotency_key = $1`, [
-      `${poisoned}/charge`,
-    ]);
-    expect(ran.rowCount).toBe(1);
+    await eventually(
+      'the redriven charge ran',
+      async () =>
+        (await pg.query(`select 1 from ${table}_exec where idempotency_key = $1`, [`${fixedLater}/charge`]))
+          .rowCount,
+      { until: (n) => n === 1, timeoutMs: LIVE_MS },
+    );
+    await page.goto(`${url}/console/#/dlq/task.charge.dlq`);
+    const other = page.locator(`[data-testid="dlq-records"] tr[data-key="${stillBad}"]`);
+    await expectText(other.locator('[data-testid="ledger"]'), /^pending/);
+    expect(await page.locator(`[data-testid="dlq-records"] tr[data-key="${fixedLater}"]`).count()).toBe(0);
+    expect(
+      (await pg.query(`select 1 from ${table}_exec where idempotency_key = $1`, [`${stillBad}/charge`]))
+        .rowCount,
+    ).toBe(0);
 
-    // The queues panel: the workers' group on task.charge caught up, the chain time of payment-plain measured.
+    // The queues panel: the workers' group on task.charge, one pending DLQ record, chain times and retry counts.
     await page.goto(`${url}/console/#/queues`);
     await page.locator('[data-testid="queues"] tr[data-task-type="charge"]').waitFor({ timeout: LIVE_MS });
-    await expectText(page.locator('[data-testid="dlq-pending-total"]'), /^0/);
+    await expectText(page.locator('[data-testid="dlq-pending-total"] .v'), /^1$/);
     const chain = page.locator('[data-testid="chain"] tr[data-workflow="payment-plain"]');
-    await expectText(chain, /completed 1/);
-    await expectText(chain, /failed 1/);
+    await expectText(chain.locator('td').nth(1), /^(?=.*\bcompleted 1\b)(?=.*\bfailed 2\b)/); // runs by status
+    await expectText(chain.locator('td').nth(2), /^3$/); // ended in the window
+    await expectText(chain.locator('[data-testid="chain-p50"]'), /^\d+(\.\d+)? (ms|s)$/);
+    await expectCells(page.locator('[data-testid="retries"] tr', { hasText: 'charge' }), [
+      'charge',
+      '3',
+      '0',
+      '0.0 %',
+      '2',
+    ]);
     await shot('queues');
   });
+
+  it('the ops API refuses what would act on more than was asked: no JSON, unknown fields, an offset without its partition, no filter; and names a missing DLQ', async () => {
+    const redriveUrl = `${url}/ops/dlq/task.charge.dlq/redrive`;
+    const send = (body: string, type = 'application/json') =>
+      fetch(redriveUrl, { method: 'POST', headers: { 'content-type': type }, body });
+    const form = await send('partition=0&offset=0', 'application/x-www-form-urlencoded');
+    expect(form.status).toBe(415);
+    for (const body of [{}, { partiton: 0, offset: '0' }, { offset: '0' }, { all: true, key: 'k' }]) {
+      const r = await send(JSON.stringify(body));
+      expect([JSON.stringify(body), r.status]).toEqual([JSON.stringify(body), 400]);
+    }
+    const all = await (await send(JSON.stringify({ all: true, dryRun: true }))).json();
+    expect(all).toMatchObject({ dryRun: true, moved: 1, alreadyHandled: 1 });
+    const missing = await fetch(`${url}/ops/dlq/task.nope.dlq/records`);
+    expect([missing.status, ((await missing.json()) as { code?: string }).code]).toEqual([
+      404,
+      'DLQ_NOT_FOUND',
+    ]);
+    expect((await fetch(`${url}/ops/dlq/task.charge.dlq/records?partition=`)).status).toBe(400);
+  });
 });
+
+/** Waits until the first cells of a table row read `cells` (the console re-renders on its own timer). */
+async function expectCells(row: ReturnType<Page['locator']>, cells: string[]): Promise<void> {
+  await eventually(
+    `cells ${cells.join(' | ')}`,
+    async () => (await row.first().locator('td').allTextContents()).slice(0, cells.length),
+    { until: (got) => JSON.stringify(got) === JSON.stringify(cells), timeoutMs: LIVE_MS },
+  );
+}
 
 /** Waits until the locator's text matches (the console re-renders on its own timer). */
 async function expectText(locator: ReturnType<Page['locator']>, re: RegExp): Promise<void> {
