@@ -1,4 +1,4 @@
-import { CliError } from './context';
+import { CliError, type ApiEndpoint } from './context';
 
 /** The orchestrator answered with an error status; `status` is the HTTP status, `body` its JSON (or text). */
 export class ApiError extends CliError {
@@ -17,20 +17,22 @@ export class ApiError extends CliError {
 }
 
 /**
- * Calls the orchestrator's run API (README "Orchestrator"). `path` starts with `/`.
- * @throws ApiError on a non-2xx answer; fetch's TypeError when nothing answers at `base`
+ * Calls the orchestrator's run API (README "Orchestrator") with the endpoint's key, if any. `path` starts with `/`.
+ * @throws ApiError on a non-2xx answer (401 without a valid key, 403 without the route's scope); fetch's TypeError
+ *   when nothing answers at the endpoint's URL
  */
 export async function api<T>(
-  base: string,
+  endpoint: ApiEndpoint,
   method: 'GET' | 'POST',
   path: string,
   body?: unknown,
   headers: Record<string, string> = {},
 ): Promise<T> {
-  const res = await fetch(`${base}${path}`, {
+  const res = await fetch(`${endpoint.url}${path}`, {
     method,
     headers: {
       accept: 'application/json',
+      ...(endpoint.key ? { authorization: `Bearer ${endpoint.key}` } : {}),
       ...(body === undefined ? {} : { 'content-type': 'application/json' }),
       ...headers,
     },

@@ -11,8 +11,16 @@ const EnvSchema = z.object({
   KEYFLOW_TOPIC_PREFIX: z.string().default(''),
   /** The orchestrator's HTTP API, e.g. http://127.0.0.1:3000 (npm start prints it). */
   KEYFLOW_API_URL: z.string().url().optional(),
+  /** An API key of the orchestrator (its KEYFLOW_API_KEYS), sent as `Authorization: Bearer`; none: no header. */
+  KEYFLOW_API_KEY: z.string().min(1).optional(),
   LOG_LEVEL: z.string().default('warn'),
 });
+
+/** Where the orchestrator's API is and the key it is called with. */
+export interface ApiEndpoint {
+  url: string;
+  key?: string;
+}
 
 /** The CLI's error base: a machine-readable `code` and whether trying again may help (`retryable`). */
 export class CliError extends Error {
@@ -82,11 +90,14 @@ export class CliContext {
     return codec;
   }
 
-  /** @throws CliConfigError when neither `--api` nor KEYFLOW_API_URL gives the orchestrator's URL */
-  apiUrl(option?: string): string {
+  /**
+   * The orchestrator's API: its URL (`--api` or KEYFLOW_API_URL) and the key to send (KEYFLOW_API_KEY).
+   * @throws CliConfigError when neither `--api` nor KEYFLOW_API_URL gives the URL
+   */
+  endpoint(option?: string): ApiEndpoint {
     const url = option ?? this.env.KEYFLOW_API_URL;
     if (!url)
       throw new CliConfigError('the orchestrator API is not known: pass --api <url> or set KEYFLOW_API_URL');
-    return url.replace(/\/+$/, '');
+    return { url: url.replace(/\/+$/, ''), key: this.env.KEYFLOW_API_KEY };
   }
 }

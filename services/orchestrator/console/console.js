@@ -27,18 +27,66 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/** The API key the operator signed in with (this tab only), sent as a bearer token. */
+const KEY_STORAGE = 'keyflow.apiKey';
+const apiKey = () => sessionStorage.getItem(KEY_STORAGE);
+
+/** The API asked for credentials (401): the view shows the sign-in form. */
+class SignInNeeded extends Error {}
+
 async function call(path, init) {
+  const key = apiKey();
   const res = await fetch(new URL(path.replace(/^\//, ''), api), {
     ...init,
-    headers: { 'content-type': 'application/json', ...(init?.headers ?? {}) },
+    headers: {
+      'content-type': 'application/json',
+      ...(key ? { authorization: `Bearer ${key}` } : {}),
+      ...(init?.headers ?? {}),
+    },
   });
   const text = await res.text();
-  const body = text ? JSON.parse(text) : null;
+  let body = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = { message: text.slice(0, 200) };
+  }
+  if (res.status === 401) {
+    if (key) sessionStorage.removeItem(KEY_STORAGE);
+    throw new SignInNeeded(key ? 'that API key was not accepted' : 'this orchestrator needs an API key');
+  }
   if (!res.ok) {
     const detail = body?.errors ? body.errors.map((e) => `${e.path}: ${e.message}`).join('; ') : '';
     throw new Error(`${res.status} ${body?.message ?? res.statusText}${detail ? ` (${detail})` : ''}`);
   }
   return body;
+}
+
+function signInView(view, why) {
+  view.replaceChildren(
+    h('h2', {}, 'Sign in'),
+    h(
+      'p',
+      { class: 'muted' },
+      `${why}: enter one of its API keys (KEYFLOW_API_KEYS). It is kept for this tab only.`,
+    ),
+    h(
+      'form',
+      {
+        class: 'filters',
+        'data-testid': 'sign-in',
+        onsubmit: (e) => {
+          e.preventDefault();
+          const key = String(new FormData(e.target).get('key') ?? '').trim();
+          if (key) sessionStorage.setItem(KEY_STORAGE, key);
+          document.activeElement?.blur();
+          void render();
+        },
+      },
+      h('label', {}, 'API key', h('input', { name: 'key', type: 'password', autocomplete: 'off', size: 40 })),
+      h('button', { type: 'submit', class: 'primary' }, 'Sign in'),
+    ),
+  );
 }
 
 const iso = (ms) =>
@@ -626,12 +674,15 @@ let timer;
 let rendering = false;
 /** A render asked for while one runs (navigation, an action): done right after it, not dropped. */
 let again = false;
+/** The last render met a 401: no refresh until the operator signs in. */
+let signedOut = false;
 
 async function run(f) {
   try {
     await f();
   } catch (e) {
-    setStatus(e.message, true);
+    if (e instanceof SignInNeeded) void render();
+    else setStatus(e.message, true);
   }
 }
 
@@ -649,6 +700,7 @@ async function render() {
     return;
   }
   rendering = true;
+  signedOut = false;
   clearTimeout(timer);
   let tab = 'runs';
   let arg;
@@ -665,14 +717,18 @@ async function render() {
     view.setAttribute('aria-busy', 'false');
     setStatus(`updated ${new Date().toLocaleTimeString()}`);
   } catch (e) {
-    setStatus(e.message, true);
+    signedOut = e instanceof SignInNeeded;
+    if (signedOut) {
+      signInView(view, e.message);
+      setStatus('signed out');
+    } else setStatus(e.message, true);
   } finally {
     rendering = false;
     const ms = tab === 'runs' && arg ? REFRESH_MS.run : (REFRESH_MS[tab] ?? REFRESH_MS.runs);
     if (again) {
       again = false;
       void render();
-    } else
+    } else if (!signedOut)
       timer = setTimeout(function tick() {
         if (editing()) timer = setTimeout(tick, ms);
         else void render();

@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { Module, type DynamicModule } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
+import { APP_GUARD, NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { EventCodec } from '@keyflow/contracts';
@@ -31,6 +31,7 @@ import { HealthController, METRICS_REGISTRY } from './api/health.controller';
 import { RunsController, WEBHOOKS, type WebhookSettings } from './api/runs.controller';
 import { RequestKeys } from './api/request-keys';
 import { RunsService } from './api/runs.service';
+import { API_KEYS, ApiAuthGuard, ApiKeys } from './api/auth';
 import { CONSOLE_DIR, CONSOLE_PATH } from './api/console';
 import { OpsController } from './api/ops.controller';
 import { OpsService } from './api/ops.service';
@@ -63,6 +64,12 @@ export async function bootstrapOrchestrator(
     registryUrl: cfg.SCHEMA_REGISTRY_URL,
     topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
   });
+  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH);
+  if (!apiKeys.enabled)
+    logger.warn(
+      { host: cfg.ORCHESTRATOR_HTTP_HOST },
+      'API authentication is off (no KEYFLOW_API_KEYS): anyone who reaches the port can start and control runs',
+    );
   const health = new ComponentHealth();
   exitOnComponentFailure(health, logger);
   const claim = claimCheckFromConfig(cfg);
@@ -140,6 +147,8 @@ export async function bootstrapOrchestrator(
           { provide: METRICS_REGISTRY, useValue: registry },
           { provide: ComponentHealth, useValue: health },
           { provide: WEBHOOKS, useValue: webhooks },
+          { provide: API_KEYS, useValue: apiKeys },
+          { provide: APP_GUARD, useClass: ApiAuthGuard },
         ],
       };
     }
@@ -151,11 +160,16 @@ export async function bootstrapOrchestrator(
   });
   const doc = SwaggerModule.createDocument(
     app,
-    new DocumentBuilder().setTitle('keyflow orchestrator').setVersion('0.1.0').build(),
+    new DocumentBuilder()
+      .setTitle('keyflow orchestrator')
+      .setVersion('0.1.0')
+      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'An API key of KEYFLOW_API_KEYS' })
+      .addSecurityRequirements('bearer')
+      .build(),
   );
   SwaggerModule.setup('docs', app, doc, { jsonDocumentUrl: 'docs/openapi.json' });
   app.useStaticAssets(CONSOLE_DIR, { prefix: CONSOLE_PATH, index: 'index.html' });
-  await app.listen(cfg.ORCHESTRATOR_HTTP_PORT, '127.0.0.1');
+  await app.listen(cfg.ORCHESTRATOR_HTTP_PORT, cfg.ORCHESTRATOR_HTTP_HOST);
   const url = await app.getUrl();
   let closing = false;
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {

@@ -3,6 +3,8 @@ import { z } from 'zod';
 import { DEFAULT_GROUP_IDS } from '@keyflow/kafka';
 import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
+import { ApiKeysSchema, type ApiKeyEntry } from './api/auth';
+import { readFileSync } from 'node:fs';
 
 /** Orchestrator configuration from the environment, validated at startup; every field is set after parsing. */
 const Schema = z.object({
@@ -13,6 +15,29 @@ const Schema = z.object({
   /** Distinguishes instances: the read-model consumer group and the transactional ids' owner tag. */
   ORCHESTRATOR_INSTANCE_ID: z.string().min(1).default(`${process.pid}`),
   ORCHESTRATOR_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
+  /**
+   * Address the HTTP API listens on (default loopback). Any other address needs API keys (KEYFLOW_API_KEYS or
+   * KEYFLOW_API_KEYS_FILE) unless KEYFLOW_API_INSECURE=true says an unauthenticated API is meant.
+   */
+  ORCHESTRATOR_HTTP_HOST: z.string().min(1).default('127.0.0.1'),
+  /**
+   * API keys as JSON: [{"name": "ops", "key": "<at least 24 characters>", "scopes": ["read", "control"]}]. Set, every
+   * route but /health, /metrics (see KEYFLOW_METRICS_AUTH), the webhook door, /docs and the console's static files
+   * needs one (api/auth.ts).
+   */
+  KEYFLOW_API_KEYS: z.string().optional(),
+  /** A file holding the JSON of KEYFLOW_API_KEYS (a mounted secret); not both. */
+  KEYFLOW_API_KEYS_FILE: z.string().optional(),
+  /** GET /metrics needs a key with the read scope too (default false: scrapers commonly have none). */
+  KEYFLOW_METRICS_AUTH: z
+    .enum(['true', 'false'])
+    .default('false')
+    .transform((v) => v === 'true'),
+  /** Allows an API without keys on a non-loopback address (a trusted network in front of it). */
+  KEYFLOW_API_INSECURE: z
+    .enum(['true', 'false'])
+    .default('false')
+    .transform((v) => v === 'true'),
   /** Partitions of wf.requests, task.results, wf.events and wf.state (co-partitioned). */
   ORCHESTRATOR_PARTITIONS: z.coerce.number().int().min(1).default(6),
   TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),
@@ -129,16 +154,63 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
   };
 }
 
+/** Loopback addresses: an API listening only there is reachable from this machine alone. */
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
+
 /**
- * Settings the HTTP API cannot serve without: REDIS_URL, and with WEBHOOKS_ENABLED at least one webhook secret.
- * @throws OrchestratorConfigError naming each missing setting.
+ * Settings the HTTP API cannot serve without: REDIS_URL; with WEBHOOKS_ENABLED at least one webhook secret; valid API
+ * keys when given (KEYFLOW_API_KEYS or KEYFLOW_API_KEYS_FILE, not both), and some when the API listens beyond
+ * loopback (unless KEYFLOW_API_INSECURE). Returns the config with `apiKeys` (empty: authentication off).
+ * @throws OrchestratorConfigError naming each missing or invalid setting.
  */
-export function requireApiSettings(cfg: OrchestratorConfig): OrchestratorConfig & { REDIS_URL: string } {
+export function requireApiSettings(
+  cfg: OrchestratorConfig,
+): OrchestratorConfig & { REDIS_URL: string; apiKeys: ApiKeyEntry[] } {
   const issues: string[] = [];
   if (!cfg.REDIS_URL)
     issues.push('REDIS_URL: required (the API keeps Idempotency-Keys and webhook delivery ids in Redis)');
   if (cfg.WEBHOOKS_ENABLED && Object.keys(cfg.WEBHOOK_SECRETS).length === 0)
     issues.push('WEBHOOK_SECRETS: WEBHOOKS_ENABLED=true needs a secret for at least one workflow');
+  let apiKeys: ApiKeyEntry[] = [];
+  const from = cfg.KEYFLOW_API_KEYS_FILE ? 'KEYFLOW_API_KEYS_FILE' : 'KEYFLOW_API_KEYS';
+  if (cfg.KEYFLOW_API_KEYS !== undefined && cfg.KEYFLOW_API_KEYS_FILE !== undefined)
+    issues.push('KEYFLOW_API_KEYS and KEYFLOW_API_KEYS_FILE: give one of them');
+  else {
+    let text: string | undefined = cfg.KEYFLOW_API_KEYS;
+    if (cfg.KEYFLOW_API_KEYS_FILE !== undefined)
+      try {
+        text = readFileSync(cfg.KEYFLOW_API_KEYS_FILE, 'utf8');
+      } catch (e) {
+        issues.push(
+          `KEYFLOW_API_KEYS_FILE: cannot read ${cfg.KEYFLOW_API_KEYS_FILE}: ${(e as Error).message}`,
+        );
+      }
+    if (text !== undefined && text.trim() !== '') {
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        issues.push(`${from}: not JSON (a list of {"name", "key", "scopes"})`);
+      }
+      if (json !== undefined) {
+        const r = ApiKeysSchema.safeParse(json);
+        if (r.success) apiKeys = r.data;
+        // The key itself is never echoed: only where the problem is.
+        else
+          issues.push(...r.error.issues.map((i) => `${from}: ${i.path.join('.') || '(root)'}: ${i.message}`));
+      }
+    }
+  }
+  if (
+    apiKeys.length === 0 &&
+    !issues.some((i) => i.startsWith('KEYFLOW_API_KEYS')) &&
+    !LOOPBACK.test(cfg.ORCHESTRATOR_HTTP_HOST) &&
+    !cfg.KEYFLOW_API_INSECURE
+  )
+    issues.push(
+      `ORCHESTRATOR_HTTP_HOST=${cfg.ORCHESTRATOR_HTTP_HOST}: an API reachable from other machines needs API keys ` +
+        '(KEYFLOW_API_KEYS or KEYFLOW_API_KEYS_FILE), or KEYFLOW_API_INSECURE=true',
+    );
   if (issues.length) throw new OrchestratorConfigError(issues);
-  return cfg as OrchestratorConfig & { REDIS_URL: string };
+  return { ...(cfg as OrchestratorConfig & { REDIS_URL: string }), apiKeys };
 }

@@ -96,7 +96,7 @@ export function runsCommand(ctx: CliContext): Command {
       for (const k of ['workflow', 'status', 'from', 'to', 'limit'] as const)
         if (o[k] !== undefined) q.set(k, String(o[k]));
       const page = await api<{ runs: Summary[]; next: string | null }>(
-        ctx.apiUrl(o.api),
+        ctx.endpoint(o.api),
         'GET',
         `/runs?${q}`,
       );
@@ -121,7 +121,7 @@ export function runsCommand(ctx: CliContext): Command {
     .addOption(apiOption())
     .option('--json', 'JSON output (the run as GET /runs/:id gives it)')
     .action(async (runId: string, o) => {
-      const run = await api<RunState>(ctx.apiUrl(o.api), 'GET', `/runs/${encodeURIComponent(runId)}`);
+      const run = await api<RunState>(ctx.endpoint(o.api), 'GET', `/runs/${encodeURIComponent(runId)}`);
       print(run, o.json, showRun);
     });
   runs
@@ -139,7 +139,7 @@ export function runsCommand(ctx: CliContext): Command {
     .option('--json', 'JSON output')
     .action(async (workflow: string, o) => {
       const res = await api<{ runId: string }>(
-        ctx.apiUrl(o.api),
+        ctx.endpoint(o.api),
         'POST',
         '/runs',
         {
@@ -158,7 +158,7 @@ export function runsCommand(ctx: CliContext): Command {
   control('cancel <runId>', 'cancel a run: it stops, and its completed steps are compensated')
     .option('--reason <text>', 'recorded with RunCancelled', 'cancelled with the keyflow CLI')
     .action(async (runId: string, o) => {
-      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/cancel`, {
+      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/cancel`, {
         reason: o.reason,
       });
       print(res, o.json, () => `cancel of ${runId} accepted`);
@@ -169,7 +169,7 @@ export function runsCommand(ctx: CliContext): Command {
   )
     .option('--reason <text>', 'recorded with RunCancelled', 'terminated with the keyflow CLI')
     .action(async (runId: string, o) => {
-      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/terminate`, {
+      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/terminate`, {
         reason: o.reason,
       });
       print(res, o.json, () => `terminate of ${runId} accepted`);
@@ -177,7 +177,7 @@ export function runsCommand(ctx: CliContext): Command {
   control('signal <runId> <signal>', 'send a signal to a run (a wait step takes it, or it is buffered)')
     .option('--payload <json>', 'signal payload (JSON)', opt.json)
     .action(async (runId: string, signal: string, o) => {
-      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/signal`, {
+      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/signal`, {
         signal,
         ...(o.payload !== undefined ? { payload: o.payload } : {}),
       });
@@ -186,7 +186,7 @@ export function runsCommand(ctx: CliContext): Command {
   control('retry <runId>', 'retry a failed run from its failed step (or --from-step)')
     .option('--from-step <stepId>', 'step to re-run from (at or before the failed one)')
     .action(async (runId: string, o) => {
-      const res = await api(ctx.apiUrl(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/retry`, {
+      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/retry`, {
         ...(o.fromStep ? { fromStepId: o.fromStep } : {}),
       });
       print(res, o.json, () => `retry of ${runId} accepted`);

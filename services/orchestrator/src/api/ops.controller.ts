@@ -14,6 +14,7 @@ import { ApiOperation, ApiQuery, ApiResponse, ApiTags } from '@nestjs/swagger';
 import { z } from 'zod';
 import { OpsService } from './ops.service';
 import { answer, parse } from './validation';
+import { Public } from './auth';
 
 /** Default and largest freshness of the overview's lag and DLQ figures, ms. */
 export const OVERVIEW_MAX_AGE_MS = { default: 10_000, max: 600_000 } as const;
@@ -159,6 +160,7 @@ export class OpsController {
   }
 
   @Get('meta')
+  @Public() // constants only, needed by the console before it has a key
   @ApiOperation({
     summary: 'Constants the console shares with the engine: run statuses, the compensation suffix.',
   })

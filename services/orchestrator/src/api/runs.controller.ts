@@ -28,6 +28,7 @@ import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
 import { answer, parse } from './validation';
+import { Public } from './auth';
 import { guarded, KEY_SPACES, RefusedRequest, RunsService } from './runs.service';
 import type { RequestKeys } from './request-keys';
 
@@ -124,6 +125,7 @@ export class RunsController {
   }
 
   @Post('webhooks/:workflow')
+  @Public() // authenticated by its Standard Webhooks signature
   @HttpCode(202)
   @ApiOperation({
     summary:

@@ -16,12 +16,12 @@ import {
 
 /**
  * On a 3-broker cluster of its own (infra/local/stack.sh, KEYFLOW_BROKERS=3; base port KEYFLOW_CLUSTER_TEST_PORT,
- * default 39100: brokers on base, base+10, base+20, controllers one above each, registry base+2/base+3, Redis base+4),
+ * default 29100, below the ephemeral port range: brokers on base, base+10, base+20, controllers one above each, registry base+2/base+3, Redis base+4),
  * so it runs beside the single-broker stack the other suites use.
  */
 jest.setTimeout(420_000);
 
-const BASE = Number(process.env.KEYFLOW_CLUSTER_TEST_PORT ?? 39100);
+const BASE = Number(process.env.KEYFLOW_CLUSTER_TEST_PORT ?? 29100);
 const stackEnv = stackEnvOnPorts(BASE, 'cluster-test');
 const ORCH_PARTITIONS = 4;
 const KILLED = 1; // the first bootstrap broker, and the first quorum voter

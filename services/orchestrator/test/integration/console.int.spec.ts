@@ -1,15 +1,15 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Pool } from 'pg';
-import { chromium, type Browser, type Page } from 'playwright-core';
-import { ensureDebianTool, eventually } from '@keyflow/testing';
-import { OrchestratorHarness, post } from './support';
+import type { Browser, Page } from 'playwright-core';
+import { eventually } from '@keyflow/testing';
+import { launchChromium, OrchestratorHarness, post, SCREENSHOTS_DIR } from './support';
 
 jest.setTimeout(300_000);
 
 const WORKER_FIXTURE = 'services/workers/test/fixtures/test-worker.ts';
 /** Where the screenshots of each page go (one PNG per page the test visits). */
-const SCREENSHOTS = join(__dirname, '../../../../test-results/console');
+const SCREENSHOTS = join(SCREENSHOTS_DIR, 'console');
 /** Longest wait for something the console shows live (it refreshes every 2-5 s), ms. */
 const LIVE_MS = 60_000;
 
@@ -28,7 +28,6 @@ describe('the ops console (headless Chromium)', () => {
 
   beforeAll(async () => {
     mkdirSync(SCREENSHOTS, { recursive: true });
-    const executablePath = await ensureDebianTool('chromium', 'chromium');
     const orch = await h.startOrchestrator({ ORCHESTRATOR_LAG_INTERVAL_MS: '2000' });
     url = await orch.ready;
     await h.startWorker(
@@ -36,20 +35,7 @@ describe('the ops console (headless Chromium)', () => {
       WORKER_FIXTURE,
     );
     await h.readEvents();
-    // The flags keep Chromium off the network (a closed network refuses its background connections); playwright
-    // gives it a fresh profile.
-    browser = await chromium.launch({
-      executablePath,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
     page.on('dialog', (d) => void d.accept()); // the console asks before it redrives
   }, 900_000); // a fresh machine installs chromium first (apt-get)

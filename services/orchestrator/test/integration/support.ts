@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import type { Consumer, Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand } from '@keyflow/schemas';
-import { Collector, TestNamespace } from '@keyflow/testing';
+import { chromium, type Browser } from 'playwright-core';
+import { Collector, ensureDebianTool, TestNamespace } from '@keyflow/testing';
 
 const ROOT = join(__dirname, '../../../..');
 
@@ -288,3 +289,26 @@ export async function post(
   });
   return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
 }
+
+/**
+ * Debian's Chromium (installed when missing and root), headless, driven by playwright-core. The flags keep it off the
+ * network (a closed network refuses its background connections); playwright gives it a fresh profile.
+ */
+export async function launchChromium(): Promise<Browser> {
+  const executablePath = await ensureDebianTool('chromium', 'chromium');
+  return chromium.launch({
+    executablePath,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+}
+
+/** Where browser tests save their screenshots (one PNG per page), under the repository's test-results/. */
+export const SCREENSHOTS_DIR = join(ROOT, 'test-results');

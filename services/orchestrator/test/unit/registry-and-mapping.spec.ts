@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { workflow } from '@keyflow/workflow';
 import { loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from '../../src/config';
 import { toWorkflowInput } from '../../src/engine/mapping';
@@ -90,6 +93,50 @@ describe('orchestrator configuration', () => {
       }),
     );
     expect(ok.WEBHOOK_SECRETS).toEqual({ w: 'whsec_c2VjcmV0' });
+  });
+
+  it('API keys: validated without echoing a key, required beyond loopback, from the environment or a file', () => {
+    const keys = (v: unknown) => ({ ...base, KEYFLOW_API_KEYS: JSON.stringify(v) });
+    const secret = 'short-secret';
+    expect(() =>
+      requireApiSettings(loadOrchestratorConfig(keys([{ name: 'a', key: secret, scopes: ['read'] }]))),
+    ).toThrow(/KEYFLOW_API_KEYS: 0\.key: at least 24 characters/);
+    try {
+      requireApiSettings(loadOrchestratorConfig(keys([{ name: 'a', key: secret, scopes: ['read'] }])));
+    } catch (e) {
+      expect((e as Error).message).not.toContain(secret);
+    }
+    const long = 'k'.repeat(24);
+    expect(() =>
+      requireApiSettings(loadOrchestratorConfig(keys([{ name: 'a', key: long, scopes: ['admin'] }]))),
+    ).toThrow(/KEYFLOW_API_KEYS: 0\.scopes\.0/);
+    expect(() =>
+      requireApiSettings(
+        loadOrchestratorConfig(
+          keys([
+            { name: 'a', key: long, scopes: ['read'] },
+            { name: 'a', key: long + 'x', scopes: ['read'] },
+          ]),
+        ),
+      ),
+    ).toThrow(/names must be distinct/);
+    expect(() =>
+      requireApiSettings(loadOrchestratorConfig({ ...base, ORCHESTRATOR_HTTP_HOST: '0.0.0.0' })),
+    ).toThrow(/ORCHESTRATOR_HTTP_HOST=0\.0\.0\.0: an API reachable from other machines needs API keys/);
+    expect(
+      requireApiSettings(
+        loadOrchestratorConfig({ ...base, ORCHESTRATOR_HTTP_HOST: '0.0.0.0', KEYFLOW_API_INSECURE: 'true' }),
+      ).apiKeys,
+    ).toEqual([]);
+    const file = join(mkdtempSync(join(tmpdir(), 'keyflow-keys-')), 'keys.json');
+    writeFileSync(file, JSON.stringify([{ name: 'ops', key: long, scopes: ['read', 'control'] }]));
+    const fromFile = requireApiSettings(
+      loadOrchestratorConfig({ ...base, ORCHESTRATOR_HTTP_HOST: '0.0.0.0', KEYFLOW_API_KEYS_FILE: file }),
+    );
+    expect(fromFile.apiKeys.map((k) => [k.name, k.scopes])).toEqual([['ops', ['read', 'control']]]);
+    expect(() =>
+      requireApiSettings(loadOrchestratorConfig({ ...keys([]), KEYFLOW_API_KEYS_FILE: file })),
+    ).toThrow(/give one of them/);
   });
 
   it('refuses the old single WEBHOOK_SECRET, pointing to its replacement', () => {

@@ -1,0 +1,144 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import {
+  HttpException,
+  Inject,
+  Injectable,
+  SetMetadata,
+  type CanActivate,
+  type ExecutionContext,
+} from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import type { Request, Response } from 'express';
+import { z } from 'zod';
+
+/**
+ * What an API key may do: `read` (runs, DLQ records, lag: every GET) and `control` (start, cancel, terminate, signal,
+ * retry runs; redrive and discard DLQ records).
+ */
+export const API_SCOPES = ['read', 'control'] as const;
+export type ApiScope = (typeof API_SCOPES)[number];
+
+/** Shortest API key accepted, in characters (a key is a bearer secret: guessing must be out of reach). */
+export const API_KEY_MIN_CHARS = 24;
+
+/** The JSON of KEYFLOW_API_KEYS (or of the file KEYFLOW_API_KEYS_FILE names): one entry per caller. */
+export const ApiKeysSchema = z
+  .array(
+    z
+      .object({
+        /** Who the key is for: logged with each refused request, never the key. */
+        name: z.string().min(1).max(100),
+        key: z.string().min(API_KEY_MIN_CHARS, `at least ${API_KEY_MIN_CHARS} characters`),
+        scopes: z.array(z.enum(API_SCOPES)).min(1),
+      })
+      .strict(),
+  )
+  .refine((keys) => new Set(keys.map((k) => k.name)).size === keys.length, 'names must be distinct');
+export type ApiKeyEntry = z.infer<typeof ApiKeysSchema>[number];
+
+/** Injection token of the API's {@link ApiKeys}. */
+export const API_KEYS = Symbol('API_KEYS');
+
+const PUBLIC = 'keyflow:public';
+const SCOPES = 'keyflow:scopes';
+/** A route anyone may call (health, the signed webhook door). */
+export const Public = () => SetMetadata(PUBLIC, true);
+/** The scope a route needs; without this decorator a GET needs `read` and anything else `control`. */
+export const RequireScope = (scope: ApiScope) => SetMetadata(SCOPES, scope);
+
+const digest = (key: string) => createHash('sha256').update(key, 'utf8').digest();
+
+/**
+ * The API keys, kept as SHA-256 digests and compared in constant time. Credentials come as
+ * `Authorization: Bearer <key>` (RFC 6750) or `X-API-Key: <key>`. With no keys configured authentication is off
+ * (`enabled` false): the orchestrator then listens only on a loopback address (see config `requireApiSettings`).
+ */
+export class ApiKeys {
+  private readonly entries: Array<{ name: string; digest: Buffer; scopes: ReadonlySet<ApiScope> }>;
+
+  constructor(
+    keys: ApiKeyEntry[],
+    /** Whether GET /metrics needs `read` too (KEYFLOW_METRICS_AUTH). */
+    readonly metricsNeedAuth = false,
+  ) {
+    this.entries = keys.map((k) => ({ name: k.name, digest: digest(k.key), scopes: new Set(k.scopes) }));
+  }
+
+  get enabled(): boolean {
+    return this.entries.length > 0;
+  }
+
+  /** The key's owner and scopes, or undefined when it matches none. Every entry is compared (no early exit). */
+  identify(key: string): { name: string; scopes: ReadonlySet<ApiScope> } | undefined {
+    const d = digest(key);
+    let found: (typeof this.entries)[number] | undefined;
+    for (const e of this.entries) if (timingSafeEqual(e.digest, d)) found ??= e;
+    return found && { name: found.name, scopes: found.scopes };
+  }
+}
+
+/** The key a request carries: `Authorization: Bearer <key>` or `X-API-Key: <key>`, else undefined. */
+export function credentialsOf(req: Pick<Request, 'headers'>): string | undefined {
+  const auth = req.headers.authorization;
+  if (typeof auth === 'string') {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
+    if (m) return m[1];
+  }
+  const key = req.headers['x-api-key'];
+  return typeof key === 'string' && key.length > 0 ? key : undefined;
+}
+
+/**
+ * Every route of the API: public ones pass; others need a known key (401 UNAUTHENTICATED, with
+ * `WWW-Authenticate: Bearer`, RFC 6750 section 3) with the route's scope (403 FORBIDDEN naming the scope). Off
+ * when no keys are configured.
+ */
+@Injectable()
+export class ApiAuthGuard implements CanActivate {
+  constructor(
+    @Inject(Reflector) private readonly reflector: Reflector,
+    @Inject(API_KEYS) private readonly keys: ApiKeys,
+  ) {}
+
+  canActivate(ctx: ExecutionContext): boolean {
+    if (!this.keys.enabled) return true;
+    const targets = [ctx.getHandler(), ctx.getClass()];
+    const req = ctx.switchToHttp().getRequest<Request>();
+    const isMetrics = req.path === '/metrics';
+    if (
+      this.reflector.getAllAndOverride<boolean>(PUBLIC, targets) &&
+      !(isMetrics && this.keys.metricsNeedAuth)
+    )
+      return true;
+    const needed =
+      this.reflector.getAllAndOverride<ApiScope | undefined>(SCOPES, targets) ??
+      (req.method === 'GET' || req.method === 'HEAD' ? 'read' : 'control');
+    const key = credentialsOf(req);
+    const who = key === undefined ? undefined : this.keys.identify(key);
+    if (!who) {
+      ctx
+        .switchToHttp()
+        .getResponse<Response>()
+        .setHeader(
+          'WWW-Authenticate',
+          `Bearer realm="keyflow"${key === undefined ? '' : ', error="invalid_token"'}`,
+        );
+      throw new HttpException(
+        {
+          message:
+            key === undefined
+              ? 'authentication required: send Authorization: Bearer <API key> (or X-API-Key)'
+              : 'unknown API key',
+          code: 'UNAUTHENTICATED',
+        },
+        401,
+      );
+    }
+    if (!who.scopes.has(needed))
+      throw new HttpException(
+        { message: `the API key ${who.name} lacks the ${needed} scope`, code: 'FORBIDDEN', scope: needed },
+        403,
+      );
+    return true;
+  }
+}
