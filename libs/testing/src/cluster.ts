@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -50,12 +50,39 @@ export interface ClusterControl {
   startBroker(index: number): Promise<void>;
 }
 
+/** The ports a stack of {@link stackEnvOnPorts} uses above its base (three brokers 10 apart, their controllers). */
+const STACK_PORT_SPAN = 24;
+
+/**
+ * The range the OS picks outgoing connections' local ports from (Linux: /proc/sys/net/ipv4/ip_local_port_range;
+ * elsewhere the IANA dynamic range, 49152-65535). A listener's fixed port inside it can be taken at any moment.
+ */
+export function ephemeralPortRange(): [number, number] {
+  try {
+    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8')
+      .trim()
+      .split(/\s+/)
+      .map(Number);
+    if (Number.isInteger(low) && Number.isInteger(high)) return [low, high];
+  } catch {
+    /* not Linux */
+  }
+  return [49152, 65535];
+}
+
 /**
  * The environment of a separate local stack on its own ports, for a test that starts one beside the suite's stack:
  * brokers on `base`, `base+10`, `base+20` (controllers one above each), registry `base+2` (management `base+3`),
  * its own Redis on `base+4`, and a fresh run dir under the OS temp dir named after `label`.
  */
 export function stackEnvOnPorts(base: number, label: string): Record<string, string> {
+  const [low, high] = ephemeralPortRange();
+  if (base + STACK_PORT_SPAN > low && base <= high)
+    throw new RangeError(
+      `ports ${base}-${base + STACK_PORT_SPAN} overlap the OS's ephemeral range ${low}-${high}: an outgoing ` +
+        'connection may hold one of them when the stack starts (bind: Address already in use); pick a base below ' +
+        `${low - STACK_PORT_SPAN}`,
+    );
   return {
     KEYFLOW_RUN_DIR: mkdtempSync(join(tmpdir(), `keyflow-${label}-`)),
     KAFKA_PORT: String(base),

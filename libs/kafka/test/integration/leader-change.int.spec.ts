@@ -10,11 +10,11 @@ import { createIdempotentProducer } from '../../src';
  * Here the leader moves by a partition reassignment (deterministic: the old leader answers NOT_LEADER_OR_FOLLOWER)
  * rather than a kill (where the race depends on when the broker dies).
  *
- * On a 3-broker cluster of its own (infra/local/stack.sh; base port KEYFLOW_LEADER_TEST_PORT, default 39200).
+ * On a 3-broker cluster of its own (infra/local/stack.sh; base port KEYFLOW_LEADER_TEST_PORT, default 29200).
  */
 jest.setTimeout(240_000);
 
-const BASE = Number(process.env.KEYFLOW_LEADER_TEST_PORT ?? 39200);
+const BASE = Number(process.env.KEYFLOW_LEADER_TEST_PORT ?? 29200);
 const stackEnv = stackEnvOnPorts(BASE, 'leader-test');
 
 let cluster: ClusterControl;
