@@ -65,7 +65,7 @@ async function main() {
         [
           '-r',
           '@swc-node/register',
-          join(ROOT, 'scripts/etl.ts'),
+          join(ROOT, 'apps/etl-cli/src/main.ts'),
           '--workers',
           String(w),
           '--sink',

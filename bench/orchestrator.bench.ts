@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Command } from 'commander';
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { chainLatency } from './chain';
 import { pct, spawnService, until } from './support';
 
 /**
@@ -25,8 +26,16 @@ const opts = new Command()
     '0',
   )
   .option('--profile <dir>', 'write a V8 CPU profile (.cpuprofile) of the orchestrator into <dir>')
+  .option('--no-chain', 'skip the latency baseline (a plain kafkajs chain of the same hops, bench/chain.ts)')
   .parse()
-  .opts<{ burst: string; loads: string; seconds: string; backlog: string; profile?: string }>();
+  .opts<{
+    burst: string;
+    loads: string;
+    seconds: string;
+    backlog: string;
+    profile?: string;
+    chain: boolean;
+  }>();
 
 const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
 const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
@@ -126,6 +135,7 @@ async function main() {
   );
 
   // 2. Latency at offered loads.
+  const engineP50 = new Map<number, number>();
   for (const rate of opts.loads.split(',').map(Number)) {
     const startedAt = new Map<string, number>();
     const stepStart = Date.now();
@@ -143,6 +153,7 @@ async function main() {
       `load ${rate}`,
     );
     const lat = [...startedAt].map(([id, t]) => completedAt.get(id)! - t);
+    engineP50.set(rate, pct(lat, 50));
     console.log(
       `offered ${rate} runs/s for ${opts.seconds} s: start-to-finish p50 ${pct(lat, 50)} ms, p95 ${pct(lat, 95)} ms, p99 ${pct(lat, 99)} ms`,
     );
@@ -152,6 +163,15 @@ async function main() {
   );
   await consumer.disconnect();
   await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
+
+  // 3. The latency baseline (issue 12 target 6), with the services stopped: the same hops by hand.
+  if (opts.chain)
+    for (const [rate, p50] of engineP50) {
+      const c = await chainLatency({ brokers, prefix, rate, seconds: Number(opts.seconds) });
+      console.log(
+        `  baseline at ${rate} runs/s, plain kafkajs chain (HTTP accept + 7 hops, 4 in transactions; bench/chain.ts): p50 ${c.p50} ms, p95 ${c.p95} ms, p99 ${c.p99} ms   engine p50 / chain p50: ${(p50 / c.p50).toFixed(2)}`,
+      );
+    }
 }
 
 /** Writes `n` StartRun records of `three-step` to wf.requests (keyed by run id, as the API writes them). */

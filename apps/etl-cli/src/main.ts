@@ -9,14 +9,16 @@
  * (GET /runs/:id), prints the report and where the sink is, and stops what it started.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { createWriteStream, mkdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Command, InvalidArgumentError } from 'commander';
 import { SingleBar, Presets } from 'cli-progress';
-import { CONSOLE_PATH } from '../services/orchestrator/src/api/console';
+import { CONSOLE_PATH } from '@keyflow/orchestrator/src/api/console';
+import { TERMINAL, type RunState } from '@keyflow/workflow';
 
-const ROOT = resolve(__dirname, '..');
+const ROOT = resolve(__dirname, '../../..');
 const positiveInt = (v: string) => {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a positive integer');
@@ -42,6 +44,7 @@ const opts = new Command('etl')
     format?: string;
     sink: string;
     chunkSize: number;
+    table: string;
     prefix: string;
     keepRunning?: boolean;
   }>();
@@ -84,29 +87,17 @@ function startService(
   return { proc, url };
 }
 
-type StepState = {
-  status: string;
-  output?: Record<string, unknown>;
-  map?: { total: number; done: number };
-  startedAt?: number;
-  endedAt?: number;
-};
-type Run = {
-  status: string;
-  steps: Record<string, StepState>;
-  output?: Record<string, unknown>;
-  error?: { message: string };
-  timeline: Array<{ at: number; event: string; stepId?: string }>;
-  startedAt: number;
-  updatedAt: number;
-};
+/** A run as GET /runs/:id answers it: the run state with map items listed among the steps (`flatRunState`). */
+type Run = RunState;
+/** A step's output as the ETL handlers shape it (counts). */
+type Counts = Record<string, unknown>;
 
 function progress(run: Run) {
   const items = (prefix: string) =>
     Object.entries(run.steps)
       .filter(([id, s]) => id.startsWith(`${prefix}[`) && s.status === 'completed')
-      .map(([, s]) => s.output ?? {});
-  const extracted = Number(run.steps.extract?.output?.total ?? 0);
+      .map(([, s]) => (s.output ?? {}) as Counts);
+  const extracted = Number((run.steps.extract?.output as Counts | undefined)?.total ?? 0);
   const transformed = items('transform');
   const loads = items('load');
   return {
@@ -149,6 +140,7 @@ function stepTimings(run: Run): Record<string, number> {
 }
 
 async function main() {
+  const apiKey = randomBytes(24).toString('base64url');
   const infra = join(ROOT, 'infra/local/stack.sh');
   const wasUp = spawnSync(infra, ['is-up']).status === 0;
   if (!wasUp) say('starting Kafka, the schema registry and Redis (infra/local/stack.sh up)');
@@ -162,7 +154,10 @@ async function main() {
     ORCHESTRATOR_GROUP_ID: `${opts.prefix}orchestrator`,
     WORKER_GROUP_ID: `${opts.prefix}workers`,
     KEYFLOW_BLOB_DIR: join(ROOT, '.keyflow/blobs'),
+    // The API asks for a key, made for this run: the console and the CLI sign in with it (printed below).
+    KEYFLOW_API_KEYS: JSON.stringify([{ name: 'npm-start', key: apiKey, scopes: ['read', 'control'] }]),
   };
+  const auth = { authorization: `Bearer ${apiKey}` };
 
   const children: ChildProcess[] = [];
   const stopAll = async () => {
@@ -205,7 +200,7 @@ async function main() {
     };
     const res = await fetch(`${url}/runs`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...auth },
       body: JSON.stringify({ workflow: 'geonames-etl', input }),
     });
     if (res.status !== 202)
@@ -227,7 +222,7 @@ async function main() {
     let run: Run;
     const t0 = Date.now();
     for (;;) {
-      const r = await fetch(`${url}/runs/${runId}`);
+      const r = await fetch(`${url}/runs/${runId}`, { headers: auth });
       if (r.status === 200) {
         run = (await r.json()) as Run;
         const p = progress(run);
@@ -239,7 +234,7 @@ async function main() {
             (p.transformedRecords + p.loaded) / 2 / Math.max(0.001, (Date.now() - t0) / 1000),
           ),
         });
-        if (['completed', 'failed', 'compensated', 'cancelled'].includes(run.status)) break;
+        if (TERMINAL.has(run.status)) break;
       }
       await new Promise((r2) => setTimeout(r2, 500));
     }
@@ -283,9 +278,9 @@ async function main() {
       say(
         `the orchestrator, ${opts.workers} worker(s) and the infrastructure keep running; Ctrl-C stops them`,
       );
-      say(`ops console: ${url}${CONSOLE_PATH}#/runs/${encodeURIComponent(runId)}`);
+      say(`ops console: ${url}${CONSOLE_PATH}#/runs/${encodeURIComponent(runId)} (API key ${apiKey})`);
       say(
-        `for the keyflow CLI: export KEYFLOW_API_URL=${url} KEYFLOW_TOPIC_PREFIX=${opts.prefix} ` +
+        `for the keyflow CLI: export KEYFLOW_API_URL=${url} KEYFLOW_API_KEY=${apiKey} KEYFLOW_TOPIC_PREFIX=${opts.prefix} ` +
           `KAFKA_BROKERS=${env.KAFKA_BROKERS} SCHEMA_REGISTRY_URL=${env.SCHEMA_REGISTRY_URL}`,
       );
     }

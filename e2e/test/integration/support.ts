@@ -25,11 +25,11 @@ export interface EtlOutput {
   };
 }
 
-/** Runs the main job's command (scripts/etl.ts, what `npm start` runs) and parses its JSON output. */
+/** Runs the main job's command (apps/etl-cli/src/main.ts, what `npm start` runs) and parses its JSON output. */
 export async function runEtl(args: string[]): Promise<EtlOutput> {
   const { stdout } = await run(
     process.execPath,
-    ['-r', '@swc-node/register', join(ROOT, 'scripts/etl.ts'), ...args],
+    ['-r', '@swc-node/register', join(ROOT, 'apps/etl-cli/src/main.ts'), ...args],
     {
       cwd: ROOT,
       env: process.env,

@@ -354,47 +354,27 @@ async function queuesView(view) {
       card('runs in flight', num(inFlight)),
     ),
     h('h2', {}, 'Queue depth per task type'),
-    table(
+    grid(
       [
-        'task type',
-        'topic',
-        'group',
-        { label: 'waiting', num: true },
-        { label: 'oldest waiting', num: true },
+        col('task type', (l) => l.taskType),
+        col('topic', (l) => l.topic),
+        col('group', (l) => l.group),
+        numCol('waiting', (l) => num(l.lag)),
+        numCol('oldest waiting', (l) => duration(l.oldestAgeMs)),
       ],
-      queues.map((l) =>
-        h(
-          'tr',
-          { 'data-task-type': l.taskType },
-          h('td', {}, l.taskType),
-          h('td', {}, l.topic),
-          h('td', {}, l.group),
-          h('td', { class: 'num' }, num(l.lag)),
-          h('td', { class: 'num' }, duration(l.oldestAgeMs)),
-        ),
-      ),
-      { testid: 'queues' },
+      queues,
+      { testid: 'queues', row: (l) => ({ 'data-task-type': l.taskType }) },
     ),
     h('h2', {}, 'Consumer lag per group'),
-    table(
+    grid(
       [
-        'group',
-        'topic',
-        { label: 'partitions', num: true },
-        { label: 'lag', num: true },
-        { label: 'oldest unread', num: true },
+        col('group', (l) => l.group),
+        col('topic', (l) => l.topic),
+        numCol('partitions', (l) => l.partitions),
+        numCol('lag', (l) => num(l.lag)),
+        numCol('oldest unread', (l) => duration(l.oldestAgeMs)),
       ],
-      o.lags.map((l) =>
-        h(
-          'tr',
-          {},
-          h('td', {}, l.group),
-          h('td', {}, l.topic),
-          h('td', { class: 'num' }, l.partitions),
-          h('td', { class: 'num' }, num(l.lag)),
-          h('td', { class: 'num' }, duration(l.oldestAgeMs)),
-        ),
-      ),
+      o.lags,
       { testid: 'lags' },
     ),
     h('h2', {}, 'DLQ'),
@@ -404,55 +384,53 @@ async function queuesView(view) {
       {},
       'Retry rate (task results of a step attempt after the first, since this orchestrator started)',
     ),
-    table(
+    grid(
       [
-        'task type',
-        { label: 'results', num: true },
-        { label: 'retries', num: true },
-        { label: 'retry rate', num: true },
-        { label: 'failed', num: true },
+        col('task type', (t) => t.taskType),
+        numCol('results', (t) => num(t.results)),
+        numCol('retries', (t) => num(t.retries)),
+        numCol('retry rate', (t) => (t.results ? `${((100 * t.retries) / t.results).toFixed(1)} %` : '-')),
+        numCol('failed', (t) => num(t.failed)),
       ],
-      o.tasks.map((t) =>
-        h(
-          'tr',
-          {},
-          h('td', {}, t.taskType),
-          h('td', { class: 'num' }, num(t.results)),
-          h('td', { class: 'num' }, num(t.retries)),
-          h('td', { class: 'num' }, t.results ? `${((100 * t.retries) / t.results).toFixed(1)} %` : '-'),
-          h('td', { class: 'num' }, num(t.failed)),
-        ),
-      ),
+      o.tasks,
       { testid: 'retries' },
     ),
     h('h2', {}, `Chain time (runs ended in the last ${duration(o.chainWindowMs)})`),
-    table(
+    grid(
       [
-        'workflow',
-        'runs by status',
-        { label: 'ended', num: true },
-        { label: 'p50', num: true },
-        { label: 'p95', num: true },
-      ],
-      o.workflows.map((w) =>
-        h(
-          'tr',
-          { 'data-workflow': w.workflow },
-          h('td', {}, w.workflow),
-          h(
-            'td',
-            {},
-            Object.entries(w.byStatus)
-              .map(([s, n]) => `${s} ${n}`)
-              .join(', '),
-          ),
-          h('td', { class: 'num' }, num(w.ended)),
-          h('td', { class: 'num', 'data-testid': 'chain-p50' }, duration(w.chainP50Ms)),
-          h('td', { class: 'num' }, duration(w.chainP95Ms)),
+        col('workflow', (w) => w.workflow),
+        col('runs by status', (w) =>
+          Object.entries(w.byStatus)
+            .map(([st, n]) => `${st} ${n}`)
+            .join(', '),
         ),
-      ),
-      { testid: 'chain' },
+        numCol('ended', (w) => num(w.ended)),
+        numCol('p50', (w) => duration(w.chainP50Ms), { 'data-testid': 'chain-p50' }),
+        numCol('p95', (w) => duration(w.chainP95Ms)),
+      ],
+      o.workflows,
+      { testid: 'chain', row: (w) => ({ 'data-workflow': w.workflow }) },
     ),
+  );
+}
+
+/** A column of {@link grid}: its header, its cell's content, the cell's attributes. */
+const col = (label, cell, attrs = {}) => ({ label, cell, attrs });
+/** A right-aligned (numeric) column. */
+const numCol = (label, cell, attrs = {}) => ({ label, cell, attrs: { class: 'num', ...attrs }, num: true });
+
+/** A table of `rows`, one cell per column; `opts.row` gives each row's attributes. */
+function grid(columns, rows, opts = {}) {
+  return table(
+    columns.map((c) => ({ label: c.label, num: c.num })),
+    rows.map((r) =>
+      h(
+        'tr',
+        opts.row?.(r) ?? {},
+        columns.map((c) => h('td', c.attrs, c.cell(r))),
+      ),
+    ),
+    opts,
   );
 }
 

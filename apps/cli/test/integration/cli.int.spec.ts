@@ -1,32 +1,17 @@
-import { spawn } from 'node:child_process';
-import { join } from 'node:path';
 import { dlqMessage } from '@keyflow/kafka';
 import { eventually, TestNamespace } from '@keyflow/testing';
 import { idempotencyKeyPrefix } from '@keyflow/idempotency';
-import { OrchestratorHarness, TERMINAL_EVENTS } from '@keyflow/orchestrator/test/integration/support';
+import {
+  keyflowCli as keyflow,
+  OrchestratorHarness,
+  TERMINAL_EVENTS,
+} from '@keyflow/orchestrator/test/integration/support';
 
 jest.setTimeout(180_000);
 
-const ROOT = join(__dirname, '../../../..');
 /** A command's --json output: its shape is what the matchers below check. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Json = any;
-
-/** Runs `keyflow <args>` as an operator does (the workspace's bin), with the stack's environment plus `env`. */
-function keyflow(args: string[], env: Record<string, string>) {
-  const child = spawn(process.execPath, [join(ROOT, 'apps/cli/bin/keyflow.js'), ...args], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
-  return new Promise<{ code: number | null; out: string; err: string; json: () => Json }>((resolve) =>
-    child.once('exit', (code) => resolve({ code, out, err, json: () => JSON.parse(out) })),
-  );
-}
 
 describe('the keyflow CLI', () => {
   const h = new OrchestratorHarness('cli');

@@ -1,30 +1,12 @@
-import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
-import { launchChromium, OrchestratorHarness, post, SCREENSHOTS_DIR } from './support';
+import { keyflowCli as keyflow, launchChromium, OrchestratorHarness, post, SCREENSHOTS_DIR } from './support';
 
 jest.setTimeout(300_000);
 
-const ROOT = join(__dirname, '../../../..');
 const READER = 'reader-key-0123456789abcdefghij';
 const OPERATOR = 'operator-key-0123456789abcdefghij';
-
-/** `keyflow <args>` as an operator runs it, with `env` added to the test's environment. */
-function keyflow(args: string[], env: Record<string, string>) {
-  const child = spawn(process.execPath, [join(ROOT, 'apps/cli/bin/keyflow.js'), ...args], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-  child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
-  return new Promise<{ code: number | null; out: string; err: string }>((resolve) =>
-    child.once('exit', (code) => resolve({ code, out, err })),
-  );
-}
 
 describe('API authentication (KEYFLOW_API_KEYS)', () => {
   const h = new OrchestratorHarness('api-auth');

@@ -312,3 +312,28 @@ export async function launchChromium(): Promise<Browser> {
 
 /** Where browser tests save their screenshots (one PNG per page), under the repository's test-results/. */
 export const SCREENSHOTS_DIR = join(ROOT, 'test-results');
+
+/** A `keyflow` CLI run's outcome: exit code, stdout, stderr, and stdout parsed as JSON (for `--json`). */
+export interface CliRun {
+  code: number | null;
+  out: string;
+  err: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  json: () => any;
+}
+
+/** Runs `keyflow <args>` as an operator does (the workspace's bin), with the test's environment plus `env`. */
+export function keyflowCli(args: string[], env: Record<string, string>): Promise<CliRun> {
+  const child = spawn(process.execPath, [join(ROOT, 'apps/cli/bin/keyflow.js'), ...args], {
+    cwd: ROOT,
+    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+  child.stderr!.on('data', (b: Buffer) => (err += b.toString()));
+  return new Promise((resolve) =>
+    child.once('exit', (code) => resolve({ code, out, err, json: () => JSON.parse(out) })),
+  );
+}
