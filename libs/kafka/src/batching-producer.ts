@@ -2,9 +2,13 @@ import type { Message, Producer } from 'kafkajs';
 
 /**
  * Coalesces concurrent sends into one produce request (like the Java producer's linger.ms): callers await their
- * own message's acknowledgement, and the messages of one flush go out in one `sendBatch` with acks=all.
+ * own message's acknowledgement, and the messages of one request go out in one `sendBatch` with acks=all.
  * An idempotent producer allows one request in flight per connection, so without this, concurrent sends queue
  * one round trip each. Order per topic-partition is the order of `send` calls.
+ *
+ * Adaptive: one request is in flight at a time, and the next one takes every message that arrived meanwhile (at
+ * most `maxBatch`), so under load requests grow with the load while a lone message waits only for the end of the
+ * current event-loop turn (with the default linger of 0) plus any request already in flight.
  */
 export class BatchingProducer {
   private pending: Array<{
@@ -13,16 +17,17 @@ export class BatchingProducer {
     resolve: () => void;
     reject: (e: unknown) => void;
   }> = [];
-  private timer?: NodeJS.Timeout;
-  private flushing: Promise<void> = Promise.resolve();
+  private scheduled = false;
+  private inFlight = false;
 
   /**
-   * @param lingerMs how long a send waits for company before its batch is flushed, in ms (default 2).
-   * @param maxBatch flush at once when this many messages wait (default 500).
+   * @param lingerMs how long a send waits for company before a request is made when none is in flight, in ms
+   *   (default 0: the end of the current event-loop turn, so sends made in one turn share a request).
+   * @param maxBatch most messages in one request (default 500); more wait for the next.
    */
   constructor(
     private readonly producer: Producer,
-    private readonly lingerMs = 2,
+    private readonly lingerMs = 0,
     private readonly maxBatch = 500,
   ) {}
 
@@ -30,33 +35,43 @@ export class BatchingProducer {
   send(topic: string, message: Message): Promise<void> {
     return new Promise((resolve, reject) => {
       this.pending.push({ topic, message, resolve, reject });
-      if (this.pending.length >= this.maxBatch) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), this.lingerMs);
+      this.schedule();
     });
   }
 
-  private flush(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    const batch = this.pending;
-    this.pending = [];
-    if (batch.length === 0) return;
-    this.flushing = this.flushing.then(async () => {
-      const byTopic = new Map<string, Message[]>();
-      for (const b of batch) {
-        const messages = byTopic.get(b.topic);
-        if (messages) messages.push(b.message);
-        else byTopic.set(b.topic, [b.message]);
-      }
-      try {
-        await this.producer.sendBatch({
-          acks: -1,
-          topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })),
-        });
-        batch.forEach((b) => b.resolve());
-      } catch (e) {
-        batch.forEach((b) => b.reject(e));
-      }
-    });
+  private schedule(): void {
+    if (this.scheduled || this.inFlight || this.pending.length === 0) return;
+    this.scheduled = true;
+    const go = () => {
+      this.scheduled = false;
+      void this.flush();
+    };
+    if (this.lingerMs > 0) setTimeout(go, this.lingerMs);
+    else setImmediate(go);
+  }
+
+  private async flush(): Promise<void> {
+    if (this.inFlight || this.pending.length === 0) return;
+    this.inFlight = true;
+    const batch = this.pending.splice(0, this.maxBatch);
+    const byTopic = new Map<string, Message[]>();
+    for (const b of batch) {
+      const messages = byTopic.get(b.topic);
+      if (messages) messages.push(b.message);
+      else byTopic.set(b.topic, [b.message]);
+    }
+    try {
+      await this.producer.sendBatch({
+        acks: -1,
+        topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })),
+      });
+      batch.forEach((b) => b.resolve());
+    } catch (e) {
+      batch.forEach((b) => b.reject(e));
+    } finally {
+      this.inFlight = false;
+      // What arrived meanwhile goes at once: it has waited for this request already.
+      if (this.pending.length > 0) void this.flush();
+    }
   }
 }

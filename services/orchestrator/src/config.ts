@@ -44,6 +44,12 @@ const Schema = z.object({
   ORCHESTRATOR_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6000).default(10_000),
   ORCHESTRATOR_TIMER_TICK_MS: z.coerce.number().int().min(10).default(200),
   /**
+   * Longest the engine's fetch of wf.requests and task.results waits at the broker, in ms: a partition left out of
+   * the fetch in flight (its batch still committing) waits up to this long for its next input, so it bounds per-step
+   * latency; lower costs idle fetch requests (BENCHMARKS.md "Latency").
+   */
+  ORCHESTRATOR_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(10_000).default(100),
+  /**
    * How long a partition's take-overs and transactions may keep failing (retried with backoff, 500 ms doubling to
    * 15 s, full jitter) before the engine producer counts as failed for good: /health 503, then exit. A broker
    * restart or a leader election must fit in it.

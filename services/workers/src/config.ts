@@ -18,6 +18,12 @@ const Schema = z.object({
   WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(128),
   WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.coerce.number().int().min(1).default(32),
   WORKER_PARTITIONS_CONCURRENTLY: z.coerce.number().int().min(1).default(4),
+  /**
+   * Longest a task fetch waits at the broker, in ms. A partition paused while its batch runs is left out of the fetch
+   * in flight, so the next command of the same key (the run's next step) can wait up to this long after it arrives:
+   * it bounds per-step latency; lower costs idle fetch requests (BENCHMARKS.md "Latency").
+   */
+  WORKER_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(10_000).default(10),
   WORKER_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6000).default(30_000),
   WORKER_HEARTBEAT_INTERVAL_MS: z.coerce.number().int().min(100).default(3_000),
   WORKER_DRAIN_DEADLINE_MS: z.coerce.number().int().min(0).default(30_000),

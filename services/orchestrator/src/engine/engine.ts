@@ -228,7 +228,7 @@ export class Engine {
       readUncommitted: false,
       sessionTimeout: this.cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS,
       heartbeatInterval: Math.floor(this.cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS / 5),
-      maxWaitTimeInMs: 100,
+      maxWaitTimeInMs: this.cfg.ORCHESTRATOR_FETCH_MAX_WAIT_MS,
       // Partition p of wf.requests and of task.results on one member, sticky (round-robin splits them).
       partitionAssigners: [coPartitionedAssigner({ ownedPartitions: () => this.assigned })],
     });

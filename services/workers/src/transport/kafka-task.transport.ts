@@ -238,6 +238,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       maxInFlight: this.cfg.WORKER_MAX_IN_FLIGHT,
       maxInFlightPerPartition: this.cfg.WORKER_MAX_IN_FLIGHT_PER_PARTITION,
       partitionsConsumedConcurrently: this.cfg.WORKER_PARTITIONS_CONCURRENTLY,
+      fetchMaxWaitMs: this.cfg.WORKER_FETCH_MAX_WAIT_MS,
       sessionTimeoutMs: this.cfg.WORKER_SESSION_TIMEOUT_MS,
       heartbeatIntervalMs: this.cfg.WORKER_HEARTBEAT_INTERVAL_MS,
       component: WORKER_COMPONENTS.taskConsumer,

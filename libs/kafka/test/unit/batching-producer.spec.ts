@@ -1,0 +1,58 @@
+import type { Producer } from 'kafkajs';
+import { BatchingProducer } from '../../src';
+
+/** A producer whose sendBatch calls are recorded and answered when the test says. */
+function fakeProducer() {
+  const calls: Array<{ values: string[]; done: () => void; fail: (e: Error) => void }> = [];
+  const producer = {
+    sendBatch: ({ topicMessages }: { topicMessages: Array<{ messages: Array<{ value: string }> }> }) =>
+      new Promise<void>((done, fail) =>
+        calls.push({ values: topicMessages.flatMap((t) => t.messages.map((m) => m.value)), done, fail }),
+      ),
+  } as unknown as Producer;
+  return { producer, calls };
+}
+const turn = () => new Promise((r) => setImmediate(r));
+
+describe('BatchingProducer', () => {
+  it('sends made in one turn share a request; those made while it is in flight go together in the next, in order', async () => {
+    const { producer, calls } = fakeProducer();
+    const b = new BatchingProducer(producer);
+    const acked: string[] = [];
+    const send = (v: string) => b.send('t', { value: v }).then(() => void acked.push(v));
+    const first = [send('a'), send('b')];
+    await turn();
+    expect(calls.map((c) => c.values)).toEqual([['a', 'b']]);
+    const later = [send('c'), send('d'), send('e')];
+    await turn();
+    expect(calls).toHaveLength(1); // one request in flight at a time
+    calls[0].done();
+    await Promise.all(first);
+    await turn();
+    expect(calls.map((c) => c.values)).toEqual([
+      ['a', 'b'],
+      ['c', 'd', 'e'],
+    ]);
+    calls[1].done();
+    await Promise.all(later);
+    expect(acked).toEqual(['a', 'b', 'c', 'd', 'e']);
+  });
+
+  it('a failed request rejects its own messages only, and the next request still goes', async () => {
+    const { producer, calls } = fakeProducer();
+    const b = new BatchingProducer(producer, 0, 2);
+    const results = ['a', 'b', 'c'].map((v) =>
+      b.send('t', { value: v }).then(
+        () => 'ok',
+        (e: Error) => e.message,
+      ),
+    );
+    await turn();
+    expect(calls.map((c) => c.values)).toEqual([['a', 'b']]); // at most maxBatch per request
+    calls[0].fail(new Error('broker down'));
+    await turn();
+    expect(calls.map((c) => c.values)).toEqual([['a', 'b'], ['c']]);
+    calls[1].done();
+    expect(await Promise.all(results)).toEqual(['broker down', 'broker down', 'ok']);
+  });
+});
