@@ -232,7 +232,8 @@ export interface Decision {
   ignored?: string;
 }
 
-const TIMELINE_MAX = 200;
+/** Timeline entries a run keeps (the latest; every lifecycle event stays on wf.events). */
+export const TIMELINE_MAX = 200;
 /** The worker's error code for a command that went to its DLQ (see services/workers TaskExecutor). */
 export const DEAD_LETTERED = 'DEAD_LETTERED';
 

@@ -305,6 +305,13 @@ async function runView(view, runId) {
       { testid: 'steps' },
     ),
     h('h2', {}, 'Timeline'),
+    run.timeline.length >= meta.timelineMax && run.timeline[0]?.event !== 'RunStarted'
+      ? h(
+          'p',
+          { class: 'muted', 'data-testid': 'timeline-cut' },
+          `A run keeps its latest ${meta.timelineMax} timeline entries; earlier ones are on the wf.events topic.`,
+        )
+      : '',
     table(
       ['at', { label: 'since start', num: true }, 'event', 'step', { label: 'attempt', num: true }, 'detail'],
       timeline,

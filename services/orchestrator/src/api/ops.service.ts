@@ -14,7 +14,7 @@ import {
   type RedriveReport,
 } from '@keyflow/kafka';
 import type { Logger } from '@keyflow/observability';
-import { COMPENSATION_SUFFIX, RUN_STATUSES } from '@keyflow/workflow';
+import { COMPENSATION_SUFFIX, RUN_STATUSES, TIMELINE_MAX } from '@keyflow/workflow';
 import type { LagMonitor } from '../engine/lag-monitor';
 import type { OrchestratorMetrics } from '../engine/metrics';
 import type { RunReadModel, WorkflowStats } from '../engine/read-model';
@@ -137,8 +137,8 @@ export class OpsService {
   }
 
   /** Constants the console shares with the engine (so it does not keep copies of them). */
-  meta(): { runStatuses: readonly string[]; compensationSuffix: string } {
-    return { runStatuses: RUN_STATUSES, compensationSuffix: COMPENSATION_SUFFIX };
+  meta(): { runStatuses: readonly string[]; compensationSuffix: string; timelineMax: number } {
+    return { runStatuses: RUN_STATUSES, compensationSuffix: COMPENSATION_SUFFIX, timelineMax: TIMELINE_MAX };
   }
 
   /**
