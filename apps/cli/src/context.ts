@@ -12,7 +12,10 @@ const EnvSchema = z.object({
   /** The orchestrator's HTTP API, e.g. http://127.0.0.1:3000 (npm start prints it). */
   KEYFLOW_API_URL: z.string().url().optional(),
   /** An API key of the orchestrator (its KEYFLOW_API_KEYS), sent as `Authorization: Bearer`; none: no header. */
-  KEYFLOW_API_KEY: z.string().min(1).optional(),
+  KEYFLOW_API_KEY: z.preprocess(
+    (v) => (typeof v === 'string' && v.trim() === '' ? undefined : typeof v === 'string' ? v.trim() : v),
+    z.string().optional(),
+  ),
   LOG_LEVEL: z.string().default('warn'),
 });
 
@@ -91,13 +94,18 @@ export class CliContext {
   }
 
   /**
-   * The orchestrator's API: its URL (`--api` or KEYFLOW_API_URL) and the key to send (KEYFLOW_API_KEY).
+   * The orchestrator's API: its URL (`--api` or KEYFLOW_API_URL) and the key to send (KEYFLOW_API_KEY, only to
+   * KEYFLOW_API_URL's origin).
    * @throws CliConfigError when neither `--api` nor KEYFLOW_API_URL gives the URL
    */
   endpoint(option?: string): ApiEndpoint {
     const url = option ?? this.env.KEYFLOW_API_URL;
     if (!url)
       throw new CliConfigError('the orchestrator API is not known: pass --api <url> or set KEYFLOW_API_URL');
-    return { url: url.replace(/\/+$/, ''), key: this.env.KEYFLOW_API_KEY };
+    // The key goes only where KEYFLOW_API_URL points: `--api` to another origin gets no key of this environment.
+    const sameOrigin =
+      this.env.KEYFLOW_API_URL !== undefined &&
+      new URL(url).origin === new URL(this.env.KEYFLOW_API_URL).origin;
+    return { url: url.replace(/\/+$/, ''), key: sameOrigin ? this.env.KEYFLOW_API_KEY : undefined };
   }
 }

@@ -150,6 +150,8 @@ async function main() {
   for (const m of up.stdout.matchAll(/^export (\w+)=(.*)$/gm)) env[m[1]] = m[2];
   const common = {
     ...env,
+    // This run's key is the only one (a KEYFLOW_API_KEYS_FILE of the user's environment would clash with it).
+    KEYFLOW_API_KEYS_FILE: '',
     KEYFLOW_TOPIC_PREFIX: opts.prefix,
     ORCHESTRATOR_GROUP_ID: `${opts.prefix}orchestrator`,
     WORKER_GROUP_ID: `${opts.prefix}workers`,
@@ -184,7 +186,7 @@ async function main() {
     );
     children.push(orch.proc);
     const url = await orch.url;
-    say(`ops console: ${url}${CONSOLE_PATH} (API ${url}, OpenAPI ${url}/docs)`);
+    say(`ops console: ${url}${CONSOLE_PATH} (API key ${apiKey}; API ${url}, OpenAPI ${url}/docs)`);
     const workers = Array.from({ length: opts.workers }, (_, i) =>
       startService(`worker-${i + 1}`, 'services/workers/src/main.ts', common, 'worker ready'),
     );
@@ -223,6 +225,8 @@ async function main() {
     const t0 = Date.now();
     for (;;) {
       const r = await fetch(`${url}/runs/${runId}`, { headers: auth });
+      if (r.status === 401 || r.status === 403)
+        throw new Error(`the run API refused to show run ${runId}: HTTP ${r.status} ${await r.text()}`);
       if (r.status === 200) {
         run = (await r.json()) as Run;
         const p = progress(run);

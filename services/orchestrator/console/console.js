@@ -55,6 +55,11 @@ async function call(path, init) {
     if (key) sessionStorage.removeItem(KEY_STORAGE);
     throw new SignInNeeded(key ? 'that API key was not accepted' : 'this orchestrator needs an API key');
   }
+  if (res.status === 403 && (init?.method ?? 'GET') === 'GET') {
+    // A key that cannot even read (control only): offer to sign in with another.
+    sessionStorage.removeItem(KEY_STORAGE);
+    throw new SignInNeeded('that API key may not read runs, DLQs and lag (it lacks the read scope)');
+  }
   if (!res.ok) {
     const detail = body?.errors ? body.errors.map((e) => `${e.path}: ${e.message}`).join('; ') : '';
     throw new Error(`${res.status} ${body?.message ?? res.statusText}${detail ? ` (${detail})` : ''}`);
@@ -700,10 +705,12 @@ async function render() {
     else if (tab === 'dlq') await dlqListView(view);
     else await runsView(view);
     view.setAttribute('aria-busy', 'false');
+    signOut.hidden = !apiKey();
     setStatus(`updated ${new Date().toLocaleTimeString()}`);
   } catch (e) {
     signedOut = e instanceof SignInNeeded;
     if (signedOut) {
+      signOut.hidden = true;
       signInView(view, e.message);
       setStatus('signed out');
     } else setStatus(e.message, true);
@@ -721,5 +728,10 @@ async function render() {
   }
 }
 
+const signOut = document.getElementById('sign-out');
+signOut.addEventListener('click', () => {
+  sessionStorage.removeItem(KEY_STORAGE);
+  void render();
+});
 window.addEventListener('hashchange', () => void render());
 void render();

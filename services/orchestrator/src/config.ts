@@ -6,6 +6,12 @@ import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, type ApiKeyEntry } from './api/auth';
 import { readFileSync } from 'node:fs';
 
+/** A variable set to the empty string counts as unset (compose files pass unset variables through as ""). */
+const unsetWhenEmpty = z.preprocess(
+  (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
+  z.string().optional(),
+);
+
 /** Orchestrator configuration from the environment, validated at startup; every field is set after parsing. */
 const Schema = z.object({
   KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
@@ -25,9 +31,9 @@ const Schema = z.object({
    * route but /health, /metrics (see KEYFLOW_METRICS_AUTH), the webhook door, /docs and the console's static files
    * needs one (api/auth.ts).
    */
-  KEYFLOW_API_KEYS: z.string().optional(),
+  KEYFLOW_API_KEYS: unsetWhenEmpty,
   /** A file holding the JSON of KEYFLOW_API_KEYS (a mounted secret); not both. */
-  KEYFLOW_API_KEYS_FILE: z.string().optional(),
+  KEYFLOW_API_KEYS_FILE: unsetWhenEmpty,
   /** GET /metrics needs a key with the read scope too (default false: scrapers commonly have none). */
   KEYFLOW_METRICS_AUTH: z
     .enum(['true', 'false'])
@@ -161,7 +167,7 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
 }
 
 /** Loopback addresses: an API listening only there is reachable from this machine alone. */
-const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|0:0:0:0:0:0:0:1|::ffff:127\.\d+\.\d+\.\d+|localhost\.?)$/i;
 
 /**
  * Settings the HTTP API cannot serve without: REDIS_URL; with WEBHOOKS_ENABLED at least one webhook secret; valid API
@@ -191,7 +197,7 @@ export function requireApiSettings(
           `KEYFLOW_API_KEYS_FILE: cannot read ${cfg.KEYFLOW_API_KEYS_FILE}: ${(e as Error).message}`,
         );
       }
-    if (text !== undefined && text.trim() !== '') {
+    if (text !== undefined) {
       let json: unknown;
       try {
         json = JSON.parse(text);
@@ -201,9 +207,20 @@ export function requireApiSettings(
       if (json !== undefined) {
         const r = ApiKeysSchema.safeParse(json);
         if (r.success) apiKeys = r.data;
-        // The key itself is never echoed: only where the problem is.
+        // Only where and what kind: zod's own wording can repeat a value, which might be a key pasted by mistake.
         else
-          issues.push(...r.error.issues.map((i) => `${from}: ${i.path.join('.') || '(root)'}: ${i.message}`));
+          issues.push(
+            ...r.error.issues.map(
+              (i) =>
+                `${from}: ${i.path.join('.') || '(root)'}: ${
+                  i.code === 'invalid_enum_value'
+                    ? 'one of read, control'
+                    : i.code === 'unrecognized_keys'
+                      ? 'unknown field (name, key and scopes only)'
+                      : i.message
+                }`,
+            ),
+          );
       }
     }
   }
@@ -217,6 +234,12 @@ export function requireApiSettings(
       `ORCHESTRATOR_HTTP_HOST=${cfg.ORCHESTRATOR_HTTP_HOST}: an API reachable from other machines needs API keys ` +
         '(KEYFLOW_API_KEYS or KEYFLOW_API_KEYS_FILE), or KEYFLOW_API_INSECURE=true',
     );
+  if (
+    cfg.KEYFLOW_METRICS_AUTH &&
+    apiKeys.length === 0 &&
+    !issues.some((i) => i.startsWith('KEYFLOW_API_KEYS'))
+  )
+    issues.push('KEYFLOW_METRICS_AUTH=true: needs API keys (KEYFLOW_API_KEYS or KEYFLOW_API_KEYS_FILE)');
   if (issues.length) throw new OrchestratorConfigError(issues);
   return { ...(cfg as OrchestratorConfig & { REDIS_URL: string }), apiKeys };
 }

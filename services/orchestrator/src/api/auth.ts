@@ -26,14 +26,20 @@ export const ApiKeysSchema = z
   .array(
     z
       .object({
-        /** Who the key is for: logged with each refused request, never the key. */
+        /** Who the key is for: named in 403 answers, never the key. */
         name: z.string().min(1).max(100),
-        key: z.string().min(API_KEY_MIN_CHARS, `at least ${API_KEY_MIN_CHARS} characters`),
+        /** A bearer token (RFC 6750 b64token characters), so it can travel in `Authorization: Bearer`. */
+        key: z
+          .string()
+          .min(API_KEY_MIN_CHARS, `at least ${API_KEY_MIN_CHARS} characters`)
+          .regex(/^[A-Za-z0-9._~+/-]+=*$/, 'letters, digits and -._~+/ only (a bearer token)'),
         scopes: z.array(z.enum(API_SCOPES)).min(1),
       })
       .strict(),
   )
-  .refine((keys) => new Set(keys.map((k) => k.name)).size === keys.length, 'names must be distinct');
+  .min(1, 'at least one key (an empty list would turn authentication off)')
+  .refine((keys) => new Set(keys.map((k) => k.name)).size === keys.length, 'names must be distinct')
+  .refine((keys) => new Set(keys.map((k) => k.key)).size === keys.length, 'each key must be different');
 export type ApiKeyEntry = z.infer<typeof ApiKeysSchema>[number];
 
 /** Injection token of the API's {@link ApiKeys}. */
@@ -41,8 +47,11 @@ export const API_KEYS = Symbol('API_KEYS');
 
 const PUBLIC = 'keyflow:public';
 const SCOPES = 'keyflow:scopes';
+const METRICS = 'keyflow:metrics';
 /** A route anyone may call (health, the signed webhook door). */
 export const Public = () => SetMetadata(PUBLIC, true);
+/** The metrics route: public unless KEYFLOW_METRICS_AUTH (decided by the route, not by its URL's spelling). */
+export const MetricsRoute = () => SetMetadata(METRICS, true);
 /** The scope a route needs; without this decorator a GET needs `read` and anything else `control`. */
 export const RequireScope = (scope: ApiScope) => SetMetadata(SCOPES, scope);
 
@@ -104,11 +113,8 @@ export class ApiAuthGuard implements CanActivate {
     if (!this.keys.enabled) return true;
     const targets = [ctx.getHandler(), ctx.getClass()];
     const req = ctx.switchToHttp().getRequest<Request>();
-    const isMetrics = req.path === '/metrics';
-    if (
-      this.reflector.getAllAndOverride<boolean>(PUBLIC, targets) &&
-      !(isMetrics && this.keys.metricsNeedAuth)
-    )
+    const isMetrics = this.reflector.getAllAndOverride<boolean>(METRICS, targets) === true;
+    if (isMetrics ? !this.keys.metricsNeedAuth : this.reflector.getAllAndOverride<boolean>(PUBLIC, targets))
       return true;
     const needed =
       this.reflector.getAllAndOverride<ApiScope | undefined>(SCOPES, targets) ??
@@ -134,11 +140,19 @@ export class ApiAuthGuard implements CanActivate {
         401,
       );
     }
-    if (!who.scopes.has(needed))
+    if (!who.scopes.has(needed)) {
+      ctx
+        .switchToHttp()
+        .getResponse<Response>()
+        .setHeader(
+          'WWW-Authenticate',
+          `Bearer realm="keyflow", error="insufficient_scope", scope="${needed}"`,
+        );
       throw new HttpException(
         { message: `the API key ${who.name} lacks the ${needed} scope`, code: 'FORBIDDEN', scope: needed },
         403,
       );
+    }
     return true;
   }
 }

@@ -3,7 +3,7 @@ import { ApiExcludeController } from '@nestjs/swagger';
 import { ComponentHealth, type Registry } from '@keyflow/observability';
 import { Engine } from '../engine/engine';
 import { RunReadModel } from '../engine/read-model';
-import { Public } from './auth';
+import { MetricsRoute, Public } from './auth';
 
 export const METRICS_REGISTRY = Symbol('METRICS_REGISTRY');
 
@@ -44,7 +44,7 @@ export class HealthController {
   }
 
   @Get('metrics')
-  @Public() // unless KEYFLOW_METRICS_AUTH (the guard checks)
+  @MetricsRoute() // public unless KEYFLOW_METRICS_AUTH (the guard checks)
   @Header('content-type', 'text/plain; version=0.0.4')
   metrics(): Promise<string> {
     return this.registry.metrics();

@@ -18,6 +18,7 @@ describe('API authentication (KEYFLOW_API_KEYS)', () => {
         { name: 'dashboards', key: READER, scopes: ['read'] },
         { name: 'ops', key: OPERATOR, scopes: ['read', 'control'] },
       ]),
+      KEYFLOW_METRICS_AUTH: 'true',
     });
     url = await orch.ready;
   });
@@ -52,22 +53,31 @@ describe('API authentication (KEYFLOW_API_KEYS)', () => {
     expect((await get('/runs', bearer(READER))).status).toBe(200);
     expect((await get('/runs', { 'x-api-key': READER })).status).toBe(200);
     expect((await get('/ops/overview?maxAgeMs=600000', bearer(READER))).status).toBe(200);
-    const refused = await post(`${url}/runs`, { workflow: 'three-step', input: {} }, bearer(READER));
-    expect([refused.status, refused.body.code, refused.body.scope]).toEqual([403, 'FORBIDDEN', 'control']);
+    const refused = await fetch(`${url}/runs`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...bearer(READER) },
+      body: JSON.stringify({ workflow: 'three-step', input: {} }),
+    });
+    const body = (await refused.json()) as { code: string; scope: string };
+    expect([refused.status, body.code, body.scope, refused.headers.get('www-authenticate')]).toEqual([
+      403,
+      'FORBIDDEN',
+      'control',
+      'Bearer realm="keyflow", error="insufficient_scope", scope="control"',
+    ]);
     const started = await post(`${url}/runs`, { workflow: 'three-step', input: {} }, bearer(OPERATOR));
     expect(started.status).toBe(202);
   });
 
-  it('health, metrics, the console page and the OpenAPI document stay open; the webhook door keeps its own signature check', async () => {
-    for (const path of [
-      '/health',
-      '/metrics',
-      '/ops/meta',
-      '/console/',
-      '/console/console.js',
-      '/docs/openapi.json',
-    ])
+  it('health, the console page and the OpenAPI document stay open; metrics need read (KEYFLOW_METRICS_AUTH) however the path is spelled; the webhook door keeps its own signature check', async () => {
+    for (const path of ['/health', '/ops/meta', '/console/', '/console/console.js', '/docs/openapi.json'])
       expect([path, (await get(path)).status]).toEqual([path, 200]);
+    for (const path of ['/metrics', '/metrics/', '/METRICS', '/Metrics/'])
+      expect([path, (await get(path)).status, (await get(path, bearer(READER))).status]).toEqual([
+        path,
+        401,
+        200,
+      ]);
     const hook = await post(`${url}/webhooks/three-step`, {});
     expect([hook.status, hook.body.code]).toEqual([401, 'WEBHOOK_SIGNATURE_INVALID']);
   });
@@ -98,5 +108,7 @@ describe('API authentication (KEYFLOW_API_KEYS)', () => {
     await page.locator('[data-testid="sign-in"] input[name="key"]').fill(READER);
     await page.locator('[data-testid="sign-in"] button[type="submit"]').click();
     await page.locator('[data-testid="runs"] tr[data-run-id]').first().waitFor({ timeout: 30_000 });
+    await page.locator('#sign-out').click();
+    await page.locator('[data-testid="sign-in"]').waitFor({ timeout: 30_000 });
   }, 900_000);
 });

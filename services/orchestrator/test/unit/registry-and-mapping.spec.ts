@@ -135,8 +135,46 @@ describe('orchestrator configuration', () => {
     );
     expect(fromFile.apiKeys.map((k) => [k.name, k.scopes])).toEqual([['ops', ['read', 'control']]]);
     expect(() =>
-      requireApiSettings(loadOrchestratorConfig({ ...keys([]), KEYFLOW_API_KEYS_FILE: file })),
+      requireApiSettings(
+        loadOrchestratorConfig({
+          ...keys([{ name: 'x', key: long, scopes: ['read'] }]),
+          KEYFLOW_API_KEYS_FILE: file,
+        }),
+      ),
     ).toThrow(/give one of them/);
+    // Set but empty: authentication would be off, so it is refused; an empty string is unset.
+    expect(() => requireApiSettings(loadOrchestratorConfig(keys([])))).toThrow(/at least one key/);
+    expect(
+      requireApiSettings(
+        loadOrchestratorConfig({ ...base, KEYFLOW_API_KEYS: ' ', KEYFLOW_API_KEYS_FILE: file }),
+      ).apiKeys,
+    ).toHaveLength(1);
+    expect(() =>
+      requireApiSettings(
+        loadOrchestratorConfig(
+          keys([
+            { name: 'a', key: long, scopes: ['read'] },
+            { name: 'b', key: long, scopes: ['read'] },
+          ]),
+        ),
+      ),
+    ).toThrow(/each key must be different/);
+    expect(() =>
+      requireApiSettings(loadOrchestratorConfig({ ...base, KEYFLOW_METRICS_AUTH: 'true' })),
+    ).toThrow(/KEYFLOW_METRICS_AUTH=true: needs API keys/);
+    const pasted = 'a-secret-pasted-as-a-scope-0123456789';
+    let message = '';
+    try {
+      requireApiSettings(loadOrchestratorConfig(keys([{ name: 'a', key: long, scopes: [pasted] }])));
+    } catch (e) {
+      message = (e as Error).message;
+    }
+    expect(message).toMatch(/0\.scopes\.0: one of read, control/);
+    expect(message).not.toContain(pasted);
+    expect(
+      requireApiSettings(loadOrchestratorConfig({ ...base, ORCHESTRATOR_HTTP_HOST: '::ffff:127.0.0.1' }))
+        .apiKeys,
+    ).toEqual([]);
   });
 
   it('refuses the old single WEBHOOK_SECRET, pointing to its replacement', () => {
