@@ -31,6 +31,8 @@ export {
   STEP_TIMEOUT_ERROR,
   DEFAULT_SIGNAL_BUFFER_LIMIT,
   SIGNAL_BUFFER_FULL,
+  IGNORE_REASONS,
+  type IgnoreReason,
 } from './reducer';
 export type {
   RunState,

@@ -228,9 +228,39 @@ export interface Decision {
   state: RunState | undefined;
   commands: CommandSpec[];
   events: LifecycleSpec[];
-  /** Why the input changed nothing (stale, duplicate, unknown run), for counting; undefined when applied. */
+  /** Why the input changed nothing, in words (stale, duplicate, unknown run); undefined when applied. */
   ignored?: string;
+  /** The same, as a code of a closed list (for counting and branching); set exactly when `ignored` is. */
+  ignoredReason?: IgnoreReason;
 }
+
+/**
+ * Why an input changed nothing: a closed list, the `reason` label of the engine's ignored-inputs metric.
+ * DUPLICATE_START (a start of a run that exists), UNKNOWN_RUN, RUN_ENDED (the run is terminal), STALE_RESULT (an
+ * attempt, generation or phase that is not current), STALE_TIMER, SIGNAL_BUFFER_FULL (the run buffers too many
+ * signals), NOT_APPLICABLE (a cancel or retry that does not apply to the run's status or plan); the engine adds
+ * UNKNOWN_DEFINITION (a run whose workflow version is not registered).
+ */
+export const IGNORE_REASONS = [
+  'DUPLICATE_START',
+  'UNKNOWN_RUN',
+  'RUN_ENDED',
+  'STALE_RESULT',
+  'STALE_TIMER',
+  'SIGNAL_BUFFER_FULL',
+  'NOT_APPLICABLE',
+  'UNKNOWN_DEFINITION',
+] as const;
+export type IgnoreReason = (typeof IGNORE_REASONS)[number];
+
+/** An ignored input's decision: nothing changes, with the reason as a code and in words. */
+const ignoredBy = (state: RunState | undefined, reason: IgnoreReason, ignored: string): Decision => ({
+  state,
+  commands: [],
+  events: [],
+  ignored,
+  ignoredReason: reason,
+});
 
 /** Timeline entries a run keeps (the latest; every lifecycle event stays on wf.events). */
 export const TIMELINE_MAX = 200;
@@ -240,7 +270,7 @@ export const DEAD_LETTERED = 'DEAD_LETTERED';
 /** Signals a run may hold buffered (sent while it does not wait for them) unless the engine is told otherwise. */
 export const DEFAULT_SIGNAL_BUFFER_LIMIT = 100;
 /** The reason (prefix of `Decision.ignored`, and the API's error code) for a signal refused past the buffer limit. */
-export const SIGNAL_BUFFER_FULL = 'SIGNAL_BUFFER_FULL';
+export const SIGNAL_BUFFER_FULL = 'SIGNAL_BUFFER_FULL' satisfies IgnoreReason;
 
 /** Options of `reduce` that come from the engine's settings, not from the definition. */
 export interface ReduceOptions {
@@ -505,7 +535,7 @@ export function reduce(
   opts: ReduceOptions = {},
 ): Decision {
   if (input.kind === 'start') {
-    if (state) return { state, commands: [], events: [], ignored: 'duplicate start' };
+    if (state) return ignoredBy(state, 'DUPLICATE_START', 'duplicate start');
     const s: RunState = {
       runId: input.runId,
       workflow: def.name,
@@ -538,9 +568,9 @@ export function reduce(
     advance(c);
     return { state: c.s, commands: c.commands, events: c.events };
   }
-  if (!state) return { state, commands: [], events: [], ignored: `unknown run ${input.runId}` };
+  if (!state) return ignoredBy(state, 'UNKNOWN_RUN', `unknown run ${input.runId}`);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
-    return { state, commands: [], events: [], ignored: `run is ${state.status}` };
+    return ignoredBy(state, 'RUN_ENDED', `run is ${state.status}`);
   const d = reduceInPlace(def, structuredClone(state), input, opts);
   return d.ignored ? { ...d, state } : d;
 }
@@ -560,21 +590,21 @@ export function reduceInPlace(
 ): Decision {
   if (input.kind === 'start' || !state) return reduce(def, state, input, opts);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
-    return { state, commands: [], events: [], ignored: `run is ${state.status}` };
+    return ignoredBy(state, 'RUN_ENDED', `run is ${state.status}`);
   const c = new Ctx(def, state, input.at);
   const ignored = apply(c, input, opts);
-  if (ignored) return { state, commands: [], events: [], ignored };
+  if (ignored) return ignoredBy(state, ignored[0], ignored[1]);
   c.s.sequence++;
   c.s.updatedAt = input.at;
   return { state: c.s, commands: c.commands, events: c.events };
 }
 
-/** @returns a reason when the input is stale or does not apply. */
+/** @returns the reason (code and words) when the input is stale or does not apply. */
 function apply(
   c: Ctx,
   input: Exclude<WorkflowInput, { kind: 'start' }>,
   opts: ReduceOptions,
-): string | undefined {
+): [IgnoreReason, string] | undefined {
   const s = c.s;
   switch (input.kind) {
     case 'task-completed':
@@ -591,14 +621,18 @@ function apply(
         (st?.status === 'scheduled' || st?.status === 'waiting-retry') &&
         input.attempt <= st.attempt;
       if (!st || !(current || earlierCompletion))
-        return `stale result for ${input.stepId} attempt ${input.attempt}`;
+        return ['STALE_RESULT', `stale result for ${input.stepId} attempt ${input.attempt}`];
       if (
         input.kind === 'task-completed' &&
         input.idempotencyKey !== undefined &&
         input.idempotencyKey !== idempotencyKeyOf(s.runId, input.stepId, st.generation)
       )
-        return `stale result for ${input.stepId}: key ${input.idempotencyKey} is another generation`;
-      if (isCompensation !== (s.status === 'compensating')) return `stale result for ${input.stepId}`;
+        return [
+          'STALE_RESULT',
+          `stale result for ${input.stepId}: key ${input.idempotencyKey} is another generation`,
+        ];
+      if (isCompensation !== (s.status === 'compensating'))
+        return ['STALE_RESULT', `stale result for ${input.stepId}`];
       clearStepTimers(s, input.stepId);
       if (input.kind === 'task-completed') onCompleted(c, input.stepId, st.attempt, input.output);
       else {
@@ -614,9 +648,9 @@ function apply(
     }
     case 'timer-fired': {
       const t = s.timers[input.timerId];
-      if (!t) return `stale timer ${input.timerId}`;
+      if (!t) return ['STALE_TIMER', `stale timer ${input.timerId}`];
       if (t.purpose === 'wait' && stepStateOf(s, t.stepId!)?.status !== 'waiting')
-        return `stale wait timer for ${t.stepId}`;
+        return ['STALE_TIMER', `stale wait timer for ${t.stepId}`];
       delete s.timers[input.timerId];
       if (t.purpose === 'retry') {
         schedule(c, t.stepId!, t.attempt!);
@@ -660,7 +694,10 @@ function apply(
         const limit = opts.signalBufferLimit ?? DEFAULT_SIGNAL_BUFFER_LIMIT;
         const held = Object.keys(s.signals).length;
         if (!(input.signal in s.signals) && held >= limit)
-          return `${SIGNAL_BUFFER_FULL}: run ${s.runId} already buffers ${held} signals (limit ${limit}); ${input.signal} rejected`;
+          return [
+            'SIGNAL_BUFFER_FULL',
+            `${SIGNAL_BUFFER_FULL}: run ${s.runId} already buffers ${held} signals (limit ${limit}); ${input.signal} rejected`,
+          ];
         s.signals[input.signal] = input.payload; // delivered when a wait for it starts
         c.log('SignalBuffered', undefined, undefined, input.signal);
       }
@@ -675,7 +712,10 @@ function apply(
       }
       // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
       if (s.status === 'compensating')
-        return 'run is compensating: cancel applies to a running run (terminate stops it at once)';
+        return [
+          'NOT_APPLICABLE',
+          'run is compensating: cancel applies to a running run (terminate stops it at once)',
+        ];
       // Cancel: the completed steps (and those outstanding, whose effect may happen) are compensated, in reverse
       // order, then the run ends cancelled.
       failRun(
@@ -687,15 +727,15 @@ function apply(
       return undefined;
     case 'retry': {
       if (s.status !== 'failed' || s.compensation || !s.error)
-        return `retry applies to a failed run without compensation (status ${s.status})`;
+        return ['NOT_APPLICABLE', `retry applies to a failed run without compensation (status ${s.status})`];
       const stepId = input.fromStepId ?? s.error.stepId;
       const base = ITEM.test(stepId) ? ITEM.exec(stepId)![1] : stepId;
       const at = s.plan.indexOf(base);
-      if (at < 0) return `step ${stepId} is not in the run's plan`;
+      if (at < 0) return ['NOT_APPLICABLE', `step ${stepId} is not in the run's plan`];
       const failedBase = ITEM.exec(s.error.stepId)?.[1] ?? s.error.stepId;
       const failedAt = s.plan.indexOf(failedBase);
       if (failedAt >= 0 && at > failedAt)
-        return `retry from ${stepId} would start after the failed step ${failedBase}`;
+        return ['NOT_APPLICABLE', `retry from ${stepId} would start after the failed step ${failedBase}`];
       s.status = 'running';
       s.position = at;
       s.error = undefined;

@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import {
+  IGNORE_REASONS,
   assembleRunState,
   runOfSegmentKey,
   segmentKey,
@@ -185,7 +186,11 @@ describe('the workflow reducer', () => {
     let d = reduce(saga, undefined, start(saga));
     const first = d.commands[0];
     const s0 = d.state!;
-    expect(reduce(saga, s0, start(saga)).ignored).toBe('duplicate start');
+    expect(reduce(saga, s0, start(saga))).toMatchObject({
+      ignored: 'duplicate start',
+      ignoredReason: 'DUPLICATE_START',
+    });
+    expect(reduce(saga, undefined, ok(first)).ignoredReason).toBe('UNKNOWN_RUN');
     d = reduce(saga, s0, fail(first));
     const retryTimer = fire(d.state!, 'retry');
     d = reduce(saga, d.state, retryTimer);
@@ -196,8 +201,13 @@ describe('the workflow reducer', () => {
       commands: [],
       events: [],
       ignored: expect.stringContaining('stale result'),
+      ignoredReason: 'STALE_RESULT',
     });
-    expect(reduce(saga, afterRetry, retryTimer).ignored).toMatch(/stale timer/);
+    expect(reduce(saga, afterRetry, retryTimer)).toMatchObject({
+      ignored: expect.stringMatching(/stale timer/),
+      ignoredReason: 'STALE_TIMER',
+    });
+    expect(IGNORE_REASONS).toContain(late.ignoredReason);
   });
 
   it('choice takes the branch whose condition holds; map fans out with a concurrency limit and fans in in item order', () => {

@@ -42,6 +42,7 @@ import {
   retryPolicy,
   segmentKey,
   SIGNAL_BUFFER_FULL,
+  type IgnoreReason,
   stepStateOf,
   TERMINAL,
   type Decision,
@@ -559,7 +560,9 @@ export class Engine {
           ? this.registry.get(input.workflow, input.version)
           : undefined;
       if (!def) {
-        this.metrics.ignored.inc({ reason: state ? 'unknown definition' : 'unknown run' });
+        this.metrics.ignored.inc({ reason: state ? 'UNKNOWN_DEFINITION' : 'UNKNOWN_RUN' } satisfies {
+          reason: IgnoreReason;
+        });
         continue;
       }
       // A definition's mapping, condition or aggregate may throw (or an output may not encode): that input is
@@ -609,16 +612,13 @@ export class Engine {
         });
         continue;
       }
-      if (d.ignored) {
-        if (d.ignored.startsWith(SIGNAL_BUFFER_FULL)) {
-          this.metrics.ignored.inc({ reason: SIGNAL_BUFFER_FULL });
+      if (d.ignoredReason) {
+        this.metrics.ignored.inc({ reason: d.ignoredReason });
+        if (d.ignoredReason === SIGNAL_BUFFER_FULL)
           this.logger.warn(
             { runId: input.runId, reason: d.ignored },
             'signal rejected: the run buffers too many',
           );
-          continue;
-        }
-        this.metrics.ignored.inc({ reason: d.ignored.split(' ').slice(0, 2).join(' ') });
         continue;
       }
       const next = d.state!;
