@@ -121,6 +121,11 @@ export class EventCodec {
     return `${this.prefix}${logicalTopic}`;
   }
 
+  /** Logical topic name of a physical one (`<prefix>task.results` -> `task.results`); undefined without the prefix. */
+  logical(physicalTopic: string): string | undefined {
+    return physicalTopic.startsWith(this.prefix) ? physicalTopic.slice(this.prefix.length) : undefined;
+  }
+
   /**
    * Registers the schema of each logical topic under its subject, after setting the subject's compatibility mode.
    * @returns schema id per logical topic.

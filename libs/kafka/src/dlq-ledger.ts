@@ -41,7 +41,7 @@ export interface HandledEntry {
 /** The codec calls the ledger needs (an EventCodec). */
 export type LedgerCodec = Pick<
   EventCodec,
-  'physical' | 'replication' | 'registerTopics' | 'useTopics' | 'encode' | 'decode'
+  'physical' | 'logical' | 'replication' | 'registerTopics' | 'useTopics' | 'encode' | 'decode'
 >;
 
 /**
@@ -86,14 +86,12 @@ export function ledgerMessage(
   },
 ): Message & { topic: string } {
   const key = dlqRecordId(entry.dlqTopic, entry.partition, entry.offset);
-  const prefix = codec.physical('');
-  const logical = entry.dlqTopic.startsWith(prefix) ? entry.dlqTopic.slice(prefix.length) : entry.dlqTopic;
   return {
     topic: codec.physical(DLQ_LEDGER_TOPIC),
     key,
     value: codec.encode(DLQ_LEDGER_TOPIC, 'DlqRecordHandled', {
       metadata: newMetadata('DlqRecordHandled', { key, correlationId: key }),
-      dlqTopic: logical,
+      dlqTopic: codec.logical(entry.dlqTopic) ?? entry.dlqTopic,
       partition: entry.partition,
       offset: entry.offset,
       recordTimestamp: entry.recordTimestamp,
@@ -149,7 +147,6 @@ export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<M
         if (!(err instanceof DecodeError)) throw err;
       }
     },
-    { groupPrefix: 'keyflow-scan' },
   );
   return out;
 }
@@ -181,7 +178,7 @@ export function handledCountIn(
   low: bigint,
   end: bigint,
 ): number {
-  const prefix = `${dlqRecordId(physicalDlqTopic, partition, '')}`;
+  const prefix = dlqRecordId(physicalDlqTopic, partition, '');
   let n = 0;
   for (const id of handled?.keys() ?? []) {
     if (!id.startsWith(prefix)) continue;

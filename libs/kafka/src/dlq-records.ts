@@ -36,23 +36,22 @@ const UNDECODABLE_TEXT_CHARS = 2_000;
 
 /**
  * Describes one DLQ record. `codec` (read only: `useTopics`) decodes the value with the schema of its original topic
- * (the `x-dlq-original-topic` header, a physical name: `prefix` is cut to get the logical one).
+ * (the `x-dlq-original-topic` header, a physical name of the codec's prefix).
  */
 export async function describeDlqRecord(
   m: KafkaMessage,
   at: { topic: string; partition: number },
   o: {
-    codec?: Pick<EventCodec, 'useTopics' | 'decode'>;
-    prefix: string;
+    codec?: Pick<EventCodec, 'useTopics' | 'decode' | 'logical'>;
     handled?: ReadonlyMap<string, HandledEntry>;
   },
 ): Promise<DlqRecord> {
   const h = (n: string) => header(m.headers, n) ?? null;
   const num = (v: string | null) => (v === null ? null : Number(v));
   const original = h(DLQ_HEADERS.originalTopic);
-  const logical = original?.startsWith(o.prefix) ? original.slice(o.prefix.length) : undefined;
-  let value: unknown = m.value?.toString('utf8') ?? null;
   const codec = o.codec;
+  const logical = original ? codec?.logical(original) : undefined;
+  let value: unknown = m.value?.toString('utf8') ?? null;
   if (codec && logical && m.value)
     value = await Promise.resolve()
       .then(() => codec.useTopics([logical]))
@@ -94,8 +93,7 @@ export async function readDlqRecords(
     limit: number;
     filter?: RedriveFilter;
     pendingOnly?: boolean;
-    codec?: Pick<EventCodec, 'useTopics' | 'decode'>;
-    prefix: string;
+    codec?: Pick<EventCodec, 'useTopics' | 'decode' | 'logical'>;
     handled?: ReadonlyMap<string, HandledEntry>;
   },
 ): Promise<DlqRecord[]> {

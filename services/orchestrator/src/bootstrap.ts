@@ -92,7 +92,6 @@ export async function bootstrapOrchestrator(
   );
   const lagMonitor = new LagMonitor(kafka, metrics, logger, {
     groups: lagGroups(cfg),
-    topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
     intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
     codec,
   });

@@ -90,7 +90,6 @@ export function dlqCommand(ctx: CliContext): Command {
         filter: filterOf(o),
         pendingOnly: Boolean(o.pending),
         codec,
-        prefix: ctx.env.KEYFLOW_TOPIC_PREFIX,
         handled: await readDlqLedger(ctx.kafka, codec),
       });
       print(

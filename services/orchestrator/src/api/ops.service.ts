@@ -79,10 +79,6 @@ export class OpsService {
     private readonly logger: Logger,
   ) {}
 
-  private get prefix(): string {
-    return this.codec.physical('');
-  }
-
   /**
    * The overview, its lag and DLQ figures at most `maxAgeMs` old (a lag monitor pass is run when they are older;
    * when it fails, the previous figures are returned with their `scrapedAt`).
@@ -131,7 +127,7 @@ export class OpsService {
   /** @throws RefusedRequest 404 DLQ_NOT_FOUND when `logicalDlq` is not an existing DLQ topic */
   private async dlqTopic(logicalDlq: string): Promise<string> {
     const physical = this.codec.physical(logicalDlq);
-    if (!(await listDlqTopics(this.kafka, this.prefix)).includes(physical))
+    if (!(await listDlqTopics(this.kafka, this.codec.physical(''))).includes(physical))
       throw new RefusedRequest(404, DLQ_NOT_FOUND, `no DLQ topic ${logicalDlq}`);
     return physical;
   }
@@ -155,7 +151,6 @@ export class OpsService {
       filter: q.filter,
       pendingOnly: q.pendingOnly,
       codec: this.codec,
-      prefix: this.prefix,
       handled: await readDlqLedger(this.kafka, this.codec),
     });
   }
@@ -185,10 +180,7 @@ export class OpsService {
     return {
       ...report,
       byTopic: Object.fromEntries(
-        Object.entries(report.byTopic).map(([t, n]) => [
-          t.startsWith(this.prefix) ? t.slice(this.prefix.length) : t,
-          n,
-        ]),
+        Object.entries(report.byTopic).map(([t, n]) => [this.codec.logical(t) ?? t, n]),
       ),
     };
   }

@@ -39,7 +39,8 @@ export class LagMonitor {
     private readonly kafka: Kafka,
     private readonly metrics: OrchestratorMetrics,
     private readonly logger: Logger,
-    private readonly o: { groups: string[]; topicPrefix: string; intervalMs: number; codec: LedgerCodec },
+    /** `codec` names the topics (its prefix) and reads the DLQ ledger. */
+    private readonly o: { groups: string[]; intervalMs: number; codec: LedgerCodec },
   ) {}
 
   /** The last pass's figures, or undefined before the first pass ended. */
@@ -81,7 +82,7 @@ export class LagMonitor {
   }
 
   private logical(topic: string): string {
-    return topic.startsWith(this.o.topicPrefix) ? topic.slice(this.o.topicPrefix.length) : topic;
+    return this.o.codec.logical(topic) ?? topic;
   }
 
   /** One pass; at most one at a time (a call during a pass joins it), given up after twice the interval (at least 60 s). */
@@ -119,7 +120,7 @@ export class LagMonitor {
     for (const group of this.o.groups)
       for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 }))
         lags.push({ group, ...l, topic: this.logical(l.topic) });
-    const dlqTopics = await listDlqTopics(this.kafka, this.o.topicPrefix);
+    const dlqTopics = await listDlqTopics(this.kafka, this.o.codec.physical(''));
     const handled = await readDlqLedger(this.kafka, this.o.codec);
     // A large DLQ is not read every pass: its offset span is counted (an upper bound).
     const dlqs = (await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000, handled })).map((d) => ({

@@ -112,8 +112,7 @@ export class TaskExecutor {
 
   /** The logical topic of a physical task topic (`<prefix>task.x` -> `task.x`). */
   private logical(topic: string): string {
-    const prefix = this.o.codec.physical('');
-    return topic.startsWith(prefix) ? topic.slice(prefix.length) : topic;
+    return this.o.codec.logical(topic) ?? topic;
   }
 
   /** Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place). */
