@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Kafka, logLevel, type Consumer, type Producer } from 'kafkajs';
-import { pct, until } from './support';
+import { httpClient, pct, until } from './support';
 
 /**
  * The latency baseline of issue 12 target 6: what a hand-written kafkajs pipeline with the shape of one three-step
@@ -143,7 +143,8 @@ export async function chainLatency(o: {
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
   // Warm-up: one run through every hop (group joins, producer ids, first transactions) before measuring.
-  await fetch(`${base}/warmup`, { method: 'POST' });
+  const http = httpClient(base);
+  await http.post('/warmup');
   await until(() => finishedAt.has('warmup'), 120_000, 'chain warm-up');
 
   const startedAt = new Map<string, number>();
@@ -155,10 +156,11 @@ export async function chainLatency(o: {
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     const id = `r${i}`;
     startedAt.set(id, Date.now());
-    void fetch(`${base}/${id}`, { method: 'POST' });
+    void http.post(`/${id}`);
   }
   await until(() => [...startedAt.keys()].every((id) => finishedAt.has(id)), 120_000, 'chain runs');
   const lat = [...startedAt].map(([id, t]) => finishedAt.get(id)! - t);
+  await http.close();
   server.close();
   await Promise.all(consumers.map((c) => c.disconnect()));
   await Promise.all(producers.map((p) => p.disconnect()));

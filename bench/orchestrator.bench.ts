@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { chainLatency } from './chain';
-import { pct, spawnService, until } from './support';
+import { cpuSplit, httpClient, pct, spawnService, until } from './support';
 
 /**
  * Orchestrator benchmark: the built-in `three-step` workflow (3 task steps) against 2 worker processes running
@@ -14,7 +14,12 @@ import { pct, spawnService, until } from './support';
  *    (so HTTP is not the limit; 4 transitions per run: the start and three results), next to the baseline of the
  *    same run: a plain kafkajs transactional relay of those N records (eachBatch, one transaction per batch:
  *    sendBatch, sendOffsets, commit; acks=all), the best plain use of the client for consume-transform-produce.
- *   eval "$(infra/local/stack.sh up)" && npm run bench:orchestrator -- --backlog 20000 --burst 2000 --loads 20,50,100
+ *  - runs accepted over HTTP per second (POST /runs answered 202 once StartRun is acknowledged by all in-sync
+ *    replicas) with 64 and 256 requests in flight, next to a raw batched kafkajs produce of as many StartRun records
+ *    in the same run, and the CPU split of the processes meanwhile (bench = this process, the HTTP client);
+ *  - the latency baseline: a plain kafkajs chain of the same hops (bench/chain.ts).
+ *   eval "$(infra/local/stack.sh up)" && npm run bench:orchestrator -- --accept 10000 --burst 2000 --loads 20,50,100
+ *   eval "$(infra/local/stack.sh up)" && npm run bench:orchestrator -- --backlog 20000 --burst 0 --loads 20
  */
 const opts = new Command()
   .option('--burst <n>', 'runs started at once for the throughput figures', '2000')
@@ -25,6 +30,16 @@ const opts = new Command()
     'StartRun records pre-filled in wf.requests for the engine figure (0 to skip)',
     '0',
   )
+  .option(
+    '--accept <n>',
+    'runs started over HTTP, --accept-concurrency requests in flight, for the accept rate (0 to skip; skipped with --backlog)',
+    '5000',
+  )
+  .option(
+    '--accept-concurrency <list>',
+    'requests in flight during the accept figure, one figure each',
+    '64,256',
+  )
   .option('--profile <dir>', 'write a V8 CPU profile (.cpuprofile) of the orchestrator into <dir>')
   .option('--no-chain', 'skip the latency baseline (a plain kafkajs chain of the same hops, bench/chain.ts)')
   .parse()
@@ -33,6 +48,8 @@ const opts = new Command()
     loads: string;
     seconds: string;
     backlog: string;
+    accept: string;
+    acceptConcurrency: string;
     profile?: string;
     chain: boolean;
   }>();
@@ -62,11 +79,6 @@ async function main() {
     opts.profile ? ['--cpu-prof', `--cpu-prof-dir=${opts.profile}`] : [],
   );
   const url = await orch.ready;
-  const workers = [0, 1].map(() =>
-    spawnService('services/workers/src/main.ts', { ...env, WORKER_TASK_TYPES: 'echo' }, 'worker ready'),
-  );
-  await Promise.all(workers.map((w) => w.ready));
-  const tReady = Date.now();
 
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
   await codec.registerTopics(['wf.events']);
@@ -89,15 +101,43 @@ async function main() {
       if (d.event === 'RunCompleted') completedAt.set(d.value.runId, d.value.metadata.occurredAt);
     },
   });
+  const http = httpClient(url);
   const start = async (tag: string) => {
-    const res = await fetch(`${url}/runs`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ workflow: 'three-step', input: { tag } }),
-    });
+    const res = await http.post('/runs', { workflow: 'three-step', input: { tag } });
     if (res.status !== 202) throw new Error(`start failed: HTTP ${res.status}`);
-    return ((await res.json()) as { runId: string }).runId;
+    return (res.json as { runId: string }).runId;
   };
+
+  // Accept rate over HTTP, next to a raw batched produce of the same number of StartRun records in the same run.
+  // The workers start after it: the engine starts the accepted runs meanwhile (their first commands wait).
+  // Not with a backlog: the engine would be draining it meanwhile.
+  const acceptN = backlog > 0 ? 0 : Number(opts.accept);
+  for (const inFlight of acceptN > 0 ? opts.acceptConcurrency.split(',').map(Number) : []) {
+    const acceptIds: string[] = [];
+    let next = 0;
+    const tA = Date.now();
+    const cpu = cpuSplit({ orchestrator: orch.proc.pid });
+    await Promise.all(
+      Array.from({ length: inFlight }, async () => {
+        while (next < acceptN) acceptIds.push(await start(`a${inFlight}-${next++}`));
+      }),
+    );
+    const acceptRate = acceptN / ((Date.now() - tA) / 1000);
+    const acceptCpu = cpu();
+    const rawRate = await rawProduce(codec, `${prefix}wf.requests.raw`, acceptN);
+    console.log(
+      `accept: ${acceptN} runs started over HTTP, ${inFlight} requests in flight: ${acceptRate.toFixed(0)} runs/s   baseline, raw batched kafkajs produce of ${acceptN} StartRun records (sendBatch of up to 5,000, acks=all, idempotent): ${rawRate.toFixed(0)} msgs/s   ratio ${(acceptRate / rawRate).toFixed(3)}`,
+    );
+    console.log(`  CPU while accepting (one core = 100%): ${acceptCpu}`);
+  }
+  const acceptTotal = acceptN * (acceptN > 0 ? opts.acceptConcurrency.split(',').length : 0);
+
+  const workers = [0, 1].map(() =>
+    spawnService('services/workers/src/main.ts', { ...env, WORKER_TASK_TYPES: 'echo' }, 'worker ready'),
+  );
+  await Promise.all(workers.map((w) => w.ready));
+  const tReady = Date.now();
+  if (acceptTotal > 0) await until(() => completedAt.size >= acceptTotal, 600_000, 'accepted runs');
 
   // 0. The pre-filled backlog: every run completes; then the transactional relay over the same records.
   if (backlog > 0) {
@@ -117,26 +157,30 @@ async function main() {
   // 1. Burst.
   const eventsBefore = events;
   const burst = Number(opts.burst);
-  const t0 = Date.now();
-  const ids: string[] = [];
-  for (let i = 0; i < burst; i += 100)
-    ids.push(
-      ...(await Promise.all(Array.from({ length: Math.min(100, burst - i) }, (_, j) => start(`b${i + j}`)))),
+  if (burst > 0) {
+    const t0 = Date.now();
+    const ids: string[] = [];
+    for (let i = 0; i < burst; i += 100)
+      ids.push(
+        ...(await Promise.all(
+          Array.from({ length: Math.min(100, burst - i) }, (_, j) => start(`b${i + j}`)),
+        )),
+      );
+    const accepted = Date.now();
+    await until(() => ids.every((id) => completedAt.has(id)), 600_000, 'burst runs');
+    const secs = (Date.now() - t0) / 1000;
+    // Inputs applied per run: 1 start + 3 results.
+    console.log(
+      `burst of ${burst} three-step runs: accepted in ${((accepted - t0) / 1000).toFixed(1)} s, all finished in ${secs.toFixed(1)} s`,
     );
-  const accepted = Date.now();
-  await until(() => ids.every((id) => completedAt.has(id)), 600_000, 'burst runs');
-  const secs = (Date.now() - t0) / 1000;
-  // Inputs applied per run: 1 start + 3 results.
-  console.log(
-    `burst of ${burst} three-step runs: accepted in ${((accepted - t0) / 1000).toFixed(1)} s, all finished in ${secs.toFixed(1)} s`,
-  );
-  console.log(
-    `  ${(burst / secs).toFixed(0)} runs/s, ${((burst * 4) / secs).toFixed(0)} step transitions/s, ${((events - eventsBefore) / secs).toFixed(0)} lifecycle events/s`,
-  );
+    console.log(
+      `  ${(burst / secs).toFixed(0)} runs/s, ${((burst * 4) / secs).toFixed(0)} step transitions/s, ${((events - eventsBefore) / secs).toFixed(0)} lifecycle events/s`,
+    );
+  }
 
   // 2. Latency at offered loads.
   const engineP50 = new Map<number, number>();
-  for (const rate of opts.loads.split(',').map(Number)) {
+  for (const rate of opts.loads.split(',').map(Number).filter(Boolean)) {
     const startedAt = new Map<string, number>();
     const stepStart = Date.now();
     const total = rate * Number(opts.seconds);
@@ -162,6 +206,7 @@ async function main() {
     `peak RSS: orchestrator ${orch.peakRssMb().toFixed(0)} MiB, workers ${workers.map((w) => w.peakRssMb().toFixed(0)).join(' / ')} MiB`,
   );
   await consumer.disconnect();
+  await http.close();
   await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
 
   // 3. The latency baseline (issue 12 target 6), with the services stopped: the same hops by hand.
@@ -174,40 +219,68 @@ async function main() {
     }
 }
 
-/** Writes `n` StartRun records of `three-step` to wf.requests (keyed by run id, as the API writes them). */
+/** `n` StartRun records of `three-step` (keyed by run id, as the API writes them), from index `from`. */
+function startRecords(codec: EventCodec, from: number, n: number, tag: string) {
+  return Array.from({ length: n }, (_, j) => {
+    const runId = `run-${randomUUID().replace(/-/g, '')}`;
+    return {
+      key: runId,
+      value: codec.encode('wf.requests', 'StartRun', {
+        metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
+        runId,
+        workflow: 'three-step',
+        workflowVersion: 1,
+        businessKey: runId,
+        input: JSON.stringify({ tag: `${tag}${from + j}` }),
+        idempotencyKey: null,
+        trigger: 'bench',
+      }),
+    };
+  });
+}
+
+async function createTopic(kafka: Kafka, topic: string): Promise<void> {
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 6 }] });
+  await admin.disconnect();
+}
+
+/** Writes `n` StartRun records of `three-step` to wf.requests. */
 async function prefill(prefix: string, n: number): Promise<void> {
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
   const kafka = new Kafka({ brokers, clientId: 'bench-prefill', logLevel: logLevel.NOTHING });
-  const admin = kafka.admin();
-  await admin.connect();
-  await admin.createTopics({
-    waitForLeaders: true,
-    topics: [{ topic: codec.physical('wf.requests'), numPartitions: 6 }],
-  });
-  await admin.disconnect();
+  await createTopic(kafka, codec.physical('wf.requests'));
   await codec.registerTopics(['wf.requests']);
   const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();
-  for (let i = 0; i < n; i += 1000) {
-    const messages = Array.from({ length: Math.min(1000, n - i) }, (_, j) => {
-      const runId = `run-${randomUUID().replace(/-/g, '')}`;
-      return {
-        key: runId,
-        value: codec.encode('wf.requests', 'StartRun', {
-          metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
-          runId,
-          workflow: 'three-step',
-          workflowVersion: 1,
-          businessKey: runId,
-          input: JSON.stringify({ tag: `p${i + j}` }),
-          idempotencyKey: null,
-          trigger: 'bench',
-        }),
-      };
+  for (let i = 0; i < n; i += 1000)
+    await producer.send({
+      topic: codec.physical('wf.requests'),
+      acks: -1,
+      messages: startRecords(codec, i, Math.min(1000, n - i), 'p'),
     });
-    await producer.send({ topic: codec.physical('wf.requests'), acks: -1, messages });
-  }
   await producer.disconnect();
+}
+
+/**
+ * The accept figure's baseline: `n` StartRun records, encoded beforehand, produced to `topic` (6 partitions, no
+ * consumer) by an idempotent kafkajs producer in `sendBatch` calls of up to 5,000 records with acks=all, one call
+ * after another (each call is one request per broker, its partitions' batches in it). Returns msgs/s.
+ */
+async function rawProduce(codec: EventCodec, topic: string, n: number): Promise<number> {
+  await codec.registerTopics(['wf.requests']);
+  const kafka = new Kafka({ brokers, clientId: 'bench-raw', logLevel: logLevel.NOTHING });
+  await createTopic(kafka, topic);
+  const chunks: ReturnType<typeof startRecords>[] = [];
+  for (let i = 0; i < n; i += 5000) chunks.push(startRecords(codec, i, Math.min(5000, n - i), 'r'));
+  const producer = kafka.producer({ idempotent: true, createPartitioner: Partitioners.DefaultPartitioner });
+  await producer.connect();
+  const t0 = Date.now();
+  for (const messages of chunks) await producer.sendBatch({ acks: -1, topicMessages: [{ topic, messages }] });
+  const secs = (Date.now() - t0) / 1000;
+  await producer.disconnect();
+  return n / secs;
 }
 
 /**
