@@ -5,6 +5,7 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { EventCodec } from '@keyflow/contracts';
 import {
+  BatchingProducer,
   connectUntilAnswered,
   createIdempotentProducer,
   createKafka,
@@ -106,7 +107,7 @@ export async function bootstrapOrchestrator(
   redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
   const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
   const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
-  const runs = new RunsService(codec, producer, workflows, readModel, keys, {
+  const runs = new RunsService(codec, new BatchingProducer(producer), workflows, readModel, keys, {
     idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
     signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
   });

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
-import type { Producer } from 'kafkajs';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
+import type { BatchingProducer } from '@keyflow/kafka';
 import { SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
@@ -58,11 +58,16 @@ export async function guarded<T>(f: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Publishes run requests to wf.requests (keyed by run id) and answers queries from the read model. */
+/**
+ * Publishes run requests to wf.requests (keyed by run id) and answers queries from the read model. Requests that
+ * arrive while a produce is in flight share the next one (`BatchingProducer`: acks=all, idempotent producer, order
+ * per partition kept), so concurrent requests do not queue one round trip each; each caller still waits for its
+ * own record's acknowledgement before its 202.
+ */
 export class RunsService {
   constructor(
     private readonly codec: EventCodec,
-    private readonly producer: Producer,
+    private readonly producer: BatchingProducer,
     readonly registry: WorkflowRegistry,
     readonly readModel: RunReadModel,
     private readonly keys: RequestKeys,
@@ -213,10 +218,6 @@ export class RunsService {
       metadata: newMetadata(event, { key: runId, correlationId: runId }),
       ...fields,
     } as never);
-    await this.producer.send({
-      topic: this.codec.physical('wf.requests'),
-      acks: -1,
-      messages: [{ key: runId, value }],
-    });
+    await this.producer.send(this.codec.physical('wf.requests'), { key: runId, value });
   }
 }
