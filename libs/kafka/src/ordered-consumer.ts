@@ -27,6 +27,20 @@ export class PartitionRevokedError extends Error {
   }
 }
 
+/** A batch ended with an error (not a handler's: those are retried): `firstOpen` is its first offset not done. */
+class BatchFailedError extends Error {
+  constructor(
+    tp: string,
+    readonly firstOpen: string,
+    cause: unknown,
+  ) {
+    super(`batch of ${tp} failed at offset ${firstOpen}: ${(cause as Error)?.message ?? String(cause)}`, {
+      cause,
+    });
+    this.name = 'BatchFailedError';
+  }
+}
+
 /** `topic:partition` back to its parts (topic names may hold ':' in a prefix; the partition never does). */
 const splitTp = (tp: string): [string, number] => {
   const i = tp.lastIndexOf(':');
@@ -131,6 +145,8 @@ export interface ConsumerStats {
   joins: number;
   /** Partitions paused on a record batch no codec can decode (see ./undecodable). */
   quarantined: QuarantinedPartition[];
+  /** Partitions whose next batch was fetched while their current one runs, and waits for it. */
+  prefetched: number;
   crashed?: Error;
 }
 
@@ -139,13 +155,17 @@ export interface ConsumerStats {
  *
  * kafkajs does not fetch again from a broker until every batch of its previous fetch has been handled
  * (tulios/kafkajs#683), so a slow partition would stall every partition led by the same broker. This runner
- * therefore takes a batch, pauses its partition, returns at once, and works the batch in the background; the
- * partition resumes when the batch is done. Guarantees (a message is identified by topic, partition, offset):
- * - Messages with the same key in a partition run one at a time, in offset order; a partition's next batch is
- *   fetched only after its current one is done, so order also holds across batches.
+ * therefore takes a batch, returns at once, and works the batch in the background. The fetch position moves past
+ * a batch when it is taken (kafkajs `resolveOffset`; offsets are committed by this runner, never by kafkajs), so
+ * the partition stays in the fetches while its batch runs and its next batch is at hand the moment the current one
+ * ends: a record arriving meanwhile does not wait for a fetch that left its partition out (up to the fetch wait,
+ * once per step of a workflow whose steps share a key). One batch per partition waits that way; with one waiting,
+ * the partition is paused until it starts. Guarantees (a message is identified by topic, partition, offset):
+ * - Messages with the same key in a partition run one at a time, in offset order; a partition's next batch starts
+ *   only after its current one is done, so order also holds across batches.
  * - Different keys run concurrently, bounded per partition and per process; when a bound is hit, dispatching
- *   from that partition waits (counted as paused) and resumes as work drains. A partition with work in progress
- *   is paused at the broker, so memory stays bounded by the fetch sizes, and other partitions keep flowing.
+ *   from that partition waits (counted as paused) and resumes as work drains. Memory stays bounded by two fetches
+ *   per partition (the running batch and the one waiting), and other partitions keep flowing.
  * - Only the contiguous completed prefix is committed (next offset to read), and only for a partition this member
  *   owns in the current generation, never during a rebalance. A handler rejection is retried with backoff and
  *   never skipped. After a rebalance, a partition whose old batch is still running stays paused until it is done;
@@ -173,6 +193,16 @@ export class OrderedConsumer {
   private rebalancing = false;
   private stopping = false;
   private readonly busy = new Set<string>();
+  /** Per partition, the batch taken while its current one runs (at most one), and the epoch it was taken in. */
+  private readonly pending = new Map<
+    string,
+    { p: EachBatchPayload; messages: EachBatchPayload['batch']['messages']; epoch: number }
+  >();
+  /**
+   * Per partition, the last offset handed to a batch in its current epoch. A rejoin moves kafkajs's fetch position
+   * back to the committed offset; what comes again up to here is already running or done, and is left out.
+   */
+  private readonly taken = new Map<string, bigint>();
   private readonly background = new Set<Promise<void>>();
   /** Per partition, aborts the handlers of its current batch when the partition is revoked. */
   private readonly revokers = new Map<string, AbortController>();
@@ -236,6 +266,7 @@ export class OrderedConsumer {
       committedTotal: this.committedTotal,
       joins: this.joins,
       quarantined: this.quarantine.list(),
+      prefetched: this.pending.size,
       crashed: this.crashed,
     };
   }
@@ -271,6 +302,8 @@ export class OrderedConsumer {
       for (const tp of before)
         if (!this.assignment.has(tp)) {
           this.epochs.set(tp, (this.epochs.get(tp) ?? 0) + 1);
+          this.pending.delete(tp);
+          this.taken.delete(tp);
           this.revokers.get(tp)?.abort(new PartitionRevokedError(tp));
           this.quarantine.drop(...splitTp(tp));
         }
@@ -346,30 +379,79 @@ export class OrderedConsumer {
     }
   }
 
-  /** Takes a batch: pauses its partition, works it in the background, returns at once (see the class doc). */
+  /**
+   * Takes a batch and returns at once: it runs in the background (see the class doc), or waits for the batch its
+   * partition is running. What a rejoin fetches again up to the last offset taken is left out.
+   */
   private takeBatch(p: EachBatchPayload): void {
     const tp = `${p.batch.topic}:${p.batch.partition}`;
     this.lastPayload = p;
-    if (this.stopping || this.busy.has(tp) || p.batch.messages.length === 0) {
-      if (this.stopping || this.busy.has(tp)) this.pausePartition(tp); // nothing resolved: refetched later
+    if (this.stopping || (this.busy.has(tp) && this.pending.has(tp))) {
+      this.pausePartition(tp); // nothing resolved for this batch: fetched again once the partition resumes
       return;
     }
+    const after = this.taken.get(tp);
+    const fresh =
+      after === undefined ? p.batch.messages : p.batch.messages.filter((m) => BigInt(m.offset) > after);
     // A stand-in for a batch no codec could decode: work what comes before it, then keep the partition paused.
-    const bad = undecodableAt(p.batch.messages);
-    const messages = bad ? p.batch.messages.slice(0, bad.index) : p.batch.messages;
+    const bad = undecodableAt(fresh);
+    const messages = bad ? fresh.slice(0, bad.index) : fresh;
     if (bad) this.quarantine.add(p.batch.topic, p.batch.partition, bad.batch);
-    else this.quarantine.ok(p.batch.topic, p.batch.partition);
-    if (messages.length === 0) return;
+    else if (fresh.length > 0) this.quarantine.ok(p.batch.topic, p.batch.partition);
+    if (messages.length === 0) {
+      if (after !== undefined && !bad) {
+        // Only what was taken before came again (a rejoin moved the fetch position back): fetch on from after it.
+        p.resolveOffset(after.toString());
+        // With nothing running or waiting, all of it is done; a commit skipped in the rebalance is made now.
+        if (!this.busy.has(tp) && !this.rebalancing && this.assignment.has(tp))
+          this.consumer
+            ?.commitOffsets([
+              { topic: p.batch.topic, partition: p.batch.partition, offset: (after + 1n).toString() },
+            ])
+            .catch((err) => this.o.logger.warn({ err, tp }, 'offset commit after a rejoin failed'));
+      }
+      return;
+    }
+    const last = messages[messages.length - 1].offset;
+    this.taken.set(tp, BigInt(last));
+    // Never past what is taken (so not past an undecodable batch): fetching goes on from the next offset.
+    p.resolveOffset(last);
+    const epoch = this.epochs.get(tp) ?? 0;
+    if (this.busy.has(tp)) {
+      this.pending.set(tp, { p, messages, epoch });
+      this.pausePartition(tp); // one batch waits; the partition resumes when it starts
+      return;
+    }
+    this.startBatch(tp, p, messages, epoch);
+  }
+
+  private startBatch(
+    tp: string,
+    p: EachBatchPayload,
+    messages: EachBatchPayload['batch']['messages'],
+    epoch: number,
+  ): void {
     this.busy.add(tp);
-    this.pausePartition(tp);
-    const work = this.runBatch(p, messages)
-      .catch((err) =>
-        this.o.logger.error({ err, tp }, 'batch processing failed; its partition will be refetched'),
-      )
-      .finally(() => {
+    const work = this.runBatch(p, messages, epoch)
+      .catch((err) => {
+        this.o.logger.error({ err, tp }, 'batch processing failed; its partition will be refetched');
+        return err instanceof BatchFailedError ? err.firstOpen : undefined;
+      })
+      .then((firstOpen) => {
         this.busy.delete(tp);
         this.background.delete(work);
+        const next = this.pending.get(tp);
+        this.pending.delete(tp);
         if (this.stopping || !this.assignment.has(tp)) return;
+        // A batch of an older epoch (the partition was revoked and came back) neither seeks nor commits; a batch
+        // taken in the current epoch may be waiting behind it.
+        const current = this.epochs.get(tp) ?? 0;
+        if (firstOpen !== undefined && epoch === current) {
+          // What this batch left undone, and the batch waiting behind it, are fetched again from there.
+          this.taken.delete(tp);
+          const [topic, partition] = splitTp(tp);
+          this.consumer?.seek({ topic, partition, offset: firstOpen });
+        } else if (next && next.epoch === current) this.startBatch(tp, next.p, next.messages, next.epoch);
         if (!this.quarantine.has(...splitTp(tp))) this.resumePartition(tp);
       });
     this.background.add(work);
@@ -406,6 +488,7 @@ export class OrderedConsumer {
   private async runBatch(
     p: EachBatchPayload,
     messages: EachBatchPayload['batch']['messages'],
+    epoch: number,
   ): Promise<void> {
     const { batch } = p;
     const tp = `${batch.topic}:${batch.partition}`;
@@ -415,7 +498,6 @@ export class OrderedConsumer {
     let lastCommit = Date.now();
     let committing: Promise<void> = Promise.resolve();
 
-    const epoch = this.epochs.get(tp) ?? 0;
     const revoker = new AbortController();
     this.revokers.set(tp, revoker);
     const link = linkSignals([this.stopController.signal, revoker.signal]);
@@ -477,13 +559,7 @@ export class OrderedConsumer {
         const run = previous.then(async () => {
           try {
             const done = await this.handleWithRetry(message, tp, lost, signal);
-            if (done) {
-              const last = tracker.complete(m.offset);
-              if (last !== undefined) {
-                if (owned()) p.resolveOffset(last);
-                await commit(false);
-              }
-            }
+            if (done && tracker.complete(m.offset) !== undefined) await commit(false);
           } finally {
             this.inFlight--;
             partitionSlots.release();
@@ -494,6 +570,8 @@ export class OrderedConsumer {
       }
       await Promise.all(chains.values());
       await commit(true);
+    } catch (err) {
+      throw new BatchFailedError(tp, tracker.committable() ?? messages[0].offset, err);
     } finally {
       this.blocked.delete(tp);
       if (this.revokers.get(tp) === revoker) this.revokers.delete(tp);
