@@ -3,6 +3,7 @@ import type { Logger } from '@keyflow/observability';
 // For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
 import './codecs';
 import { assertKafkajsPatched } from './kafkajs-patch';
+import type { KafkaSecurity } from './security';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.ERROR]: 'error',
@@ -12,15 +13,24 @@ const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
 };
 
 /**
- * A kafkajs client whose own logs go to our structured logger (WARN and above by default).
+ * A kafkajs client whose own logs go to our structured logger (WARN and above by default), connecting with
+ * `security` (TLS and SASL, see ./security; plaintext when absent).
  * @throws KafkajsUnpatchedError when kafkajs lacks the project's patch (see ./kafkajs-patch)
  */
 export function createKafka(
-  opts: { brokers: string[]; clientId: string; logger: Logger; level?: logLevel } & Partial<KafkaConfig>,
+  opts: {
+    brokers: string[];
+    clientId: string;
+    logger: Logger;
+    level?: logLevel;
+    security?: KafkaSecurity;
+  } & Partial<KafkaConfig>,
 ): Kafka {
   assertKafkajsPatched();
-  const { brokers, clientId, logger, level, ...rest } = opts;
+  const { brokers, clientId, logger, level, security, ...rest } = opts;
   return new Kafka({
+    ...(security?.ssl ? { ssl: security.ssl } : {}),
+    ...(security?.sasl ? { sasl: security.sasl } : {}),
     brokers,
     clientId,
     logLevel: level ?? logLevel.WARN,

@@ -104,3 +104,4 @@ export {
   type PartitionSwitch,
 } from './undecodable';
 export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS } from './connect';
+export * from './security';
