@@ -21,6 +21,10 @@
 # Settings (environment):
 #   KAFKA_VERSION (4.1.1)  KAFKA_PORT (9092)  KAFKA_CONTROLLER_PORT (9093)  KAFKA_HEAP_OPTS (-Xms256m -Xmx512m)
 #   KEYFLOW_BROKERS (1)  KAFKA_PORT_STEP (10): broker i of N listens on KAFKA_PORT+(i-1)*step, controller likewise
+#   KAFKA_SASL_SSL_PORT (unset)  also a SASL_SSL listener (SCRAM-SHA-512 over TLS; Kafka docs "Authentication using
+#     SASL/SCRAM") on this port (broker i: +(i-1)*step), with KAFKA_SSL_KEYSTORE (a PKCS12 file holding the broker's
+#     key and certificate) and KAFKA_SSL_KEYSTORE_PASSWORD; KAFKA_SCRAM_USERS ("name:password,...") are created
+#     through the PLAINTEXT listener once the broker answers. The PLAINTEXT listener stays for the brokers and tools.
 #   APICURIO_VERSION (3.0.9)  REGISTRY_PORT (8081)  REGISTRY_MANAGEMENT_PORT (9001)  REGISTRY_HEAP_OPTS (-Xms128m -Xmx512m)
 #   KEYFLOW_REDIS_PORT or REDIS_PORT (6390)  the Redis this script starts for idempotency records, with AOF
 #     (appendonly yes, appendfsync everysec; data in <run dir>/redis/data), so completion records survive a restart
@@ -153,6 +157,7 @@ any_broker_alive() { local f; for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.p
 broker_name() { if [[ "$(broker_count)" == 1 ]]; then echo kafka; else echo "kafka-$1"; fi; }
 broker_port() { echo $((KAFKA_PORT + ($1 - 1) * KAFKA_PORT_STEP)); }
 controller_port() { echo $((KAFKA_CONTROLLER_PORT + ($1 - 1) * KAFKA_PORT_STEP)); }
+sasl_ssl_port() { echo $((KAFKA_SASL_SSL_PORT + ($1 - 1) * KAFKA_PORT_STEP)); }
 check_index() {
   local n; n="$(broker_count)"
   [[ "${1:-}" =~ ^[0-9]+$ ]] && (( $1 >= 1 && $1 <= n )) || die "broker index must be 1..$n, got '${1:-}'"
@@ -185,12 +190,24 @@ kafka_props() { # index dir
     for ((j = 1; j <= n; j++)); do voters+=("$j@127.0.0.1:$(controller_port "$j")"); done
     echo "controller.quorum.voters=$(IFS=,; echo "${voters[*]}")"
   fi
+  local extra="" map="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if [[ -n "${KAFKA_SASL_SSL_PORT:-}" ]]; then
+    extra=",SASL_SSL://127.0.0.1:$(sasl_ssl_port "$i")"; map="$map,SASL_SSL:SASL_SSL"
+    cat <<EOF
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+listener.name.sasl_ssl.ssl.keystore.location=${KAFKA_SSL_KEYSTORE:?KAFKA_SASL_SSL_PORT needs KAFKA_SSL_KEYSTORE}
+listener.name.sasl_ssl.ssl.keystore.password=${KAFKA_SSL_KEYSTORE_PASSWORD:?KAFKA_SASL_SSL_PORT needs KAFKA_SSL_KEYSTORE_PASSWORD}
+listener.name.sasl_ssl.ssl.key.password=$KAFKA_SSL_KEYSTORE_PASSWORD
+EOF
+  fi
   cat <<EOF
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport$extra
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport$extra
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$map
 log.dirs=$dir/data
 num.partitions=3
 auto.create.topics.enable=false
@@ -258,6 +275,17 @@ kafka_wait() { # index
     sleep 0.5
   done
   log "$name ready on 127.0.0.1:$(broker_port "$i")"
+  if [[ -n "${KAFKA_SASL_SSL_PORT:-}" && -n "${KAFKA_SCRAM_USERS:-}" ]]; then
+    local u users; IFS=, read -ra users <<<"$KAFKA_SCRAM_USERS"
+    for u in "${users[@]}"; do
+      # KIP-554: SCRAM credentials through the Admin API (kafka-configs --bootstrap-server), here on PLAINTEXT.
+      java -cp "$(kafka_cp)" -Dlog4j2.configurationFile="$HERE/tools-log4j2.properties" kafka.admin.ConfigCommand \
+        --bootstrap-server "127.0.0.1:$(broker_port "$i")" --alter --entity-type users --entity-name "${u%%:*}" \
+        --add-config "SCRAM-SHA-512=[iterations=8192,password=${u#*:}]" >"$dir/scram.log" 2>&1 \
+        || fail_start "$name" "$dir/scram.log" "could not create the SCRAM user ${u%%:*}"
+    done
+    log "$name: SASL_SSL (SCRAM-SHA-512) on 127.0.0.1:$(sasl_ssl_port "$i"), ${#users[@]} SCRAM user(s)"
+  fi
 }
 
 kafka_all() { # up|wait

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { EventCodec } from '@keyflow/contracts';
-import { createKafka } from '@keyflow/kafka';
+import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger, type Logger } from '@keyflow/observability';
 import type { Kafka } from 'kafkajs';
 
@@ -69,7 +69,12 @@ export class CliContext {
       throw new CliConfigError(
         'KAFKA_BROKERS is not set (eval "$(infra/local/stack.sh env)" for the local stack)',
       );
-    this.kafkaClient ??= createKafka({ brokers, clientId: 'keyflow-cli', logger: this.logger });
+    this.kafkaClient ??= createKafka({
+      brokers,
+      clientId: 'keyflow-cli',
+      logger: this.logger,
+      security: kafkaSecurityFromEnv(this.env),
+    });
     return this.kafkaClient;
   }
 

@@ -6,6 +6,7 @@ import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { EventCodec } from '@keyflow/contracts';
 import {
   BatchingProducer,
+  describeKafkaSecurity,
   connectUntilAnswered,
   createIdempotentProducer,
   createKafka,
@@ -60,6 +61,7 @@ export async function bootstrapOrchestrator(
     brokers: cfg.brokers,
     clientId: `keyflow-orchestrator-${cfg.ORCHESTRATOR_INSTANCE_ID}`,
     logger,
+    security: cfg.kafkaSecurity,
   });
   const codec = new EventCodec({
     registryUrl: cfg.SCHEMA_REGISTRY_URL,
@@ -189,7 +191,12 @@ export async function bootstrapOrchestrator(
     });
   }
   logger.info(
-    { http: url, groupId: cfg.ORCHESTRATOR_GROUP_ID, workflows: workflows.names() },
+    {
+      http: url,
+      groupId: cfg.ORCHESTRATOR_GROUP_ID,
+      workflows: workflows.names(),
+      kafka: describeKafkaSecurity(cfg.kafkaSecurity),
+    },
     'orchestrator ready',
   );
   return { app, url, engine, readModel, cfg };

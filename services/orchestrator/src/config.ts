@@ -1,6 +1,11 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import { z } from 'zod';
-import { DEFAULT_GROUP_IDS } from '@keyflow/kafka';
+import {
+  DEFAULT_GROUP_IDS,
+  KafkaSecurityConfigError,
+  kafkaSecurityFromEnv,
+  type KafkaSecurity,
+} from '@keyflow/kafka';
 import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, type ApiKeyEntry } from './api/auth';
@@ -144,7 +149,7 @@ export const lagGroups = (cfg: OrchestratorConfig) =>
     .map((g) => g.trim())
     .filter(Boolean) ?? [cfg.ORCHESTRATOR_GROUP_ID, cfg.WORKER_GROUP_ID];
 
-export type OrchestratorConfig = z.infer<typeof Schema> & { brokers: string[] };
+export type OrchestratorConfig = z.infer<typeof Schema> & { brokers: string[]; kafkaSecurity: KafkaSecurity };
 
 export class OrchestratorConfigError extends Error {
   readonly retryable = false;
@@ -158,8 +163,16 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
   const parsed = Schema.safeParse(env);
   if (!parsed.success)
     throw new OrchestratorConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
+  let kafkaSecurity: KafkaSecurity;
+  try {
+    kafkaSecurity = kafkaSecurityFromEnv(env);
+  } catch (e) {
+    if (e instanceof KafkaSecurityConfigError) throw new OrchestratorConfigError(e.issues);
+    throw e;
+  }
   return {
     ...parsed.data,
+    kafkaSecurity,
     brokers: parsed.data.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())
       .filter(Boolean),

@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { Module, type DynamicModule, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { createLogger, createMetricsRegistry, exitOnComponentFailure } from '@keyflow/observability';
+import { describeKafkaSecurity } from '@keyflow/kafka';
 import { loadWorkerConfig, type WorkerConfig } from './config';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
@@ -63,6 +64,14 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
   await app.startAllMicroservices();
   await app.listen(cfg.WORKER_HTTP_PORT, '127.0.0.1');
   const url = await app.getUrl();
-  logger.info({ http: url, groupId: cfg.WORKER_GROUP_ID, blobs: transport.blobs.describe }, 'worker ready');
+  logger.info(
+    {
+      http: url,
+      groupId: cfg.WORKER_GROUP_ID,
+      blobs: transport.blobs.describe,
+      kafka: describeKafkaSecurity(cfg.kafkaSecurity),
+    },
+    'worker ready',
+  );
   return { app, transport, url, cfg };
 }

@@ -1,6 +1,11 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import { z } from 'zod';
-import { DEFAULT_GROUP_IDS } from '@keyflow/kafka';
+import {
+  DEFAULT_GROUP_IDS,
+  KafkaSecurityConfigError,
+  kafkaSecurityFromEnv,
+  type KafkaSecurity,
+} from '@keyflow/kafka';
 
 /**
  * Worker configuration from the environment, validated at startup. Every field is set after parsing
@@ -47,7 +52,11 @@ const Schema = z.object({
   ...BlobConfigSchema,
 });
 
-export type WorkerConfig = z.infer<typeof Schema> & { brokers: string[]; taskTypes: string[] };
+export type WorkerConfig = z.infer<typeof Schema> & {
+  brokers: string[];
+  taskTypes: string[];
+  kafkaSecurity: KafkaSecurity;
+};
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
 export class WorkerConfigError extends Error {
@@ -71,8 +80,16 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     throw new WorkerConfigError([
       `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,
     ]);
+  let kafkaSecurity: KafkaSecurity;
+  try {
+    kafkaSecurity = kafkaSecurityFromEnv(env);
+  } catch (e) {
+    if (e instanceof KafkaSecurityConfigError) throw new WorkerConfigError(e.issues);
+    throw e;
+  }
   return {
     ...c,
+    kafkaSecurity,
     brokers: c.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())
       .filter(Boolean),

@@ -154,6 +154,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       brokers: this.cfg.brokers,
       clientId: `keyflow-worker-${process.pid}`,
       logger: this.log,
+      security: this.cfg.kafkaSecurity,
     });
     const admin = this.kafka.admin();
     await connectUntilAnswered(admin, { what: 'worker admin', logger: this.log });

@@ -1,0 +1,166 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
+import { createLogger } from '@keyflow/observability';
+import { clusterControl, eventually, stackEnvOnPorts, type ClusterControl } from '@keyflow/testing';
+import { OrchestratorHarness, TERMINAL_EVENTS, post } from './support';
+
+/**
+ * On a broker of its own (infra/local/stack.sh on base port KEYFLOW_SECURITY_TEST_PORT, default 29300, below the
+ * ephemeral port range) with a SASL_SSL listener on base+5: SCRAM-SHA-512 over TLS, with a certificate this test
+ * makes with the JDK's keytool (the JDK runs the stack). The broker keeps a PLAINTEXT listener, which the test's own
+ * readers use; the services are given only the SASL_SSL listener.
+ */
+jest.setTimeout(300_000);
+
+const run = promisify(execFile);
+const BASE = Number(process.env.KEYFLOW_SECURITY_TEST_PORT ?? 29300);
+const SASL_SSL = `127.0.0.1:${BASE + 5}`;
+const USER = 'keyflow-svc';
+const dir = mkdtempSync(join(tmpdir(), 'keyflow-tls-'));
+const storePassword = randomBytes(12).toString('hex');
+const userPassword = randomBytes(12).toString('hex');
+const logger = createLogger('security-test', { level: 'silent' });
+
+/** A self-signed certificate for 127.0.0.1 in a PKCS12 store, and its PEM (what clients trust). */
+async function certificate(name: string): Promise<{ store: string; pem: string }> {
+  const store = join(dir, `${name}.p12`);
+  const pem = join(dir, `${name}.pem`);
+  const common = ['-storetype', 'PKCS12', '-keystore', store, '-storepass', storePassword];
+  await run('keytool', [
+    '-genkeypair',
+    '-alias',
+    name,
+    '-keyalg',
+    'RSA',
+    '-keysize',
+    '2048',
+    '-validity',
+    '2',
+    '-dname',
+    `CN=${name}`,
+    '-ext',
+    'SAN=ip:127.0.0.1,dns:localhost',
+    '-keypass',
+    storePassword,
+    ...common,
+  ]);
+  await run('keytool', ['-exportcert', '-rfc', '-alias', name, '-file', pem, ...common]);
+  return { store, pem };
+}
+
+let cluster: ClusterControl;
+let broker: { store: string; pem: string };
+let stranger: { store: string; pem: string };
+const passwordFile = join(dir, 'password');
+const saved = { ...process.env };
+
+/** What the services get: the SASL_SSL listener only, with the user's password in a file. */
+const secure = (): Record<string, string> => ({
+  KAFKA_BROKERS: SASL_SSL,
+  KAFKA_SECURITY_PROTOCOL: 'SASL_SSL',
+  KAFKA_SASL_MECHANISM: 'SCRAM-SHA-512',
+  KAFKA_SASL_USERNAME: USER,
+  KAFKA_SASL_PASSWORD_FILE: passwordFile,
+  KAFKA_SSL_CA_FILE: broker.pem,
+});
+
+beforeAll(async () => {
+  broker = await certificate('broker');
+  stranger = await certificate('stranger');
+  writeFileSync(passwordFile, `${userPassword}\n`, { mode: 0o600 });
+  cluster = clusterControl({
+    ...stackEnvOnPorts(BASE, 'security-test'),
+    KAFKA_SASL_SSL_PORT: String(BASE + 5),
+    KAFKA_SSL_KEYSTORE: broker.store,
+    KAFKA_SSL_KEYSTORE_PASSWORD: storePassword,
+    KAFKA_SCRAM_USERS: `${USER}:${userPassword}`,
+  });
+  const env = await cluster.up(1);
+  Object.assign(process.env, {
+    KAFKA_BROKERS: env.KAFKA_BROKERS,
+    SCHEMA_REGISTRY_URL: env.SCHEMA_REGISTRY_URL,
+    REDIS_URL: env.REDIS_URL,
+  });
+});
+
+afterAll(async () => {
+  process.env = saved;
+  await cluster?.down({ purge: true });
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Connects an admin client with `env`'s settings to the SASL_SSL listener and lists topics (no retries). */
+async function listTopics(env: Record<string, string>): Promise<string[]> {
+  const kafka = createKafka({
+    brokers: [SASL_SSL],
+    clientId: 'security-test',
+    logger,
+    security: kafkaSecurityFromEnv(env),
+    retry: { retries: 0 },
+    connectionTimeout: 5_000,
+    authenticationTimeout: 5_000,
+  });
+  const admin = kafka.admin();
+  try {
+    await admin.connect();
+    return await admin.listTopics();
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+describe('Kafka over SASL_SSL (SCRAM-SHA-512, TLS)', () => {
+  it('the listener answers the configured user, and refuses no credentials, a wrong password and an untrusted certificate', async () => {
+    expect(Array.isArray(await listTopics(secure()))).toBe(true);
+    const { KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD_FILE, ...tlsOnly } = secure();
+    void [KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD_FILE];
+    await expect(listTopics({ ...tlsOnly, KAFKA_SECURITY_PROTOCOL: 'SSL' })).rejects.toThrow();
+    const wrong = { ...secure(), KAFKA_SASL_PASSWORD_FILE: join(dir, 'wrong') };
+    writeFileSync(wrong.KAFKA_SASL_PASSWORD_FILE, 'not-the-password');
+    await expect(listTopics(wrong)).rejects.toThrow(/SASL SCRAM SHA512 authentication failed/i);
+    await expect(listTopics({ ...secure(), KAFKA_SSL_CA_FILE: stranger.pem })).rejects.toThrow(
+      /self[- ]signed certificate|unable to verify/i,
+    );
+  });
+
+  it('the orchestrator and a worker given only the SASL_SSL listener run a workflow to its end', async () => {
+    const h = new OrchestratorHarness('security');
+    try {
+      const orch = await h.startOrchestrator(secure());
+      await h.startWorker(secure());
+      await h.readEvents(); // over the PLAINTEXT listener, as a consumer of the run's events
+      const ready = orch.logs.find((l) => l.includes('"orchestrator ready"'))!;
+      expect(JSON.parse(ready).kafka).toBe(`SASL_SSL SCRAM-SHA-512 as ${USER}`);
+      const started = await post(`${await orch.ready}/runs`, { workflow: 'three-step', input: { n: 1 } });
+      expect(started.status).toBe(202);
+      const runId = started.body.runId as string;
+      const end = await eventually(
+        'the run ends',
+        () => h.events.items.find((e) => e.value.runId === runId && TERMINAL_EVENTS.has(e.event)),
+        { until: (e) => e !== undefined, timeoutMs: 120_000 },
+      );
+      expect(end?.event).toBe('RunCompleted');
+    } finally {
+      await h.teardown();
+    }
+  });
+
+  it('a service whose Kafka settings cannot work exits at startup, naming the setting', async () => {
+    const h = new OrchestratorHarness('security-bad');
+    try {
+      const { KAFKA_SASL_USERNAME, ...noUser } = secure();
+      void KAFKA_SASL_USERNAME;
+      await expect(h.startWorker(noUser)).rejects.toThrow(/KAFKA_SASL_USERNAME: required with SASL_SSL/);
+      await expect(
+        h.startOrchestrator({ ...secure(), KAFKA_SECURITY_PROTOCOL: 'PLAINTEXT' }),
+      ).rejects.toThrow(/set, but KAFKA_SECURITY_PROTOCOL is PLAINTEXT/);
+    } finally {
+      await h.teardown();
+    }
+  });
+});
