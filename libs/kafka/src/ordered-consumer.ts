@@ -307,6 +307,13 @@ export class OrderedConsumer {
           this.revokers.get(tp)?.abort(new PartitionRevokedError(tp));
           this.quarantine.drop(...splitTp(tp));
         }
+      // A partition gained in this join starts afresh: what this member took of it before (in an older generation,
+      // or from a fetch answered after it was revoked) says nothing about its committed position now.
+      for (const tp of this.assignment)
+        if (!before.has(tp)) {
+          this.taken.delete(tp);
+          this.pending.delete(tp);
+        }
       this.assigned = this.assignment.size;
       // A partition still working on a batch from before the rebalance stays paused until that batch is done.
       // Every other assigned partition is resumed: kafkajs keeps a partition's paused flag across rebalances, so
@@ -386,6 +393,9 @@ export class OrderedConsumer {
   private takeBatch(p: EachBatchPayload): void {
     const tp = `${p.batch.topic}:${p.batch.partition}`;
     this.lastPayload = p;
+    // A fetch answered after its partition was revoked (a rejoin kafkajs makes from inside a fetch does not stop the
+    // other fetches), or fetched before a seek: neither taken nor resolved.
+    if (!this.assignment.has(tp) || p.isStale()) return;
     if (this.stopping || (this.busy.has(tp) && this.pending.has(tp))) {
       this.pausePartition(tp); // nothing resolved for this batch: fetched again once the partition resumes
       return;
@@ -450,7 +460,13 @@ export class OrderedConsumer {
           // What this batch left undone, and the batch waiting behind it, are fetched again from there.
           this.taken.delete(tp);
           const [topic, partition] = splitTp(tp);
-          this.consumer?.seek({ topic, partition, offset: firstOpen });
+          try {
+            this.consumer?.seek({ topic, partition, offset: firstOpen });
+          } catch (err) {
+            // Between a kafkajs crash and its restart there is no group to seek in; the restart fetches from the
+            // committed offset, which is at most firstOpen, and `taken` is cleared, so nothing is skipped.
+            this.o.logger.debug({ err, tp }, 'seek after a failed batch skipped: the consumer is restarting');
+          }
         } else if (next && next.epoch === current) this.startBatch(tp, next.p, next.messages, next.epoch);
         if (!this.quarantine.has(...splitTp(tp))) this.resumePartition(tp);
       });
@@ -568,7 +584,11 @@ export class OrderedConsumer {
         });
         chains.set(key, run);
       }
-      await Promise.all(chains.values());
+      // Every chain settles before the batch ends, also when one fails: the partition's next work must not start
+      // beside messages of this batch still running.
+      const settled = await Promise.allSettled(chains.values());
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
       await commit(true);
     } catch (err) {
       throw new BatchFailedError(tp, tracker.committable() ?? messages[0].offset, err);
