@@ -1,2 +1,2 @@
-const { integration, root } = require('../../jest.preset');
-module.exports = { ...root, projects: [integration(__dirname)] };
+const { unit, integration, root } = require('../../jest.preset');
+module.exports = { ...root, projects: [unit(__dirname), integration(__dirname)] };

@@ -6,3 +6,10 @@ export {
 } from './store';
 export type { BeginResult, Lease, IdempotencyStoreOptions, RecordState } from './store';
 export { checkRedisPersistence, type RedisPersistence } from './persistence';
+export {
+  createRedis,
+  describeRedis,
+  redisConnectionFromEnv,
+  RedisConnectionConfigError,
+  type RedisConnection,
+} from './connection';

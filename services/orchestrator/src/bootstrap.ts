@@ -20,7 +20,7 @@ import {
   exitOnComponentFailure,
 } from '@keyflow/observability';
 import type { WorkflowDefinition } from '@keyflow/workflow';
-import Redis from 'ioredis';
+import { createRedis, describeRedis } from '@keyflow/idempotency';
 import { lagGroups, loadOrchestratorConfig, requireApiSettings } from './config';
 import { LagMonitor } from './engine/lag-monitor';
 import { Engine } from './engine/engine';
@@ -105,7 +105,7 @@ export async function bootstrapOrchestrator(
   await connectUntilAnswered(producer, { what: 'API producer', logger });
   // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
   // requests that need it answer 503 and the process stays up.
-  const redis = new Redis(cfg.REDIS_URL, { maxRetriesPerRequest: 2 });
+  const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
   redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
   const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
   const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
@@ -196,6 +196,7 @@ export async function bootstrapOrchestrator(
       groupId: cfg.ORCHESTRATOR_GROUP_ID,
       workflows: workflows.names(),
       kafka: describeKafkaSecurity(cfg.kafkaSecurity),
+      redis: describeRedis(cfg.redis),
     },
     'orchestrator ready',
   );

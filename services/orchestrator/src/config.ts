@@ -1,4 +1,9 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
+import {
+  RedisConnectionConfigError,
+  redisConnectionFromEnv,
+  type RedisConnection,
+} from '@keyflow/idempotency';
 import { z } from 'zod';
 import {
   DEFAULT_GROUP_IDS,
@@ -149,7 +154,12 @@ export const lagGroups = (cfg: OrchestratorConfig) =>
     .map((g) => g.trim())
     .filter(Boolean) ?? [cfg.ORCHESTRATOR_GROUP_ID, cfg.WORKER_GROUP_ID];
 
-export type OrchestratorConfig = z.infer<typeof Schema> & { brokers: string[]; kafkaSecurity: KafkaSecurity };
+export type OrchestratorConfig = z.infer<typeof Schema> & {
+  brokers: string[];
+  kafkaSecurity: KafkaSecurity;
+  /** Undefined without REDIS_URL (requireApiSettings refuses that). */
+  redis?: RedisConnection;
+};
 
 export class OrchestratorConfigError extends Error {
   readonly retryable = false;
@@ -164,15 +174,19 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
   if (!parsed.success)
     throw new OrchestratorConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
   let kafkaSecurity: KafkaSecurity;
+  let redis: RedisConnection | undefined;
   try {
     kafkaSecurity = kafkaSecurityFromEnv(env);
+    redis = parsed.data.REDIS_URL ? redisConnectionFromEnv(parsed.data.REDIS_URL, env) : undefined;
   } catch (e) {
-    if (e instanceof KafkaSecurityConfigError) throw new OrchestratorConfigError(e.issues);
+    if (e instanceof KafkaSecurityConfigError || e instanceof RedisConnectionConfigError)
+      throw new OrchestratorConfigError(e.issues);
     throw e;
   }
   return {
     ...parsed.data,
     kafkaSecurity,
+    redis,
     brokers: parsed.data.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())
       .filter(Boolean),
@@ -190,7 +204,7 @@ const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|0:0:0:0:0:0:0:1|::ffff:127\.\d+\.\d+\
  */
 export function requireApiSettings(
   cfg: OrchestratorConfig,
-): OrchestratorConfig & { REDIS_URL: string; apiKeys: ApiKeyEntry[] } {
+): OrchestratorConfig & { REDIS_URL: string; redis: RedisConnection; apiKeys: ApiKeyEntry[] } {
   const issues: string[] = [];
   if (!cfg.REDIS_URL)
     issues.push('REDIS_URL: required (the API keeps Idempotency-Keys and webhook delivery ids in Redis)');
@@ -254,5 +268,5 @@ export function requireApiSettings(
   )
     issues.push('KEYFLOW_METRICS_AUTH=true: needs API keys (KEYFLOW_API_KEYS or KEYFLOW_API_KEYS_FILE)');
   if (issues.length) throw new OrchestratorConfigError(issues);
-  return { ...(cfg as OrchestratorConfig & { REDIS_URL: string }), apiKeys };
+  return { ...(cfg as OrchestratorConfig & { REDIS_URL: string; redis: RedisConnection }), apiKeys };
 }

@@ -3,6 +3,7 @@ import { Module, type DynamicModule, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { createLogger, createMetricsRegistry, exitOnComponentFailure } from '@keyflow/observability';
 import { describeKafkaSecurity } from '@keyflow/kafka';
+import { describeRedis } from '@keyflow/idempotency';
 import { loadWorkerConfig, type WorkerConfig } from './config';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
@@ -70,6 +71,7 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
       groupId: cfg.WORKER_GROUP_ID,
       blobs: transport.blobs.describe,
       kafka: describeKafkaSecurity(cfg.kafkaSecurity),
+      redis: describeRedis(cfg.redis),
     },
     'worker ready',
   );

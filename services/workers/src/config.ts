@@ -1,4 +1,9 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
+import {
+  RedisConnectionConfigError,
+  redisConnectionFromEnv,
+  type RedisConnection,
+} from '@keyflow/idempotency';
 import { z } from 'zod';
 import {
   DEFAULT_GROUP_IDS,
@@ -56,6 +61,7 @@ export type WorkerConfig = z.infer<typeof Schema> & {
   brokers: string[];
   taskTypes: string[];
   kafkaSecurity: KafkaSecurity;
+  redis: RedisConnection;
 };
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
@@ -81,15 +87,19 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
       `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,
     ]);
   let kafkaSecurity: KafkaSecurity;
+  let redis: RedisConnection;
   try {
     kafkaSecurity = kafkaSecurityFromEnv(env);
+    redis = redisConnectionFromEnv(c.REDIS_URL, env);
   } catch (e) {
-    if (e instanceof KafkaSecurityConfigError) throw new WorkerConfigError(e.issues);
+    if (e instanceof KafkaSecurityConfigError || e instanceof RedisConnectionConfigError)
+      throw new WorkerConfigError(e.issues);
     throw e;
   }
   return {
     ...c,
     kafkaSecurity,
+    redis,
     brokers: c.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())
       .filter(Boolean),

@@ -1,6 +1,12 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { Redis } from 'ioredis';
-import { IdempotencyStore, idempotencyKeyPrefix, type RecordState } from '@keyflow/idempotency';
+import type { Redis } from 'ioredis';
+import {
+  createRedis,
+  IdempotencyStore,
+  idempotencyKeyPrefix,
+  redisConnectionFromEnv,
+  type RecordState,
+} from '@keyflow/idempotency';
 import { lastStableOffsets, resumePosition, scanRanges } from '@keyflow/kafka';
 import type { CliContext } from '../context';
 import { CliConfigError, CliError } from '../context';
@@ -137,7 +143,10 @@ export async function planReplay(
       throw new CliConfigError(
         "REDIS_URL is not set: a replay of task topics looks up each command's completion record",
       );
-    redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 2, lazyConnect: true });
+    redis = createRedis(redisConnectionFromEnv(process.env.REDIS_URL), {
+      maxRetriesPerRequest: 2,
+      lazyConnect: true,
+    });
     store = new IdempotencyStore(redis, { keyPrefix: idempotencyKeyPrefix(ctx.env.KEYFLOW_TOPIC_PREFIX) });
     taskMoves.forEach((m) => Object.assign(m, { stored: 0, rerun: 0, undecodable: 0 }));
   }

@@ -1,4 +1,4 @@
-import Redis from 'ioredis';
+import type Redis from 'ioredis';
 import { lastValueFrom } from 'rxjs';
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import type { Kafka, Producer } from 'kafkajs';
@@ -12,6 +12,7 @@ import {
 import { EventCodec } from '@keyflow/contracts';
 import {
   checkRedisPersistence,
+  createRedis,
   IdempotencyStore,
   idempotencyKeyPrefix,
   type RedisPersistence,
@@ -180,7 +181,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     );
     await connectUntilAnswered(this.producer, { what: 'result producer', logger: this.log });
     // No offline queue: while Redis is away, calls fail at once (retryable) and the consumer holds its messages.
-    this.redis = new Redis(this.cfg.REDIS_URL, {
+    this.redis = createRedis(this.cfg.redis, {
       enableOfflineQueue: false,
       enableAutoPipelining: true, // concurrent tasks' lease calls share round trips
       maxRetriesPerRequest: 1,

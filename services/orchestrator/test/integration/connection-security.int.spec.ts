@@ -4,22 +4,32 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createRedis, redisConnectionFromEnv } from '@keyflow/idempotency';
 import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
-import { clusterControl, eventually, stackEnvOnPorts, type ClusterControl } from '@keyflow/testing';
+import {
+  clusterControl,
+  ensureDebianTool,
+  eventually,
+  stackEnvOnPorts,
+  type ClusterControl,
+} from '@keyflow/testing';
 import { OrchestratorHarness, TERMINAL_EVENTS, post } from './support';
 
 /**
  * On a broker of its own (infra/local/stack.sh on base port KEYFLOW_SECURITY_TEST_PORT, default 29300, below the
  * ephemeral port range) with a SASL_SSL listener on base+5: SCRAM-SHA-512 over TLS, with a certificate this test
  * makes with the JDK's keytool (the JDK runs the stack). The broker keeps a PLAINTEXT listener, which the test's own
- * readers use; the services are given only the SASL_SSL listener.
+ * readers use; the services are given only the SASL_SSL listener. And a Redis of its own on base+6 that answers only
+ * TLS (a certificate from a CA this test makes with openssl) and only with its password (requirepass).
  */
 jest.setTimeout(300_000);
 
 const run = promisify(execFile);
 const BASE = Number(process.env.KEYFLOW_SECURITY_TEST_PORT ?? 29300);
 const SASL_SSL = `127.0.0.1:${BASE + 5}`;
+const REDIS_TLS = `rediss://127.0.0.1:${BASE + 6}`;
 const USER = 'keyflow-svc';
 const dir = mkdtempSync(join(tmpdir(), 'keyflow-tls-'));
 const storePassword = randomBytes(12).toString('hex');
@@ -53,7 +63,63 @@ async function certificate(name: string): Promise<{ store: string; pem: string }
   return { store, pem };
 }
 
+/** A CA, and a certificate it signs for 127.0.0.1 (PEM files), made with openssl. */
+async function pemChain(openssl: string): Promise<{ ca: string; cert: string; key: string }> {
+  const f = (n: string) => join(dir, n);
+  writeFileSync(f('san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  const ossl = (args: string[]) => run(openssl, args);
+  await ossl([
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    f('ca.key'),
+    '-out',
+    f('ca.crt'),
+    '-days',
+    '2',
+    '-subj',
+    '/CN=keyflow-test-ca',
+  ]);
+  await ossl([
+    'req',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    f('redis.key'),
+    '-out',
+    f('redis.csr'),
+    '-subj',
+    '/CN=127.0.0.1',
+  ]);
+  await ossl([
+    'x509',
+    '-req',
+    '-in',
+    f('redis.csr'),
+    '-CA',
+    f('ca.crt'),
+    '-CAkey',
+    f('ca.key'),
+    '-CAcreateserial',
+    '-out',
+    f('redis.crt'),
+    '-days',
+    '2',
+    '-extfile',
+    f('san.ext'),
+  ]);
+  return { ca: f('ca.crt'), cert: f('redis.crt'), key: f('redis.key') };
+}
+
 let cluster: ClusterControl;
+let redisServer: ChildProcess | undefined;
+let redisCa: string;
+const redisPasswordFile = join(dir, 'redis-password');
+const redisPassword = randomBytes(12).toString('hex');
 let broker: { store: string; pem: string };
 let stranger: { store: string; pem: string };
 const passwordFile = join(dir, 'password');
@@ -67,6 +133,9 @@ const secure = (): Record<string, string> => ({
   KAFKA_SASL_USERNAME: USER,
   KAFKA_SASL_PASSWORD_FILE: passwordFile,
   KAFKA_SSL_CA_FILE: broker.pem,
+  REDIS_URL: REDIS_TLS,
+  REDIS_PASSWORD_FILE: redisPasswordFile,
+  REDIS_TLS_CA_FILE: redisCa,
 });
 
 beforeAll(async () => {
@@ -81,6 +150,51 @@ beforeAll(async () => {
     KAFKA_SCRAM_USERS: `${USER}:${userPassword}`,
   });
   const env = await cluster.up(1);
+  // Redis with TLS only (port 0 turns the plain port off) and a password.
+  const chain = await pemChain(await ensureDebianTool('openssl', 'openssl'));
+  redisCa = chain.ca;
+  writeFileSync(redisPasswordFile, `${redisPassword}\n`, { mode: 0o600 });
+  redisServer = spawn(
+    await ensureDebianTool('redis-server', 'redis-server'),
+    [
+      '--port',
+      '0',
+      '--tls-port',
+      String(BASE + 6),
+      '--bind',
+      '127.0.0.1',
+      '--tls-cert-file',
+      chain.cert,
+      '--tls-key-file',
+      chain.key,
+      '--tls-ca-cert-file',
+      chain.ca,
+      '--tls-auth-clients',
+      'no',
+      '--requirepass',
+      redisPassword,
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      dir,
+    ],
+    { stdio: 'ignore' },
+  );
+  const probe = createRedis(
+    redisConnectionFromEnv(REDIS_TLS, { REDIS_PASSWORD_FILE: redisPasswordFile, REDIS_TLS_CA_FILE: redisCa }),
+    { maxRetriesPerRequest: 1, retryStrategy: () => 100 },
+  );
+  probe.on('error', () => undefined);
+  try {
+    await eventually('the TLS Redis answers', () => probe.ping().catch(() => 'no'), {
+      until: (v) => v === 'PONG',
+      timeoutMs: 30_000,
+    });
+  } finally {
+    probe.disconnect();
+  }
   Object.assign(process.env, {
     KAFKA_BROKERS: env.KAFKA_BROKERS,
     SCHEMA_REGISTRY_URL: env.SCHEMA_REGISTRY_URL,
@@ -90,6 +204,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   process.env = saved;
+  redisServer?.kill('SIGTERM');
   await cluster?.down({ purge: true });
   rmSync(dir, { recursive: true, force: true });
 });
@@ -128,7 +243,34 @@ describe('Kafka over SASL_SSL (SCRAM-SHA-512, TLS)', () => {
     );
   });
 
-  it('the orchestrator and a worker given only the SASL_SSL listener run a workflow to its end', async () => {
+  it('the Redis answers the password over TLS, and refuses no password and an untrusted certificate', async () => {
+    const ask = async (env: Record<string, string>) => {
+      const r = createRedis(redisConnectionFromEnv(REDIS_TLS, env), {
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+        lazyConnect: true,
+        enableReadyCheck: false, // so the refusal is PING's own answer
+      });
+      // A TLS failure comes as an 'error' event; the command then only sees the connection closed.
+      let failure: Error | undefined;
+      r.on('error', (e: Error) => (failure ??= e));
+      try {
+        await r.connect();
+        return await r.ping();
+      } catch (e) {
+        throw failure ?? e;
+      } finally {
+        r.disconnect();
+      }
+    };
+    expect(await ask({ REDIS_PASSWORD_FILE: redisPasswordFile, REDIS_TLS_CA_FILE: redisCa })).toBe('PONG');
+    await expect(ask({ REDIS_TLS_CA_FILE: redisCa })).rejects.toThrow(/NOAUTH/);
+    await expect(
+      ask({ REDIS_PASSWORD_FILE: redisPasswordFile, REDIS_TLS_CA_FILE: broker.pem }),
+    ).rejects.toThrow(/certificate|verify/i);
+  });
+
+  it('the orchestrator and a worker given only the SASL_SSL listener and the TLS Redis run a workflow to its end', async () => {
     const h = new OrchestratorHarness('security');
     try {
       const orch = await h.startOrchestrator(secure());
@@ -136,7 +278,13 @@ describe('Kafka over SASL_SSL (SCRAM-SHA-512, TLS)', () => {
       await h.readEvents(); // over the PLAINTEXT listener, as a consumer of the run's events
       const ready = orch.logs.find((l) => l.includes('"orchestrator ready"'))!;
       expect(JSON.parse(ready).kafka).toBe(`SASL_SSL SCRAM-SHA-512 as ${USER}`);
-      const started = await post(`${await orch.ready}/runs`, { workflow: 'three-step', input: { n: 1 } });
+      expect(JSON.parse(ready).redis).toBe(`rediss://127.0.0.1:${BASE + 6} as default`);
+      // An Idempotency-Key: the API binds it in its Redis before the run starts.
+      const started = await post(
+        `${await orch.ready}/runs`,
+        { workflow: 'three-step', input: { n: 1 } },
+        { 'Idempotency-Key': 'secure-1' },
+      );
       expect(started.status).toBe(202);
       const runId = started.body.runId as string;
       const end = await eventually(
@@ -145,6 +293,20 @@ describe('Kafka over SASL_SSL (SCRAM-SHA-512, TLS)', () => {
         { until: (e) => e !== undefined, timeoutMs: 120_000 },
       );
       expect(end?.event).toBe('RunCompleted');
+      // The worker's idempotency records and the API's key binding are in the TLS Redis.
+      const r = createRedis(
+        redisConnectionFromEnv(REDIS_TLS, {
+          REDIS_PASSWORD_FILE: redisPasswordFile,
+          REDIS_TLS_CA_FILE: redisCa,
+        }),
+      );
+      try {
+        const keys = await r.keys(`${h.prefix}*`);
+        expect(keys.filter((k) => k.includes('keyflow:idem:'))).toHaveLength(3);
+        expect(keys.some((k) => k.includes('secure-1'))).toBe(true);
+      } finally {
+        r.disconnect();
+      }
     } finally {
       await h.teardown();
     }
