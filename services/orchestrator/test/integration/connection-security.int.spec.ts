@@ -15,7 +15,7 @@ import {
   stackEnvOnPorts,
   type ClusterControl,
 } from '@keyflow/testing';
-import { OrchestratorHarness, TERMINAL_EVENTS, post } from './support';
+import { keyflowCli, OrchestratorHarness, TERMINAL_EVENTS, post } from './support';
 
 /**
  * On a broker of its own (infra/local/stack.sh on base port KEYFLOW_SECURITY_TEST_PORT, default 29300, below the
@@ -307,6 +307,14 @@ describe('Kafka over SASL_SSL (SCRAM-SHA-512, TLS)', () => {
       } finally {
         r.disconnect();
       }
+      // The CLI, given the same settings, lists the consumer groups over SASL_SSL.
+      const cli = await keyflowCli(['groups', 'ls', '--json'], {
+        ...secure(),
+        KEYFLOW_TOPIC_PREFIX: h.prefix,
+      });
+      expect(cli.err).toBe('');
+      expect(cli.code).toBe(0);
+      expect(JSON.stringify(cli.json())).toContain(h.ns.groupId('orchestrator'));
     } finally {
       await h.teardown();
     }
