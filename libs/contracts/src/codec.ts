@@ -1,5 +1,7 @@
 import * as avsc from 'avsc';
+import { Agent as HttpsAgent } from 'node:https';
 import { SchemaRegistry } from '@kafkajs/confluent-schema-registry';
+import { Agent as UndiciAgent, fetch as undiciFetch } from 'undici';
 import {
   schemaSet,
   readProblems,
@@ -35,6 +37,10 @@ export type DecodedEvent = {
 export interface CodecOptions {
   /** Confluent-compatible registry base URL (Apicurio: `.../apis/ccompat/v7`). */
   registryUrl: string;
+  /** HTTP basic auth for every registry request (RFC 7617), e.g. a registry behind an authenticating proxy. */
+  registryAuth?: { username: string; password: string };
+  /** PEM CA(s) an https registry's certificate chains to (default: Node's CAs); certificates are always verified. */
+  registryCa?: string;
   /** Prefix of physical topic names per environment, e.g. `prod.` (default none). */
   topicPrefix?: string;
   /** Overrides the catalog's compatibility mode for every subject this codec registers. */
@@ -96,9 +102,18 @@ export class EventCodec {
   /** Registry round trips made for schema ids (for tests and metrics). */
   registryLookups = 0;
 
+  /** Headers and TLS of this codec's own registry requests (the SchemaRegistry client gets the same). */
+  private readonly authorization?: string;
+  private readonly dispatcher?: UndiciAgent;
+
   constructor(private readonly opts: CodecOptions) {
+    if (opts.registryAuth)
+      this.authorization = `Basic ${Buffer.from(`${opts.registryAuth.username}:${opts.registryAuth.password}`).toString('base64')}`;
+    if (opts.registryCa) this.dispatcher = new UndiciAgent({ connect: { ca: opts.registryCa } });
     this.registry = new SchemaRegistry({
       host: opts.registryUrl,
+      ...(opts.registryAuth ? { auth: opts.registryAuth } : {}),
+      ...(opts.registryCa ? { agent: new HttpsAgent({ ca: opts.registryCa, keepAlive: true }) } : {}),
       retry: { retries: 1, initialRetryTimeInSecs: 0.1, maxRetryTimeInSecs: 1 },
       clientId: 'keyflow',
     });
@@ -213,6 +228,20 @@ export class EventCodec {
     );
   }
 
+  /** `fetch` with this codec's registry credentials and CA (undici's own fetch when a CA is given). */
+  private fetch(url: string, init: RequestInit = {}): Promise<Response> {
+    const headers = {
+      ...(init.headers as Record<string, string> | undefined),
+      ...(this.authorization ? { authorization: this.authorization } : {}),
+    };
+    if (!this.dispatcher) return fetch(url, { ...init, headers });
+    return undiciFetch(url, {
+      ...(init as object),
+      headers,
+      dispatcher: this.dispatcher,
+    }) as unknown as Promise<Response>;
+  }
+
   /**
    * One registry request with this codec's timeout. Returns status and body of any answer below 500.
    * @throws RegistryUnavailableError on a network error, a timeout or HTTP 5xx.
@@ -224,7 +253,7 @@ export class EventCodec {
   ): Promise<{ ok: boolean; status: number; text: string; json: unknown }> {
     let res: Response;
     try {
-      res = await fetch(`${this.opts.registryUrl}${path}`, {
+      res = await this.fetch(`${this.opts.registryUrl}${path}`, {
         method,
         headers: { 'content-type': 'application/vnd.schemaregistry.v1+json' },
         body: body === undefined ? undefined : JSON.stringify(body),
@@ -379,7 +408,7 @@ export class EventCodec {
   /** Names the fields that break Avro resolution against the subject's latest version (the registry may not). */
   private async explainIncompatibility(subject: string, schema: AvroSchema): Promise<string> {
     try {
-      const res = await fetch(
+      const res = await this.fetch(
         `${this.opts.registryUrl}/subjects/${encodeURIComponent(subject)}/versions/latest`,
       );
       const latest = JSON.parse(((await res.json()) as { schema: string }).schema) as AvroSchema;

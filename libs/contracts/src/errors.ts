@@ -129,10 +129,21 @@ export class RegistryUnavailableError extends ContractError {
     readonly operation: string,
     cause: unknown,
   ) {
-    super(`schema registry unavailable during ${operation}: ${(cause as Error)?.message ?? String(cause)}`, {
-      cause,
-    });
+    super(`schema registry unavailable during ${operation}: ${causeChain(cause)}`, { cause });
   }
+}
+
+/**
+ * The messages of an error and its causes, `a: b: c`: fetch (undici) says only "fetch failed" and keeps the reason
+ * (connection refused, a certificate that does not verify) in `cause`.
+ */
+function causeChain(e: unknown): string {
+  const parts: string[] = [];
+  for (let c: unknown = e, depth = 0; c !== undefined && c !== null && depth < 5; depth++) {
+    parts.push((c as Error)?.message ?? String(c));
+    c = (c as { cause?: unknown }).cause;
+  }
+  return parts.join(': ');
 }
 
 /** The registry refused a schema at startup (incompatible with the subject's history, or invalid). Not retryable. */

@@ -4,3 +4,8 @@ export { subjectFor } from './subjects';
 export { parseWireFormat, toWireFormat, MAGIC_BYTE, HEADER_BYTES } from './wire';
 export * from './errors';
 export { derivedEventId, KEYFLOW_EVENT_ID_NAMESPACE, DERIVED_EVENT_ID_LENGTH } from './event-id';
+export {
+  registryConnectionFromEnv,
+  RegistryConnectionConfigError,
+  type RegistryConnection,
+} from './registry-connection';

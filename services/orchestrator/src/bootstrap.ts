@@ -63,10 +63,7 @@ export async function bootstrapOrchestrator(
     logger,
     security: cfg.kafkaSecurity,
   });
-  const codec = new EventCodec({
-    registryUrl: cfg.SCHEMA_REGISTRY_URL,
-    topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
-  });
+  const codec = new EventCodec({ ...cfg.registry, topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX });
   const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH);
   if (!apiKeys.enabled)
     logger.warn(

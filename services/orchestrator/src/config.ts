@@ -1,5 +1,10 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import {
+  RegistryConnectionConfigError,
+  registryConnectionFromEnv,
+  type RegistryConnection,
+} from '@keyflow/contracts';
+import {
   RedisConnectionConfigError,
   redisConnectionFromEnv,
   type RedisConnection,
@@ -157,6 +162,7 @@ export const lagGroups = (cfg: OrchestratorConfig) =>
 export type OrchestratorConfig = z.infer<typeof Schema> & {
   brokers: string[];
   kafkaSecurity: KafkaSecurity;
+  registry: RegistryConnection;
   /** Undefined without REDIS_URL (requireApiSettings refuses that). */
   redis?: RedisConnection;
 };
@@ -174,18 +180,25 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
   if (!parsed.success)
     throw new OrchestratorConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
   let kafkaSecurity: KafkaSecurity;
+  let registry: RegistryConnection;
   let redis: RedisConnection | undefined;
   try {
     kafkaSecurity = kafkaSecurityFromEnv(env);
+    registry = registryConnectionFromEnv(env);
     redis = parsed.data.REDIS_URL ? redisConnectionFromEnv(parsed.data.REDIS_URL, env) : undefined;
   } catch (e) {
-    if (e instanceof KafkaSecurityConfigError || e instanceof RedisConnectionConfigError)
+    if (
+      e instanceof KafkaSecurityConfigError ||
+      e instanceof RedisConnectionConfigError ||
+      e instanceof RegistryConnectionConfigError
+    )
       throw new OrchestratorConfigError(e.issues);
     throw e;
   }
   return {
     ...parsed.data,
     kafkaSecurity,
+    registry,
     redis,
     brokers: parsed.data.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())

@@ -1,5 +1,10 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import {
+  RegistryConnectionConfigError,
+  registryConnectionFromEnv,
+  type RegistryConnection,
+} from '@keyflow/contracts';
+import {
   RedisConnectionConfigError,
   redisConnectionFromEnv,
   type RedisConnection,
@@ -61,6 +66,7 @@ export type WorkerConfig = z.infer<typeof Schema> & {
   brokers: string[];
   taskTypes: string[];
   kafkaSecurity: KafkaSecurity;
+  registry: RegistryConnection;
   redis: RedisConnection;
 };
 
@@ -87,18 +93,25 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
       `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,
     ]);
   let kafkaSecurity: KafkaSecurity;
+  let registry: RegistryConnection;
   let redis: RedisConnection;
   try {
     kafkaSecurity = kafkaSecurityFromEnv(env);
+    registry = registryConnectionFromEnv(env);
     redis = redisConnectionFromEnv(c.REDIS_URL, env);
   } catch (e) {
-    if (e instanceof KafkaSecurityConfigError || e instanceof RedisConnectionConfigError)
+    if (
+      e instanceof KafkaSecurityConfigError ||
+      e instanceof RedisConnectionConfigError ||
+      e instanceof RegistryConnectionConfigError
+    )
       throw new WorkerConfigError(e.issues);
     throw e;
   }
   return {
     ...c,
     kafkaSecurity,
+    registry,
     redis,
     brokers: c.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())

@@ -1,10 +1,11 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { EventCodec, registryConnectionFromEnv } from '@keyflow/contracts';
 import { createRedis, redisConnectionFromEnv } from '@keyflow/idempotency';
 import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
@@ -22,7 +23,9 @@ import { keyflowCli, OrchestratorHarness, TERMINAL_EVENTS, post } from './suppor
  * ephemeral port range) with a SASL_SSL listener on base+5: SCRAM-SHA-512 over TLS, with a certificate this test
  * makes with the JDK's keytool (the JDK runs the stack). The broker keeps a PLAINTEXT listener, which the test's own
  * readers use; the services are given only the SASL_SSL listener. And a Redis of its own on base+6 that answers only
- * TLS (a certificate from a CA this test makes with openssl) and only with its password (requirepass).
+ * TLS (a certificate from a CA this test makes with openssl) and only with its password (requirepass). And, as
+ * Apicurio authenticates only through an identity server, Debian's nginx on base+7 in front of the stack's registry:
+ * https with that certificate and HTTP basic auth (the README's "secured Kafka cluster and Redis" section).
  */
 jest.setTimeout(300_000);
 
@@ -30,6 +33,7 @@ const run = promisify(execFile);
 const BASE = Number(process.env.KEYFLOW_SECURITY_TEST_PORT ?? 29300);
 const SASL_SSL = `127.0.0.1:${BASE + 5}`;
 const REDIS_TLS = `rediss://127.0.0.1:${BASE + 6}`;
+const REGISTRY_USER = 'keyflow-registry';
 const USER = 'keyflow-svc';
 const dir = mkdtempSync(join(tmpdir(), 'keyflow-tls-'));
 const storePassword = randomBytes(12).toString('hex');
@@ -115,8 +119,20 @@ async function pemChain(openssl: string): Promise<{ ca: string; cert: string; ke
   return { ca: f('ca.crt'), cert: f('redis.crt'), key: f('redis.key') };
 }
 
+/** Registers wf.events under a fresh prefix through the registry settings of `env` (one try: no startup wait). */
+const register = (env: Record<string, string>) =>
+  new EventCodec({
+    ...registryConnectionFromEnv(env),
+    topicPrefix: `${randomBytes(4).toString('hex')}.`,
+    registryStartupTimeoutMs: 0,
+  }).registerTopics(['wf.events']);
+
 let cluster: ClusterControl;
 let redisServer: ChildProcess | undefined;
+let proxy: ChildProcess | undefined;
+let registryHttps = '';
+const registryPassword = randomBytes(12).toString('hex');
+const registryPasswordFile = join(dir, 'registry-password');
 let redisCa: string;
 const redisPasswordFile = join(dir, 'redis-password');
 const redisPassword = randomBytes(12).toString('hex');
@@ -136,6 +152,10 @@ const secure = (): Record<string, string> => ({
   REDIS_URL: REDIS_TLS,
   REDIS_PASSWORD_FILE: redisPasswordFile,
   REDIS_TLS_CA_FILE: redisCa,
+  SCHEMA_REGISTRY_URL: registryHttps,
+  SCHEMA_REGISTRY_USERNAME: REGISTRY_USER,
+  SCHEMA_REGISTRY_PASSWORD_FILE: registryPasswordFile,
+  SCHEMA_REGISTRY_CA_FILE: redisCa,
 });
 
 beforeAll(async () => {
@@ -195,6 +215,56 @@ beforeAll(async () => {
   } finally {
     probe.disconnect();
   }
+  // The registry behind nginx: TLS and basic auth (an apr1 hash in its htpasswd file).
+  const openssl = await ensureDebianTool('openssl', 'openssl');
+  const hash = (await run(openssl, ['passwd', '-apr1', registryPassword])).stdout.trim();
+  writeFileSync(join(dir, 'htpasswd'), `${REGISTRY_USER}:${hash}\n`);
+  writeFileSync(registryPasswordFile, `${registryPassword}\n`, { mode: 0o600 });
+  const upstream = new URL(env.SCHEMA_REGISTRY_URL);
+  for (const t of ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(dir, `nginx-${t}`));
+  writeFileSync(
+    join(dir, 'nginx.conf'),
+    [
+      'user root;', // the files are in this test's private temp dir
+      'worker_processes 1;',
+      `pid ${dir}/nginx.pid;`,
+      `error_log ${dir}/nginx-error.log;`,
+      'events {}',
+      'http {',
+      '  access_log off;',
+      ...['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map(
+        (t) => `  ${t === 'body' ? 'client_body' : t}_temp_path ${dir}/nginx-${t};`,
+      ),
+      `  server {`,
+      `    listen 127.0.0.1:${BASE + 7} ssl;`,
+      `    ssl_certificate ${chain.cert};`,
+      `    ssl_certificate_key ${chain.key};`,
+      '    location / {',
+      '      auth_basic "keyflow registry";',
+      `      auth_basic_user_file ${dir}/htpasswd;`,
+      `      proxy_pass http://${upstream.host};`,
+      '    }',
+      '  }',
+      '}',
+    ].join('\n'),
+  );
+  proxy = spawn(
+    await ensureDebianTool('nginx', 'nginx'),
+    ['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'nginx-error.log'), '-g', 'daemon off;'],
+    { stdio: 'ignore' },
+  );
+  registryHttps = `https://127.0.0.1:${BASE + 7}${upstream.pathname}`;
+  await eventually(
+    'the registry answers through the proxy',
+    () =>
+      register(secure()).then(
+        () => true,
+        () => false,
+      ),
+    {
+      timeoutMs: 30_000,
+    },
+  );
   Object.assign(process.env, {
     KAFKA_BROKERS: env.KAFKA_BROKERS,
     SCHEMA_REGISTRY_URL: env.SCHEMA_REGISTRY_URL,
@@ -205,6 +275,7 @@ beforeAll(async () => {
 afterAll(async () => {
   process.env = saved;
   redisServer?.kill('SIGTERM');
+  proxy?.kill('SIGTERM');
   await cluster?.down({ purge: true });
   rmSync(dir, { recursive: true, force: true });
 });
@@ -243,6 +314,19 @@ describe('Kafka over SASL_SSL (SCRAM-SHA-512, TLS)', () => {
     );
   });
 
+  it('the registry proxy answers the user over TLS, and refuses no credentials, a wrong password and an untrusted certificate', async () => {
+    await expect(register(secure())).resolves.toBeInstanceOf(Map);
+    const { SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD_FILE, ...anonymous } = secure();
+    void [SCHEMA_REGISTRY_USERNAME, SCHEMA_REGISTRY_PASSWORD_FILE];
+    await expect(register(anonymous)).rejects.toThrow(/401/);
+    const wrong = join(dir, 'wrong-registry-password');
+    writeFileSync(wrong, 'nope');
+    await expect(register({ ...secure(), SCHEMA_REGISTRY_PASSWORD_FILE: wrong })).rejects.toThrow(/401/);
+    await expect(register({ ...secure(), SCHEMA_REGISTRY_CA_FILE: broker.pem })).rejects.toThrow(
+      /certificate|verify/i,
+    );
+  });
+
   it('the Redis answers the password over TLS, and refuses no password and an untrusted certificate', async () => {
     const ask = async (env: Record<string, string>) => {
       const r = createRedis(redisConnectionFromEnv(REDIS_TLS, env), {
@@ -270,7 +354,7 @@ describe('Kafka over SASL_SSL (SCRAM-SHA-512, TLS)', () => {
     ).rejects.toThrow(/certificate|verify/i);
   });
 
-  it('the orchestrator and a worker given only the SASL_SSL listener and the TLS Redis run a workflow to its end', async () => {
+  it('the orchestrator and a worker given only the SASL_SSL listener, the TLS Redis and the registry proxy run a workflow to its end, and so does the CLI', async () => {
     const h = new OrchestratorHarness('security');
     try {
       const orch = await h.startOrchestrator(secure());

@@ -146,10 +146,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     if (missing.length)
       throw new Error(`WORKER_TASK_TYPES names types without a handler: ${missing.join(', ')}`);
 
-    const codec = new EventCodec({
-      registryUrl: this.cfg.SCHEMA_REGISTRY_URL,
-      topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX,
-    });
+    const codec = new EventCodec({ ...this.cfg.registry, topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX });
     const taskTopics = types.map(taskTopicOf);
     this.kafka = createKafka({
       brokers: this.cfg.brokers,

@@ -1,0 +1,78 @@
+import { readFileSync } from 'node:fs';
+import type { CodecOptions } from './codec';
+
+/**
+ * How a keyflow process reaches the schema registry, from the environment:
+ *
+ * | variable | meaning |
+ * |---|---|
+ * | `SCHEMA_REGISTRY_URL` | the Confluent-compatible API's base URL, `http://` or `https://` (Apicurio: `.../apis/ccompat/v7`) |
+ * | `SCHEMA_REGISTRY_USERNAME` + `SCHEMA_REGISTRY_PASSWORD` or `SCHEMA_REGISTRY_PASSWORD_FILE` | HTTP basic auth (RFC 7617; the Confluent clients' `basic.auth.user.info`) |
+ * | `SCHEMA_REGISTRY_CA_FILE` | PEM file of the CA(s) an https registry's certificate chains to (default: Node's CAs) |
+ *
+ * Checked up front: a URL that is not http(s), a user without a password or the reverse, both password forms, a CA
+ * file with an http:// URL (it would silently not be used), an unreadable, empty or non-PEM file.
+ */
+export type RegistryConnection = Pick<CodecOptions, 'registryUrl' | 'registryAuth' | 'registryCa'>;
+
+/** A registry connection setting that cannot work; `issues` names each variable. Not retryable: fix the settings. */
+export class RegistryConnectionConfigError extends Error {
+  readonly code = 'REGISTRY_CONNECTION_CONFIG';
+  readonly retryable = false;
+  constructor(readonly issues: string[]) {
+    super(`invalid schema registry settings:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
+    this.name = 'RegistryConnectionConfigError';
+  }
+}
+
+const PEM = /-----BEGIN [A-Z0-9 ]+-----/;
+
+/**
+ * The registry connection of `env` (see {@link RegistryConnection}).
+ * @throws RegistryConnectionConfigError naming every setting that cannot work
+ */
+export function registryConnectionFromEnv(env: NodeJS.ProcessEnv = process.env): RegistryConnection {
+  const issues: string[] = [];
+  const url = env.SCHEMA_REGISTRY_URL?.trim() ?? '';
+  let protocol = '';
+  try {
+    protocol = new URL(url).protocol;
+    if (protocol !== 'http:' && protocol !== 'https:')
+      issues.push(`SCHEMA_REGISTRY_URL: ${protocol}// is not http:// or https://`);
+  } catch {
+    issues.push('SCHEMA_REGISTRY_URL: not a URL (http://host:port/... or https://...)');
+  }
+  const read = (name: string, pem: boolean): string | undefined => {
+    const path = env[name]?.trim();
+    if (!path) return undefined;
+    try {
+      const text = readFileSync(path, 'utf8');
+      if (pem && !PEM.test(text)) issues.push(`${name}: ${path} holds no PEM block (-----BEGIN ...-----)`);
+      if (!pem && text.trim() === '') issues.push(`${name}: ${path} is empty`);
+      return pem ? text : text.replace(/\r?\n$/, '');
+    } catch (e) {
+      issues.push(`${name}: cannot read ${path}: ${(e as Error).message}`);
+      return undefined;
+    }
+  };
+  const username = env.SCHEMA_REGISTRY_USERNAME?.trim() || undefined;
+  const inline = env.SCHEMA_REGISTRY_PASSWORD || undefined;
+  if (inline !== undefined && env.SCHEMA_REGISTRY_PASSWORD_FILE?.trim())
+    issues.push('SCHEMA_REGISTRY_PASSWORD, SCHEMA_REGISTRY_PASSWORD_FILE: give one of them, not both');
+  const password = inline ?? read('SCHEMA_REGISTRY_PASSWORD_FILE', false);
+  const passwordGiven = inline !== undefined || Boolean(env.SCHEMA_REGISTRY_PASSWORD_FILE?.trim());
+  if (username && !passwordGiven)
+    issues.push(
+      'SCHEMA_REGISTRY_PASSWORD or SCHEMA_REGISTRY_PASSWORD_FILE: required with SCHEMA_REGISTRY_USERNAME',
+    );
+  if (!username && passwordGiven) issues.push('SCHEMA_REGISTRY_USERNAME: required with a registry password');
+  if (env.SCHEMA_REGISTRY_CA_FILE?.trim() && protocol === 'http:')
+    issues.push('SCHEMA_REGISTRY_CA_FILE: set, but SCHEMA_REGISTRY_URL is http:// (https:// uses it)');
+  const ca = read('SCHEMA_REGISTRY_CA_FILE', true);
+  if (issues.length > 0) throw new RegistryConnectionConfigError(issues);
+  return {
+    registryUrl: url,
+    ...(username && password ? { registryAuth: { username, password } } : {}),
+    ...(ca ? { registryCa: ca } : {}),
+  };
+}
