@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { EventCodec } from '@keyflow/contracts';
+import { EventCodec, registryConnectionFromEnv } from '@keyflow/contracts';
 import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger, type Logger } from '@keyflow/observability';
 import type { Kafka } from 'kafkajs';
@@ -73,7 +73,8 @@ export class CliContext {
       brokers,
       clientId: 'keyflow-cli',
       logger: this.logger,
-      security: kafkaSecurityFromEnv(this.env),
+      // The whole environment: this.env keeps only the CLI's own variables.
+      security: kafkaSecurityFromEnv(process.env),
     });
     return this.kafkaClient;
   }
@@ -82,7 +83,7 @@ export class CliContext {
   get codec(): EventCodec | undefined {
     if (!this.env.SCHEMA_REGISTRY_URL) return undefined;
     this.codecClient ??= new EventCodec({
-      registryUrl: this.env.SCHEMA_REGISTRY_URL,
+      ...registryConnectionFromEnv(process.env),
       topicPrefix: this.env.KEYFLOW_TOPIC_PREFIX,
     });
     return this.codecClient;
