@@ -9,10 +9,13 @@ export {
   Histogram,
 } from './metrics';
 export {
-  parseTraceparent,
-  childTraceContext,
-  traceFromHeaders,
-  traceToHeaders,
+  activeTraceIds,
+  contextFromRecord,
+  headersWithTrace,
+  startTracing,
+  traceContextOf,
+  tracer,
+  TRACER_NAME,
   type TraceContext,
 } from './trace';
 export {

@@ -1,67 +1,116 @@
-import { randomFillSync } from 'node:crypto';
+import {
+  context,
+  isSpanContextValid,
+  ROOT_CONTEXT,
+  trace,
+  type Context,
+  type TextMapGetter,
+  type TextMapSetter,
+  type Tracer,
+} from '@opentelemetry/api';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import type { IHeaders } from 'kafkajs';
 
 /**
- * W3C Trace Context (https://www.w3.org/TR/trace-context/) in Kafka record headers `traceparent` and `tracestate`,
- * the same header names OpenTelemetry's Kafka instrumentations use, so spans join across services.
- * traceparent = `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`.
+ * W3C Trace Context (https://www.w3.org/TR/trace-context/) as carried by keyflow: in Kafka record headers
+ * `traceparent` and `tracestate` (the names OpenTelemetry's Kafka instrumentations use) and, for consumers that read
+ * only the value, in each event's `metadata.traceparent` / `metadata.tracestate`.
  */
 export interface TraceContext {
-  traceparent: string;
-  tracestate?: string | null;
+  traceparent: string | null;
+  tracestate: string | null;
 }
 
-const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+/** Name of the tracer every keyflow span comes from (the instrumentation scope). */
+export const TRACER_NAME = 'keyflow';
 
-/** Parses a traceparent; `undefined` when absent or malformed (spec section 3.2: then start a new trace). */
-export function parseTraceparent(
-  value: string | null | undefined,
-): { traceId: string; parentId: string; flags: string } | undefined {
-  const m = value ? TRACEPARENT.exec(value) : null;
-  if (!m || /^0+$/.test(m[1]) || /^0+$/.test(m[2])) return undefined;
-  return { traceId: m[1], parentId: m[2], flags: m[3] };
+/** The tracer of keyflow's spans (a no-op tracer until {@link startTracing} runs). */
+export const tracer = (): Tracer => trace.getTracer(TRACER_NAME);
+
+/** Kafka headers always carry W3C Trace Context, whatever propagator the process registered for other carriers. */
+const w3c = new W3CTraceContextPropagator();
+
+const headerGetter: TextMapGetter<IHeaders> = {
+  keys: (carrier) => Object.keys(carrier),
+  get: (carrier, key) => {
+    const v = carrier[key];
+    if (v === undefined) return undefined;
+    return Array.isArray(v) ? v.map((x) => x.toString()) : v.toString();
+  },
+};
+const headerSetter: TextMapSetter<IHeaders> = {
+  set: (carrier, key, value) => {
+    carrier[key] = value;
+  },
+};
+
+/**
+ * The context a consumed record continues: the trace context of its headers, else that of its event's metadata,
+ * else none (a new trace starts; W3C Trace Context 3.2: a malformed traceparent is ignored). Extracted with the
+ * SDK's W3C propagator.
+ */
+export function contextFromRecord(
+  headers: IHeaders | undefined,
+  metadata?: { traceparent?: string | null; tracestate?: string | null },
+): Context {
+  const fromHeaders = w3c.extract(ROOT_CONTEXT, headers ?? {}, headerGetter);
+  if (trace.getSpanContext(fromHeaders)) return fromHeaders;
+  if (!metadata?.traceparent) return ROOT_CONTEXT;
+  const carrier: IHeaders = { traceparent: metadata.traceparent };
+  if (metadata.tracestate) carrier.tracestate = metadata.tracestate;
+  return w3c.extract(ROOT_CONTEXT, carrier, headerGetter);
 }
 
-// Random ids come from a pool refilled 4 KiB at a time: one randomFillSync per 512 span ids, not one per id (the
-// worker makes a span id per task; a syscall each showed in its CPU profile).
-const POOL = Buffer.alloc(4096);
-let poolAt = POOL.length;
-
-/** `bytes` random bytes as lowercase hex, never all zero (W3C Trace Context 3.2.2.3: all-zero ids are invalid). */
-function randomHex(bytes: number): string {
-  for (;;) {
-    if (poolAt + bytes > POOL.length) {
-      randomFillSync(POOL);
-      poolAt = 0;
-    }
-    const hex = POOL.toString('hex', poolAt, poolAt + bytes);
-    poolAt += bytes;
-    if (!/^0+$/.test(hex)) return hex;
-  }
+/** `headers` (a new object) with the trace context of `ctx` (default: the active one) injected. */
+export function headersWithTrace(headers: IHeaders = {}, ctx: Context = context.active()): IHeaders {
+  const out: IHeaders = { ...headers };
+  w3c.inject(ctx, out, headerSetter);
+  return out;
 }
 
-/** A child context: same trace id, a new span id (or a new trace when `parent` is absent or invalid). */
-export function childTraceContext(parent?: TraceContext | null): TraceContext {
-  const p = parseTraceparent(parent?.traceparent);
-  const traceId = p?.traceId ?? randomHex(16);
+/** The traceparent / tracestate of `ctx` (default: the active one), for an event's metadata; nulls without a span. */
+export function traceContextOf(ctx: Context = context.active()): TraceContext {
+  const carrier: IHeaders = {};
+  w3c.inject(ctx, carrier, headerSetter);
   return {
-    traceparent: `00-${traceId}-${randomHex(8)}-${p?.flags ?? '01'}`,
-    tracestate: p ? (parent?.tracestate ?? null) : null,
+    traceparent: carrier.traceparent?.toString() ?? null,
+    tracestate: carrier.tracestate?.toString() ?? null,
   };
 }
 
-/** Reads the trace context from Kafka headers. */
-export function traceFromHeaders(headers: IHeaders | undefined): TraceContext | undefined {
-  const tp = headers?.traceparent?.toString();
-  if (!parseTraceparent(tp)) return undefined;
-  return { traceparent: tp!, tracestate: headers?.tracestate?.toString() ?? null };
+/** trace_id / span_id of the active span, for log lines (OpenTelemetry's log correlation field names). */
+export function activeTraceIds(): { trace_id?: string; span_id?: string } {
+  const s = trace.getSpanContext(context.active());
+  return s && isSpanContextValid(s) ? { trace_id: s.traceId, span_id: s.spanId } : {};
 }
 
-/** Writes the trace context into Kafka headers (returns a new object). */
-export function traceToHeaders(ctx: TraceContext, headers: IHeaders = {}): IHeaders {
-  return {
-    ...headers,
-    traceparent: ctx.traceparent,
-    ...(ctx.tracestate ? { tracestate: ctx.tracestate } : {}),
-  };
+let started: { exporting: boolean; shutdown: () => Promise<void> } | undefined;
+
+/**
+ * Starts OpenTelemetry tracing in this process (once; later calls return the first result): a tracer provider whose
+ * resource names `service` (OTEL_SERVICE_NAME wins), AsyncLocalStorage context, the W3C Trace Context propagator.
+ * Spans are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
+ * and OTEL_TRACES_EXPORTER is not `none` (the exporter reads those and OTEL_EXPORTER_OTLP_HEADERS itself: OTel spec
+ * "OTLP Exporter Configuration"), in batches (BatchSpanProcessor, OTEL_BSP_* settings). Without an exporter, spans are
+ * still made, so their ids reach Kafka headers and log lines, and dropped.
+ * `shutdown` flushes what is queued (call it before the process exits).
+ */
+export function startTracing(
+  service: string,
+  env: NodeJS.ProcessEnv = process.env,
+): { exporting: boolean; shutdown: () => Promise<void> } {
+  if (started) return started;
+  const exporting =
+    env.OTEL_TRACES_EXPORTER !== 'none' &&
+    Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim());
+  const provider = new NodeTracerProvider({
+    resource: resourceFromAttributes({ 'service.name': env.OTEL_SERVICE_NAME?.trim() || service }),
+    spanProcessors: exporting ? [new BatchSpanProcessor(new OTLPTraceExporter())] : [],
+  });
+  provider.register({ propagator: new W3CTraceContextPropagator() });
+  started = { exporting, shutdown: () => provider.shutdown() };
+  return started;
 }

@@ -18,6 +18,7 @@ import {
   createLogger,
   createMetricsRegistry,
   exitOnComponentFailure,
+  startTracing,
 } from '@keyflow/observability';
 import type { WorkflowDefinition } from '@keyflow/workflow';
 import { createRedis, describeRedis } from '@keyflow/idempotency';
@@ -36,6 +37,7 @@ import { RunsService } from './api/runs.service';
 import { API_KEYS, ApiAuthGuard, ApiKeys } from './api/auth';
 import { CONSOLE_DIR, CONSOLE_PATH } from './api/console';
 import { OpsController } from './api/ops.controller';
+import { httpSpans } from './api/tracing';
 import { OpsService } from './api/ops.service';
 import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
 
@@ -53,6 +55,8 @@ export async function bootstrapOrchestrator(
   schedules: ScheduleDef[] = [],
 ) {
   const cfg = requireApiSettings(loadOrchestratorConfig(env));
+  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
+  const tracing = startTracing('keyflow-orchestrator', env);
   const logger = createLogger('orchestrator');
   const registry = createMetricsRegistry('orchestrator');
   const metrics = orchestratorMetrics(registry);
@@ -157,6 +161,7 @@ export async function bootstrapOrchestrator(
     logger: ['error', 'warn'],
     rawBody: true,
   });
+  app.use(httpSpans);
   const doc = SwaggerModule.createDocument(
     app,
     new DocumentBuilder()
@@ -178,13 +183,15 @@ export async function bootstrapOrchestrator(
       logger.info({ signal }, 'shutting down');
       scheduler.stop();
       lagMonitor.stop();
-      Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]).then(
-        () => process.exit(0),
-        (err) => {
-          logger.error({ err }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
+      Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()])
+        .then(() => tracing.shutdown())
+        .then(
+          () => process.exit(0),
+          (err) => {
+            logger.error({ err }, 'shutdown failed');
+            process.exit(1);
+          },
+        );
     });
   }
   logger.info(
@@ -194,6 +201,7 @@ export async function bootstrapOrchestrator(
       workflows: workflows.names(),
       kafka: describeKafkaSecurity(cfg.kafkaSecurity),
       redis: describeRedis(cfg.redis),
+      tracing: tracing.exporting ? 'otlp' : 'off',
     },
     'orchestrator ready',
   );

@@ -1,7 +1,12 @@
 import 'reflect-metadata';
 import { Module, type DynamicModule, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { createLogger, createMetricsRegistry, exitOnComponentFailure } from '@keyflow/observability';
+import {
+  createLogger,
+  createMetricsRegistry,
+  exitOnComponentFailure,
+  startTracing,
+} from '@keyflow/observability';
 import { describeKafkaSecurity } from '@keyflow/kafka';
 import { describeRedis } from '@keyflow/idempotency';
 import { loadWorkerConfig, type WorkerConfig } from './config';
@@ -20,6 +25,8 @@ import { BLOB_STORE } from './runtime/blob-store';
  */
 export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJS.ProcessEnv = process.env) {
   const cfg: WorkerConfig = loadWorkerConfig(env);
+  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
+  const tracing = startTracing('keyflow-worker', env);
   const logger = createLogger('workers');
   const registry = createMetricsRegistry('workers');
   const publisher = new EventPublisher();
@@ -52,13 +59,16 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
       if (closing) return;
       closing = true;
       logger.info({ signal }, 'shutting down: draining in-flight tasks');
-      app.close().then(
-        () => process.exit(0),
-        (err) => {
-          logger.error({ err }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
+      app
+        .close()
+        .then(() => tracing.shutdown())
+        .then(
+          () => process.exit(0),
+          (err) => {
+            logger.error({ err }, 'shutdown failed');
+            process.exit(1);
+          },
+        );
     });
   }
   exitOnComponentFailure(transport.health, logger);
@@ -72,6 +82,7 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
       blobs: transport.blobs.describe,
       kafka: describeKafkaSecurity(cfg.kafkaSecurity),
       redis: describeRedis(cfg.redis),
+      tracing: tracing.exporting ? 'otlp' : 'off',
     },
     'worker ready',
   );

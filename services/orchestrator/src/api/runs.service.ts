@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { BatchingProducer } from '@keyflow/kafka';
+import { headersWithTrace, traceContextOf } from '@keyflow/observability';
 import { SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
@@ -214,10 +215,15 @@ export class RunsService {
     event: 'StartRun' | 'CancelRun' | 'SignalRun' | 'RetryRun',
     fields: Record<string, unknown>,
   ) {
+    // The request's span (api/tracing.ts) is the active one: the run's trace starts from it.
     const value = this.codec.encode('wf.requests', event, {
-      metadata: newMetadata(event, { key: runId, correlationId: runId }),
+      metadata: newMetadata(event, { key: runId, correlationId: runId, ...traceContextOf() }),
       ...fields,
     } as never);
-    await this.producer.send(this.codec.physical('wf.requests'), { key: runId, value });
+    await this.producer.send(this.codec.physical('wf.requests'), {
+      key: runId,
+      value,
+      headers: headersWithTrace(),
+    });
   }
 }

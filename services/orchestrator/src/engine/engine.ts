@@ -25,7 +25,6 @@ import {
   createIdempotentProducer,
   dlqTopicFor,
   ensureTopics,
-  header,
   subscribeWhenReady,
   UndecodableBatchError,
   PartitionQuarantine,
@@ -35,7 +34,14 @@ import {
   connectUntilAnswered,
   taskTopicOf,
 } from '@keyflow/kafka';
-import { ComponentHealth, type Logger } from '@keyflow/observability';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import {
+  ComponentHealth,
+  contextFromRecord,
+  traceContextOf,
+  tracer,
+  type Logger,
+} from '@keyflow/observability';
 import {
   backoffDelayMs,
   PendingRuns,
@@ -63,6 +69,12 @@ import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
 import { TimerQueue, type DueTimer } from './timers';
+
+/** The spans of one engine batch (see Engine.tracedBatch). */
+interface BatchSpans {
+  batch: Span;
+  applied: Span[];
+}
 
 /** At most this many ended runs, and this many wf.state tombstones (cores and segments), per partition per sweep. */
 const FORGET_RUNS_PER_SWEEP = 1_000;
@@ -448,7 +460,7 @@ export class Engine {
 
   private async processBatch(o: OwnedPartition, p: EachBatchPayload): Promise<void> {
     try {
-      await this.applyBatch(o, p, 'per-batch');
+      await this.tracedBatch(o, p, 'per-batch');
     } catch (err) {
       if (!(err instanceof SnapshotPerInput)) throw err;
       // A run's state outgrew what a snapshot can carry somewhere in this batch: apply it again with a snapshot per
@@ -457,7 +469,45 @@ export class Engine {
         { runId: err.runId, err: err.cause },
         'a snapshot could not be encoded; batch applied again input by input',
       );
-      await this.applyBatch(o, p, 'per-input');
+      await this.tracedBatch(o, p, 'per-input');
+    }
+  }
+
+  /**
+   * {@link applyBatch} in a `keyflow.engine.batch` span (CONSUMER), which links to the trace of every input it applies
+   * and is the parent of the batch's `keyflow.engine.transaction` span; each applied input gets a
+   * `keyflow.engine.apply <event>` span in its run's trace (child of the context its record carries), whose context
+   * the input's commands and lifecycle events carry on. All of them end when the transaction has committed or failed.
+   */
+  private async tracedBatch(
+    o: OwnedPartition,
+    p: EachBatchPayload,
+    snapshots: 'per-batch' | 'per-input',
+  ): Promise<void> {
+    const spans: BatchSpans = {
+      batch: tracer().startSpan('keyflow.engine.batch', {
+        kind: SpanKind.CONSUMER,
+        attributes: {
+          'messaging.system': 'kafka',
+          'messaging.destination.name': p.batch.topic,
+          'messaging.destination.partition.id': String(p.batch.partition),
+          'messaging.batch.message_count': p.batch.messages.length,
+        },
+      }),
+      applied: [],
+    };
+    try {
+      await this.applyBatch(o, p, snapshots, spans);
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      for (const s of [...spans.applied, spans.batch]) {
+        s.recordException(err);
+        s.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
+      }
+      throw e;
+    } finally {
+      for (const s of spans.applied) s.end();
+      spans.batch.end();
     }
   }
 
@@ -471,6 +521,7 @@ export class Engine {
     o: OwnedPartition,
     p: EachBatchPayload,
     snapshots: 'per-batch' | 'per-input',
+    spans: BatchSpans,
   ): Promise<void> {
     const { batch } = p;
     // A stand-in for a batch no codec could decode: apply what comes before it, then keep the partition paused.
@@ -576,16 +627,25 @@ export class Engine {
       try {
         d = pending.apply(def, input);
         if (!d.ignored) {
-          const trace = {
-            traceparent: header(m.headers, 'traceparent') ?? decoded.value.metadata.traceparent ?? null,
-            tracestate: decoded.value.metadata.tracestate ?? null,
-          };
+          const parent = contextFromRecord(m.headers, decoded.value.metadata);
+          const applySpan = tracer().startSpan(
+            `keyflow.engine.apply ${decoded.event}`,
+            {
+              attributes: { 'keyflow.run_id': input.runId, 'keyflow.input': input.kind },
+              links: [{ context: spans.batch.spanContext() }],
+            },
+            parent,
+          );
+          spans.applied.push(applySpan);
+          const carried = trace.getSpanContext(parent);
+          if (carried) spans.batch.addLink({ context: carried });
+          const traceCtx = traceContextOf(trace.setSpan(parent, applySpan));
           outputs = await encodeOutputs(
             this.codec,
             d.state!,
             d.commands,
             d.events,
-            { eventId: input.eventId, at: input.at, ...trace },
+            { eventId: input.eventId, at: input.at, ...traceCtx },
             this.claim,
             snapshots === 'per-input'
               ? { previous: o.runs.get(input.runId), partition: o.partition }
@@ -661,6 +721,11 @@ export class Engine {
       }
 
     let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
+    const txSpan = tracer().startSpan(
+      'keyflow.engine.transaction',
+      { attributes: { 'keyflow.records': records.length + dlq.length } },
+      trace.setSpan(ROOT_CONTEXT, spans.batch),
+    );
     try {
       tx = await o.producer.transaction();
       const byTopic = new Map<string, Msg[]>();
@@ -675,7 +740,7 @@ export class Engine {
       };
       records.forEach((r, i) => {
         if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
-        add(r.topic, { key: r.key, value: r.value, partition: r.partition });
+        add(r.topic, { key: r.key, value: r.value, partition: r.partition, headers: r.headers });
       });
       for (const { m, err } of dlq) {
         const t = dlqTopicFor(batch.topic);
@@ -710,8 +775,12 @@ export class Engine {
         topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
       });
       await tx.commit();
+      txSpan.end();
     } catch (err) {
       await tx?.abort().catch(() => undefined);
+      txSpan.recordException(err as Error);
+      txSpan.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+      txSpan.end();
       this.logger.warn(
         { err, topic: batch.topic, partition: batch.partition },
         'transaction aborted; the batch will be redelivered',

@@ -103,6 +103,8 @@ export interface OutputRecord {
   value: Buffer;
   /** Set for wf.state records, whose segment keys do not hash to the run's partition. */
   partition?: number;
+  /** W3C trace context headers (commands and lifecycle events: the span that applied their input). */
+  headers?: Record<string, string>;
 }
 
 /**
@@ -144,6 +146,9 @@ export async function encodeOutputs(
 ): Promise<OutputRecord[]> {
   const out: OutputRecord[] = [];
   let i = 0;
+  const headers = cause.traceparent
+    ? { traceparent: cause.traceparent, ...(cause.tracestate ? { tracestate: cause.tracestate } : {}) }
+    : undefined;
   const meta = (event: EventName, key: string) =>
     newMetadata(event, {
       key,
@@ -182,6 +187,7 @@ export async function encodeOutputs(
       topic: codec.physical(logical),
       key: c.entityKey,
       value: codec.encode(logical, 'TaskCommand', cmd),
+      headers,
     });
   }
   for (const e of events) {
@@ -206,7 +212,7 @@ export async function encodeOutputs(
       ...fields,
       ...extra,
     } as never);
-    out.push({ topic: codec.physical('wf.events'), key: state.runId, value });
+    out.push({ topic: codec.physical('wf.events'), key: state.runId, value, headers });
   }
   if (snapshot)
     out.push(

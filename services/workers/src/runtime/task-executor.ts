@@ -10,7 +10,14 @@ import {
   type ConsumedMessage,
   type HandleContext,
 } from '@keyflow/kafka';
-import { childTraceContext, traceFromHeaders, traceToHeaders, type Logger } from '@keyflow/observability';
+import { context, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import {
+  contextFromRecord,
+  headersWithTrace,
+  traceContextOf,
+  tracer,
+  type Logger,
+} from '@keyflow/observability';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {
   DEAD_LETTERED,
@@ -127,6 +134,41 @@ export class TaskExecutor {
         return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
       throw e;
     }
+    // The task's span continues the command's trace (its headers, else its metadata); everything below runs in it,
+    // so the attempts' and the handler's spans are its children, the result carries its context, and log lines
+    // carry its ids.
+    const parent = contextFromRecord(m.headers, cmd.metadata);
+    const span = tracer().startSpan(
+      `keyflow.task ${cmd.taskType}`,
+      {
+        kind: SpanKind.CONSUMER,
+        attributes: {
+          'messaging.system': 'kafka',
+          'messaging.destination.name': m.topic,
+          'messaging.destination.partition.id': String(m.partition),
+          'messaging.kafka.offset': Number(m.offset),
+          'keyflow.run_id': cmd.runId,
+          'keyflow.step_id': cmd.stepId,
+          'keyflow.task_type': cmd.taskType,
+          'keyflow.step_attempt': cmd.attempt,
+          'keyflow.idempotency_key': cmd.idempotencyKey,
+        },
+      },
+      parent,
+    );
+    try {
+      await context.with(trace.setSpan(parent, span), () => this.handleCommand(cmd, m, hc));
+    } catch (e) {
+      failSpan(span, e);
+      throw e;
+    } finally {
+      span.end();
+    }
+  }
+
+  /** The rest of {@link handle}, for a decoded command, inside its task span. */
+  private async handleCommand(cmd: TaskCommand, m: ConsumedMessage, hc: HandleContext): Promise<void> {
+    const loc = { topic: m.topic, partition: m.partition, offset: m.offset };
     // Built on first use: most tasks log nothing, and a pino child serialises its bindings when it is made.
     let child: Logger | undefined;
     const bindings = {
@@ -241,24 +283,34 @@ export class TaskExecutor {
       );
       const signal = attemptAc.signal;
       const end = this.o.metrics.handlerSeconds.startTimer({ type: cmd.taskType });
+      const attemptSpan = tracer().startSpan('keyflow.task.attempt', {
+        attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs },
+      });
+      const handlerSpan = tracer().startSpan(
+        `keyflow.handler ${cmd.taskType}`,
+        {},
+        trace.setSpan(context.active(), attemptSpan),
+      );
       try {
         // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
         // the lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler
         // that ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
-        const result = await handler(input, {
-          runId: cmd.runId,
-          stepId: cmd.stepId,
-          taskType: cmd.taskType,
-          stepAttempt: cmd.attempt,
-          attempt,
-          idempotencyKey: cmd.idempotencyKey,
-          signal,
-          correlationId: cmd.metadata.correlationId,
-          // The task's child logger, made when the handler first reads it.
-          get logger() {
-            return log();
-          },
-        });
+        const result = await context.with(trace.setSpan(context.active(), handlerSpan), () =>
+          handler(input, {
+            runId: cmd.runId,
+            stepId: cmd.stepId,
+            taskType: cmd.taskType,
+            stepAttempt: cmd.attempt,
+            attempt,
+            idempotencyKey: cmd.idempotencyKey,
+            signal,
+            correlationId: cmd.metadata.correlationId,
+            // The task's child logger, made when the handler first reads it.
+            get logger() {
+              return log();
+            },
+          }),
+        );
         end();
         this.o.metrics.attempts.inc({ type: cmd.taskType, result: 'ok' });
         this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'completed' });
@@ -269,6 +321,8 @@ export class TaskExecutor {
         };
       } catch (raw) {
         end();
+        failSpan(handlerSpan, raw);
+        failSpan(attemptSpan, raw);
         if (stop.stopped) throw stop.reason ?? raw;
         const err = raw instanceof Error ? raw : new Error(String(raw));
         const now = Date.now();
@@ -296,6 +350,8 @@ export class TaskExecutor {
         };
       } finally {
         clearTimeout(timer);
+        handlerSpan.end();
+        attemptSpan.end();
       }
     }
   }
@@ -349,19 +405,15 @@ export class TaskExecutor {
         outcome = { kind: 'failed', error: failure(e, false, 1, now, now) };
       }
     }
-    const trace = childTraceContext(
-      traceFromHeaders(m.headers) ?? {
-        traceparent: cmd.metadata.traceparent ?? '',
-        tracestate: cmd.metadata.tracestate,
-      },
-    );
+    // The task span's context (the active one): the engine's next step continues from it.
+    const traceContext = traceContextOf();
     // A stable event id per (command, outcome kind): a re-published result is recognisably the same fact.
     const meta = newMetadata(outcome.kind === 'completed' ? 'TaskCompleted' : 'TaskFailed', {
       key: cmd.runId,
       correlationId: cmd.metadata.correlationId,
       causationId: cmd.metadata.eventId,
-      traceparent: trace.traceparent,
-      tracestate: trace.tracestate,
+      traceparent: traceContext.traceparent,
+      tracestate: traceContext.tracestate,
       eventId: derivedEventId(cmd.metadata.eventId, outcome.kind),
     });
     const common = {
@@ -391,7 +443,7 @@ export class TaskExecutor {
     await this.o.results.send(this.o.codec.physical('task.results'), {
       key: cmd.runId,
       value,
-      headers: traceToHeaders(trace),
+      headers: headersWithTrace(),
     });
   }
 
@@ -453,6 +505,13 @@ export class TaskExecutor {
       }
     }
   }
+}
+
+/** Marks a span failed with `e` (OpenTelemetry: status ERROR and an exception event). */
+function failSpan(span: Span, e: unknown): void {
+  const err = e instanceof Error ? e : new Error(String(e));
+  span.recordException(err);
+  span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
 }
 
 /** Longest error message a TaskFailed carries, in characters (UTF-16 units; at most 4x as many bytes). */

@@ -1,0 +1,33 @@
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { tracer } from '@keyflow/observability';
+import type { NextFunction, Request, Response } from 'express';
+
+/** Paths polled by probes and scrapers: no span each (they would drown the traces of real requests). */
+const UNTRACED = /^\/(health|metrics)(\/|$)/i;
+
+/**
+ * Express middleware: one SERVER span per API request (OTel HTTP semantic conventions: `http.request.method`,
+ * `url.path`, `http.route`, `http.response.status_code`; status ERROR for 5xx), continuing the caller's
+ * `traceparent` header (W3C Trace Context) when it has one. The handler runs inside the span, so what it publishes
+ * (a StartRun, a signal) carries the span's context in its headers and metadata.
+ */
+export function httpSpans(req: Request, res: Response, next: NextFunction): void {
+  if (UNTRACED.test(req.path)) return next();
+  const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+  const span = tracer().startSpan(
+    `${req.method} ${req.path}`,
+    { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method, 'url.path': req.path } },
+    parent,
+  );
+  res.once('finish', () => {
+    const route = (req.route as { path?: string } | undefined)?.path;
+    if (route) {
+      span.updateName(`${req.method} ${route}`);
+      span.setAttribute('http.route', route);
+    }
+    span.setAttribute('http.response.status_code', res.statusCode);
+    if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+    span.end();
+  });
+  context.with(trace.setSpan(parent, span), next);
+}
