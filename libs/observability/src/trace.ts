@@ -1,6 +1,7 @@
 import {
   context,
   isSpanContextValid,
+  propagation,
   ROOT_CONTEXT,
   trace,
   type Context,
@@ -11,6 +12,7 @@ import {
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import type { IHeaders } from 'kafkajs';
 
@@ -94,8 +96,9 @@ let started: { exporting: boolean; shutdown: () => Promise<void> } | undefined;
  * resource names `service` (OTEL_SERVICE_NAME wins), AsyncLocalStorage context, the W3C Trace Context propagator.
  * Spans are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
  * and OTEL_TRACES_EXPORTER is not `none` (the exporter reads those and OTEL_EXPORTER_OTLP_HEADERS itself: OTel spec
- * "OTLP Exporter Configuration"), in batches (BatchSpanProcessor, OTEL_BSP_* settings). Without an exporter, spans are
- * still made, so their ids reach Kafka headers and log lines, and dropped.
+ * "OTLP Exporter Configuration"), in batches (BatchSpanProcessor, OTEL_BSP_* settings). Without an exporter no tracer
+ * provider is registered: spans are no-ops that pass their parent's context on, so a caller's trace still reaches
+ * Kafka headers, metadata and log lines, and tracing costs nothing per task.
  * `shutdown` flushes what is queued (call it before the process exits).
  */
 export function startTracing(
@@ -106,11 +109,19 @@ export function startTracing(
   const exporting =
     env.OTEL_TRACES_EXPORTER !== 'none' &&
     Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim());
+  if (!exporting) {
+    // No tracer provider: spans are no-ops that carry their parent's context, so an incoming trace still flows
+    // through (headers, metadata, log lines) at no cost per task.
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    propagation.setGlobalPropagator(w3c);
+    started = { exporting, shutdown: async () => undefined };
+    return started;
+  }
   const provider = new NodeTracerProvider({
     resource: resourceFromAttributes({ 'service.name': env.OTEL_SERVICE_NAME?.trim() || service }),
-    spanProcessors: exporting ? [new BatchSpanProcessor(new OTLPTraceExporter())] : [],
+    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())],
   });
-  provider.register({ propagator: new W3CTraceContextPropagator() });
+  provider.register({ propagator: w3c });
   started = { exporting, shutdown: () => provider.shutdown() };
   return started;
 }

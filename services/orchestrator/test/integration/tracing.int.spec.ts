@@ -4,6 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { eventually } from '@keyflow/testing';
 import { OrchestratorHarness, TERMINAL_EVENTS, post } from './support';
 
+jest.setTimeout(120_000);
+
 /** A span as the OTLP/HTTP JSON encoding carries it (ids as hex; OTLP spec "JSON Protobuf Encoding"). */
 interface ReceivedSpan {
   service: string;
