@@ -37,7 +37,8 @@ const PEM = /-----BEGIN [A-Z0-9 ]+-----/;
  * The connection of `url` with the file settings of `env` (see {@link RedisConnection}).
  * @throws RedisConnectionConfigError naming every setting that cannot work
  */
-export function redisConnectionFromEnv(url: string, env: NodeJS.ProcessEnv = process.env): RedisConnection {
+export function redisConnectionFromEnv(given: string, env: NodeJS.ProcessEnv = process.env): RedisConnection {
+  let url = given;
   const issues: string[] = [];
   let parsed: URL | undefined;
   try {
@@ -78,7 +79,15 @@ export function redisConnectionFromEnv(url: string, env: NodeJS.ProcessEnv = pro
   const key = read('REDIS_TLS_KEY_FILE', true);
   if (issues.length > 0) throw new RedisConnectionConfigError(issues);
   const options: RedisOptions = {};
-  if (password !== undefined) options.password = password;
+  if (password !== undefined && parsed) {
+    // ioredis takes a URL's userinfo over the options (an ACL user without a password in the URL becomes an empty
+    // password): the user moves to the options and the URL keeps no userinfo.
+    if (parsed.username) options.username = decodeURIComponent(parsed.username);
+    options.password = password;
+    parsed.username = '';
+    parsed.password = '';
+    url = parsed.toString();
+  }
   if (tls) options.tls = { ...(ca ? { ca: [ca] } : {}), ...(cert && key ? { cert, key } : {}) };
   return { url, options };
 }
@@ -92,7 +101,8 @@ export function createRedis(conn: RedisConnection, extra: RedisOptions = {}): Re
 export function describeRedis(conn: RedisConnection): string {
   try {
     const u = new URL(conn.url);
-    const auth = u.password || conn.options.password !== undefined ? ` as ${u.username || 'default'}` : '';
+    const user = u.username || conn.options.username || 'default';
+    const auth = u.password || conn.options.password !== undefined ? ` as ${user}` : '';
     return `${u.protocol}//${u.host}${auth}`;
   } catch {
     return 'redis (unparsable URL)';

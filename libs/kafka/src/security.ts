@@ -43,6 +43,10 @@ export class KafkaSecurityConfigError extends Error {
 }
 
 const nonEmpty = z.string().trim().min(1).optional();
+/** An empty variable (a template's `KAFKA_SSL_CA_FILE=`) counts as unset. */
+const unsetIfEmpty = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv =>
+  Object.fromEntries(Object.entries(env).filter(([k, v]) => !(k.startsWith('KAFKA_') && v?.trim() === '')));
+
 const Schema = z.object({
   KAFKA_SECURITY_PROTOCOL: z.enum(KAFKA_SECURITY_PROTOCOLS).default('PLAINTEXT'),
   KAFKA_SASL_MECHANISM: z.enum(KAFKA_SASL_MECHANISMS).optional(),
@@ -61,7 +65,7 @@ const PEM = /-----BEGIN [A-Z0-9 ]+-----/;
  * @throws KafkaSecurityConfigError naming every setting that cannot work
  */
 export function kafkaSecurityFromEnv(env: NodeJS.ProcessEnv = process.env): KafkaSecurity {
-  const parsed = Schema.safeParse(env);
+  const parsed = Schema.safeParse(unsetIfEmpty(env));
   if (!parsed.success)
     throw new KafkaSecurityConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
   const c = parsed.data;

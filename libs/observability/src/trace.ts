@@ -1,5 +1,8 @@
 import {
   context,
+  diag,
+  DiagConsoleLogger,
+  DiagLogLevel,
   isSpanContextValid,
   propagation,
   ROOT_CONTEXT,
@@ -91,11 +94,15 @@ export function activeTraceIds(): { trace_id?: string; span_id?: string } {
 
 let started: { exporting: boolean; shutdown: () => Promise<void> } | undefined;
 
+/** Longest a shutdown waits for the last spans to be exported, in ms. */
+const SHUTDOWN_FLUSH_MS = 5_000;
+
 /**
  * Starts OpenTelemetry tracing in this process (once; later calls return the first result): a tracer provider whose
  * resource names `service` (OTEL_SERVICE_NAME wins), AsyncLocalStorage context, the W3C Trace Context propagator.
  * Spans are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
- * and OTEL_TRACES_EXPORTER is not `none` (the exporter reads those and OTEL_EXPORTER_OTLP_HEADERS itself: OTel spec
+ * and OTEL_TRACES_EXPORTER is unset or `otlp` (the exporter reads those and OTEL_EXPORTER_OTLP_HEADERS from
+ * process.env itself: OTel spec
  * "OTLP Exporter Configuration"), in batches (BatchSpanProcessor, OTEL_BSP_* settings). Without an exporter no tracer
  * provider is registered: spans are no-ops that pass their parent's context on, so a caller's trace still reaches
  * Kafka headers, metadata and log lines, and tracing costs nothing per task.
@@ -106,8 +113,9 @@ export function startTracing(
   env: NodeJS.ProcessEnv = process.env,
 ): { exporting: boolean; shutdown: () => Promise<void> } {
   if (started) return started;
+  const exporter = env.OTEL_TRACES_EXPORTER?.trim() || 'otlp';
   const exporting =
-    env.OTEL_TRACES_EXPORTER !== 'none' &&
+    exporter === 'otlp' &&
     Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim());
   if (!exporting) {
     // No tracer provider: spans are no-ops that carry their parent's context, so an incoming trace still flows
@@ -122,6 +130,16 @@ export function startTracing(
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())],
   });
   provider.register({ propagator: w3c });
-  started = { exporting, shutdown: () => provider.shutdown() };
+  // The SDK's own warnings (an export the collector refused or did not answer) go to stderr instead of nowhere.
+  diag.setLogger(new DiagConsoleLogger(), DiagLogLevel.WARN);
+  started = {
+    exporting,
+    // A collector that is down must not make a clean shutdown fail or hang: the last flush gets 5 s, then is dropped.
+    shutdown: () =>
+      Promise.race([
+        provider.shutdown(),
+        new Promise<void>((r) => setTimeout(r, SHUTDOWN_FLUSH_MS).unref()),
+      ]).catch((e) => diag.warn(`spans not flushed at shutdown: ${(e as Error)?.message ?? String(e)}`)),
+  };
   return started;
 }

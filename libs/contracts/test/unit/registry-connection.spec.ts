@@ -47,6 +47,18 @@ describe('schema registry connection settings', () => {
     });
   });
 
+  it('credentials in the URL become the basic auth and leave the URL (fetch refuses them; errors would show them)', () => {
+    expect(
+      registryConnectionFromEnv({ SCHEMA_REGISTRY_URL: 'https://svc:p%40ss@registry.example/ccompat' }),
+    ).toEqual({
+      registryUrl: 'https://registry.example/ccompat',
+      registryAuth: { username: 'svc', password: 'p@ss' },
+    });
+    expect(
+      issues({ SCHEMA_REGISTRY_URL: 'https://svc:x@registry.example', SCHEMA_REGISTRY_USERNAME: 'other' }),
+    ).toEqual([expect.stringMatching(/carries credentials, and SCHEMA_REGISTRY_USERNAME/)]);
+  });
+
   it('a user without a password and the reverse, both password forms, a CA with http:// and bad URLs are refused', () => {
     const http = 'http://r:1';
     expect(issues({ SCHEMA_REGISTRY_URL: http, SCHEMA_REGISTRY_USERNAME: 'u' })).toEqual([

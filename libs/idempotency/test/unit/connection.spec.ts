@@ -42,6 +42,14 @@ describe('Redis connection settings', () => {
     expect(describeRedis(redisConnectionFromEnv('redis://app:pw@h:1', {}))).toBe('redis://h:1 as app');
   });
 
+  it('an ACL user in the URL with the password in a file: both reach ioredis as options, the URL keeps no userinfo', () => {
+    const conn = redisConnectionFromEnv('redis://app@cache:6379/2', {
+      REDIS_PASSWORD_FILE: file('pw3', 'pw\n'),
+    });
+    expect(conn).toEqual({ url: 'redis://cache:6379/2', options: { username: 'app', password: 'pw' } });
+    expect(describeRedis(conn)).toBe('redis://cache:6379 as app');
+  });
+
   it('TLS files with redis://, a password twice, a lone client certificate and bad files are refused, each named', () => {
     expect(issues('redis://h:1', { REDIS_TLS_CA_FILE: ca })).toEqual([
       expect.stringMatching(/^REDIS_TLS_CA_FILE: set, but REDIS_URL is redis:\/\//),

@@ -46,6 +46,19 @@ describe('Kafka connection settings', () => {
     expect(describeKafkaSecurity(s)).not.toContain('s3cret');
   });
 
+  it('an empty variable counts as unset (a template that leaves KAFKA_SSL_CA_FILE= empty)', () => {
+    expect(
+      kafkaSecurityFromEnv({
+        KAFKA_SECURITY_PROTOCOL: 'SSL',
+        KAFKA_SSL_CA_FILE: '',
+        KAFKA_SASL_USERNAME: ' ',
+      }),
+    ).toEqual({
+      protocol: 'SSL',
+      ssl: {},
+    });
+  });
+
   it('SSL without a CA file trusts the default CAs; SASL_PLAINTEXT uses no TLS', () => {
     expect(kafkaSecurityFromEnv({ KAFKA_SECURITY_PROTOCOL: 'SSL' })).toEqual({ protocol: 'SSL', ssl: {} });
     expect(

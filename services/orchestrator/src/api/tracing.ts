@@ -19,15 +19,23 @@ export function httpSpans(req: Request, res: Response, next: NextFunction): void
     { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method, 'url.path': req.path } },
     parent,
   );
-  res.once('finish', () => {
+  // 'close' comes after 'finish', and also when the client goes away before an answer: the span ends either way.
+  res.once('close', () => {
     const route = (req.route as { path?: string } | undefined)?.path;
     if (route) {
       span.updateName(`${req.method} ${route}`);
       span.setAttribute('http.route', route);
     }
-    span.setAttribute('http.response.status_code', res.statusCode);
-    if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+    if (res.writableFinished) {
+      span.setAttribute('http.response.status_code', res.statusCode);
+      if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+    } else span.setStatus({ code: SpanStatusCode.ERROR, message: 'the client closed the connection first' });
     span.end();
   });
-  context.with(trace.setSpan(parent, span), next);
+  // Bound to the request and response emitters too: a body read later (events fired from the socket) and the
+  // handler it reaches stay in the span (as OpenTelemetry's own HTTP instrumentation does).
+  const ctx = trace.setSpan(parent, span);
+  context.bind(ctx, req);
+  context.bind(ctx, res);
+  context.with(ctx, next);
 }

@@ -1,3 +1,4 @@
+import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import type { IdempotencyStore, Lease } from '@keyflow/idempotency';
 import type { Logger } from '@keyflow/observability';
 
@@ -28,7 +29,10 @@ export class LeaseRenewer {
     this.held.set(lease.token, { lease, lost, renewedAt: Date.now(), renewing: false });
     if (!this.timer) {
       // Ticks twice per period: a lease waits at most one period between renewals, whenever it was taken.
-      this.timer = setInterval(() => this.tick(), Math.max(50, Math.floor(this.periodMs / 2)));
+      // In no task's trace context: the timer serves every task, so its log lines must not carry the first one's ids.
+      this.timer = context.with(ROOT_CONTEXT, () =>
+        setInterval(() => this.tick(), Math.max(50, Math.floor(this.periodMs / 2))),
+      );
       this.timer.unref();
     }
     return () => void this.held.delete(lease.token);
