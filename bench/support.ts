@@ -97,6 +97,29 @@ export function httpClient(origin: string, connections = 64) {
   };
 }
 
+/**
+ * An OTLP/HTTP endpoint that accepts every export and keeps only a count of requests and bytes (a collector that
+ * costs nothing), for benchmarks with tracing on.
+ */
+export async function otlpSink(): Promise<{
+  url: string;
+  stats: { requests: number; bytes: number };
+  close: () => void;
+}> {
+  const { createServer } = await import('node:http');
+  const stats = { requests: 0, bytes: 0 };
+  const server = createServer((req, res) => {
+    req.on('data', (c: Buffer) => (stats.bytes += c.length));
+    req.on('end', () => {
+      stats.requests++;
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as { port: number };
+  return { url: `http://127.0.0.1:${port}`, stats, close: () => server.close() };
+}
+
 /** Spawns a service entry point; `ready` resolves with its HTTP URL when it logs `readyMsg`. */
 /** `nodeArgs`: extra Node options before the entry (e.g. `--cpu-prof`, which NODE_OPTIONS does not accept). */
 export function spawnService(

@@ -3,7 +3,7 @@ import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
-import { pct, spawnService, until } from './support';
+import { otlpSink, pct, spawnService, until } from './support';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -20,6 +20,10 @@ const program = new Command()
   .option('--backlog <n>', 'backlog size for the peak-memory figure (0 to skip)', '200000')
   .option('--partitions <n>', 'partitions of the task and result topics', '6')
   .option(
+    '--otlp',
+    'tracing on: the worker exports its spans over OTLP/HTTP to a sink this bench runs (they are counted, not kept)',
+  )
+  .option(
     '--profile <dir>',
     'write a V8 CPU profile (.cpuprofile) of the worker of the throughput run into <dir>',
   )
@@ -30,6 +34,7 @@ const opts = program.opts<{
   seconds: string;
   backlog: string;
   partitions: string;
+  otlp?: boolean;
   profile?: string;
 }>();
 
@@ -90,6 +95,9 @@ async function produce(producer: Producer, codec: EventCodec, from: number, n: n
   }
 }
 
+/** With --otlp: where the worker exports its spans (set in main before any worker starts). */
+let otlpEndpoint: string | undefined;
+
 function startWorker(prefix: string, profileDir?: string) {
   return spawnService(
     'services/workers/src/main.ts',
@@ -98,6 +106,7 @@ function startWorker(prefix: string, profileDir?: string) {
       WORKER_GROUP_ID: `${prefix}workers`,
       WORKER_TASK_TYPES: 'noop',
       LOG_LEVEL: 'warn',
+      ...(otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlpEndpoint } : {}),
     },
     'worker ready',
     // Node writes the profile when the process exits (the bench stops it with SIGTERM).
@@ -219,6 +228,11 @@ async function main() {
   const run = `bench-${Date.now()}.`;
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
+  const sink = opts.otlp ? await otlpSink() : undefined;
+  otlpEndpoint = sink?.url;
+  console.log(
+    `tracing: ${sink ? `on (OTLP/HTTP export to a sink at ${sink.url})` : 'off (no OTLP endpoint)'}`,
+  );
 
   // 1. Throughput draining a backlog: worker vs raw relay over the same commands.
   const codec = await setup(run, partitions);
@@ -287,6 +301,12 @@ async function main() {
     await memResults.consumer.disconnect();
   }
   await producer.disconnect();
+  if (sink) {
+    console.log(
+      `spans exported: ${sink.stats.requests} OTLP requests, ${(sink.stats.bytes / 1048576).toFixed(1)} MiB`,
+    );
+    sink.close();
+  }
 }
 
 main().then(
