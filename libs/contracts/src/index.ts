@@ -9,3 +9,4 @@ export {
   RegistryConnectionConfigError,
   type RegistryConnection,
 } from './registry-connection';
+export { settingFileReader } from './setting-files';

@@ -1,5 +1,5 @@
-import { readFileSync } from 'node:fs';
 import type { CodecOptions } from './codec';
+import { settingFileReader } from './setting-files';
 
 /**
  * How a keyflow process reaches the schema registry, from the environment:
@@ -25,8 +25,6 @@ export class RegistryConnectionConfigError extends Error {
     this.name = 'RegistryConnectionConfigError';
   }
 }
-
-const PEM = /-----BEGIN [A-Z0-9 ]+-----/;
 
 /**
  * The registry connection of `env` (see {@link RegistryConnection}).
@@ -56,19 +54,8 @@ export function registryConnectionFromEnv(env: NodeJS.ProcessEnv = process.env):
   } catch {
     issues.push('SCHEMA_REGISTRY_URL: not a URL (http://host:port/... or https://...)');
   }
-  const read = (name: string, pem: boolean): string | undefined => {
-    const path = env[name]?.trim();
-    if (!path) return undefined;
-    try {
-      const text = readFileSync(path, 'utf8');
-      if (pem && !PEM.test(text)) issues.push(`${name}: ${path} holds no PEM block (-----BEGIN ...-----)`);
-      if (!pem && text.trim() === '') issues.push(`${name}: ${path} is empty`);
-      return pem ? text : text.replace(/\r?\n$/, '');
-    } catch (e) {
-      issues.push(`${name}: cannot read ${path}: ${(e as Error).message}`);
-      return undefined;
-    }
-  };
+  const read = settingFileReader(env, issues);
+
   if (
     fromUrl &&
     (env.SCHEMA_REGISTRY_USERNAME?.trim() ||
@@ -82,7 +69,7 @@ export function registryConnectionFromEnv(env: NodeJS.ProcessEnv = process.env):
   const inline = env.SCHEMA_REGISTRY_PASSWORD || fromUrl?.password || undefined;
   if (inline !== undefined && env.SCHEMA_REGISTRY_PASSWORD_FILE?.trim())
     issues.push('SCHEMA_REGISTRY_PASSWORD, SCHEMA_REGISTRY_PASSWORD_FILE: give one of them, not both');
-  const password = inline ?? read('SCHEMA_REGISTRY_PASSWORD_FILE', false);
+  const password = inline ?? read('SCHEMA_REGISTRY_PASSWORD_FILE', 'secret');
   const passwordGiven = inline !== undefined || Boolean(env.SCHEMA_REGISTRY_PASSWORD_FILE?.trim());
   if (username && !passwordGiven)
     issues.push(
@@ -91,7 +78,7 @@ export function registryConnectionFromEnv(env: NodeJS.ProcessEnv = process.env):
   if (!username && passwordGiven) issues.push('SCHEMA_REGISTRY_USERNAME: required with a registry password');
   if (env.SCHEMA_REGISTRY_CA_FILE?.trim() && protocol === 'http:')
     issues.push('SCHEMA_REGISTRY_CA_FILE: set, but SCHEMA_REGISTRY_URL is http:// (https:// uses it)');
-  const ca = read('SCHEMA_REGISTRY_CA_FILE', true);
+  const ca = read('SCHEMA_REGISTRY_CA_FILE', 'pem');
   if (issues.length > 0) throw new RegistryConnectionConfigError(issues);
   return {
     registryUrl: url,

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { settingFileReader } from '@keyflow/contracts';
 import Redis, { type RedisOptions } from 'ioredis';
 
 /**
@@ -31,8 +31,6 @@ export class RedisConnectionConfigError extends Error {
   }
 }
 
-const PEM = /-----BEGIN [A-Z0-9 ]+-----/;
-
 /**
  * The connection of `url` with the file settings of `env` (see {@link RedisConnection}).
  * @throws RedisConnectionConfigError naming every setting that cannot work
@@ -49,20 +47,9 @@ export function redisConnectionFromEnv(given: string, env: NodeJS.ProcessEnv = p
     issues.push('REDIS_URL: not a URL (redis://host:port or rediss://host:port)');
   }
   const tls = parsed?.protocol === 'rediss:';
-  const read = (name: string, pem: boolean): string | undefined => {
-    const path = env[name]?.trim();
-    if (!path) return undefined;
-    try {
-      const text = readFileSync(path, 'utf8');
-      if (pem && !PEM.test(text)) issues.push(`${name}: ${path} holds no PEM block (-----BEGIN ...-----)`);
-      if (!pem && text.trim() === '') issues.push(`${name}: ${path} is empty`);
-      return pem ? text : text.replace(/\r?\n$/, '');
-    } catch (e) {
-      issues.push(`${name}: cannot read ${path}: ${(e as Error).message}`);
-      return undefined;
-    }
-  };
-  const password = read('REDIS_PASSWORD_FILE', false);
+  const read = settingFileReader(env, issues);
+
+  const password = read('REDIS_PASSWORD_FILE', 'secret');
   if (password !== undefined && parsed?.password)
     issues.push('REDIS_PASSWORD_FILE: the REDIS_URL carries a password too; give one of them');
   const tlsFiles = ['REDIS_TLS_CA_FILE', 'REDIS_TLS_CERT_FILE', 'REDIS_TLS_KEY_FILE'].filter((k) =>
@@ -74,9 +61,9 @@ export function redisConnectionFromEnv(given: string, env: NodeJS.ProcessEnv = p
     issues.push(
       'REDIS_TLS_CERT_FILE, REDIS_TLS_KEY_FILE: give both (a client certificate and its key) or neither',
     );
-  const ca = read('REDIS_TLS_CA_FILE', true);
-  const cert = read('REDIS_TLS_CERT_FILE', true);
-  const key = read('REDIS_TLS_KEY_FILE', true);
+  const ca = read('REDIS_TLS_CA_FILE', 'pem');
+  const cert = read('REDIS_TLS_CERT_FILE', 'pem');
+  const key = read('REDIS_TLS_KEY_FILE', 'pem');
   if (issues.length > 0) throw new RedisConnectionConfigError(issues);
   const options: RedisOptions = {};
   if (password !== undefined && parsed) {

@@ -105,3 +105,4 @@ export {
 } from './undecodable';
 export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS } from './connect';
 export * from './security';
+export { connectionSettingsFromEnv, type ConnectionSettings } from './connections';

@@ -1,7 +1,7 @@
-import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import type { SASLOptions } from 'kafkajs';
 import { z } from 'zod';
+import { settingFileReader } from '@keyflow/contracts';
 
 /**
  * How every keyflow process connects to Kafka, read from the environment with the Java client's names and values
@@ -58,8 +58,6 @@ const Schema = z.object({
   KAFKA_SSL_KEY_FILE: nonEmpty,
 });
 
-const PEM = /-----BEGIN [A-Z0-9 ]+-----/;
-
 /**
  * The connection settings of `env` (see {@link KafkaSecurity} for the variables and rules).
  * @throws KafkaSecurityConfigError naming every setting that cannot work
@@ -73,18 +71,7 @@ export function kafkaSecurityFromEnv(env: NodeJS.ProcessEnv = process.env): Kafk
   const protocol = c.KAFKA_SECURITY_PROTOCOL;
   const sasl = protocol.startsWith('SASL_');
   const tls = protocol.endsWith('SSL');
-  const read = (name: keyof typeof c, pem: boolean): string | undefined => {
-    const path = c[name];
-    if (!path) return undefined;
-    try {
-      const text = readFileSync(path, 'utf8');
-      if (pem && !PEM.test(text)) issues.push(`${name}: ${path} holds no PEM block (-----BEGIN ...-----)`);
-      return pem ? text : text.replace(/\r?\n$/, '');
-    } catch (e) {
-      issues.push(`${name}: cannot read ${path}: ${(e as Error).message}`);
-      return undefined;
-    }
-  };
+  const read = settingFileReader(c, issues);
 
   const saslSet = (
     [
@@ -115,10 +102,9 @@ export function kafkaSecurityFromEnv(env: NodeJS.ProcessEnv = process.env): Kafk
     if (!c.KAFKA_SASL_USERNAME) issues.push(`KAFKA_SASL_USERNAME: required with ${protocol}`);
     if (c.KAFKA_SASL_PASSWORD !== undefined && c.KAFKA_SASL_PASSWORD_FILE !== undefined)
       issues.push('KAFKA_SASL_PASSWORD, KAFKA_SASL_PASSWORD_FILE: give one of them, not both');
-    const password = c.KAFKA_SASL_PASSWORD ?? read('KAFKA_SASL_PASSWORD_FILE', false);
+    const password = c.KAFKA_SASL_PASSWORD ?? read('KAFKA_SASL_PASSWORD_FILE', 'secret');
     if (c.KAFKA_SASL_PASSWORD === undefined && c.KAFKA_SASL_PASSWORD_FILE === undefined)
       issues.push(`KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE: required with ${protocol}`);
-    else if (password === '') issues.push('KAFKA_SASL_PASSWORD_FILE: the file is empty');
     if (c.KAFKA_SASL_MECHANISM && c.KAFKA_SASL_USERNAME && password) {
       const username = c.KAFKA_SASL_USERNAME;
       saslOptions =
@@ -136,9 +122,9 @@ export function kafkaSecurityFromEnv(env: NodeJS.ProcessEnv = process.env): Kafk
       issues.push(
         'KAFKA_SSL_CERT_FILE, KAFKA_SSL_KEY_FILE: give both (a client certificate and its key) or neither',
       );
-    const ca = read('KAFKA_SSL_CA_FILE', true);
-    const cert = read('KAFKA_SSL_CERT_FILE', true);
-    const key = read('KAFKA_SSL_KEY_FILE', true);
+    const ca = read('KAFKA_SSL_CA_FILE', 'pem');
+    const cert = read('KAFKA_SSL_CERT_FILE', 'pem');
+    const key = read('KAFKA_SSL_KEY_FILE', 'pem');
     // Certificates are always verified against the CA and the broker's host name (Node's defaults): no setting
     // turns verification off.
     ssl = { ...(ca ? { ca: [ca] } : {}), ...(cert && key ? { cert, key } : {}) };

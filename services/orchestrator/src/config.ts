@@ -1,21 +1,8 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
-import {
-  RegistryConnectionConfigError,
-  registryConnectionFromEnv,
-  type RegistryConnection,
-} from '@keyflow/contracts';
-import {
-  RedisConnectionConfigError,
-  redisConnectionFromEnv,
-  type RedisConnection,
-} from '@keyflow/idempotency';
+import type { RegistryConnection } from '@keyflow/contracts';
+import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
-import {
-  DEFAULT_GROUP_IDS,
-  KafkaSecurityConfigError,
-  kafkaSecurityFromEnv,
-  type KafkaSecurity,
-} from '@keyflow/kafka';
+import { connectionSettingsFromEnv, DEFAULT_GROUP_IDS, type KafkaSecurity } from '@keyflow/kafka';
 import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, type ApiKeyEntry } from './api/auth';
@@ -179,27 +166,11 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
   const parsed = Schema.safeParse(env);
   if (!parsed.success)
     throw new OrchestratorConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
-  let kafkaSecurity: KafkaSecurity;
-  let registry: RegistryConnection;
-  let redis: RedisConnection | undefined;
-  try {
-    kafkaSecurity = kafkaSecurityFromEnv(env);
-    registry = registryConnectionFromEnv(env);
-    redis = parsed.data.REDIS_URL ? redisConnectionFromEnv(parsed.data.REDIS_URL, env) : undefined;
-  } catch (e) {
-    if (
-      e instanceof KafkaSecurityConfigError ||
-      e instanceof RedisConnectionConfigError ||
-      e instanceof RegistryConnectionConfigError
-    )
-      throw new OrchestratorConfigError(e.issues);
-    throw e;
-  }
+  const connections = connectionSettingsFromEnv(env, parsed.data.REDIS_URL || undefined);
+  if ('issues' in connections) throw new OrchestratorConfigError(connections.issues);
   return {
     ...parsed.data,
-    kafkaSecurity,
-    registry,
-    redis,
+    ...connections,
     brokers: parsed.data.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())
       .filter(Boolean),

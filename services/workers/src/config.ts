@@ -1,21 +1,8 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
-import {
-  RegistryConnectionConfigError,
-  registryConnectionFromEnv,
-  type RegistryConnection,
-} from '@keyflow/contracts';
-import {
-  RedisConnectionConfigError,
-  redisConnectionFromEnv,
-  type RedisConnection,
-} from '@keyflow/idempotency';
+import type { RegistryConnection } from '@keyflow/contracts';
+import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
-import {
-  DEFAULT_GROUP_IDS,
-  KafkaSecurityConfigError,
-  kafkaSecurityFromEnv,
-  type KafkaSecurity,
-} from '@keyflow/kafka';
+import { connectionSettingsFromEnv, DEFAULT_GROUP_IDS, type KafkaSecurity } from '@keyflow/kafka';
 
 /**
  * Worker configuration from the environment, validated at startup. Every field is set after parsing
@@ -92,27 +79,12 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     throw new WorkerConfigError([
       `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,
     ]);
-  let kafkaSecurity: KafkaSecurity;
-  let registry: RegistryConnection;
-  let redis: RedisConnection;
-  try {
-    kafkaSecurity = kafkaSecurityFromEnv(env);
-    registry = registryConnectionFromEnv(env);
-    redis = redisConnectionFromEnv(c.REDIS_URL, env);
-  } catch (e) {
-    if (
-      e instanceof KafkaSecurityConfigError ||
-      e instanceof RedisConnectionConfigError ||
-      e instanceof RegistryConnectionConfigError
-    )
-      throw new WorkerConfigError(e.issues);
-    throw e;
-  }
+  const connections = connectionSettingsFromEnv(env, c.REDIS_URL);
+  if ('issues' in connections) throw new WorkerConfigError(connections.issues);
   return {
     ...c,
-    kafkaSecurity,
-    registry,
-    redis,
+    ...connections,
+    redis: connections.redis!, // REDIS_URL is required above
     brokers: c.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())
       .filter(Boolean),

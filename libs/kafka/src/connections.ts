@@ -1,0 +1,39 @@
+import { registryConnectionFromEnv, type RegistryConnection } from '@keyflow/contracts';
+import { redisConnectionFromEnv, type RedisConnection } from '@keyflow/idempotency';
+import { kafkaSecurityFromEnv, type KafkaSecurity } from './security';
+
+/** The three connections a keyflow service makes, as the environment sets them (each checked at startup). */
+export interface ConnectionSettings {
+  kafkaSecurity: KafkaSecurity;
+  registry: RegistryConnection;
+  /** Undefined when `redisUrl` is not given. */
+  redis?: RedisConnection;
+}
+
+/**
+ * Kafka (./security), schema registry (libs/contracts registryConnectionFromEnv) and, given its URL, Redis
+ * (libs/idempotency redisConnectionFromEnv) settings of `env`, all checked before any of them is used.
+ * @returns the settings, or `{ issues }` naming every setting of the three that cannot work (none is thrown, so a
+ *   service reports them in its own configuration error beside its other settings' issues)
+ */
+export function connectionSettingsFromEnv(
+  env: NodeJS.ProcessEnv,
+  redisUrl?: string,
+): ConnectionSettings | { issues: string[] } {
+  const issues: string[] = [];
+  const attempt = <T>(f: () => T): T | undefined => {
+    try {
+      return f();
+    } catch (e) {
+      const listed = (e as { issues?: unknown }).issues;
+      if (!Array.isArray(listed)) throw e;
+      issues.push(...(listed as string[]));
+      return undefined;
+    }
+  };
+  const kafkaSecurity = attempt(() => kafkaSecurityFromEnv(env));
+  const registry = attempt(() => registryConnectionFromEnv(env));
+  const redis = redisUrl ? attempt(() => redisConnectionFromEnv(redisUrl, env)) : undefined;
+  if (issues.length > 0 || !kafkaSecurity || !registry) return { issues };
+  return { kafkaSecurity, registry, ...(redis ? { redis } : {}) };
+}
