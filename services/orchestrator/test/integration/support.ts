@@ -220,6 +220,9 @@ export class OrchestratorHarness {
             correlationId: cmd.runId,
             causationId: cmd.metadata.eventId,
             occurredAt: Date.now() + (opts.clockSkewMs ?? 0), // a worker whose clock is off
+            // As a traced worker would: the result continues the command's trace (README "Tracing").
+            traceparent: cmd.metadata.traceparent,
+            tracestate: cmd.metadata.tracestate,
           });
         const value =
           'output' in r

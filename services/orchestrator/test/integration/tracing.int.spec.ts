@@ -64,6 +64,48 @@ async function otlpReceiver(): Promise<{ url: string; spans: ReceivedSpan[]; ser
 }
 
 describe('tracing (OpenTelemetry, OTLP/HTTP)', () => {
+  it("what a run's durable timers fire (step timeouts, retries after backoff) stays in the run's trace", async () => {
+    const receiver = await otlpReceiver();
+    const h = new OrchestratorHarness('tracing-timers');
+    try {
+      const orch = await h.startOrchestrator({
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_BSP_SCHEDULE_DELAY: '200',
+      });
+      await h.readEvents();
+      await h.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: 'ok' }));
+      await h.simulateWorker(['slow.never'], () => undefined); // never answers: each attempt times out
+      const traceId = randomBytes(16).toString('hex');
+      const started = await post(
+        `${await orch.ready}/runs`,
+        { workflow: 'slowpoke', input: {} },
+        { traceparent: `00-${traceId}-${randomBytes(8).toString('hex')}-01` },
+      );
+      const runId = started.body.runId as string;
+      await eventually(
+        'the run is compensated',
+        () => h.of(runId).find((e) => e.event === 'RunCompensated'),
+        {
+          timeoutMs: 60_000,
+        },
+      );
+      const spans = await eventually(
+        'the timers are applied in the trace',
+        () => receiver.spans.filter((s) => s.traceId === traceId),
+        {
+          until: (ss) => ss.filter((s) => s.name === 'keyflow.engine.apply TimerFired').length >= 3,
+          timeoutMs: 30_000,
+        },
+      );
+      const ids = new Set(spans.map((s) => s.spanId));
+      const timerApplies = spans.filter((s) => s.name === 'keyflow.engine.apply TimerFired');
+      expect(timerApplies.filter((s) => !ids.has(s.parentSpanId ?? ''))).toEqual([]);
+    } finally {
+      await h.teardown();
+      receiver.server.close();
+    }
+  });
+
   it('one run yields one connected trace across the API, the engine and the worker', async () => {
     const receiver = await otlpReceiver();
     const h = new OrchestratorHarness('tracing');
