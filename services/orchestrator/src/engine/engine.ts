@@ -41,6 +41,7 @@ import {
   traceContextOf,
   tracer,
   type Logger,
+  type TraceContext,
 } from '@keyflow/observability';
 import {
   backoffDelayMs,
@@ -104,6 +105,11 @@ interface OwnedPartition {
   /** Serialises the batches of wf.requests and task.results of this partition (one transaction at a time). */
   lock: Promise<void>;
   revoked: boolean;
+  /**
+   * Per running run, the trace context of its last applied input's span: what its timers fire continues that trace.
+   * In memory only (a take-over starts empty: a timer fired before the run's next input starts a new trace).
+   */
+  traces: Map<string, TraceContext>;
 }
 
 /**
@@ -341,6 +347,7 @@ export class Engine {
       failures,
       lock: Promise.resolve(),
       revoked: false,
+      traces: new Map(),
     };
     o.ready = (async () => {
       const t0 = Date.now();
@@ -539,6 +546,8 @@ export class Engine {
     });
     /** The input a run's snapshot is caused by: the batch's last applied input of the run. */
     const causes = new Map<string, { eventId: string; at: number }>();
+    /** The trace context each run's outputs carry (its last applied input's span), kept for its timers. */
+    const traces = new Map<string, TraceContext>();
     const records: OutputRecord[] = [];
     const dlq: Array<{ m: (typeof batch.messages)[number]; err: Error }> = [];
     let transitions = 0;
@@ -640,6 +649,7 @@ export class Engine {
           const carried = trace.getSpanContext(parent);
           if (carried) spans.batch.addLink({ context: carried });
           const traceCtx = traceContextOf(trace.setSpan(parent, applySpan));
+          traces.set(input.runId, traceCtx);
           outputs = await encodeOutputs(
             this.codec,
             d.state!,
@@ -798,6 +808,9 @@ export class Engine {
     for (const [id, s] of changed) {
       o.timers.track(s, o.runs.get(id));
       o.runs.set(id, s);
+      const t = traces.get(id);
+      if (TERMINAL.has(s.status)) o.traces.delete(id);
+      else if (t) o.traces.set(id, t);
     }
     p.resolveOffset(lastOffset);
     if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
@@ -894,7 +907,7 @@ export class Engine {
       this.retakeOver(o, err);
       return;
     }
-    runIds.forEach((id) => o.runs.delete(id));
+    runIds.forEach((id) => (o.runs.delete(id), o.traces.delete(id)));
     this.metrics.forgotten.inc(runIds.length);
     this.logger.info(
       { partition: o.partition, runs: runIds.length },
@@ -916,21 +929,27 @@ export class Engine {
   private async fireTimers(): Promise<void> {
     if (this.stopping || !this.timerProducer) return;
     const now = Date.now();
-    const messages: Array<{ key: string; value: Buffer }> = [];
+    const messages: Array<{ key: string; value: Buffer; headers?: Record<string, string> }> = [];
     const taken: Array<[OwnedPartition, DueTimer[]]> = [];
     for (const o of this.owned.values()) {
       o.timers.compactIfStale(o.runs.values());
       const due = o.timers.takeDue(now, (runId) => o.runs.get(runId));
       if (!due.length) continue;
       taken.push([o, due]);
-      for (const { runId, timerId, timer } of due)
+      for (const { runId, timerId, timer } of due) {
+        // In the run's trace: a retry after backoff or a timeout continues from the run's last step.
+        const t = o.traces.get(runId);
         messages.push({
           key: runId,
+          headers: t?.traceparent
+            ? { traceparent: t.traceparent, ...(t.tracestate ? { tracestate: t.tracestate } : {}) }
+            : undefined,
           value: this.codec.encode('wf.requests', 'TimerFired', {
             metadata: newMetadata('TimerFired', {
               key: runId,
               correlationId: runId,
               eventId: derivedEventId(runId, `timer/${timerId}/${timer.dueAt}`),
+              ...t,
             }),
             runId,
             timerId,
@@ -938,6 +957,7 @@ export class Engine {
             dueAt: timer.dueAt,
           }),
         });
+      }
     }
     if (!messages.length) return;
     try {
