@@ -95,6 +95,25 @@ async function produce(producer: Producer, codec: EventCodec, from: number, n: n
   }
 }
 
+/**
+ * Settings for the worker alone: every `BENCH_WORKER_<NAME>` variable is given to the worker as `<NAME>` (e.g.
+ * `BENCH_WORKER_KAFKA_BROKERS` and `BENCH_WORKER_KAFKA_SECURITY_PROTOCOL=SASL_SSL` point it at a SASL_SSL listener
+ * while the bench's own producers and consumers keep the plaintext one), to measure TLS and auth on and off.
+ */
+function workerOnlyEnv(): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(process.env)
+      .filter(([k, v]) => k.startsWith('BENCH_WORKER_') && v !== undefined)
+      .map(([k, v]) => [k.slice('BENCH_WORKER_'.length), v as string]),
+  );
+}
+
+/** scheme://host:port of a Redis URL (no user or password). */
+const shownRedis = (url: string) => {
+  const u = new URL(url);
+  return `${u.protocol}//${u.host}`;
+};
+
 /** With --otlp: where the worker exports its spans (set in main before any worker starts). */
 let otlpEndpoint: string | undefined;
 
@@ -107,6 +126,7 @@ function startWorker(prefix: string, profileDir?: string) {
       WORKER_TASK_TYPES: 'noop',
       LOG_LEVEL: 'warn',
       ...(otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlpEndpoint } : {}),
+      ...workerOnlyEnv(),
     },
     'worker ready',
     // Node writes the profile when the process exits (the bench stops it with SIGTERM).
@@ -232,6 +252,10 @@ async function main() {
   otlpEndpoint = sink?.url;
   console.log(
     `tracing: ${sink ? `on (OTLP/HTTP export to a sink at ${sink.url})` : 'off (no OTLP endpoint)'}`,
+  );
+  const own = workerOnlyEnv();
+  console.log(
+    `worker connects: ${own.KAFKA_SECURITY_PROTOCOL ?? 'PLAINTEXT'} to ${own.KAFKA_BROKERS ?? brokers.join(',')}, Redis ${shownRedis(own.REDIS_URL ?? process.env.REDIS_URL ?? '')}`,
   );
 
   // 1. Throughput draining a backlog: worker vs raw relay over the same commands.
