@@ -3,6 +3,7 @@ import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
+import { describeRedis, redisConnectionFromEnv } from '@keyflow/idempotency';
 import { otlpSink, pct, spawnService, until } from './support';
 
 /**
@@ -107,12 +108,6 @@ function workerOnlyEnv(): Record<string, string> {
       .map(([k, v]) => [k.slice('BENCH_WORKER_'.length), v as string]),
   );
 }
-
-/** scheme://host:port of a Redis URL (no user or password). */
-const shownRedis = (url: string) => {
-  const u = new URL(url);
-  return `${u.protocol}//${u.host}`;
-};
 
 /** With --otlp: where the worker exports its spans (set in main before any worker starts). */
 let otlpEndpoint: string | undefined;
@@ -255,7 +250,7 @@ async function main() {
   );
   const own = workerOnlyEnv();
   console.log(
-    `worker connects: ${own.KAFKA_SECURITY_PROTOCOL ?? 'PLAINTEXT'} to ${own.KAFKA_BROKERS ?? brokers.join(',')}, Redis ${shownRedis(own.REDIS_URL ?? process.env.REDIS_URL ?? '')}`,
+    `worker connects: ${own.KAFKA_SECURITY_PROTOCOL ?? 'PLAINTEXT'} to ${own.KAFKA_BROKERS ?? brokers.join(',')}, Redis ${describeRedis(redisConnectionFromEnv(own.REDIS_URL ?? process.env.REDIS_URL ?? '', own))}`,
   );
 
   // 1. Throughput draining a backlog: worker vs raw relay over the same commands.

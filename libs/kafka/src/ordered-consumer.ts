@@ -401,8 +401,12 @@ export class OrderedConsumer {
       return;
     }
     const after = this.taken.get(tp);
+    // Offsets ascend within a batch: only a batch that starts at or before `after` (a refetch) needs filtering.
+    const all = p.batch.messages;
     const fresh =
-      after === undefined ? p.batch.messages : p.batch.messages.filter((m) => BigInt(m.offset) > after);
+      after === undefined || (all.length > 0 && BigInt(all[0].offset) > after)
+        ? all
+        : all.filter((m) => BigInt(m.offset) > after);
     // A stand-in for a batch no codec could decode: work what comes before it, then keep the partition paused.
     const bad = undecodableAt(fresh);
     const messages = bad ? fresh.slice(0, bad.index) : fresh;

@@ -14,6 +14,7 @@ export {
   headersWithTrace,
   startTracing,
   traceContextOf,
+  traceHeaders,
   tracer,
   TRACER_NAME,
   type TraceContext,

@@ -86,6 +86,12 @@ export function traceContextOf(ctx: Context = context.active()): TraceContext {
   };
 }
 
+/** Kafka headers carrying `t` (W3C `traceparent`, and `tracestate` when set); undefined without a traceparent. */
+export function traceHeaders(t: TraceContext | undefined): Record<string, string> | undefined {
+  if (!t?.traceparent) return undefined;
+  return { traceparent: t.traceparent, ...(t.tracestate ? { tracestate: t.tracestate } : {}) };
+}
+
 /** trace_id / span_id of the active span, for log lines (OpenTelemetry's log correlation field names). */
 export function activeTraceIds(): { trace_id?: string; span_id?: string } {
   const s = trace.getSpanContext(context.active());

@@ -39,6 +39,7 @@ import {
   ComponentHealth,
   contextFromRecord,
   traceContextOf,
+  traceHeaders,
   tracer,
   type Logger,
   type TraceContext,
@@ -941,9 +942,7 @@ export class Engine {
         const t = o.traces.get(runId);
         messages.push({
           key: runId,
-          headers: t?.traceparent
-            ? { traceparent: t.traceparent, ...(t.tracestate ? { tracestate: t.tracestate } : {}) }
-            : undefined,
+          headers: traceHeaders(t),
           value: this.codec.encode('wf.requests', 'TimerFired', {
             metadata: newMetadata('TimerFired', {
               key: runId,

@@ -1,3 +1,4 @@
+import { traceHeaders } from '@keyflow/observability';
 import { blobRetentionMs, payloadBlobKey, supersededExpiry, type ClaimCheck } from '@keyflow/blobs';
 import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
 import { taskTopicOf } from '@keyflow/kafka';
@@ -146,9 +147,7 @@ export async function encodeOutputs(
 ): Promise<OutputRecord[]> {
   const out: OutputRecord[] = [];
   let i = 0;
-  const headers = cause.traceparent
-    ? { traceparent: cause.traceparent, ...(cause.tracestate ? { tracestate: cause.tracestate } : {}) }
-    : undefined;
+  const headers = traceHeaders(cause);
   const meta = (event: EventName, key: string) =>
     newMetadata(event, {
       key,
