@@ -228,6 +228,15 @@ EOF
   fi
 }
 
+# A KRaft cluster id: 16 random bytes, base64url without padding (22 characters). Never one that starts with '-'
+# (1 in 64 would): StorageTool's argument parser takes it for an option ("--cluster-id: expected one argument"), as
+# Kafka's own Uuid.randomUuid() also avoids.
+new_cluster_id() {
+  local id
+  while id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)"; [[ "$id" == -* ]]; do :; done
+  echo "$id"
+}
+
 kafka_up() { # index
   local i="${1:-1}" name; name="$(broker_name "$i")"
   local port; port="$(broker_port "$i")"
@@ -241,10 +250,10 @@ kafka_up() { # index
   if [[ ! -f "$dir/data/meta.properties" ]]; then
     local cid fmt=(--standalone)
     if [[ "$(broker_count)" == 1 ]]; then
-      cid="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22)"
+      cid="$(new_cluster_id)"
     else
       # One cluster id for all nodes; the static voters (controller.quorum.voters) need no --standalone.
-      [[ -f "$RUN_DIR/kafka-cluster.id" ]] || head -c 16 /dev/urandom | base64 | tr '+/' '-_' | cut -c1-22 >"$RUN_DIR/kafka-cluster.id"
+      [[ -f "$RUN_DIR/kafka-cluster.id" ]] || new_cluster_id >"$RUN_DIR/kafka-cluster.id"
       cid="$(cat "$RUN_DIR/kafka-cluster.id")"; fmt=()
     fi
     log "formatting KRaft storage of $name (cluster id $cid)"
