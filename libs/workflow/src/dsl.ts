@@ -1,4 +1,6 @@
 import { retryPolicy, type RetryPolicy, type RetryPolicyInput } from './retry';
+import type { AnyTaskContract, TaskInputOf, TaskOutputOf } from './contract';
+import type { z } from 'zod/v4';
 
 /** Suffix of a compensation's step id (`<step>.compensate`); no step of a definition may use it. */
 export const COMPENSATION_SUFFIX = '.compensate';
@@ -6,51 +8,140 @@ export const COMPENSATION_SUFFIX = '.compensate';
  * The workflow definition DSL. Definitions are TypeScript values, named and versioned; a run keeps the version it
  * started with. Steps run in sequence; step kinds: task, choice, map (parallel fan-out and fan-in), wait.
  *
- *   const order = workflow('order', 1)
- *     .task('reserve', { type: 'inventory.reserve', input: (c) => c.input, compensate: { type: 'inventory.release' } })
- *     .task('charge', { type: 'payment.charge', input: (c) => ({ amount: c.input.amount }), retry: { maxAttempts: 5 } })
- *     .choice('ship-or-pickup', [{ when: (c) => c.input.pickup, steps: (b) => b.task('notify', { type: 'notify' }) }],
- *             (b) => b.task('ship', { type: 'shipping.create' }))
+ * Typed (task contracts, see `defineTask`): the step's task is a contract, its input mapping must produce the
+ * contract's input, and later steps see its output typed:
+ *
+ *   const order = workflow('order', 1, { input: z.object({ orderId: z.string(), amount: z.number() }) })
+ *     .task('reserve', reserveInventory, { compensate: { task: releaseInventory } })
+ *     .task('charge', chargePayment, { input: (c) => ({ orderId: c.input.orderId, amount: c.input.amount }) })
+ *     .task('ship', createShipment, { input: (c) => ({ paymentId: c.outputs.charge.paymentId }) })
  *     .build();
+ *
+ * Untyped (a task type by name; inputs and outputs are `unknown`):
+ *
+ *   workflow('order', 1).task('reserve', { type: 'inventory.reserve', compensate: { type: 'inventory.release' } })
  */
 
 /**
  * What input mappings and conditions see: the run input and the outputs of completed steps, by step id. Frozen
  * (deeply): a function that changes what it is given throws a TypeError, and that input is dead-lettered with it
  * (the run's state is shared between the engine's copies of it; a change would leak into the committed state).
+ * `I` is the run input's type, `O` the outputs of the steps before this one (typed for contract steps).
  */
-export interface StepContext {
+export interface StepContext<I = Record<string, unknown>, O = Record<string, unknown>> {
   runId: string;
   businessKey: string;
-  input: Record<string, unknown>;
-  outputs: Record<string, unknown>;
+  input: I;
+  outputs: O;
 }
 
-export interface TaskOptions {
-  /** Task type: commands go to `task.<type>`. */
-  type: string;
-  /** Input from the run input and earlier outputs (default: the run input). Must be deterministic. */
-  input?: (c: StepContext) => unknown;
-  /** Partition key of the command (default: the run's business key), so one entity's tasks stay in order. */
-  entityKey?: (c: StepContext) => string;
+/** Retry and timeout options of a task or map step. */
+export interface StepPolicyOptions {
   /** Orchestrator-level retry policy: attempts, backoff with full jitter, non-retryable error classes. */
   retry?: RetryPolicyInput;
   /** Per-attempt timeout the worker enforces, in ms (default 30 000). */
   timeoutMs?: number;
   /**
    * Step timeout in ms: if no result arrives this long after an attempt is scheduled, the attempt counts as failed
-   * (retryable, error class StepTimeoutError). Default: timeoutMs + 30 000.
+   * (retryable, error class StepTimeoutError). Default: timeoutMs * workerAttempts + 30 000.
    */
   stepTimeoutMs?: number;
   /** Attempts the worker may make in process before reporting (default 1: retries are the orchestrator's). */
   workerAttempts?: number;
-  /** Saga compensation, run if a later step fails for good. Input default: this step's input and output. */
+}
+
+/** Options of an untyped task step (`.task(id, { type, ... })`). */
+export interface TaskOptions<
+  I = Record<string, unknown>,
+  O = Record<string, unknown>,
+> extends StepPolicyOptions {
+  /** Task type: commands go to `task.<type>`. */
+  type: string;
+  /** Input from the run input and earlier outputs (default: the run input). Must be deterministic. */
+  input?: (c: StepContext<I, O>) => unknown;
+  /** Partition key of the command (default: the run's business key), so one entity's tasks stay in order. */
+  entityKey?: (c: StepContext<I, O>) => string;
+  /** Saga compensation, run if a later step fails for good. Input default: `{ input, output }` of this step. */
   compensate?: {
     type: string;
-    input?: (c: StepContext) => unknown;
+    input?: (c: StepContext<I, O & Record<string, unknown>>) => unknown;
     retry?: RetryPolicyInput;
     timeoutMs?: number;
   };
+}
+
+/**
+ * An input mapping from `Ctx` that must produce `In`: optional when the default (`Default`: the run input, a map's
+ * item) already has that type, required otherwise (so a run input of the wrong shape is a compile error, not a
+ * DLQ entry).
+ */
+export type InputMapping<Ctx extends unknown[], Default, In> = [Default] extends [In]
+  ? { input?: (...c: Ctx) => In }
+  : { input: (...c: Ctx) => In };
+
+/** The outputs before the first step: none. */
+export type NoOutputs = Record<never, never>;
+
+/** Outputs after a step `Id` whose output is `T`. */
+export type WithOutput<O, Id extends string, T> = O & { [P in Id]: T };
+
+/** Compensation of a typed step: another contract; its input defaults to `{ input, output }` of the step. */
+export type ContractCompensation<I, O, Undo extends AnyTaskContract, Default> = {
+  task: Undo;
+  retry?: RetryPolicyInput;
+  timeoutMs?: number;
+} & InputMapping<[c: StepContext<I, O>], Default, TaskInputOf<Undo>>;
+
+/** Options of a typed task step (`.task(id, contract, { ... })`). */
+export type ContractTaskOptions<
+  I,
+  O,
+  Id extends string,
+  C extends AnyTaskContract,
+  Undo extends AnyTaskContract,
+> = StepPolicyOptions & {
+  /** Partition key of the command (default: the run's business key), so one entity's tasks stay in order. */
+  entityKey?: (c: StepContext<I, O>) => string;
+  /** Saga compensation, run if a later step fails for good. */
+  compensate?: ContractCompensation<
+    I,
+    WithOutput<O, Id, TaskOutputOf<C>>,
+    Undo,
+    { input: TaskInputOf<C>; output: TaskOutputOf<C> | null }
+  >;
+} & InputMapping<[c: StepContext<I, O>], I, TaskInputOf<C>>;
+
+/** Options of a map step over items of type `Item` whose task is `C`; `A` is the aggregated output. */
+export type ContractMapOptions<I, O, C extends AnyTaskContract, Item, A> = StepPolicyOptions & {
+  /** The items to fan out over (each becomes one command). Must be deterministic. */
+  items: (c: StepContext<I, O>) => Item[];
+  /** An item's command input (must be deterministic). */
+  input: (item: Item, index: number, c: StepContext<I, O>) => TaskInputOf<C>;
+  /** Partition key of an item's command (default `<businessKey>/<index>`). */
+  entityKey?: (item: Item, index: number, c: StepContext<I, O>) => string;
+  /** Items in flight at once (default 10). */
+  concurrency?: number;
+  /** Fan-in: the step's output from the items' outputs, in item order (default: the array). */
+  aggregate?: (outputs: TaskOutputOf<C>[]) => A;
+};
+
+/** A map step whose items are the commands' inputs themselves (no `input` mapping). */
+export type ContractMapItemsOptions<I, O, C extends AnyTaskContract, A> = Omit<
+  ContractMapOptions<I, O, C, TaskInputOf<C>, A>,
+  'input'
+> & { input?: undefined };
+
+/** Options of an untyped map step (`.map(id, { type, items, ... })`). */
+export interface MapOptions<
+  I = Record<string, unknown>,
+  O = Record<string, unknown>,
+> extends StepPolicyOptions {
+  type: string;
+  items: (c: StepContext<I, O>) => unknown[];
+  input?: (item: unknown, index: number, c: StepContext<I, O>) => unknown;
+  entityKey?: (item: unknown, index: number, c: StepContext<I, O>) => string;
+  concurrency?: number;
+  aggregate?: (outputs: unknown[]) => unknown;
 }
 
 export interface TaskStep {
@@ -109,6 +200,8 @@ export interface WorkflowDefinition {
   runTimeoutMs?: number;
   /** The run's output (default: the outputs of all steps). */
   output: (c: StepContext) => unknown;
+  /** The run input's schema (zod), when the definition gave one: StartRun inputs are checked against it. */
+  inputSchema?: z.ZodType;
   /** Every step by id, including those inside choice branches. */
   stepIndex: Map<string, Step>;
 }
@@ -125,11 +218,7 @@ export class InvalidDefinitionError extends Error {
 const defaultInput = (c: StepContext) => c.input;
 const defaultKey = (c: StepContext) => c.businessKey;
 
-function taskFields(
-  name: string,
-  id: string,
-  o: Omit<TaskOptions, 'type' | 'input' | 'entityKey' | 'compensate'>,
-) {
+function taskFields(name: string, id: string, o: StepPolicyOptions) {
   const timeoutMs = o.timeoutMs ?? 30_000;
   if (!(timeoutMs > 0)) throw new InvalidDefinitionError(name, `step ${id}: timeoutMs must be > 0`);
   const workerAttempts = o.workerAttempts ?? 1;
@@ -143,12 +232,101 @@ function taskFields(
   };
 }
 
-/** Builds a step list; `workflow()` and choice branches use it. */
-export class StepsBuilder {
-  protected readonly list: Step[] = [];
-  constructor(protected readonly name: string) {}
+/** What a step method returns: the same kind of builder (`Kind`) with the outputs `O`. */
+type Next<Kind extends 'steps' | 'workflow', I, O> = Kind extends 'workflow'
+  ? WorkflowBuilder<I, O>
+  : StepsBuilder<I, O>;
 
-  task(id: string, o: TaskOptions): this {
+/**
+ * The step methods, typed: `I` is the run input, `O` the outputs of the steps so far (by step id). Each method
+ * returns the builder with the step's output added, so later steps see it typed.
+ */
+export interface StepMethods<I, O, Kind extends 'steps' | 'workflow'> {
+  /** A task step by type name (untyped: its input and output are `unknown`). */
+  task<const Id extends string>(id: Id, o: TaskOptions<I, O>): Next<Kind, I, WithOutput<O, Id, unknown>>;
+  /**
+   * A task step of a contract (typed): `.task('charge', chargePayment, { input: (c) => ({ amount: c.input.amount }) })`.
+   * The options (and `input`) may be left out when the run input already has the contract's input type.
+   */
+  task<const Id extends string, C extends AnyTaskContract, Undo extends AnyTaskContract = AnyTaskContract>(
+    id: Id,
+    contract: C,
+    ...options: [I] extends [TaskInputOf<C>]
+      ? [o?: ContractTaskOptions<I, O, Id, C, Undo>]
+      : [o: ContractTaskOptions<I, O, Id, C, Undo>]
+  ): Next<Kind, I, WithOutput<O, Id, TaskOutputOf<C>>>;
+  /** A map step by task type name (untyped). */
+  map<const Id extends string>(id: Id, o: MapOptions<I, O>): Next<Kind, I, WithOutput<O, Id, unknown>>;
+  /** A map step of a contract whose `items` are the commands' inputs themselves (no `input` mapping). */
+  map<const Id extends string, C extends AnyTaskContract, A = TaskOutputOf<C>[]>(
+    id: Id,
+    contract: C,
+    o: ContractMapItemsOptions<I, O, C, A>,
+  ): Next<Kind, I, WithOutput<O, Id, A>>;
+  /**
+   * A map step (fan-out over `items`, fan-in with `aggregate`) of a contract (typed): each item's command input is
+   * `input(item, index, c)`; the step's output is `aggregate(outputs)` (default: the outputs in item order).
+   */
+  map<const Id extends string, C extends AnyTaskContract, Item, A = TaskOutputOf<C>[]>(
+    id: Id,
+    contract: C,
+    o: ContractMapOptions<I, O, C, Item, A>,
+  ): Next<Kind, I, WithOutput<O, Id, A>>;
+  /**
+   * Branches: the first whose `when` holds runs its steps, else `otherwise`. Later steps see the branches' outputs
+   * as optional and untyped (only one branch ran).
+   */
+  choice(
+    id: string,
+    branches: Array<{
+      when: (c: StepContext<I, O>) => boolean;
+      steps: (b: StepsBuilder<I, O>) => StepsBuilder<I, unknown>;
+    }>,
+    otherwise?: (b: StepsBuilder<I, O>) => StepsBuilder<I, unknown>,
+  ): Next<Kind, I, O & { [step: string]: unknown }>;
+  /** Waits for a signal (its payload becomes the step output) and/or a timer, in ms. */
+  wait<const Id extends string>(
+    id: Id,
+    o: { signal?: string; timerMs?: number },
+  ): Next<Kind, I, WithOutput<O, Id, unknown>>;
+}
+
+/** A choice branch's step list. */
+export interface StepsBuilder<I = Record<string, unknown>, O = NoOutputs> extends StepMethods<I, O, 'steps'> {
+  steps(): Step[];
+}
+
+/** The top-level builder: the step methods, the run timeout, the run's output and `build()`. */
+export interface WorkflowBuilder<I = Record<string, unknown>, O = NoOutputs> extends StepMethods<
+  I,
+  O,
+  'workflow'
+> {
+  /** Run timeout in ms from the start. */
+  timeout(ms: number): WorkflowBuilder<I, O>;
+  /** The run's output (default: the outputs of all steps, by step id). */
+  output(f: (c: StepContext<I, O>) => unknown): WorkflowBuilder<I, O>;
+  /**
+   * @throws InvalidDefinitionError on a duplicate or malformed step id (one ending in `.compensate` included), or an
+   * empty workflow.
+   */
+  build(): WorkflowDefinition;
+}
+
+/** The builders' one implementation, untyped (the interfaces above type it at the call sites). */
+class Builder {
+  private readonly list: Step[] = [];
+  private runTimeoutMs?: number;
+  private outputFn: (c: StepContext) => unknown = (c) => c.outputs;
+
+  constructor(
+    private readonly name: string,
+    private readonly version = 0,
+    private readonly inputSchema?: z.ZodType,
+  ) {}
+
+  task(id: string, a: object, b?: object): this {
+    const o = untypedTaskOptions(a as TaskOptions | AnyTaskContract, b as ContractOptionsAny | undefined);
     const input = o.input ?? defaultInput;
     this.list.push({
       kind: 'task',
@@ -167,16 +345,8 @@ export class StepsBuilder {
     return this;
   }
 
-  map(
-    id: string,
-    o: Omit<TaskOptions, 'input' | 'entityKey' | 'compensate'> & {
-      items: (c: StepContext) => unknown[];
-      input?: (item: unknown, index: number, c: StepContext) => unknown;
-      entityKey?: (item: unknown, index: number, c: StepContext) => string;
-      concurrency?: number;
-      aggregate?: (outputs: unknown[]) => unknown;
-    },
-  ): this {
+  map(id: string, a: object, b?: object): this {
+    const o = (isContract(a) ? { ...b, type: a.type } : a) as MapOptions;
     const concurrency = o.concurrency ?? 10;
     if (!Number.isInteger(concurrency) || concurrency < 1)
       throw new InvalidDefinitionError(this.name, `step ${id}: concurrency must be an integer >= 1`);
@@ -184,7 +354,7 @@ export class StepsBuilder {
       kind: 'map',
       id,
       type: o.type,
-      items: o.items,
+      items: o.items as MapStep['items'],
       input: o.input ?? ((item) => item),
       entityKey: o.entityKey ?? ((_i, index, c) => `${c.businessKey}/${index}`),
       concurrency,
@@ -196,17 +366,14 @@ export class StepsBuilder {
 
   choice(
     id: string,
-    branches: Array<{ when: (c: StepContext) => boolean; steps: (b: StepsBuilder) => StepsBuilder }>,
-    otherwise?: (b: StepsBuilder) => StepsBuilder,
+    branches: Array<{ when: (c: StepContext) => boolean; steps: (b: Builder) => Builder }>,
+    otherwise?: (b: Builder) => Builder,
   ): this {
     this.list.push({
       kind: 'choice',
       id,
-      branches: branches.map((br) => ({
-        when: br.when,
-        steps: br.steps(new StepsBuilder(this.name)).steps(),
-      })),
-      otherwise: otherwise ? otherwise(new StepsBuilder(this.name)).steps() : [],
+      branches: branches.map((br) => ({ when: br.when, steps: br.steps(new Builder(this.name)).steps() })),
+      otherwise: otherwise ? otherwise(new Builder(this.name)).steps() : [],
     });
     return this;
   }
@@ -220,18 +387,6 @@ export class StepsBuilder {
 
   steps(): Step[] {
     return [...this.list];
-  }
-}
-
-export class WorkflowBuilder extends StepsBuilder {
-  private runTimeoutMs?: number;
-  private outputFn: (c: StepContext) => unknown = (c) => c.outputs;
-
-  constructor(
-    name: string,
-    private readonly version: number,
-  ) {
-    super(name);
   }
 
   timeout(ms: number): this {
@@ -274,14 +429,52 @@ export class WorkflowBuilder extends StepsBuilder {
       steps: this.steps(),
       runTimeoutMs: this.runTimeoutMs,
       output: this.outputFn,
+      inputSchema: this.inputSchema,
       stepIndex,
     };
   }
 }
 
-/** Starts a definition: `workflow(name, version).task(...)....build()`. */
-export function workflow(name: string, version: number): WorkflowBuilder {
+/** The runtime shape of a typed step's options (the types above are checked at the call site). */
+type ContractOptionsAny = Record<string, unknown> & {
+  compensate?: Record<string, unknown> & { task?: AnyTaskContract };
+};
+
+function isContract(v: unknown): v is AnyTaskContract {
+  return (
+    typeof v === 'object' && v !== null && 'output' in v && typeof (v as { type?: unknown }).type === 'string'
+  );
+}
+
+/** `.task(id, contract, options)` or `.task(id, options)` as one untyped options value. */
+function untypedTaskOptions(
+  a: TaskOptions | AnyTaskContract,
+  b: ContractOptionsAny | undefined,
+): TaskOptions {
+  if (!isContract(a)) return a as TaskOptions;
+  const o = (b ?? {}) as ContractOptionsAny;
+  const undo = o.compensate;
+  return {
+    ...(o as Omit<TaskOptions, 'type'>),
+    type: a.type,
+    compensate: undo && {
+      ...(undo as Omit<NonNullable<TaskOptions['compensate']>, 'type'>),
+      type: undo.task ? undo.task.type : (undo as { type: string }).type,
+    },
+  };
+}
+
+/**
+ * Starts a definition: `workflow(name, version).task(...)....build()`. With `options.input` (a zod schema) the run
+ * input is typed in every step's functions and the API checks a StartRun's input against it (400 with the issues).
+ * @throws InvalidDefinitionError when the version is not an integer >= 1.
+ */
+export function workflow<S extends z.ZodType = z.ZodType<Record<string, unknown>, Record<string, unknown>>>(
+  name: string,
+  version: number,
+  options: { input?: S } = {},
+): WorkflowBuilder<z.input<S>, NoOutputs> {
   if (!Number.isInteger(version) || version < 1)
     throw new InvalidDefinitionError(name, 'version must be an integer >= 1');
-  return new WorkflowBuilder(name, version);
+  return new Builder(name, version, options.input) as unknown as WorkflowBuilder<z.input<S>, NoOutputs>;
 }

@@ -1,6 +1,6 @@
 export { retryPolicy, backoffCapMs, backoffDelayMs, shouldRetry, InvalidRetryPolicyError } from './retry';
 export type { RetryPolicy, RetryPolicyInput } from './retry';
-export { workflow, StepsBuilder, WorkflowBuilder, InvalidDefinitionError, COMPENSATION_SUFFIX } from './dsl';
+export { workflow, InvalidDefinitionError, COMPENSATION_SUFFIX } from './dsl';
 export type {
   Step,
   TaskStep,
@@ -9,7 +9,19 @@ export type {
   WaitStep,
   StepContext,
   TaskOptions,
+  MapOptions,
+  StepPolicyOptions,
+  ContractTaskOptions,
+  ContractMapOptions,
+  ContractMapItemsOptions,
+  ContractCompensation,
+  InputMapping,
+  WithOutput,
+  NoOutputs,
   WorkflowDefinition,
+  StepsBuilder,
+  WorkflowBuilder,
+  StepMethods,
 } from './dsl';
 export {
   reduce,
@@ -52,3 +64,18 @@ export type {
 export { PendingRuns } from './pending';
 export { snapshotParts, assembleRunState, segmentKey, runOfSegmentKey } from './snapshot';
 export type { SnapshotParts } from './snapshot';
+export {
+  defineTask,
+  parseTaskInput,
+  checkTaskOutput,
+  runInputIssues,
+  TaskContractError,
+  z,
+  type TaskContract,
+  type AnyTaskContract,
+  type TaskInputOf,
+  type ParsedTaskInputOf,
+  type TaskOutputOf,
+  type TaskContractErrorCode,
+  type SchemaIssue,
+} from './contract';
