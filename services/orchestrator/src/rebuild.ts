@@ -157,7 +157,7 @@ export async function rebuildRuns(
     const raw = await decodeOrSkip(r);
     if (!raw) continue;
     const d = claim ? await resolveInput(raw, claim) : raw;
-    const decoded = toWorkflowInput(d, (name, v) => registry.get(name, v)?.version);
+    const decoded = toWorkflowInput(d, (name, v) => registry.get(name, v));
     if ('invalid' in decoded) continue;
     const when = applied.get(decoded.eventId);
     const input = when ? { ...decoded, at: when.at } : decoded;

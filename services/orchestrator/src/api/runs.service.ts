@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { BatchingProducer } from '@keyflow/kafka';
 import { headersWithTrace, traceContextOf } from '@keyflow/observability';
-import { SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
+import { runInputIssues, SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
 import type { WorkflowRegistry } from '../workflows/registry';
@@ -99,6 +99,12 @@ export class RunsService {
       throw new RequestError(`unknown workflow ${req.workflow}${req.version ? ` v${req.version}` : ''}`, [
         { path: req.version ? 'version' : 'workflow', message: 'not registered' },
       ]);
+    const issues = runInputIssues(def, req.input);
+    if (issues.length)
+      throw new RequestError(
+        `input does not match workflow ${def.name} v${def.version}'s input schema`,
+        issues.map((i) => ({ path: i.path === '(root)' ? 'input' : `input.${i.path}`, message: i.message })),
+      );
     const keyed = req.idempotencyKey && req.trigger === 'api';
     const fp = fingerprint({
       workflow: req.workflow,

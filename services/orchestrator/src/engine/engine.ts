@@ -604,9 +604,9 @@ export class Engine {
                   },
                 },
               } as never,
-              (name, v) => this.registry.get(name, v)?.version,
+              (name, v) => this.registry.get(name, v),
             )
-          : toWorkflowInput(decoded, (name, v) => this.registry.get(name, v)?.version);
+          : toWorkflowInput(decoded, (name, v) => this.registry.get(name, v));
       if ('invalid' in decodedInput) {
         dlq.push({ m, err: Object.assign(new Error(decodedInput.invalid), { name: 'InvalidRequestError' }) });
         continue;

@@ -4,32 +4,46 @@ import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from 
 import { taskTopicOf } from '@keyflow/kafka';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
 import {
+  runInputIssues,
   segmentKey,
   snapshotParts,
+  type WorkflowDefinition,
   type CommandSpec,
   type LifecycleSpec,
   type RunState,
   type WorkflowInput,
 } from '@keyflow/workflow';
 
-/** An orchestrator input as decoded from wf.requests or task.results, as a reducer input. */
+/**
+ * An orchestrator input as decoded from wf.requests or task.results, as a reducer input; `invalid` (the reason) for
+ * a StartRun of an unknown workflow, with an input that is not JSON or that does not match the workflow's input
+ * schema (the engine dead-letters those; the API refuses them first with a 400).
+ */
 export function toWorkflowInput(
   d: DecodedEvent,
-  resolveVersion: (workflow: string, version: number | null) => number | undefined,
+  resolve: (workflow: string, version: number | null) => WorkflowDefinition | undefined,
 ): WorkflowInput | { invalid: string } {
   const m = d.value.metadata;
   const base = { eventId: m.eventId, at: m.occurredAt };
   switch (d.event) {
     case 'StartRun': {
-      const v = resolveVersion(d.value.workflow, d.value.workflowVersion);
-      if (v === undefined)
+      const def = resolve(d.value.workflow, d.value.workflowVersion);
+      if (def === undefined)
         return { invalid: `unknown workflow ${d.value.workflow} v${d.value.workflowVersion ?? 'latest'}` };
+      const v = def.version;
       let input: unknown;
       try {
         input = JSON.parse(d.value.input);
       } catch {
         return { invalid: 'StartRun.input is not JSON' };
       }
+      const issues = runInputIssues(def, input ?? {});
+      if (issues.length)
+        return {
+          invalid: `StartRun.input does not match workflow ${def.name} v${v}'s input schema: ${issues
+            .map((i) => `${i.path}: ${i.message}`)
+            .join('; ')}`,
+        };
       return {
         ...base,
         runId: d.value.runId,

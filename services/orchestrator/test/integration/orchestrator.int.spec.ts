@@ -393,7 +393,7 @@ describe('the order saga example', () => {
 });
 
 describe('bad input', () => {
-  it('undecodable bytes and a start for an unknown workflow on wf.requests go to its DLQ, and the engine keeps going', async () => {
+  it('undecodable bytes, a start for an unknown workflow and one whose input breaks the workflow input schema go to the DLQ (the API answers 400 with each issue), and the engine keeps going', async () => {
     const h = new OrchestratorHarness('orch-bad');
     try {
       const orch = await h.startOrchestrator();
@@ -414,15 +414,37 @@ describe('bad input', () => {
         idempotencyKey: null,
         trigger: 'test',
       });
+      // A start whose input breaks the workflow's input schema (order-saga: amount is a number), as a producer
+      // other than the API could write it: refused by the engine too, never run.
+      const mistyped = h.codec.encode('wf.requests', 'StartRun', {
+        metadata: newMetadata('StartRun', { key: 'r-typed', correlationId: 'r-typed' }),
+        runId: 'r-typed',
+        workflow: 'order-saga',
+        workflowVersion: null,
+        businessKey: 'b',
+        input: JSON.stringify({ orderId: 'o-1', amount: 'ten' }),
+        idempotencyKey: null,
+        trigger: 'test',
+      });
       await producer.send({
         topic: h.codec.physical('wf.requests'),
         messages: [
           { key: 'r-bad', value: Buffer.from('garbage') },
           { key: 'r-x', value: unknown },
+          { key: 'r-typed', value: mistyped },
         ],
       });
       await producer.disconnect();
       const exploding = await post(`${url}/runs`, { workflow: 'fragile', input: { explode: true } });
+      const refused = await post(`${url}/runs`, {
+        workflow: 'order-saga',
+        input: { amount: 'ten', failAt: 'x' },
+      });
+      expect(refused.status).toBe(400);
+      expect((refused.body.errors as Array<{ path: string }>).map((e) => e.path).sort()).toEqual([
+        'input.amount',
+        'input.failAt',
+      ]);
       const { body } = await post(`${url}/runs`, { workflow: 'three-step', input: {} });
       await eventually(
         'a valid run still completes',
@@ -443,13 +465,17 @@ describe('bad input', () => {
             offset: message.headers!['x-dlq-original-offset']!.toString(),
           }),
       });
-      const records = await dlq.wait(3);
+      const records = await dlq.wait(4);
       await c.disconnect();
-      expect(records.map((r) => [r.key, r.errorClass]).sort()).toEqual([
-        ['r-bad', 'MissingMagicByteError'],
-        ['r-x', 'InvalidRequestError'],
-        [exploding.body.runId, 'DefinitionError'],
-      ]);
+      expect(records.map((r) => [r.key, r.errorClass]).sort()).toEqual(
+        [
+          ['r-bad', 'MissingMagicByteError'],
+          ['r-typed', 'InvalidRequestError'],
+          ['r-x', 'InvalidRequestError'],
+          [exploding.body.runId, 'DefinitionError'],
+        ].sort(),
+      );
+      expect(h.of('r-typed')).toEqual([]);
     } finally {
       await h.teardown();
     }

@@ -1,10 +1,11 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { workflow } from '@keyflow/workflow';
+import { workflow, z } from '@keyflow/workflow';
 import { loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from '../../src/config';
 import { toWorkflowInput } from '../../src/engine/mapping';
-import { WorkflowRegistry } from '../../src/workflows/registry';
+import { builtinWorkflows, WorkflowRegistry } from '../../src/workflows/registry';
+import { BUILTIN_TASKS } from '@keyflow/tasks';
 
 const meta = {
   eventId: 'e1',
@@ -47,7 +48,7 @@ describe('workflow registry', () => {
   });
 
   it('maps a StartRun to a reducer input with a concrete version, and refuses what it cannot apply', () => {
-    const resolve = (n: string, v: number | null) => reg.get(n, v)?.version;
+    const resolve = (n: string, v: number | null) => reg.get(n, v);
     expect(toWorkflowInput(start('{"a":1}') as never, resolve)).toMatchObject({
       kind: 'start',
       version: 2,
@@ -60,6 +61,39 @@ describe('workflow registry', () => {
     expect(toWorkflowInput(start('not json') as never, resolve)).toEqual({
       invalid: 'StartRun.input is not JSON',
     });
+  });
+
+  it('a StartRun whose input does not match the workflow input schema is refused with each issue, never run', () => {
+    const typed = new WorkflowRegistry().register(
+      workflow('w', 1, { input: z.object({ orderId: z.string(), amount: z.number().positive() }) })
+        .task('a', { type: 'x' })
+        .build(),
+    );
+    const resolve = (n: string, v: number | null) => typed.get(n, v);
+    const refused = toWorkflowInput(start('{"orderId":7,"amount":-1}') as never, resolve);
+    expect(refused).toEqual({ invalid: expect.stringContaining("workflow w v1's input schema") });
+    expect((refused as { invalid: string }).invalid).toMatch(/orderId: .*expected string.*; amount: /);
+    // The input is kept as sent: unknown keys stay, nothing is filled in.
+    expect(toWorkflowInput(start('{"orderId":"o","amount":2,"note":"n"}') as never, resolve)).toMatchObject({
+      kind: 'start',
+      input: { orderId: 'o', amount: 2, note: 'n' },
+    });
+  });
+});
+
+describe('the built-in workflows', () => {
+  it('use only task types of the task catalog (one source for types and topics)', () => {
+    const types = builtinWorkflows.flatMap((d) =>
+      [...d.stepIndex.values()].flatMap((s) =>
+        s.kind === 'task'
+          ? [s.type, ...(s.compensate ? [s.compensate.type] : [])]
+          : s.kind === 'map'
+            ? [s.type]
+            : [],
+      ),
+    );
+    expect(types.length).toBeGreaterThan(10);
+    expect(types.filter((t) => !BUILTIN_TASKS.has(t))).toEqual([]);
   });
 });
 
