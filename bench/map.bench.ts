@@ -10,6 +10,7 @@ import {
   type RunState,
   type WorkflowInput,
 } from '@keyflow/workflow';
+import { echo } from '@keyflow/tasks';
 import { spawnService } from './support';
 
 /**
@@ -173,7 +174,7 @@ async function e2e() {
   const url = await orch.ready;
   const worker = spawnService(
     'services/workers/src/main.ts',
-    { ...env, WORKER_TASK_TYPES: 'echo' },
+    { ...env, WORKER_TASK_TYPES: echo.type },
     'worker ready',
   );
   await worker.ready;

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Command } from 'commander';
 import { Kafka, logLevel, Partitioners } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { echo } from '@keyflow/tasks';
 import { chainLatency } from './chain';
 import { cpuSplit, httpClient, pct, spawnService, until } from './support';
 
@@ -133,7 +134,7 @@ async function main() {
   const acceptTotal = acceptN * (acceptN > 0 ? opts.acceptConcurrency.split(',').length : 0);
 
   const workers = [0, 1].map(() =>
-    spawnService('services/workers/src/main.ts', { ...env, WORKER_TASK_TYPES: 'echo' }, 'worker ready'),
+    spawnService('services/workers/src/main.ts', { ...env, WORKER_TASK_TYPES: echo.type }, 'worker ready'),
   );
   await Promise.all(workers.map((w) => w.ready));
   const tReady = Date.now();

@@ -3,6 +3,11 @@ import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
+import { noop } from '@keyflow/tasks';
+import { dlqTopicFor, taskTopicOf } from '@keyflow/kafka';
+
+/** The bench's task topic (logical): the no-op task's. */
+const NOOP_TOPIC = taskTopicOf(noop.type);
 import { describeRedis, redisConnectionFromEnv } from '@keyflow/idempotency';
 import { otlpSink, pct, spawnService, until } from './support';
 
@@ -53,13 +58,13 @@ async function setup(prefix: string, partitions: number) {
   await admin.connect();
   await admin.createTopics({
     waitForLeaders: true,
-    topics: ['task.noop', 'task.noop.dlq', 'task.results', 'relay.out'].map((t) => ({
+    topics: [NOOP_TOPIC, dlqTopicFor(NOOP_TOPIC), 'task.results', 'relay.out'].map((t) => ({
       topic: `${prefix}${t}`,
       numPartitions: t.endsWith('dlq') ? 1 : partitions,
     })),
   });
   await admin.disconnect();
-  await codec.registerTopics(['task.results', 'task.noop']);
+  await codec.registerTopics(['task.results', NOOP_TOPIC]);
   return codec;
 }
 
@@ -70,10 +75,10 @@ function command(i: number): TaskCommand {
     runId,
     workflow: 'bench',
     workflowVersion: 1,
-    stepId: 'noop',
-    taskType: 'noop',
+    stepId: noop.type,
+    taskType: noop.type,
     attempt: 1,
-    idempotencyKey: idempotencyKeyOf(runId, 'noop'),
+    idempotencyKey: idempotencyKeyOf(runId, noop.type),
     input: '{}',
     inputRef: null,
     compensates: null,
@@ -86,11 +91,11 @@ async function produce(producer: Producer, codec: EventCodec, from: number, n: n
   for (let i = from; i < from + n; i += 1000) {
     const batch = Array.from({ length: Math.min(1000, from + n - i) }, (_, j) => command(i + j));
     await producer.send({
-      topic: codec.physical('task.noop'),
+      topic: codec.physical(NOOP_TOPIC),
       acks: -1,
       messages: batch.map((c) => ({
         key: c.metadata.key,
-        value: codec.encode('task.noop', 'TaskCommand', c),
+        value: codec.encode(NOOP_TOPIC, 'TaskCommand', c),
       })),
     });
   }
@@ -118,7 +123,7 @@ function startWorker(prefix: string, profileDir?: string) {
     {
       KEYFLOW_TOPIC_PREFIX: prefix,
       WORKER_GROUP_ID: `${prefix}workers`,
-      WORKER_TASK_TYPES: 'noop',
+      WORKER_TASK_TYPES: noop.type,
       LOG_LEVEL: 'warn',
       ...(otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlpEndpoint } : {}),
       ...workerOnlyEnv(),
@@ -174,7 +179,7 @@ async function batchedRelay(prefix: string, n: number, partitions: number): Prom
   await producer.connect();
   const consumer = kafka.consumer({ groupId: `${prefix}batched-relay` });
   await consumer.connect();
-  await consumer.subscribe({ topic: `${prefix}task.noop`, fromBeginning: true });
+  await consumer.subscribe({ topic: `${prefix}${NOOP_TOPIC}`, fromBeginning: true });
   let relayed = 0;
   let t0 = 0;
   await consumer.run({
@@ -215,7 +220,7 @@ async function rawRelay(prefix: string, n: number): Promise<number> {
   await producer.connect();
   const consumer = kafka.consumer({ groupId: `${prefix}relay` });
   await consumer.connect();
-  await consumer.subscribe({ topic: `${prefix}task.noop`, fromBeginning: true });
+  await consumer.subscribe({ topic: `${prefix}${NOOP_TOPIC}`, fromBeginning: true });
   let relayed = 0;
   let t0 = 0;
   await consumer.run({
@@ -286,11 +291,11 @@ async function main() {
     const now = Date.now();
     batch.forEach((c) => latResults.sentAt.set(c.runId, now));
     await producer.send({
-      topic: latCodec.physical('task.noop'),
+      topic: latCodec.physical(NOOP_TOPIC),
       acks: -1,
       messages: batch.map((c) => ({
         key: c.metadata.key,
-        value: latCodec.encode('task.noop', 'TaskCommand', c),
+        value: latCodec.encode(NOOP_TOPIC, 'TaskCommand', c),
       })),
     });
     const wait = start + ((i + rate / 10) / rate) * 1000 - Date.now();

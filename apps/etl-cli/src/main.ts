@@ -16,7 +16,8 @@ import { createInterface } from 'node:readline';
 import { Command, InvalidArgumentError } from 'commander';
 import { SingleBar, Presets } from 'cli-progress';
 import { CONSOLE_PATH } from '@keyflow/orchestrator/src/api/console';
-import { TERMINAL, type RunState } from '@keyflow/workflow';
+import { TERMINAL, type RunState, type TaskOutputOf } from '@keyflow/workflow';
+import type { etlExtract, etlLoad, etlReport, etlTransform, SinkSpec } from '@keyflow/tasks';
 
 const ROOT = resolve(__dirname, '../../..');
 const positiveInt = (v: string) => {
@@ -53,7 +54,7 @@ const logDir = join(ROOT, '.keyflow/logs');
 mkdirSync(logDir, { recursive: true });
 const say = (m: string) => process.stderr.write(`[etl] ${m}\n`);
 
-function sinkSpec(s: string) {
+function sinkSpec(s: string): SinkSpec & { table: string } {
   if (s.startsWith('postgres://') || s.startsWith('postgresql://'))
     return { kind: 'postgres' as const, url: s, table: opts.table };
   const path = resolve(ROOT, s.startsWith('sqlite:') ? s.slice('sqlite:'.length) : s);
@@ -89,27 +90,27 @@ function startService(
 
 /** A run as GET /runs/:id answers it: the run state with map items listed among the steps (`flatRunState`). */
 type Run = RunState;
-/** A step's output as the ETL handlers shape it (counts). */
-type Counts = Record<string, unknown>;
+/** The outputs of the ETL's steps and map items, as their task contracts define them. */
+type Extracted = TaskOutputOf<typeof etlExtract>;
+type Transformed = TaskOutputOf<typeof etlTransform>;
+type Loaded = TaskOutputOf<typeof etlLoad>;
+type Report = TaskOutputOf<typeof etlReport>;
 
 function progress(run: Run) {
-  const items = (prefix: string) =>
+  const items = <T>(prefix: string) =>
     Object.entries(run.steps)
       .filter(([id, s]) => id.startsWith(`${prefix}[`) && s.status === 'completed')
-      .map(([, s]) => (s.output ?? {}) as Counts);
-  const extracted = Number((run.steps.extract?.output as Counts | undefined)?.total ?? 0);
-  const transformed = items('transform');
-  const loads = items('load');
+      .map(([, s]) => s.output as T);
+  const extracted = (run.steps.extract?.output as Extracted | undefined)?.total ?? 0;
+  const transformed = items<Transformed>('transform');
+  const loads = items<Loaded>('load');
   return {
     extracted,
     transformedChunks: transformed.length,
     chunks: run.steps.transform?.map?.total ?? 0,
-    transformedRecords: transformed.reduce(
-      (n, o) => n + Number(o.count ?? 0) + Number(o.rejected ?? 0) + Number(o.duplicates ?? 0),
-      0,
-    ),
-    rejected: transformed.reduce((n, o) => n + Number(o.rejected ?? 0), 0),
-    loaded: loads.reduce((n, o) => n + Number(o.loaded ?? 0), 0),
+    transformedRecords: transformed.reduce((n, o) => n + o.count + o.rejected + o.duplicates, 0),
+    rejected: transformed.reduce((n, o) => n + o.rejected, 0),
+    loaded: loads.reduce((n, o) => n + o.loaded, 0),
     stage:
       run.status === 'completed'
         ? 'done'
@@ -249,12 +250,7 @@ async function main() {
       process.exitCode = 1;
       return;
     }
-    const report = run.output as Record<string, unknown> & {
-      read: number;
-      loaded: number;
-      balanced: boolean;
-      sinkMatches: boolean;
-    };
+    const report = run.output as Report;
     const peakRss = {
       cli: peakRssMiB(process.pid),
       orchestrator: peakRssMiB(orch.proc.pid),

@@ -7,6 +7,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import { EventCodec } from '@keyflow/contracts';
 import { readDefaultCities } from '@keyflow/etl';
 import { eventually } from '@keyflow/testing';
+import { etlDedupe, etlExtract, etlLoad, etlReport, etlTransform } from '@keyflow/tasks';
 import { startService } from './support';
 
 jest.setTimeout(300_000);
@@ -120,7 +121,7 @@ describe('the GeoNames ETL across two hosts sharing the PostgreSQL blob store', 
           );
         },
       });
-      await eventually('the report step in task.results', () => ranBy['etl.report']);
+      await eventually('the report step in task.results', () => ranBy[etlReport.type]);
       await c.disconnect();
       return {
         report: done.output!,
@@ -145,18 +146,21 @@ describe('the GeoNames ETL across two hosts sharing the PostgreSQL blob store', 
     const two = await run(
       'two',
       [
-        { KEYFLOW_BLOB_DIR: hostA, WORKER_TASK_TYPES: 'etl.extract,etl.dedupe,etl.report' },
-        { KEYFLOW_BLOB_DIR: hostB, WORKER_TASK_TYPES: 'etl.transform,etl.load' },
+        {
+          KEYFLOW_BLOB_DIR: hostA,
+          WORKER_TASK_TYPES: [etlExtract, etlDedupe, etlReport].map((t) => t.type).join(),
+        },
+        { KEYFLOW_BLOB_DIR: hostB, WORKER_TASK_TYPES: [etlTransform, etlLoad].map((t) => t.type).join() },
       ],
       pgStore,
     );
     // Recorded from task.results: extract (and dedupe, report) ran on process 0, transform and load on process 1.
     expect(two.ranBy).toEqual({
-      'etl.extract': ['worker0'],
-      'etl.transform': ['worker1'],
-      'etl.dedupe': ['worker0'],
-      'etl.load': ['worker1'],
-      'etl.report': ['worker0'],
+      [etlExtract.type]: ['worker0'],
+      [etlTransform.type]: ['worker1'],
+      [etlDedupe.type]: ['worker0'],
+      [etlLoad.type]: ['worker1'],
+      [etlReport.type]: ['worker0'],
     });
     for (const r of [single.report, two.report]) {
       expect(r.balanced).toBe(true);

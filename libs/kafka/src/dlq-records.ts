@@ -14,6 +14,8 @@ export interface DlqRecord {
   originalOffset: string | null;
   errorClass: string | null;
   errorMessage: string | null;
+  /** The error's code (x-dlq-error-code), or null when it had none. */
+  errorCode: string | null;
   attempts: number | null;
   /** ms since epoch */
   firstFailureAt: number | null;
@@ -70,6 +72,7 @@ export async function describeDlqRecord(
     originalOffset: h(DLQ_HEADERS.originalOffset),
     errorClass: h(DLQ_HEADERS.errorClass),
     errorMessage: h(DLQ_HEADERS.errorMessage),
+    errorCode: h(DLQ_HEADERS.errorCode) ?? null,
     attempts: num(h(DLQ_HEADERS.attempts)),
     firstFailureAt: num(h(DLQ_HEADERS.firstFailureAt)),
     lastFailureAt: num(h(DLQ_HEADERS.lastFailureAt)),

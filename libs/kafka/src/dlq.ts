@@ -20,6 +20,8 @@ export const DLQ_HEADERS = {
   originalOffset: 'x-dlq-original-offset',
   errorClass: 'x-dlq-error-class',
   errorMessage: 'x-dlq-error-message',
+  /** The error's machine-readable code, when it has one (e.g. INPUT_SCHEMA, DUPLICATE_COLUMN). */
+  errorCode: 'x-dlq-error-code',
   attempts: 'x-dlq-attempts',
   firstFailureAt: 'x-dlq-first-failure-at',
   lastFailureAt: 'x-dlq-last-failure-at',
@@ -33,6 +35,8 @@ const OURS = new Set<string>(Object.values(DLQ_HEADERS));
 export interface DeadLetter {
   errorClass: string;
   errorMessage: string;
+  /** The error's `code`, when it has one: written as x-dlq-error-code. */
+  errorCode?: string | null;
   attempts: number;
   firstFailureAt: number;
   lastFailureAt: number;
@@ -68,6 +72,7 @@ export function dlqMessage(
     [DLQ_HEADERS.originalOffset]: m.offset,
     [DLQ_HEADERS.errorClass]: dl.errorClass,
     [DLQ_HEADERS.errorMessage]: dl.errorMessage.slice(0, 4_000),
+    ...(dl.errorCode ? { [DLQ_HEADERS.errorCode]: dl.errorCode } : {}),
     [DLQ_HEADERS.attempts]: String(dl.attempts),
     [DLQ_HEADERS.firstFailureAt]: String(dl.firstFailureAt),
     [DLQ_HEADERS.lastFailureAt]: String(dl.lastFailureAt),

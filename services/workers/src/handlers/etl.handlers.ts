@@ -16,7 +16,6 @@ import {
   type CitySink,
   type EnrichedCity,
   type EtlStats,
-  type InputFormat,
   type ReferenceData,
 } from '@keyflow/etl';
 import { derivedEventId, newMetadata } from '@keyflow/contracts';
@@ -27,6 +26,17 @@ import { TaskInputError } from '../runtime/errors';
 import { EventPublisher } from '../runtime/event-publisher';
 import type { TaskContext } from '../runtime/task-executor';
 import { TaskHandler } from '../transport/task-handler.decorator';
+import {
+  etlDedupe,
+  etlExtract,
+  etlLoad,
+  etlReport,
+  etlTransform,
+  type ChunkRef,
+  type RejectSample,
+  type SinkSpec,
+} from '@keyflow/tasks';
+import type { ParsedTaskInputOf, TaskOutputOf } from '@keyflow/workflow';
 
 /**
  * Task handlers of the `geonames-etl` workflow. Records travel between steps as JSON Lines blobs (claim check):
@@ -35,35 +45,12 @@ import { TaskHandler } from '../transport/task-handler.decorator';
  * changes nothing.
  */
 
-export type SinkSpec =
-  { kind: 'sqlite'; path: string; table?: string } | { kind: 'postgres'; url: string; table?: string };
-export interface ChunkRef {
-  index: number;
-  ref: string;
-  count: number;
-}
-export interface TransformOutput extends ChunkRef {
-  statsRef: string;
-  rejected: number;
-  duplicates: number;
-}
-export interface DedupeOutput {
-  chunks: ChunkRef[];
-  unique: number;
-  crossChunkDuplicates: number;
-  statsRef: string;
-}
+export type { SinkSpec, ChunkRef, RejectSample } from '@keyflow/tasks';
+export type TransformOutput = TaskOutputOf<typeof etlTransform>;
+export type DedupeOutput = TaskOutputOf<typeof etlDedupe>;
 
 /** Rejected records the report shows with their reason and detail (the first ones, in chunk order). */
 export const REJECT_SAMPLES = 20;
-
-/** A rejected record as the report shows it: its chunk, its 0-based position in the chunk, reason and detail. */
-export interface RejectSample {
-  chunk: number;
-  position: number;
-  reason: string;
-  detail: string;
-}
 
 /** The ETL topic new consumers can subscribe to. */
 export const ENRICHED_TOPIC = 'etl.cities.enriched';
@@ -100,21 +87,16 @@ export class EtlHandlers {
   }
 
   /**
-   * Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }.
+   * Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }
+   * (the contract checks chunkSize: an integer in [1, 50000], default 1000).
    * A file the readers refuse (malformed, a CSV header with a duplicated or empty column name, unknown format)
    * fails the step with a non-retryable TaskInputError carrying the reader's code (e.g. DUPLICATE_COLUMN) and
    * message; a record that is not UTF-8 is not an error here: it travels as the reader's stand-in and is
    * rejected by transform with its reason (INVALID_ENCODING, NUL_CHARACTER).
    */
-  @TaskHandler('etl.extract')
-  async extract(
-    @Payload() input: { source?: string; format?: InputFormat; chunkSize?: number },
-    @Ctx() ctx: TaskContext,
-  ) {
-    const source = input.source ?? 'default';
-    const chunkSize = input.chunkSize ?? 1000;
-    if (!Number.isInteger(chunkSize) || chunkSize < 1 || chunkSize > 50_000)
-      throw new TaskInputError(`chunkSize must be an integer in [1, 50000], got ${chunkSize}`);
+  @TaskHandler(etlExtract)
+  async extract(@Payload() input: ParsedTaskInputOf<typeof etlExtract>, @Ctx() ctx: TaskContext) {
+    const { source, chunkSize } = input;
     const records =
       source === 'default' ? readDefaultCities() : readRecords(source, { format: input.format });
     const chunks: ChunkRef[] = [];
@@ -144,7 +126,7 @@ export class EtlHandlers {
    * Validates, normalises and enriches one chunk (dedupe inside the chunk), writes the accepted records and the
    * chunk's stats as blobs, and publishes each accepted record as a CityEnriched event keyed by its natural key.
    */
-  @TaskHandler('etl.transform')
+  @TaskHandler(etlTransform)
   async transform(@Payload() chunk: ChunkRef, @Ctx() ctx: TaskContext): Promise<TransformOutput> {
     const raw = await blobJson.getLines<unknown>(this.blobs, chunk.ref);
     const out = processChunk(raw, ref(), { offset: 0 });
@@ -194,9 +176,9 @@ export class EtlHandlers {
   }
 
   /** Removes records whose natural key an earlier chunk already had (chunks in index order), and counts per country and region. */
-  @TaskHandler('etl.dedupe')
+  @TaskHandler(etlDedupe)
   async dedupe(
-    @Payload() input: { chunks: TransformOutput[] },
+    @Payload() input: ParsedTaskInputOf<typeof etlDedupe>,
     @Ctx() ctx: TaskContext,
   ): Promise<DedupeOutput> {
     const seen = new Set<string>();
@@ -232,8 +214,8 @@ export class EtlHandlers {
   }
 
   /** Upserts one chunk into the sink by natural key, in one transaction. */
-  @TaskHandler('etl.load')
-  async load(@Payload() input: ChunkRef & { sink: SinkSpec }) {
+  @TaskHandler(etlLoad)
+  async load(@Payload() input: ParsedTaskInputOf<typeof etlLoad>) {
     const records = await blobJson.getLines<EnrichedCity>(this.blobs, input.ref);
     const sink = openSink(input.sink);
     try {
@@ -250,18 +232,8 @@ export class EtlHandlers {
    * their reason and detail (e.g. INVALID_ENCODING with the line and byte offset), duplicates, loaded, and the
    * sink's own counts and checksum. `balanced` says read = rejected + duplicates + accepted and loaded = accepted = sink rows.
    */
-  @TaskHandler('etl.report')
-  async report(
-    @Payload()
-    input: {
-      extract: { total: number };
-      transform: TransformOutput[];
-      dedupe: DedupeOutput;
-      load: Array<{ loaded: number }>;
-      sink: SinkSpec;
-    },
-    @Ctx() ctx: TaskContext,
-  ) {
+  @TaskHandler(etlReport)
+  async report(@Payload() input: ParsedTaskInputOf<typeof etlReport>, @Ctx() ctx: TaskContext) {
     let t: EtlStats = emptyStats();
     const samples: RejectSample[] = [];
     for (const c of [...input.transform].sort((a, b) => a.index - b.index)) {

@@ -1,17 +1,30 @@
 import { Controller } from '@nestjs/common';
 import { Ctx, Payload } from '@nestjs/microservices';
+import {
+  cancelShipment,
+  chargePayment,
+  createShipment,
+  refundPayment,
+  releaseInventory,
+  reserveInventory,
+  sendApology,
+  sendConfirmation,
+  type OrderInput,
+} from '@keyflow/tasks';
+import type { ParsedTaskInputOf } from '@keyflow/workflow';
 import { NonRetryableTaskError } from '../runtime/errors';
 import type { TaskContext } from '../runtime/task-executor';
 import { TaskHandler } from '../transport/task-handler.decorator';
 
 /**
- * The order saga example's tasks: reserve inventory, charge payment, create shipment, send confirmation, each
- * with a compensation. `failAt` in the run input (reserve, charge, ship or confirm) makes that step fail for good,
- * so the orchestrator runs the compensations of the completed steps in reverse order.
+ * The order saga example's tasks (contracts in @keyflow/tasks): reserve inventory, charge payment, create
+ * shipment, send confirmation, each with a compensation. `failAt` in the run input (reserve, charge, ship or
+ * confirm) makes that step fail for good, so the orchestrator runs the compensations of the completed steps in
+ * reverse order.
  */
-type OrderInput = { orderId?: string; amount?: number; failAt?: string };
+type Undo = ParsedTaskInputOf<typeof releaseInventory>;
 
-function step(name: string, input: OrderInput, ctx: TaskContext, result: Record<string, unknown>) {
+function step<R extends object>(name: string, input: OrderInput, ctx: TaskContext, result: R) {
   if (input.failAt === name)
     throw new NonRetryableTaskError(`injected failure at ${name}`, { code: 'INJECTED' });
   ctx.logger.info(
@@ -23,43 +36,43 @@ function step(name: string, input: OrderInput, ctx: TaskContext, result: Record<
 
 @Controller()
 export class OrderHandlers {
-  @TaskHandler('order.reserve-inventory')
+  @TaskHandler(reserveInventory)
   reserve(@Payload() i: OrderInput, @Ctx() c: TaskContext) {
     return step('reserve', i, c, { reservation: `res-${c.idempotencyKey}` });
   }
 
-  @TaskHandler('order.charge-payment')
+  @TaskHandler(chargePayment)
   charge(@Payload() i: OrderInput, @Ctx() c: TaskContext) {
     return step('charge', i, c, { payment: `pay-${c.idempotencyKey}`, amount: i.amount ?? 0 });
   }
 
-  @TaskHandler('order.create-shipment')
+  @TaskHandler(createShipment)
   ship(@Payload() i: OrderInput, @Ctx() c: TaskContext) {
     return step('ship', i, c, { shipment: `shp-${c.idempotencyKey}` });
   }
 
-  @TaskHandler('order.send-confirmation')
+  @TaskHandler(sendConfirmation)
   confirm(@Payload() i: OrderInput, @Ctx() c: TaskContext) {
     return step('confirm', i, c, { sent: true });
   }
 
-  @TaskHandler('order.release-inventory')
-  release(@Payload() i: { input: OrderInput }, @Ctx() c: TaskContext) {
-    return step('release', i.input ?? {}, c, { released: true });
+  @TaskHandler(releaseInventory)
+  release(@Payload() i: Undo, @Ctx() c: TaskContext) {
+    return step('release', i.input, c, { released: true });
   }
 
-  @TaskHandler('order.refund-payment')
-  refund(@Payload() i: { input: OrderInput }, @Ctx() c: TaskContext) {
-    return step('refund', i.input ?? {}, c, { refunded: true });
+  @TaskHandler(refundPayment)
+  refund(@Payload() i: Undo, @Ctx() c: TaskContext) {
+    return step('refund', i.input, c, { refunded: true });
   }
 
-  @TaskHandler('order.cancel-shipment')
-  cancelShipment(@Payload() i: { input: OrderInput }, @Ctx() c: TaskContext) {
-    return step('cancel-shipment', i.input ?? {}, c, { cancelled: true });
+  @TaskHandler(cancelShipment)
+  cancelShipment(@Payload() i: Undo, @Ctx() c: TaskContext) {
+    return step('cancel-shipment', i.input, c, { cancelled: true });
   }
 
-  @TaskHandler('order.send-apology')
-  apologise(@Payload() i: { input: OrderInput }, @Ctx() c: TaskContext) {
-    return step('apology', i.input ?? {}, c, { apologised: true });
+  @TaskHandler(sendApology)
+  apologise(@Payload() i: Undo, @Ctx() c: TaskContext) {
+    return step('apology', i.input, c, { apologised: true });
   }
 }

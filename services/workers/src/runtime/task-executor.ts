@@ -474,6 +474,7 @@ export class TaskExecutor {
     await sendToDlq(this.o.producer, m, {
       errorClass: err.name,
       errorMessage: err.message,
+      errorCode: codeOf(err),
       attempts,
       firstFailureAt,
       lastFailureAt: Date.now(),
@@ -539,4 +540,10 @@ function failure(
     firstFailureAt,
     lastFailureAt,
   };
+}
+
+/** An error's machine-readable `code`, when it carries a string one (TaskError, ContractError, EtlError). */
+function codeOf(err: Error): string | null {
+  const code: unknown = (err as Error & { code?: unknown }).code;
+  return typeof code === 'string' ? code : null;
 }

@@ -37,6 +37,9 @@ import {
   type TaskHandlerFn,
 } from '../runtime/task-executor';
 import { workerMetrics, type WorkerMetrics } from '../runtime/metrics';
+import { checkedByContract } from '../runtime/contract-check';
+import { CONTRACT_EXTRA } from './task-handler.decorator';
+import type { AnyTaskContract } from '@keyflow/workflow';
 import type { EventPublisher } from '../runtime/event-publisher';
 
 /** Names of the worker's parts that must keep running, as /health and the fatal log line name them. */
@@ -135,9 +138,10 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
   private async start(): Promise<void> {
     const handlers = new Map<string, TaskHandlerFn>();
     for (const [pattern, h] of this.getHandlers()) {
-      handlers.set(pattern, async (input, ctx: TaskContext) =>
-        lastValueFrom(this.transformToObservable(await h(input, ctx)), { defaultValue: null }),
-      );
+      const run: TaskHandlerFn = async (input, ctx: TaskContext) =>
+        lastValueFrom(this.transformToObservable(await h(input, ctx)), { defaultValue: null });
+      const contract = h.extras?.[CONTRACT_EXTRA] as AnyTaskContract | undefined;
+      handlers.set(pattern, contract ? checkedByContract(contract, run) : run);
     }
     const types = this.cfg.taskTypes.length ? this.cfg.taskTypes : [...handlers.keys()];
     if (types.length === 0)

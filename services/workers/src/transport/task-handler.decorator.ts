@@ -1,8 +1,36 @@
 import { MessagePattern } from '@nestjs/microservices';
+import type { AnyTaskContract, ParsedTaskInputOf, TaskOutputOf } from '@keyflow/workflow';
+import type { TaskContext } from '../runtime/task-executor';
+
+/** The key of a handler's contract in its @nestjs/microservices pattern extras (MessagePattern's third argument). */
+export const CONTRACT_EXTRA = 'keyflowContract';
+
+/** A handler method of contract `C`: its parsed input and the TaskContext in, its output (or a promise of it) out. */
+export type ContractHandlerMethod<C extends AnyTaskContract> = (
+  input: ParsedTaskInputOf<C>,
+  ctx: TaskContext,
+) => TaskOutputOf<C> | Promise<TaskOutputOf<C>>;
 
 /**
- * Marks a method as the handler of a task type: `@TaskHandler('extract') async extract(input, ctx: TaskContext)`.
- * The method gets the command's input (parsed JSON) and a TaskContext, and returns the output (serialised to
- * JSON). Throw NonRetryableTaskError / TaskInputError / RetryableTaskError to say what kind of failure it is.
+ * Marks a method as the handler of a task. With a contract (`@TaskHandler(chargePayment)`), the method's input and
+ * output types must match the contract's (a mismatch is a compile error: TS1241 at the decorator), the worker parses
+ * each command's input with the contract's schema before the method runs (a mismatch: TaskContractError
+ * INPUT_SCHEMA, not retryable, the command goes to the DLQ) and checks what it returns (TaskContractError
+ * OUTPUT_SCHEMA, the step fails). With a type name (`@TaskHandler('echo')`) the input is the command's parsed JSON,
+ * unchecked. The method gets the input (`@Payload()`) and a TaskContext (`@Ctx()`), and returns the output
+ * (serialised to JSON). Throw NonRetryableTaskError / TaskInputError / RetryableTaskError to say what kind of
+ * failure it is.
  */
-export const TaskHandler = (taskType: string): MethodDecorator => MessagePattern(taskType);
+export function TaskHandler<C extends AnyTaskContract>(
+  contract: C,
+): <M extends ContractHandlerMethod<C>>(
+  target: object,
+  key: string | symbol,
+  descriptor: TypedPropertyDescriptor<M>,
+) => void;
+export function TaskHandler(taskType: string): MethodDecorator;
+export function TaskHandler(task: string | AnyTaskContract): MethodDecorator {
+  return typeof task === 'string'
+    ? MessagePattern(task)
+    : MessagePattern(task.type, { [CONTRACT_EXTRA]: task });
+}

@@ -11,7 +11,7 @@ jest.setTimeout(120_000);
 describe('a worker process', () => {
   const h = new WorkerHarness('worker');
   beforeAll(async () => {
-    await h.setup(['seq', 'flaky', 'refuse', 'poison', 'slow']);
+    await h.setup(['seq', 'flaky', 'refuse', 'poison', 'slow', 'typed']);
     await h.startWorker({ WORKER_RETRY_INITIAL_MS: '200', WORKER_RETRY_MAX_MS: '1000' });
   });
   afterAll(() => h.teardown());
@@ -163,6 +163,63 @@ describe('a worker process', () => {
       code: 'DEAD_LETTERED',
       retryable: false,
     });
+  });
+
+  it("a command whose input breaks its task's contract goes to the DLQ with INPUT_SCHEMA and the issues, never reaching the handler; a valid one runs", async () => {
+    const bad = h.command('typed', 'e7', { entity: 'e7', amount: -5, card: 4111111111111111 });
+    const good = h.command('typed', 'e7', { entity: 'e7', amount: 12, card: '4111-1111' });
+    await h.send([bad, good]);
+    const failed = await resultFor(bad.idempotencyKey);
+    expect(failed.event).toBe('TaskFailed');
+    expect((failed.value as TaskFailed).error).toMatchObject({ code: 'DEAD_LETTERED', retryable: false });
+    const ok = await resultFor(good.idempotencyKey);
+    expect(JSON.parse((ok.value as TaskCompleted).output)).toEqual({ charged: 12 });
+
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('typed-dlq-reader') });
+    await reader.connect();
+    await reader.subscribe({ topic: `${h.codec.physical('task.typed')}.dlq`, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => dlq.push(message) });
+    const [record] = await dlq.wait(1);
+    await reader.disconnect();
+    const hd = (n: string) => header(record.headers, n);
+    expect(hd(DLQ_HEADERS.errorClass)).toBe('TaskInputError');
+    expect(hd(DLQ_HEADERS.errorCode)).toBe('INPUT_SCHEMA');
+    expect(hd(DLQ_HEADERS.errorMessage)).toMatch(
+      /input of task typed does not match its contract: amount: .*; card: /,
+    );
+    // The issues name paths and rules, never the values.
+    expect(hd(DLQ_HEADERS.errorMessage)).not.toContain('4111111111111111');
+    // The handler ran once: for the valid command only.
+    const runs = await h.rows('select idempotency_key from {t}_exec where idempotency_key in ($1, $2)', [
+      bad.idempotencyKey,
+      good.idempotencyKey,
+    ]);
+    expect(runs).toEqual([{ idempotency_key: good.idempotencyKey }]);
+  });
+
+  it("a handler output that breaks its task's contract fails the step once with OUTPUT_SCHEMA, not retried", async () => {
+    const cmd = h.command(
+      'typed',
+      'e8',
+      { entity: 'e8', amount: 3, card: 'c', lie: true },
+      { maxAttempts: 5 },
+    );
+    await h.send([cmd]);
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskFailed');
+    expect((r.value as TaskFailed).error).toMatchObject({
+      errorClass: 'NonRetryableTaskError',
+      code: 'OUTPUT_SCHEMA',
+      retryable: false,
+      attempts: 1,
+    });
+    expect((r.value as TaskFailed).error.message).toMatch(
+      /output of task typed does not match its contract: charged: /,
+    );
+    expect(
+      await h.rows('select * from {t}_exec where idempotency_key = $1', [cmd.idempotencyKey]),
+    ).toHaveLength(1);
   });
 
   it('undecodable bytes and an unknown schema id go to the DLQ with the decode error', async () => {
