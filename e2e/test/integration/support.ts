@@ -1,7 +1,9 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { promisify } from 'node:util';
+import { startServiceProcess } from '@keyflow/testing';
+import type { etlReport } from '@keyflow/tasks';
+import type { TaskOutputOf } from '@keyflow/workflow';
 
 export const ROOT = join(__dirname, '../../..');
 const run = promisify(execFile);
@@ -9,20 +11,8 @@ const run = promisify(execFile);
 export interface EtlOutput {
   runId: string;
   seconds: number;
-  report: {
-    read: number;
-    extracted: number;
-    rejected: number;
-    rejectsByReason: Record<string, number>;
-    duplicates: number;
-    accepted: number;
-    loaded: number;
-    byCountry: Record<string, number>;
-    byRegion: Record<string, number>;
-    sink: { rows: number; checksum: string; path?: string; table: string };
-    sinkMatches: boolean;
-    balanced: boolean;
-  };
+  /** The report step's output, as its task contract defines it. */
+  report: TaskOutputOf<typeof etlReport>;
 }
 
 /** Runs the main job's command (apps/etl-cli/src/main.ts, what `npm start` runs) and parses its JSON output. */
@@ -40,32 +30,13 @@ export async function runEtl(args: string[]): Promise<EtlOutput> {
   return JSON.parse(stdout) as EtlOutput;
 }
 
-/** A service process (orchestrator or worker main) with its ready URL. */
+/** A service process (orchestrator or worker main, a path from the repository's root) with its ready URL. */
 export function startService(
   entry: string,
   env: Record<string, string>,
   readyMsg: string,
 ): { proc: ChildProcess; ready: Promise<string>; exited: Promise<unknown> } {
-  const proc = spawn(process.execPath, ['-r', '@swc-node/register', join(ROOT, entry)], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const tail: string[] = [];
-  const keep = (l: string) => {
-    tail.push(l);
-    if (tail.length > 40) tail.shift();
-  };
-  createInterface({ input: proc.stderr! }).on('line', keep);
-  const exited = new Promise((r) => proc.once('exit', r));
-  const ready = new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).on('line', (l) => {
-      keep(l);
-      if (l.includes(`"${readyMsg}"`)) resolve(JSON.parse(l).http);
-    });
-    void exited.then((code) => reject(new Error(`${entry} exited with ${code}:\n${tail.join('\n')}`)));
-  });
-  return { proc, ready, exited };
+  return startServiceProcess(join(ROOT, entry), env, readyMsg, { cwd: ROOT });
 }
 
 export async function runFeeder(

@@ -25,3 +25,4 @@ export {
   type BrokerInfo,
   type ClusterControl,
 } from './cluster';
+export { startServiceProcess, type ServiceProcess } from './service-process';
