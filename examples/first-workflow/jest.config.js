@@ -1,0 +1,2 @@
+const { integration, root } = require('../../jest.preset');
+module.exports = { ...root, projects: [integration(__dirname)] };

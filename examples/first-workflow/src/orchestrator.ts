@@ -1,0 +1,8 @@
+import { bootstrapOrchestrator } from '@keyflow/orchestrator';
+import { greet } from './workflow';
+
+/** 4a. An orchestrator that knows the workflow (besides the built-in ones). */
+bootstrapOrchestrator([greet]).catch((err) => {
+  console.error(err instanceof Error ? err.message : err);
+  process.exit(1);
+});
