@@ -3,6 +3,7 @@ import { EventCodec, registryConnectionFromEnv } from '@keyflow/contracts';
 import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger, type Logger } from '@keyflow/observability';
 import type { Kafka } from 'kafkajs';
+import { KeyflowError } from '@keyflow/errors';
 
 /** What the CLI reads from the environment (the same variables the services and `stack.sh env` use). */
 const EnvSchema = z.object({
@@ -26,14 +27,13 @@ export interface ApiEndpoint {
 }
 
 /** The CLI's error base: a machine-readable `code` and whether trying again may help (`retryable`). */
-export class CliError extends Error {
+export class CliError extends KeyflowError {
   constructor(
     readonly code: string,
     message: string,
     readonly retryable = false,
   ) {
     super(message);
-    this.name = new.target.name;
   }
 }
 

@@ -1,5 +1,6 @@
+import { KeyflowError } from '@keyflow/errors';
 /** Base of every error of @keyflow/blobs: a stable `code` and whether trying again may succeed. */
-export class BlobError extends Error {
+export class BlobError extends KeyflowError {
   constructor(
     readonly code: string,
     readonly retryable: boolean,
@@ -7,7 +8,6 @@ export class BlobError extends Error {
     options?: { cause?: unknown },
   ) {
     super(message, options);
-    this.name = new.target.name;
   }
 }
 

@@ -1,3 +1,4 @@
+import { KeyflowError } from '@keyflow/errors';
 /**
  * Typed errors of the contracts layer. Every error has a stable `code` and says whether retrying can help
  * (`retryable`): a consumer retries a retryable one (the registry may come back) and sends a non-retryable one
@@ -18,13 +19,8 @@ export type ContractErrorCode =
   | 'INVALID_EVENT'
   | 'TOPIC_NOT_REGISTERED';
 
-export abstract class ContractError extends Error {
-  abstract readonly code: ContractErrorCode;
-  abstract readonly retryable: boolean;
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = new.target.name;
-  }
+export abstract class ContractError extends KeyflowError {
+  abstract override readonly code: ContractErrorCode;
 }
 
 /** Where a message came from: what the DLQ's triage headers record. */

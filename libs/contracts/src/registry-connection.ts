@@ -1,5 +1,6 @@
 import type { CodecOptions } from './codec';
 import { settingFileReader } from './setting-files';
+import { SettingsError } from '@keyflow/errors';
 
 /**
  * How a keyflow process reaches the schema registry, from the environment:
@@ -17,12 +18,10 @@ import { settingFileReader } from './setting-files';
 export type RegistryConnection = Pick<CodecOptions, 'registryUrl' | 'registryAuth' | 'registryCa'>;
 
 /** A registry connection setting that cannot work; `issues` names each variable. Not retryable: fix the settings. */
-export class RegistryConnectionConfigError extends Error {
+export class RegistryConnectionConfigError extends SettingsError {
   readonly code = 'REGISTRY_CONNECTION_CONFIG';
-  readonly retryable = false;
-  constructor(readonly issues: string[]) {
-    super(`invalid schema registry settings:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
-    this.name = 'RegistryConnectionConfigError';
+  constructor(issues: string[]) {
+    super('schema registry settings', issues);
   }
 }
 

@@ -1,3 +1,4 @@
+import { KeyflowError } from '@keyflow/errors';
 /** Machine-readable codes of the ETL library's errors. */
 export type EtlErrorCode = 'INPUT_PARSE' | 'UNSUPPORTED_FORMAT' | 'DUPLICATE_COLUMN' | 'EMPTY_COLUMN';
 
@@ -5,13 +6,8 @@ export type EtlErrorCode = 'INPUT_PARSE' | 'UNSUPPORTED_FORMAT' | 'DUPLICATE_COL
  * The one error base of the ETL library: a stable `code` and whether another attempt can help (`retryable`).
  * Every error about the input itself is not retryable: the same file fails the same way.
  */
-export abstract class EtlError extends Error {
-  abstract readonly code: EtlErrorCode;
-  abstract readonly retryable: boolean;
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = new.target.name;
-  }
+export abstract class EtlError extends KeyflowError {
+  abstract override readonly code: EtlErrorCode;
 }
 
 /**

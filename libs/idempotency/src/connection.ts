@@ -1,5 +1,6 @@
 import { settingFileReader } from '@keyflow/contracts';
 import Redis, { type RedisOptions } from 'ioredis';
+import { SettingsError } from '@keyflow/errors';
 
 /**
  * How a keyflow process connects to Redis, from the environment:
@@ -22,12 +23,10 @@ export interface RedisConnection {
 }
 
 /** A Redis connection setting that cannot work; `issues` names each variable. Not retryable: fix the settings. */
-export class RedisConnectionConfigError extends Error {
+export class RedisConnectionConfigError extends SettingsError {
   readonly code = 'REDIS_CONNECTION_CONFIG';
-  readonly retryable = false;
-  constructor(readonly issues: string[]) {
-    super(`invalid Redis connection settings:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
-    this.name = 'RedisConnectionConfigError';
+  constructor(issues: string[]) {
+    super('Redis connection settings', issues);
   }
 }
 

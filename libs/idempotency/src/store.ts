@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type Redis from 'ioredis';
+import { KeyflowError } from '@keyflow/errors';
 
 /**
  * Idempotency store on Redis. One key per idempotency key (one per logical step: every attempt of a step shares it),
@@ -38,7 +39,7 @@ export interface Lease {
 }
 
 /** Redis did not answer (down, or the connection is being re-established). Retryable. */
-export class IdempotencyStoreUnavailableError extends Error {
+export class IdempotencyStoreUnavailableError extends KeyflowError {
   readonly retryable = true;
   readonly code = 'IDEMPOTENCY_STORE_UNAVAILABLE';
   constructor(operation: string, cause: unknown) {
@@ -46,7 +47,6 @@ export class IdempotencyStoreUnavailableError extends Error {
       `idempotency store (Redis) unavailable during ${operation}: ${(cause as Error)?.message ?? String(cause)}`,
       { cause },
     );
-    this.name = 'IdempotencyStoreUnavailableError';
   }
 }
 
@@ -54,14 +54,13 @@ export class IdempotencyStoreUnavailableError extends Error {
  * The key holds a value this store did not write (not a JSON object): something else uses the key prefix. Not
  * retryable: the key must be cleaned up or the prefix changed (`keyPrefix`).
  */
-export class ForeignRecordError extends Error {
+export class ForeignRecordError extends KeyflowError {
   readonly retryable = false;
   readonly code = 'IDEMPOTENCY_FOREIGN_RECORD';
   constructor(readonly redisKey: string) {
     super(
       `idempotency key ${redisKey} holds a value this store did not write; clean it up or change keyPrefix`,
     );
-    this.name = 'ForeignRecordError';
   }
 }
 

@@ -37,6 +37,7 @@ import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafk
 import { decompress as zstdDecompress } from 'fzstd';
 import { UNDECODABLE_CODE, standInRecords } from './undecodable';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
+import { KeyflowError } from '@keyflow/errors';
 // kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const snappyCodec = require('kafkajs-snappy') as () => KafkaCodec;
@@ -52,7 +53,7 @@ export const KAFKA_CODEC_IDS = { none: 0, gzip: 1, snappy: 2, lz4: 3, zstd: 4 } 
 export type KafkaCodecName = keyof typeof KAFKA_CODEC_IDS;
 
 /** This Node cannot write zstd (node:zlib has no zstd before Node 22.15); reading zstd still works. Not retryable. */
-export class ZstdCompressionUnavailableError extends Error {
+export class ZstdCompressionUnavailableError extends KeyflowError {
   readonly code = 'ZSTD_COMPRESSION_UNAVAILABLE';
   readonly retryable = false;
   constructor() {
@@ -60,7 +61,6 @@ export class ZstdCompressionUnavailableError extends Error {
       `zstd (Kafka codec id ${KAFKA_CODEC_IDS.zstd}) compression needs node:zlib zstd (Node >= 22.15); ` +
         `this is Node ${process.versions.node}: produce with another codec (reading zstd works)`,
     );
-    this.name = 'ZstdCompressionUnavailableError';
   }
 }
 

@@ -1,3 +1,4 @@
+import { SettingsError } from '@keyflow/errors';
 import { registryConnectionFromEnv, type RegistryConnection } from '@keyflow/contracts';
 import { redisConnectionFromEnv, type RedisConnection } from '@keyflow/idempotency';
 import { kafkaSecurityFromEnv, type KafkaSecurity } from './security';
@@ -25,9 +26,8 @@ export function connectionSettingsFromEnv(
     try {
       return f();
     } catch (e) {
-      const listed = (e as { issues?: unknown }).issues;
-      if (!Array.isArray(listed)) throw e;
-      issues.push(...(listed as string[]));
+      if (!(e instanceof SettingsError)) throw e;
+      issues.push(...e.issues);
       return undefined;
     }
   };

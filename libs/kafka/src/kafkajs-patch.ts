@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { KeyflowError } from '@keyflow/errors';
 
 /**
  * What `patches/kafkajs+2.2.4.patch` (applied by `patch-package` on `npm install`/`npm ci`) fixes in kafkajs 2.2.4,
@@ -21,7 +22,7 @@ export const KAFKAJS_PATCHES = {
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
-export class KafkajsUnpatchedError extends Error {
+export class KafkajsUnpatchedError extends KeyflowError {
   readonly code = 'KAFKAJS_UNPATCHED' as const;
   readonly retryable = false;
   constructor(readonly file: string) {
@@ -30,7 +31,6 @@ export class KafkajsUnpatchedError extends Error {
         'read_committed consumer can deliver aborted records). Run `npm ci` (its postinstall applies patches/ with ' +
         'patch-package), not --ignore-scripts',
     );
-    this.name = 'KafkajsUnpatchedError';
   }
 }
 

@@ -16,19 +16,22 @@ import {
   undecodableAt,
   type QuarantinedPartition,
 } from './undecodable';
+import { KeyflowError } from '@keyflow/errors';
 
 /** The partition of a message was revoked in a rebalance while it ran: its new owner redelivers it. Retryable. */
-export class PartitionRevokedError extends Error {
+export class PartitionRevokedError extends KeyflowError {
   readonly retryable = true;
   readonly code = 'PARTITION_REVOKED';
   constructor(readonly topicPartition: string) {
     super(`partition ${topicPartition} was revoked in a rebalance; its new owner redelivers the message`);
-    this.name = 'PartitionRevokedError';
   }
 }
 
 /** A batch ended with an error (not a handler's: those are retried): `firstOpen` is its first offset not done. */
-class BatchFailedError extends Error {
+class BatchFailedError extends KeyflowError {
+  readonly code = 'BATCH_FAILED';
+  /** The consumer seeks back and fetches the batch again. */
+  readonly retryable = true;
   constructor(
     tp: string,
     readonly firstOpen: string,
@@ -37,7 +40,6 @@ class BatchFailedError extends Error {
     super(`batch of ${tp} failed at offset ${firstOpen}: ${(cause as Error)?.message ?? String(cause)}`, {
       cause,
     });
-    this.name = 'BatchFailedError';
   }
 }
 

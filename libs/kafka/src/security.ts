@@ -2,6 +2,7 @@ import type { ConnectionOptions } from 'node:tls';
 import type { SASLOptions } from 'kafkajs';
 import { z } from 'zod';
 import { settingFileReader } from '@keyflow/contracts';
+import { SettingsError } from '@keyflow/errors';
 
 /**
  * How every keyflow process connects to Kafka, read from the environment with the Java client's names and values
@@ -33,12 +34,10 @@ export type KafkaSecurityProtocol = (typeof KAFKA_SECURITY_PROTOCOLS)[number];
 export const KAFKA_SASL_MECHANISMS = ['SCRAM-SHA-512', 'SCRAM-SHA-256', 'PLAIN'] as const;
 
 /** A Kafka connection setting that cannot work; `issues` names each variable. Not retryable: fix the settings. */
-export class KafkaSecurityConfigError extends Error {
+export class KafkaSecurityConfigError extends SettingsError {
   readonly code = 'KAFKA_SECURITY_CONFIG';
-  readonly retryable = false;
-  constructor(readonly issues: string[]) {
-    super(`invalid Kafka connection settings:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
-    this.name = 'KafkaSecurityConfigError';
+  constructor(issues: string[]) {
+    super('Kafka connection settings', issues);
   }
 }
 

@@ -1,4 +1,5 @@
 import type { Admin, ITopicConfig } from 'kafkajs';
+import { KeyflowError } from '@keyflow/errors';
 
 export interface TopicSpec {
   topic: string;
@@ -70,7 +71,7 @@ export function topicCreation(spec: TopicSpec, liveBrokers: number): ITopicConfi
  * Topics that must be co-partitioned have different partition counts (at startup, or in the group leader's
  * co-partitioned assignment). Not retryable: fix the topics.
  */
-export class PartitionCountMismatchError extends Error {
+export class PartitionCountMismatchError extends KeyflowError {
   readonly code = 'PARTITION_COUNT_MISMATCH' as const;
   readonly retryable = false;
   constructor(readonly counts: Record<string, number>) {
@@ -79,7 +80,6 @@ export class PartitionCountMismatchError extends Error {
         .map(([t, n]) => `${t}=${n}`)
         .join(', ')}`,
     );
-    this.name = 'PartitionCountMismatchError';
   }
 }
 

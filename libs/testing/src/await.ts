@@ -1,14 +1,16 @@
+import { KeyflowError } from '@keyflow/errors';
 /**
  * Await helpers: tests wait for the event they expect, with a deadline, never for a fixed time.
  */
 
 /** The awaited condition did not hold before the deadline. */
-export class AwaitTimeoutError extends Error {
+export class AwaitTimeoutError extends KeyflowError {
+  readonly code = 'AWAIT_TIMEOUT';
+  readonly retryable = false;
   constructor(what: string, timeoutMs: number, last?: unknown) {
     super(
       `timed out after ${timeoutMs} ms waiting for ${what}${last === undefined ? '' : `; last value: ${JSON.stringify(last)}`}`,
     );
-    this.name = 'AwaitTimeoutError';
   }
 }
 

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { KeyflowError } from '@keyflow/errors';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -21,7 +22,7 @@ export interface BrokerInfo {
 }
 
 /** A `stack.sh` command failed (exit code non-zero); `stderr` holds its `[infra]` lines. Not retryable. */
-export class StackCommandError extends Error {
+export class StackCommandError extends KeyflowError {
   readonly code = 'STACK_COMMAND_FAILED' as const;
   readonly retryable = false;
   constructor(
@@ -31,7 +32,6 @@ export class StackCommandError extends Error {
     super(
       `infra/local/stack.sh ${args.join(' ')} failed: ${stderr.trim().split('\n').slice(-5).join(' | ')}`,
     );
-    this.name = 'StackCommandError';
   }
 }
 

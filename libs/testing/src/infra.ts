@@ -1,3 +1,4 @@
+import { KeyflowError } from '@keyflow/errors';
 /**
  * Where the integration tests' Kafka broker, schema registry and Redis come from.
  *
@@ -20,7 +21,8 @@ export interface InfraEndpoints {
 }
 
 /** No endpoints in the environment and no Docker engine to start containers. Not retryable. */
-export class InfraUnavailableError extends Error {
+export class InfraUnavailableError extends KeyflowError {
+  readonly code = 'INFRA_UNAVAILABLE';
   readonly retryable = false;
   constructor(detail: string) {
     super(
@@ -30,7 +32,6 @@ export class InfraUnavailableError extends Error {
         `or run the whole suite, which starts and stops it for you:\n` +
         `  npm test`,
     );
-    this.name = 'InfraUnavailableError';
   }
 }
 

@@ -1,3 +1,4 @@
+import { KeyflowError } from '@keyflow/errors';
 /**
  * Retry policy: bounded attempts, exponential backoff with full jitter.
  *
@@ -22,11 +23,11 @@ export interface RetryPolicyInput {
 export type RetryPolicy = Readonly<Required<RetryPolicyInput>>;
 
 /** An invalid policy. Not retryable: fix the configuration. */
-export class InvalidRetryPolicyError extends Error {
+export class InvalidRetryPolicyError extends KeyflowError {
+  readonly code = 'INVALID_RETRY_POLICY';
   readonly retryable = false;
   constructor(field: string, value: unknown, rule: string) {
     super(`invalid retry policy: ${field} = ${JSON.stringify(value)}; ${rule}`);
-    this.name = 'InvalidRetryPolicyError';
   }
 }
 

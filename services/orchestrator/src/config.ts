@@ -7,6 +7,7 @@ import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, type ApiKeyEntry } from './api/auth';
 import { readFileSync } from 'node:fs';
+import { SettingsError } from '@keyflow/errors';
 
 /** A variable set to the empty string counts as unset (compose files pass unset variables through as ""). */
 const unsetWhenEmpty = z.preprocess(
@@ -154,11 +155,10 @@ export type OrchestratorConfig = z.infer<typeof Schema> & {
   redis?: RedisConnection;
 };
 
-export class OrchestratorConfigError extends Error {
-  readonly retryable = false;
+export class OrchestratorConfigError extends SettingsError {
+  readonly code = 'ORCHESTRATOR_CONFIG';
   constructor(issues: string[]) {
-    super(`invalid orchestrator configuration:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
-    this.name = 'OrchestratorConfigError';
+    super('orchestrator configuration', issues);
   }
 }
 

@@ -3,6 +3,7 @@ import type { RegistryConnection } from '@keyflow/contracts';
 import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
 import { connectionSettingsFromEnv, DEFAULT_GROUP_IDS, type KafkaSecurity } from '@keyflow/kafka';
+import { SettingsError } from '@keyflow/errors';
 
 /**
  * Worker configuration from the environment, validated at startup. Every field is set after parsing
@@ -58,11 +59,10 @@ export type WorkerConfig = z.infer<typeof Schema> & {
 };
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
-export class WorkerConfigError extends Error {
-  readonly retryable = false;
+export class WorkerConfigError extends SettingsError {
+  readonly code = 'WORKER_CONFIG';
   constructor(issues: string[]) {
-    super(`invalid worker configuration:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
-    this.name = 'WorkerConfigError';
+    super('worker configuration', issues);
   }
 }
 

@@ -56,6 +56,7 @@ import {
   type Decision,
   type RunState,
 } from '@keyflow/workflow';
+import { KeyflowError } from '@keyflow/errors';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import {
@@ -608,7 +609,7 @@ export class Engine {
             )
           : toWorkflowInput(decoded, (name, v) => this.registry.get(name, v));
       if ('invalid' in decodedInput) {
-        dlq.push({ m, err: Object.assign(new Error(decodedInput.invalid), { name: 'InvalidRequestError' }) });
+        dlq.push({ m, err: new InvalidRequestError(decodedInput.invalid) });
         continue;
       }
       // The engine's own clock, never the producer's occurredAt: a step's deadline starts when it is dispatched,
@@ -675,12 +676,8 @@ export class Engine {
           { err, runId: input.runId, kind: input.kind },
           'applying an input failed; it goes to the DLQ',
         );
-        dlq.push({
-          m,
-          err: Object.assign(new Error(`${input.kind} for run ${input.runId}: ${err.message}`), {
-            name: err instanceof PayloadTooLargeError ? err.name : `DefinitionError`,
-          }),
-        });
+        const what = `${input.kind} for run ${input.runId}`;
+        dlq.push({ m, err: err instanceof PayloadTooLargeError ? err : new DefinitionError(what, err) });
         continue;
       }
       if (d.ignoredReason) {
@@ -768,6 +765,7 @@ export class Engine {
           {
             errorClass: err.name,
             errorMessage: err.message,
+            errorCode: err instanceof KeyflowError ? err.code : null,
             attempts: 1,
             firstFailureAt: now,
             lastFailureAt: now,
@@ -970,13 +968,37 @@ export class Engine {
 }
 
 /** A run's snapshot could not be encoded in a per-batch pass: the batch is applied again with one per input. */
-class SnapshotPerInput extends Error {
+class SnapshotPerInput extends KeyflowError {
+  readonly code = 'SNAPSHOT_PER_INPUT';
+  /** The engine applies the batch again, one input at a time. */
+  readonly retryable = true;
   constructor(
     readonly runId: string,
     cause: unknown,
   ) {
     super(`the snapshot of run ${runId} could not be encoded`, { cause });
-    this.name = 'SnapshotPerInput';
+  }
+}
+
+/**
+ * A wf.requests record the engine cannot apply (a StartRun of an unknown workflow, with an input that is not JSON
+ * or does not match the workflow's input schema): dead-lettered with this class and the reason. Not retryable.
+ */
+export class InvalidRequestError extends KeyflowError {
+  readonly code = 'INVALID_REQUEST';
+  readonly retryable = false;
+}
+
+/**
+ * Applying an input failed for good because a definition's function threw (a mapping, condition, item list or
+ * aggregate, or one that changed what it was given): the input is dead-lettered with this class and the cause's
+ * message. Not retryable: fix the definition, then redrive.
+ */
+export class DefinitionError extends KeyflowError {
+  readonly code = 'DEFINITION_FAILED';
+  readonly retryable = false;
+  constructor(what: string, cause: Error) {
+    super(`${what}: ${cause.message}`, { cause });
   }
 }
 

@@ -17,6 +17,7 @@ import {
   type RunStatus,
 } from '@keyflow/workflow';
 import { COMPONENTS } from './components';
+import { KeyflowError } from '@keyflow/errors';
 
 /** Key prefix of the barrier records the engine writes to wf.state when it takes a partition over. */
 export const BARRIER_PREFIX = '__barrier__/';
@@ -31,14 +32,13 @@ export const SKIP_REASONS = {
 } as const;
 
 /** The read model's consumer died for good: take-overs waiting on a barrier stop waiting. Not retryable here. */
-export class ReadModelStoppedError extends Error {
+export class ReadModelStoppedError extends KeyflowError {
   readonly code = 'READ_MODEL_STOPPED';
   readonly retryable = false;
   constructor(cause: unknown) {
     super(`the read model's wf.state consumer stopped: ${(cause as Error)?.message ?? String(cause)}`, {
       cause,
     });
-    this.name = 'ReadModelStoppedError';
   }
 }
 

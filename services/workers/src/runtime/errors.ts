@@ -1,59 +1,72 @@
+import { KeyflowError } from '@keyflow/errors';
 /**
  * Errors a task handler throws to say what kind of failure it is. Anything else a handler throws counts as
  * retryable (a transient failure is the safe guess), unless its class is listed in the policy's nonRetryableErrors.
  */
-export abstract class TaskError extends Error {
-  abstract readonly retryable: boolean;
-  /** Machine-readable code, carried in TaskFailed.error.code. */
-  readonly code?: string;
+export abstract class TaskError extends KeyflowError {
+  /** Machine-readable code, carried in TaskFailed.error.code: the handler's, else the class's default. */
+  readonly code: string;
   constructor(message: string, opts: { code?: string; cause?: unknown } = {}) {
     super(message, { cause: opts.cause });
-    this.name = new.target.name;
-    this.code = opts.code;
+    this.code = opts.code ?? this.defaultCode();
+  }
+  /** The code when the thrower gives none. */
+  protected abstract defaultCode(): string;
+}
+
+/** Another attempt may succeed (a downstream timeout, a 503). Default code TASK_RETRYABLE. */
+export class RetryableTaskError extends TaskError {
+  readonly retryable = true;
+  protected defaultCode() {
+    return 'TASK_RETRYABLE';
   }
 }
 
-/** Another attempt may succeed (a downstream timeout, a 503). */
-export class RetryableTaskError extends TaskError {
-  readonly retryable = true;
-}
-
-/** No attempt will succeed (a business rule said no): the task fails at once, with one attempt. */
+/** No attempt will succeed (a business rule said no): the task fails at once, with one attempt. Default code TASK_FAILED. */
 export class NonRetryableTaskError extends TaskError {
   readonly retryable = false;
+  protected defaultCode() {
+    return 'TASK_FAILED';
+  }
 }
 
 /**
  * The command itself is bad (input that does not parse or validate): no handler can report on it. It goes to the
- * DLQ with triage metadata, to be redriven after a fix.
+ * DLQ with triage metadata, to be redriven after a fix. Default code TASK_INPUT (INPUT_SCHEMA: its contract refused it).
  */
 export class TaskInputError extends TaskError {
   readonly retryable = false;
+  protected defaultCode() {
+    return 'TASK_INPUT';
+  }
 }
 
-/** An attempt ran past the command's timeoutMs. Retryable. */
+/** An attempt ran past the command's timeoutMs. Retryable. Code TASK_TIMEOUT. */
 export class TaskTimeoutError extends TaskError {
   readonly retryable = true;
+  protected defaultCode() {
+    return 'TASK_TIMEOUT';
+  }
 }
 
 /** Another worker holds this task's lease right now; the message waits and is retried (never run concurrently). */
-export class LeaseHeldError extends Error {
+export class LeaseHeldError extends KeyflowError {
+  readonly code = 'LEASE_HELD';
   readonly retryable = true;
   constructor(
     readonly idempotencyKey: string,
     readonly expiresInMs: number,
   ) {
     super(`task ${idempotencyKey} is running elsewhere (lease expires in ${expiresInMs} ms); waiting`);
-    this.name = 'LeaseHeldError';
   }
 }
 
 /** The worker has no handler for the command's task type. Goes to the DLQ. */
-export class UnknownTaskTypeError extends Error {
+export class UnknownTaskTypeError extends KeyflowError {
+  readonly code = 'UNKNOWN_TASK_TYPE';
   readonly retryable = false;
   constructor(readonly taskType: string) {
     super(`no handler for task type ${taskType}`);
-    this.name = 'UnknownTaskTypeError';
   }
 }
 
@@ -62,7 +75,7 @@ export class UnknownTaskTypeError extends Error {
  * key): the attempt's signal is aborted, nothing is recorded, and the command is
  * retried in place, where it finds the other holder's outcome or takes the lease again. Retryable.
  */
-export class LeaseLostError extends Error {
+export class LeaseLostError extends KeyflowError {
   readonly retryable = true;
   readonly code = 'LEASE_LOST';
   constructor(
@@ -70,12 +83,11 @@ export class LeaseLostError extends Error {
     reason: string,
   ) {
     super(`lease of ${idempotencyKey} lost: ${reason}`);
-    this.name = 'LeaseLostError';
   }
 }
 
 /** The step's compensation fenced its idempotency key before this command ran: it never runs. Non-retryable. */
-export class StepCompensatedError extends Error {
+export class StepCompensatedError extends KeyflowError {
   readonly retryable = false;
   readonly code = 'COMPENSATED';
   constructor(
@@ -83,6 +95,5 @@ export class StepCompensatedError extends Error {
     readonly by: string,
   ) {
     super(`step ${idempotencyKey} was compensated (by ${by}) before it ran; it is not run`);
-    this.name = 'StepCompensatedError';
   }
 }
