@@ -36,7 +36,10 @@ export default tseslint.config(
             // The CLI folds in the services' one-shot commands (rebuild needs the orchestrator's projection).
             { sourceTag: 'type:cli', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
             // An application on keyflow (the tutorial): the libs and the services' public API (their src/index.ts).
-            { sourceTag: 'type:example', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
+            {
+              sourceTag: 'type:example',
+              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'],
+            },
           ],
         },
       ],

@@ -1,8 +1,9 @@
 import { z } from 'zod/v4';
+import { KeyflowError } from '@keyflow/errors';
 
 /**
  * Typed task contracts: a task is defined once (its type name, its input and output schema) and that one value is
- * used by the workflow definition (`.task('charge', { task: chargePayment, input: (c) => ... })`) and by the
+ * used by the workflow definition (`.task('charge', chargePayment, { input: (c) => ... })`) and by the
  * handler (`@TaskHandler(chargePayment)`), so a misspelled task, an input mapping of the wrong shape or a handler
  * returning the wrong output is a compile error, and later steps see the step's output typed (`c.outputs.charge`).
  *
@@ -47,10 +48,10 @@ export type TaskContractErrorCode = 'INPUT_SCHEMA' | 'OUTPUT_SCHEMA' | 'INVALID_
 
 /**
  * A value that does not match its task contract, or a contract that breaks a rule. Never retryable: the same value
- * fails the same way. `issues` lists each mismatch (path and message, never the value itself, so a masked field's
- * content does not leak into logs or the DLQ's triage headers).
+ * fails the same way. `issues` lists each mismatch by path and rule, not by the field's value (an unexpected key
+ * is counted, not named; a record's keys do appear in paths, and a schema's own custom messages are its author's).
  */
-export class TaskContractError extends Error {
+export class TaskContractError extends KeyflowError {
   readonly retryable = false;
   constructor(
     readonly code: TaskContractErrorCode,
@@ -59,7 +60,6 @@ export class TaskContractError extends Error {
     readonly issues: readonly SchemaIssue[] = [],
   ) {
     super(message);
-    this.name = 'TaskContractError';
   }
 }
 
@@ -86,6 +86,21 @@ export function defineTask<const Type extends string, In extends z.ZodType, Out 
       spec.type,
       `task type ${JSON.stringify(spec.type)} must match ${TASK_TYPE.source} (it names the topic task.<type>)`,
     );
+  // Inputs and outputs travel as JSON: a schema JSON cannot carry (a Date, a bigint, a Map) would fail at run time
+  // (or change on the way), so it is refused here. zod's JSON Schema conversion throws for exactly those.
+  for (const [side, schema] of [
+    ['input', spec.input],
+    ['output', spec.output],
+  ] as const)
+    try {
+      z.toJSONSchema(schema, { io: 'input' });
+    } catch (e) {
+      throw new TaskContractError(
+        'INVALID_CONTRACT',
+        spec.type,
+        `task ${spec.type}: its ${side} schema cannot be carried as JSON: ${(e as Error).message}`,
+      );
+    }
   return Object.freeze({
     type: spec.type,
     input: spec.input,
@@ -107,23 +122,43 @@ export interface SchemaIssue {
  */
 export function runInputIssues(def: { inputSchema?: z.ZodType }, input: unknown): SchemaIssue[] {
   if (!def.inputSchema) return [];
-  const r = def.inputSchema.safeParse(input);
-  return r.success ? [] : issuesOf(r.error);
+  const r = safeParse(def.inputSchema, input);
+  return r.success ? [] : r.issues;
 }
 
 function issuesOf(error: z.ZodError): SchemaIssue[] {
   return error.issues.map((i) => ({
     path: i.path.length ? i.path.map(String).join('.') : '(root)',
-    message: i.message,
+    // zod names unexpected keys in the message: they may be data (an e-mail used as a key), so only their count.
+    message: i.code === 'unrecognized_keys' ? `${i.keys.length} unrecognized key(s)` : i.message,
   }));
+}
+
+/**
+ * `schema.safeParse(value)`, where a schema that throws (a transform or refine that fails, an async refine in a
+ * synchronous parse) is a failed parse with one issue at the root instead of an exception: the caller dead-letters
+ * the value rather than failing, and retrying, the whole batch.
+ */
+function safeParse(
+  schema: z.ZodType,
+  value: unknown,
+): { success: true; data: unknown } | { success: false; issues: SchemaIssue[] } {
+  try {
+    const r = schema.safeParse(value);
+    return r.success ? { success: true, data: r.data } : { success: false, issues: issuesOf(r.error) };
+  } catch (e) {
+    return {
+      success: false,
+      issues: [{ path: '(root)', message: `the schema threw: ${(e as Error)?.message ?? String(e)}` }],
+    };
+  }
 }
 
 function mismatch(
   code: 'INPUT_SCHEMA' | 'OUTPUT_SCHEMA',
   contract: AnyTaskContract,
-  error: z.ZodError,
+  issues: SchemaIssue[],
 ): TaskContractError {
-  const issues = issuesOf(error);
   const what = code === 'INPUT_SCHEMA' ? 'input' : 'output';
   return new TaskContractError(
     code,
@@ -141,18 +176,20 @@ function mismatch(
  * @throws TaskContractError (INPUT_SCHEMA) listing each mismatch.
  */
 export function parseTaskInput<C extends AnyTaskContract>(contract: C, input: unknown): ParsedTaskInputOf<C> {
-  const r = contract.input.safeParse(input);
-  if (!r.success) throw mismatch('INPUT_SCHEMA', contract, r.error);
-  return r.data;
+  const r = safeParse(contract.input, input);
+  if (!r.success) throw mismatch('INPUT_SCHEMA', contract, r.issues);
+  return r.data as ParsedTaskInputOf<C>;
 }
 
 /**
- * Checks a handler's return value against the contract's output schema.
+ * Checks a handler's return value, as JSON will carry it (what later steps will read), against the contract's
+ * output schema.
  * @returns the value as given (it is published as returned: nothing is dropped or rewritten).
  * @throws TaskContractError (OUTPUT_SCHEMA) listing each mismatch.
  */
 export function checkTaskOutput<C extends AnyTaskContract>(contract: C, output: unknown): TaskOutputOf<C> {
-  const r = contract.output.safeParse(output);
-  if (!r.success) throw mismatch('OUTPUT_SCHEMA', contract, r.error);
+  const published: unknown = output === undefined ? null : JSON.parse(JSON.stringify(output) ?? 'null');
+  const r = safeParse(contract.output, published);
+  if (!r.success) throw mismatch('OUTPUT_SCHEMA', contract, r.issues);
   return output as TaskOutputOf<C>;
 }

@@ -1,6 +1,7 @@
 import { retryPolicy, type RetryPolicy, type RetryPolicyInput } from './retry';
 import type { AnyTaskContract, TaskInputOf, TaskOutputOf } from './contract';
 import type { z } from 'zod/v4';
+import { KeyflowError } from '@keyflow/errors';
 
 /** Suffix of a compensation's step id (`<step>.compensate`); no step of a definition may use it. */
 export const COMPENSATION_SUFFIX = '.compensate';
@@ -75,9 +76,21 @@ export interface TaskOptions<
  * item) already has that type, required otherwise (so a run input of the wrong shape is a compile error, not a
  * DLQ entry).
  */
-export type InputMapping<Ctx extends unknown[], Default, In> = [Default] extends [In]
-  ? { input?: (...c: Ctx) => In }
-  : { input: (...c: Ctx) => In };
+export type InputMapping<Ctx extends unknown[], Default, In> =
+  DefaultFits<Default, In> extends true ? { input?: (...c: Ctx) => In } : { input: (...c: Ctx) => In };
+
+/**
+ * Whether a default value of type `Default` can stand for an input of type `In`: always for an input of any shape
+ * (`unknown`); never for an untyped run input (an index signature, as `workflow()` without an input schema gives),
+ * whose fields nothing checks; otherwise when the types are assignable.
+ */
+export type DefaultFits<Default, In> = unknown extends In
+  ? true
+  : string extends keyof Default
+    ? false
+    : [Default] extends [In]
+      ? true
+      : false;
 
 /** The outputs before the first step: none. */
 export type NoOutputs = Record<never, never>;
@@ -102,10 +115,13 @@ export type ContractTaskOptions<
 > = StepPolicyOptions & {
   /** Partition key of the command (default: the run's business key), so one entity's tasks stay in order. */
   entityKey?: (c: StepContext<I, O>) => string;
-  /** Saga compensation, run if a later step fails for good. */
+  /**
+   * Saga compensation, run if a later step fails for good, and also for this step itself when it was dead-lettered,
+   * timed out or was outstanding at a cancel or run timeout: its output may then be missing (hence optional here).
+   */
   compensate?: ContractCompensation<
     I,
-    WithOutput<O, Id, TaskOutputOf<C>>,
+    O & { [P in Id]?: TaskOutputOf<C> },
     Undo,
     { input: TaskInputOf<C>; output: TaskOutputOf<C> | null }
   >;
@@ -207,11 +223,11 @@ export interface WorkflowDefinition {
 }
 
 /** A definition that breaks a rule (duplicate step id, bad option). Not retryable: fix the definition. */
-export class InvalidDefinitionError extends Error {
+export class InvalidDefinitionError extends KeyflowError {
+  readonly code = 'INVALID_DEFINITION';
   readonly retryable = false;
   constructor(workflow: string, reason: string) {
     super(`workflow ${workflow}: ${reason}`);
-    this.name = 'InvalidDefinitionError';
   }
 }
 
@@ -251,7 +267,7 @@ export interface StepMethods<I, O, Kind extends 'steps' | 'workflow'> {
   task<const Id extends string, C extends AnyTaskContract, Undo extends AnyTaskContract = AnyTaskContract>(
     id: Id,
     contract: C,
-    ...options: [I] extends [TaskInputOf<C>]
+    ...options: DefaultFits<I, TaskInputOf<C>> extends true
       ? [o?: ContractTaskOptions<I, O, Id, C, Undo>]
       : [o: ContractTaskOptions<I, O, Id, C, Undo>]
   ): Next<Kind, I, WithOutput<O, Id, TaskOutputOf<C>>>;

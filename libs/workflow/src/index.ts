@@ -16,6 +16,7 @@ export type {
   ContractMapItemsOptions,
   ContractCompensation,
   InputMapping,
+  DefaultFits,
   WithOutput,
   NoOutputs,
   WorkflowDefinition,

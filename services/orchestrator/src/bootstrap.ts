@@ -20,9 +20,9 @@ import {
   exitOnComponentFailure,
   startTracing,
 } from '@keyflow/observability';
-import type { WorkflowDefinition } from '@keyflow/workflow';
+import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
 import { createRedis, describeRedis } from '@keyflow/idempotency';
-import { lagGroups, loadOrchestratorConfig, requireApiSettings } from './config';
+import { lagGroups, loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from './config';
 import { LagMonitor } from './engine/lag-monitor';
 import { Engine } from './engine/engine';
 import { orchestratorMetrics } from './engine/metrics';
@@ -61,6 +61,7 @@ export async function bootstrapOrchestrator(
   const registry = createMetricsRegistry('orchestrator');
   const metrics = orchestratorMetrics(registry);
   const workflows = new WorkflowRegistry().register(...builtinWorkflows, ...definitions);
+  checkSchedules(workflows, schedules);
   const kafka = createKafka({
     brokers: cfg.brokers,
     clientId: `keyflow-orchestrator-${cfg.ORCHESTRATOR_INSTANCE_ID}`,
@@ -206,4 +207,22 @@ export async function bootstrapOrchestrator(
     'orchestrator ready',
   );
   return { app, url, engine, readModel, cfg };
+}
+
+/**
+ * Every schedule names a registered workflow and an input its input schema accepts (with the `scheduledAt` the
+ * scheduler adds, in ms since the epoch, as JSON carries it), checked before anything starts.
+ * @throws OrchestratorConfigError naming each schedule that could never start a run
+ */
+export function checkSchedules(workflows: WorkflowRegistry, schedules: ScheduleDef[]): void {
+  const issues = schedules.flatMap((s) => {
+    const def = workflows.get(s.workflow);
+    if (!def) return [`schedule ${s.id}: unknown workflow ${s.workflow}`];
+    const input: unknown = JSON.parse(JSON.stringify({ ...(s.input ?? {}), scheduledAt: 0 }));
+    return runInputIssues(def, input).map(
+      (i) =>
+        `schedule ${s.id}: its input does not match workflow ${def.name} v${def.version}: ${i.path}: ${i.message}`,
+    );
+  });
+  if (issues.length) throw new OrchestratorConfigError(issues);
 }

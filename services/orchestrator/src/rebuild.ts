@@ -157,7 +157,11 @@ export async function rebuildRuns(
     const raw = await decodeOrSkip(r);
     if (!raw) continue;
     const d = claim ? await resolveInput(raw, claim) : raw;
-    const decoded = toWorkflowInput(d, (name, v) => registry.get(name, v));
+    const decoded = toWorkflowInput(
+      d,
+      (name, v) => registry.get(name, v),
+      !applied.has(d.value.metadata.eventId),
+    );
     if ('invalid' in decoded) continue;
     const when = applied.get(decoded.eventId);
     const input = when ? { ...decoded, at: when.at } : decoded;

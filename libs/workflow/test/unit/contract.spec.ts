@@ -51,6 +51,56 @@ describe('task contracts', () => {
     );
   });
 
+  it('a contract whose schemas JSON cannot carry (a Date, a bigint) is refused when it is defined', () => {
+    for (const input of [z.object({ at: z.date() }), z.object({ n: z.bigint() })])
+      expect(() => defineTask({ type: 't', input, output: z.unknown() })).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_CONTRACT',
+          message: expect.stringContaining('input schema'),
+        }),
+      );
+    expect(() => defineTask({ type: 't', input: z.unknown(), output: z.date() })).toThrow(/output schema/);
+  });
+
+  it('an output is checked as JSON will carry it to later steps', () => {
+    const stamped = defineTask({ type: 't', input: z.unknown(), output: z.object({ n: z.number() }) });
+    // NaN is published as null: the check sees null, not a number.
+    expect(() => checkTaskOutput(stamped, { n: Number.NaN })).toThrow(
+      expect.objectContaining({ code: 'OUTPUT_SCHEMA' }),
+    );
+  });
+
+  it('a schema that throws, or is async, fails the check with an issue instead of throwing', () => {
+    const throwing = z.string().transform((v) => JSON.parse(v) as unknown);
+    expect(runInputIssues({ inputSchema: throwing }, '{')).toEqual([
+      { path: '(root)', message: expect.stringContaining('the schema threw') },
+    ]);
+    const asyncRefine = z.string().refine(async () => true);
+    expect(runInputIssues({ inputSchema: asyncRefine }, 'x')).toHaveLength(1);
+    const contract = defineTask({
+      type: 't',
+      input: z.object({ a: z.string() }).refine(() => {
+        throw new Error('boom');
+      }),
+      output: z.unknown(),
+    });
+    expect(() => parseTaskInput(contract, { a: 'x' })).toThrow(
+      expect.objectContaining({ code: 'INPUT_SCHEMA' }),
+    );
+  });
+
+  it('an unexpected key is counted, never named (a key may be data)', () => {
+    const strict = defineTask({ type: 't', input: z.strictObject({ a: z.string() }), output: z.unknown() });
+    let err: TaskContractError | undefined;
+    try {
+      parseTaskInput(strict, { a: 'x', 'ada@example.com': 1 });
+    } catch (e) {
+      err = e as TaskContractError;
+    }
+    expect(err?.issues).toEqual([{ path: '(root)', message: '1 unrecognized key(s)' }]);
+    expect(err?.message).not.toContain('ada@example.com');
+  });
+
   it('a task type must be a legal topic suffix', () => {
     for (const type of ['', 'has space', 'a/b', 'x'.repeat(201)])
       expect(() => defineTask({ type, input: z.unknown(), output: z.unknown() })).toThrow(

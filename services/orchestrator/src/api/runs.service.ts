@@ -6,12 +6,13 @@ import { runInputIssues, SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
 import type { WorkflowRegistry } from '../workflows/registry';
+import { KeyflowError } from '@keyflow/errors';
 
 /**
  * A request the API refuses: `fields` names each failing field. Maps to HTTP 400 (or 404 with `notFound`); the
  * subclass RefusedRequest carries another status, a code and more of the answer.
  */
-export class RequestError extends Error {
+export class RequestError extends KeyflowError {
   readonly code: string = 'INVALID_REQUEST';
   readonly retryable: boolean = false;
   constructor(
@@ -20,7 +21,6 @@ export class RequestError extends Error {
     readonly notFound = false,
   ) {
     super(message);
-    this.name = 'RequestError';
   }
 }
 
@@ -99,7 +99,8 @@ export class RunsService {
       throw new RequestError(`unknown workflow ${req.workflow}${req.version ? ` v${req.version}` : ''}`, [
         { path: req.version ? 'version' : 'workflow', message: 'not registered' },
       ]);
-    const issues = runInputIssues(def, req.input);
+    // What the engine will check: the input as the StartRun's JSON carries it (a schedule's input is code).
+    const issues = runInputIssues(def, JSON.parse(JSON.stringify(req.input ?? {})));
     if (issues.length)
       throw new RequestError(
         `input does not match workflow ${def.name} v${def.version}'s input schema`,

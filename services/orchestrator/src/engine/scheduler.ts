@@ -1,5 +1,6 @@
 import { CronExpressionParser } from 'cron-parser';
 import { DateTime } from 'luxon';
+import { isRetryable } from '@keyflow/errors';
 import type { Logger } from '@keyflow/observability';
 
 /** A cron schedule that starts a workflow. `cron` has 5 fields, or 6 with seconds first (cron-parser syntax). */
@@ -187,6 +188,15 @@ export class Scheduler {
           await this.start(s, scheduledRunId(s.id, at), at);
           started++;
         } catch (err) {
+          if (!isRetryable(err)) {
+            // The same request is refused the same way at every tick (a bad input, an unknown workflow): this fire
+            // is skipped, and the schedules after it still run.
+            this.logger.error(
+              { err, schedule: s.id, fireAt: at },
+              'a scheduled run was refused; this fire is skipped',
+            );
+            continue;
+          }
           this.logger.warn(
             { err, schedule: s.id, fireAt: at },
             'could not start a scheduled run; retrying at the next tick',

@@ -10,11 +10,14 @@ import {
   sinkSpec,
 } from '@keyflow/tasks';
 
-/** The ETL's run input: what to read, how to chunk it, where to load it. */
+/**
+ * The ETL's run input: what to read, how to chunk it, where to load it. Checked, never rewritten: the defaults
+ * (source `default`, chunkSize 1000) are the extract task's (its contract fills them in).
+ */
 export const geonamesEtlInput = z.object({
-  source: z.string().min(1).default('default'),
+  source: z.string().min(1).optional(),
   format: z.enum(INPUT_FORMATS).optional(),
-  chunkSize: z.number().int().min(1).max(MAX_CHUNK_SIZE).default(1000),
+  chunkSize: z.number().int().min(1).max(MAX_CHUNK_SIZE).optional(),
   sink: sinkSpec,
 });
 

@@ -438,12 +438,12 @@ describe('bad input', () => {
       const exploding = await post(`${url}/runs`, { workflow: 'fragile', input: { explode: true } });
       const refused = await post(`${url}/runs`, {
         workflow: 'order-saga',
-        input: { amount: 'ten', failAt: 'x' },
+        input: { amount: 'ten', orderId: 5 },
       });
       expect(refused.status).toBe(400);
       expect((refused.body.errors as Array<{ path: string }>).map((e) => e.path).sort()).toEqual([
         'input.amount',
-        'input.failAt',
+        'input.orderId',
       ]);
       const { body } = await post(`${url}/runs`, { workflow: 'three-step', input: {} });
       await eventually(

@@ -1,5 +1,10 @@
 import { createLogger } from '@keyflow/observability';
+import { workflow, z } from '@keyflow/workflow';
 import { fireTimes, scheduledRunId, Scheduler } from '../../src/engine/scheduler';
+import { checkSchedules } from '../../src/bootstrap';
+import { OrchestratorConfigError } from '../../src/config';
+import { RequestError } from '../../src/api/runs.service';
+import { WorkflowRegistry } from '../../src/workflows/registry';
 
 describe('cron schedules', () => {
   it('reads cron fields in the schedule time zone, across a DST change', () => {
@@ -54,5 +59,56 @@ describe('cron schedules', () => {
     );
     expect(starts[0]).toEqual(expected);
     expect(starts[1]).toEqual(expected);
+  });
+
+  it('a fire refused for good (a bad input) is skipped; the schedules after it still start their runs', async () => {
+    let now = Date.parse('2026-11-29T10:00:00Z');
+    const started: string[] = [];
+    const scheduler = new Scheduler(
+      [
+        { id: 'refused', workflow: 'w', cron: '*/10 * * * * *' },
+        { id: 'fine', workflow: 'w', cron: '*/10 * * * * *' },
+      ],
+      async (s, runId) => {
+        if (s.id === 'refused') throw new RequestError('input does not match');
+        started.push(runId);
+      },
+      createLogger('t', { level: 'silent' }),
+      { now: () => now, catchUp: { mode: 'skip' } },
+    );
+    now += 20_000;
+    await scheduler.tick();
+    now += 10_000;
+    await scheduler.tick();
+    expect(started).toEqual(
+      [10, 20, 30].map((s) => scheduledRunId('fine', Date.parse('2026-11-29T10:00:00Z') + s * 1000)),
+    );
+  });
+
+  it('startup refuses a schedule of an unknown workflow or with an input its workflow refuses, naming each', () => {
+    const workflows = new WorkflowRegistry().register(
+      workflow('report', 1, { input: z.strictObject({ region: z.string(), scheduledAt: z.number() }) })
+        .task('t', { type: 'x' })
+        .build(),
+    );
+    expect(() =>
+      checkSchedules(workflows, [
+        { id: 'ok', workflow: 'report', cron: '* * * * *', input: { region: 'eu' } },
+      ]),
+    ).not.toThrow();
+    let err: unknown;
+    try {
+      checkSchedules(workflows, [
+        { id: 'typo', workflow: 'reprot', cron: '* * * * *' },
+        { id: 'bad', workflow: 'report', cron: '* * * * *', input: { region: 7 } },
+      ]);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(OrchestratorConfigError);
+    expect((err as OrchestratorConfigError).issues).toEqual([
+      'schedule typo: unknown workflow reprot',
+      expect.stringMatching(/^schedule bad: its input does not match workflow report v1: region: /),
+    ]);
   });
 });

@@ -113,4 +113,14 @@ describe('typed task contracts at compile time', () => {
     const misspelledTask = compile(source.replace(".task('greet', greet,", ".task('greet', greett,"));
     expect(misspelledTask.map((d) => d.code)).toContain(2552);
   });
+
+  it('a workflow without an input schema must map its run input to a task that needs one', () => {
+    const untyped = source
+      .replace("workflow('greeting', 1, { input: z.object({ who: z.string() }) })", "workflow('greeting', 1)")
+      .replace(".task('greet', greet, { input: (c) => ({ name: c.input.who }) })", ".task('greet', greet)");
+    expect(untyped).not.toBe(source);
+    // No overload takes the contract without options: the untyped one is the last tried (TS2345 at that line).
+    const line = untyped.split('\n').findIndex((l) => l.includes(".task('greet', greet)")) + 1;
+    expect(compile(untyped)).toContainEqual(expect.objectContaining({ code: 2345, line }));
+  });
 });
