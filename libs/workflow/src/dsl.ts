@@ -170,7 +170,16 @@ export interface TaskStep {
   timeoutMs: number;
   stepTimeoutMs: number;
   workerAttempts: number;
-  compensate?: { type: string; input: (c: StepContext) => unknown; retry: RetryPolicy; timeoutMs: number };
+  compensate?: {
+    type: string;
+    input: (c: StepContext) => unknown;
+    retry: RetryPolicy;
+    timeoutMs: number;
+    /** The compensation's contract, when it was given one (typed steps). */
+    contract?: AnyTaskContract;
+  };
+  /** The task's contract, when the step was defined with one (views mask its PII fields). */
+  contract?: AnyTaskContract;
 }
 
 export interface MapStep {
@@ -188,6 +197,10 @@ export interface MapStep {
   timeoutMs: number;
   stepTimeoutMs: number;
   workerAttempts: number;
+  /** The items' task contract, when the step was defined with one (views mask its PII fields). */
+  contract?: AnyTaskContract;
+  /** Whether the step's output is the default aggregate (the items' outputs, in item order). */
+  defaultAggregate: boolean;
 }
 
 export interface ChoiceStep {
@@ -344,6 +357,7 @@ class Builder {
   task(id: string, a: object, b?: object): this {
     const o = untypedTaskOptions(a as TaskOptions | AnyTaskContract, b as ContractOptionsAny | undefined);
     const input = o.input ?? defaultInput;
+    const undo = (b as ContractOptionsAny | undefined)?.compensate?.task;
     this.list.push({
       kind: 'task',
       id,
@@ -356,7 +370,9 @@ class Builder {
         input: o.compensate.input ?? ((c) => ({ input: input(c), output: c.outputs[id] ?? null })),
         retry: retryPolicy(o.compensate.retry ?? { maxAttempts: 5 }),
         timeoutMs: o.compensate.timeoutMs ?? 30_000,
+        ...(isContract(a) && undo ? { contract: undo } : {}),
       },
+      ...(isContract(a) ? { contract: a } : {}),
     });
     return this;
   }
@@ -375,7 +391,9 @@ class Builder {
       entityKey: o.entityKey ?? ((_i, index, c) => `${c.businessKey}/${index}`),
       concurrency,
       aggregate: o.aggregate ?? ((outs) => outs),
+      defaultAggregate: !o.aggregate,
       ...taskFields(this.name, id, o),
+      ...(isContract(a) ? { contract: a } : {}),
     });
     return this;
   }

@@ -80,3 +80,4 @@ export {
   type TaskContractErrorCode,
   type SchemaIssue,
 } from './contract';
+export { pii, maskPii, marksPii, maskRunView, PII_MASK } from './pii';
