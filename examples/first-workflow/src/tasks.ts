@@ -1,4 +1,4 @@
-import { defineTask, z } from '@keyflow/workflow';
+import { defineTask, pii, z } from '@keyflow/workflow';
 
 /** 1. The tasks: each defined once (type, input, output), for the workflow and the handler alike. */
 export const composeGreeting = defineTask({
@@ -9,6 +9,7 @@ export const composeGreeting = defineTask({
 
 export const sendGreeting = defineTask({
   type: 'tutorial.send-greeting',
-  input: z.object({ to: z.email(), text: z.string() }),
+  // pii(): shown as [masked] in the API's run views and the DLQ records the ops API and console list.
+  input: z.object({ to: pii(z.email()), text: z.string() }),
   output: z.object({ messageId: z.string() }),
 });

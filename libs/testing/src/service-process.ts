@@ -14,8 +14,8 @@ export interface ServiceProcess {
 
 /**
  * Starts `node -r @swc-node/register <entry>` with `env` over the test's own environment (LOG_LEVEL info), and
- * watches its stdout for the ready line `"<readyMsg>"` (pino JSON). `onLine` sees every stdout line (a consumer's
- * output). Pass `readyMsg: null` for a process without a ready line (`ready` then resolves at once with '').
+ * watches its stdout for the ready line `"<readyMsg>"` (pino JSON). `onLine` sees every line of its stdout and
+ * stderr (its logs, a consumer's output). Pass `readyMsg: null` for a process without a ready line (`ready` then resolves at once with '').
  */
 export function startServiceProcess(
   entry: string,
@@ -33,7 +33,10 @@ export function startServiceProcess(
     lines.push(l);
     if (lines.length > 40) lines.shift();
   };
-  createInterface({ input: proc.stderr! }).on('line', keep);
+  createInterface({ input: proc.stderr! }).on('line', (l) => {
+    keep(l);
+    o.onLine?.(l);
+  });
   const exited = new Promise<number | null>((r) => proc.once('exit', r));
   const ready = new Promise<string>((resolve, reject) => {
     if (readyMsg === null) resolve('');

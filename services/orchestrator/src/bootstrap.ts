@@ -115,7 +115,7 @@ export async function bootstrapOrchestrator(
     idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
     signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
   });
-  const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger);
+  const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger, runs.pii);
   const scheduler = new Scheduler(
     schedules,
     (s, runId, fireAt) =>

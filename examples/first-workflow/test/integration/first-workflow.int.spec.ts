@@ -1,6 +1,12 @@
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { Collector, startServiceProcess, type ServiceProcess } from '@keyflow/testing';
+import { EventCodec, newMetadata, registryConnectionFromEnv } from '@keyflow/contracts';
+import { createKafka, taskTopicOf } from '@keyflow/kafka';
+import { createLogger } from '@keyflow/observability';
+import type { TaskCommand } from '@keyflow/schemas';
+import { Collector, eventually, startServiceProcess, type ServiceProcess } from '@keyflow/testing';
+import { idempotencyKeyOf, PII_MASK } from '@keyflow/workflow';
+import { sendGreeting } from '../../src/tasks';
 
 /**
  * The tutorial (README "Your first workflow"), run as its reader runs it: the orchestrator, the worker and the new
@@ -18,13 +24,18 @@ const env = {
 describe('the tutorial: your first workflow', () => {
   const started: ServiceProcess[] = [];
   const feed = new Collector<{ runId: string; output: { text: string; messageId: string } }>();
+  /** Every line the three processes write (their logs). */
+  const lines: string[] = [];
   let url: string;
 
   beforeAll(async () => {
-    const orchestrator = startServiceProcess(join(src, 'orchestrator.ts'), env, 'orchestrator ready');
-    const worker = startServiceProcess(join(src, 'worker.ts'), env, 'worker ready');
+    const onLine = (l: string) => lines.push(l);
+    const orchestrator = startServiceProcess(join(src, 'orchestrator.ts'), env, 'orchestrator ready', {
+      onLine,
+    });
+    const worker = startServiceProcess(join(src, 'worker.ts'), env, 'worker ready', { onLine });
     const consumer = startServiceProcess(join(src, 'consumer.ts'), env, 'greetings feed consuming', {
-      onLine: (l) => l.startsWith('{"runId"') && feed.push(JSON.parse(l)),
+      onLine: (l) => (l.startsWith('{"runId"') ? feed.push(JSON.parse(l)) : onLine(l)),
     });
     started.push(orchestrator, worker, consumer);
     [url] = await Promise.all([orchestrator.ready, worker.ready, consumer.ready]);
@@ -57,5 +68,59 @@ describe('the tutorial: your first workflow', () => {
     expect(res.status).toBe(400);
     const body = (await res.json()) as { errors: Array<{ path: string }> };
     expect(body.errors.map((e) => e.path)).toEqual(['input.email']);
+  });
+
+  it("a field marked pii() appears in no API response and no log line: masked in the run view and the DLQ's records", async () => {
+    const email = `grace.${randomBytes(3).toString('hex')}@example.com`;
+    const res = await start({ name: 'Grace', email });
+    const { runId } = (await res.json()) as { runId: string };
+    const view = await eventually(
+      'the completed run in the read model',
+      async () => (await fetch(`${url}/runs/${runId}`)).text(),
+      { until: (t) => (JSON.parse(t) as { status?: string }).status === 'completed' },
+    );
+    expect(view).not.toContain(email);
+    expect(JSON.parse(view).input).toEqual({ name: 'Grace', email: PII_MASK });
+
+    // A command another producer wrote with an input its contract refuses (text is not a string): dead-lettered.
+    const codec = new EventCodec({ ...registryConnectionFromEnv(process.env), topicPrefix: prefix });
+    const topic = taskTopicOf(sendGreeting.type);
+    await codec.registerTopics([topic]);
+    const kafka = createKafka({
+      brokers: process.env.KAFKA_BROKERS!.split(','),
+      clientId: 'tutorial-test',
+      logger: createLogger('tutorial-test', { level: 'silent' }),
+    });
+    const producer = kafka.producer();
+    await producer.connect();
+    const badRun = `run-bad-${randomBytes(3).toString('hex')}`;
+    const command: TaskCommand = {
+      metadata: newMetadata('TaskCommand', { key: badRun, correlationId: badRun }),
+      runId: badRun,
+      workflow: 'greet',
+      workflowVersion: 1,
+      stepId: 'send',
+      taskType: sendGreeting.type,
+      attempt: 1,
+      idempotencyKey: idempotencyKeyOf(badRun, 'send'),
+      input: JSON.stringify({ to: email, text: 42 }),
+      inputRef: null,
+      compensates: null,
+      timeoutMs: 30_000,
+      maxAttempts: 1,
+    };
+    await producer.send({
+      topic: codec.physical(topic),
+      messages: [{ key: badRun, value: codec.encode(topic, 'TaskCommand', command) }],
+    });
+    await producer.disconnect();
+    const listed = await eventually(
+      'the dead-lettered command in the ops API',
+      async () => (await fetch(`${url}/ops/dlq/${topic}.dlq/records?limit=50`)).text(),
+      { until: (t) => t.includes(badRun), timeoutMs: 60_000 },
+    );
+    expect(listed).not.toContain(email);
+    expect(listed).toContain('INPUT_SCHEMA');
+    expect(lines.filter((l) => l.includes(email))).toEqual([]);
   });
 });

@@ -1,4 +1,5 @@
 import type { Kafka, Producer } from 'kafkajs';
+import type { PiiMasking } from './pii';
 import type { EventCodec } from '@keyflow/contracts';
 import {
   handledBy,
@@ -77,6 +78,8 @@ export class OpsService {
     private readonly metrics: OrchestratorMetrics,
     private readonly producer: Producer,
     private readonly logger: Logger,
+    /** Masks the PII fields of the records listed (the contracts' `pii()` fields). */
+    private readonly pii: PiiMasking,
   ) {}
 
   /**
@@ -138,7 +141,7 @@ export class OpsService {
   }
 
   /**
-   * Up to `limit` records of a DLQ matching `filter`, decoded, with what the ledger says of each.
+   * Up to `limit` records of a DLQ matching `filter`, decoded (PII fields masked), with what the ledger says of each.
    * @throws RefusedRequest 404 DLQ_NOT_FOUND when the DLQ topic does not exist; kafkajs errors
    */
   async records(
@@ -146,13 +149,14 @@ export class OpsService {
     q: { limit: number; pendingOnly: boolean; filter: RedriveFilter },
   ): Promise<DlqRecord[]> {
     const topic = await this.dlqTopic(logicalDlq);
-    return readDlqRecords(this.kafka, topic, {
+    const records = await readDlqRecords(this.kafka, topic, {
       limit: q.limit,
       filter: q.filter,
       pendingOnly: q.pendingOnly,
       codec: this.codec,
       handled: await readDlqLedger(this.kafka, this.codec),
     });
+    return records.map((r) => this.pii.dlqRecord(r));
   }
 
   /**

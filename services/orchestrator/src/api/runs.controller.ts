@@ -238,7 +238,8 @@ export class RunsController {
   get(@Param('id') id: string) {
     const s = this.runs.readModel.get(id);
     if (!s) throw new HttpException({ message: `run ${id} not found` }, 404);
-    return flatRunState(s); // map items listed among the steps, as `<map>[<index>]`
+    // Map items listed among the steps, as `<map>[<index>]`; fields the contracts mark pii() masked.
+    return this.runs.pii.run(flatRunState(s));
   }
 
   @Get('runs')

@@ -3,6 +3,7 @@ import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { BatchingProducer } from '@keyflow/kafka';
 import { headersWithTrace, traceContextOf } from '@keyflow/observability';
 import { runInputIssues, SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
+import { PiiMasking } from './pii';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
 import type { WorkflowRegistry } from '../workflows/registry';
@@ -73,7 +74,12 @@ export class RunsService {
     readonly readModel: RunReadModel,
     private readonly keys: RequestKeys,
     private readonly settings: { idempotencyKeyTtlMs: number; signalBufferLimit: number },
-  ) {}
+  ) {
+    this.pii = new PiiMasking(registry);
+  }
+
+  /** Masks the PII fields of the views the API shows (run views, DLQ records). */
+  readonly pii: PiiMasking;
 
   /**
    * Starts a run. The run id is the caller's, or derived from the Idempotency-Key (the same key for the same

@@ -29,6 +29,11 @@ export class WorkflowRegistry {
   names(): string[] {
     return [...this.byName.keys()];
   }
+
+  /** Every registered definition, every version. */
+  all(): WorkflowDefinition[] {
+    return [...this.byName.values()].flatMap((versions) => [...versions.values()]);
+  }
 }
 
 /** Built-in definitions (each in its own file). */
