@@ -404,28 +404,21 @@ describe('bad input', () => {
       await h.codec.registerTopics(['wf.requests']);
       const producer = h.ns.kafka.producer();
       await producer.connect();
-      const unknown = h.codec.encode('wf.requests', 'StartRun', {
-        metadata: newMetadata('StartRun', { key: 'r-x', correlationId: 'r-x' }),
-        runId: 'r-x',
-        workflow: 'no-such-workflow',
-        workflowVersion: null,
-        businessKey: 'b',
-        input: '{}',
-        idempotencyKey: null,
-        trigger: 'test',
-      });
-      // A start whose input breaks the workflow's input schema (order-saga: amount is a number), as a producer
-      // other than the API could write it: refused by the engine too, never run.
-      const mistyped = h.codec.encode('wf.requests', 'StartRun', {
-        metadata: newMetadata('StartRun', { key: 'r-typed', correlationId: 'r-typed' }),
-        runId: 'r-typed',
-        workflow: 'order-saga',
-        workflowVersion: null,
-        businessKey: 'b',
-        input: JSON.stringify({ orderId: 'o-1', amount: 'ten' }),
-        idempotencyKey: null,
-        trigger: 'test',
-      });
+      // A StartRun as a producer other than the API could write it.
+      const startRun = (runId: string, workflow: string, input: unknown) =>
+        h.codec.encode('wf.requests', 'StartRun', {
+          metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
+          runId,
+          workflow,
+          workflowVersion: null,
+          businessKey: 'b',
+          input: JSON.stringify(input),
+          idempotencyKey: null,
+          trigger: 'test',
+        });
+      const unknown = startRun('r-x', 'no-such-workflow', {});
+      // Its input breaks the workflow's input schema (order-saga: amount is a number): refused by the engine too.
+      const mistyped = startRun('r-typed', 'order-saga', { orderId: 'o-1', amount: 'ten' });
       await producer.send({
         topic: h.codec.physical('wf.requests'),
         messages: [
