@@ -76,8 +76,17 @@ export interface TaskOptions<
  * item) already has that type, required otherwise (so a run input of the wrong shape is a compile error, not a
  * DLQ entry).
  */
-export type InputMapping<Ctx extends unknown[], Default, In> =
-  DefaultFits<Default, In> extends true ? { input?: (...c: Ctx) => In } : { input: (...c: Ctx) => In };
+export type InputMapping<Ctx extends unknown[], Default, In, R = In> =
+  DefaultFits<Default, In> extends true
+    ? { input?: (...c: Ctx) => NoExtra<R, In> }
+    : { input: (...c: Ctx) => NoExtra<R, In> };
+
+/**
+ * `R` with every key `In` does not name typed `never`: a mapping that returns a field its task does not declare
+ * (a misspelled optional field, which the worker's parse would otherwise drop) fails to compile (TS2322). An
+ * input of any shape (`unknown`) takes every key.
+ */
+export type NoExtra<R, In> = unknown extends In ? R : R & { [K in Exclude<keyof R, keyof In>]: never };
 
 /**
  * Whether a default value of type `Default` can stand for an input of type `In`: always for an input of any shape
@@ -112,6 +121,7 @@ export type ContractTaskOptions<
   Id extends string,
   C extends AnyTaskContract,
   Undo extends AnyTaskContract,
+  R = TaskInputOf<C>,
 > = StepPolicyOptions & {
   /** Partition key of the command (default: the run's business key), so one entity's tasks stay in order. */
   entityKey?: (c: StepContext<I, O>) => string;
@@ -125,14 +135,21 @@ export type ContractTaskOptions<
     Undo,
     { input: TaskInputOf<C>; output: TaskOutputOf<C> | null }
   >;
-} & InputMapping<[c: StepContext<I, O>], I, TaskInputOf<C>>;
+} & InputMapping<[c: StepContext<I, O>], I, TaskInputOf<C>, R>;
 
 /** Options of a map step over items of type `Item` whose task is `C`; `A` is the aggregated output. */
-export type ContractMapOptions<I, O, C extends AnyTaskContract, Item, A> = StepPolicyOptions & {
+export type ContractMapOptions<
+  I,
+  O,
+  C extends AnyTaskContract,
+  Item,
+  A,
+  R = TaskInputOf<C>,
+> = StepPolicyOptions & {
   /** The items to fan out over (each becomes one command). Must be deterministic. */
   items: (c: StepContext<I, O>) => Item[];
   /** An item's command input (must be deterministic). */
-  input: (item: Item, index: number, c: StepContext<I, O>) => TaskInputOf<C>;
+  input: (item: Item, index: number, c: StepContext<I, O>) => NoExtra<R, TaskInputOf<C>>;
   /** Partition key of an item's command (default `<businessKey>/<index>`). */
   entityKey?: (item: Item, index: number, c: StepContext<I, O>) => string;
   /** Items in flight at once (default 10). */
@@ -229,6 +246,8 @@ export interface WorkflowDefinition {
   runTimeoutMs?: number;
   /** The run's output (default: the outputs of all steps). */
   output: (c: StepContext) => unknown;
+  /** Whether `output` is the default (every step's output, by step id): views mask it step by step. */
+  defaultOutput: boolean;
   /** The run input's schema (zod), when the definition gave one: StartRun inputs are checked against it. */
   inputSchema?: z.ZodType;
   /** Every step by id, including those inside choice branches. */
@@ -277,12 +296,17 @@ export interface StepMethods<I, O, Kind extends 'steps' | 'workflow'> {
    * A task step of a contract (typed): `.task('charge', chargePayment, { input: (c) => ({ amount: c.input.amount }) })`.
    * The options (and `input`) may be left out when the run input already has the contract's input type.
    */
-  task<const Id extends string, C extends AnyTaskContract, Undo extends AnyTaskContract = AnyTaskContract>(
+  task<
+    const Id extends string,
+    C extends AnyTaskContract,
+    Undo extends AnyTaskContract = AnyTaskContract,
+    R extends TaskInputOf<C> = TaskInputOf<C>,
+  >(
     id: Id,
     contract: C,
     ...options: DefaultFits<I, TaskInputOf<C>> extends true
-      ? [o?: ContractTaskOptions<I, O, Id, C, Undo>]
-      : [o: ContractTaskOptions<I, O, Id, C, Undo>]
+      ? [o?: ContractTaskOptions<I, O, Id, C, Undo, R>]
+      : [o: ContractTaskOptions<I, O, Id, C, Undo, R>]
   ): Next<Kind, I, WithOutput<O, Id, TaskOutputOf<C>>>;
   /** A map step by task type name (untyped). */
   map<const Id extends string>(id: Id, o: MapOptions<I, O>): Next<Kind, I, WithOutput<O, Id, unknown>>;
@@ -296,10 +320,16 @@ export interface StepMethods<I, O, Kind extends 'steps' | 'workflow'> {
    * A map step (fan-out over `items`, fan-in with `aggregate`) of a contract (typed): each item's command input is
    * `input(item, index, c)`; the step's output is `aggregate(outputs)` (default: the outputs in item order).
    */
-  map<const Id extends string, C extends AnyTaskContract, Item, A = TaskOutputOf<C>[]>(
+  map<
+    const Id extends string,
+    C extends AnyTaskContract,
+    Item,
+    A = TaskOutputOf<C>[],
+    R extends TaskInputOf<C> = TaskInputOf<C>,
+  >(
     id: Id,
     contract: C,
-    o: ContractMapOptions<I, O, C, Item, A>,
+    o: ContractMapOptions<I, O, C, Item, A, R>,
   ): Next<Kind, I, WithOutput<O, Id, A>>;
   /**
    * Branches: the first whose `when` holds runs its steps, else `otherwise`. Later steps see the branches' outputs
@@ -347,6 +377,7 @@ class Builder {
   private readonly list: Step[] = [];
   private runTimeoutMs?: number;
   private outputFn: (c: StepContext) => unknown = (c) => c.outputs;
+  private defaultOutput = true;
 
   constructor(
     private readonly name: string,
@@ -430,6 +461,7 @@ class Builder {
 
   output(f: (c: StepContext) => unknown): this {
     this.outputFn = f;
+    this.defaultOutput = false;
     return this;
   }
 
@@ -463,6 +495,7 @@ class Builder {
       steps: this.steps(),
       runTimeoutMs: this.runTimeoutMs,
       output: this.outputFn,
+      defaultOutput: this.defaultOutput,
       inputSchema: this.inputSchema,
       stepIndex,
     };

@@ -17,6 +17,7 @@ export type {
   ContractCompensation,
   InputMapping,
   DefaultFits,
+  NoExtra,
   WithOutput,
   NoOutputs,
   WorkflowDefinition,

@@ -218,7 +218,7 @@ export function checkSchedules(workflows: WorkflowRegistry, schedules: ScheduleD
   const issues = schedules.flatMap((s) => {
     const def = workflows.get(s.workflow);
     if (!def) return [`schedule ${s.id}: unknown workflow ${s.workflow}`];
-    const input: unknown = JSON.parse(JSON.stringify({ ...(s.input ?? {}), scheduledAt: 0 }));
+    const input: unknown = JSON.parse(JSON.stringify({ ...(s.input ?? {}), scheduledAt: Date.now() }));
     return runInputIssues(def, input).map(
       (i) =>
         `schedule ${s.id}: its input does not match workflow ${def.name} v${def.version}: ${i.path}: ${i.message}`,

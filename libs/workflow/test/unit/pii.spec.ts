@@ -69,4 +69,63 @@ describe('PII masking driven by the schemas', () => {
       },
     });
   });
+
+  it('the mark survives the checks chained after it, and a pipe marks by either side', () => {
+    const chained = z.object({
+      a: pii(z.email()).max(100),
+      b: pii(z.string()).min(1).trim(),
+      c: pii(z.string()).refine(() => true),
+      d: pii(z.number()).int(),
+      e: z.string().pipe(pii(z.string())),
+    });
+    expect(maskPii(chained, { a: 'a@b.co', b: 'x', c: 'y', d: 7, e: 'z' })).toEqual({
+      a: PII_MASK,
+      b: PII_MASK,
+      c: PII_MASK,
+      d: PII_MASK,
+      e: PII_MASK,
+    });
+  });
+
+  it("a record's keys are masked when its key schema is marked", () => {
+    const byEmail = z.record(pii(z.string()), z.object({ visits: z.number() }));
+    expect(maskPii(byEmail, { 'ada@example.com': { visits: 3 } })).toEqual({
+      [`${PII_MASK}#0`]: { visits: 3 },
+    });
+  });
+
+  it('fails closed: a value nested deeper than the walk goes is masked whole', () => {
+    type Tree = { email: string; child?: Tree };
+    const tree: z.ZodType<Tree> = z.lazy(() => z.object({ email: pii(z.string()), child: tree.optional() }));
+    let deep: Tree = { email: 'leaf@example.com' };
+    for (let i = 0; i < 100; i++) deep = { email: `n${i}@example.com`, child: deep };
+    expect(JSON.stringify(maskPii(tree, deep))).not.toMatch(/@example\.com/);
+  });
+
+  it("a run view masks a map's item outputs in its progress and the default run output step by step; a custom output of a workflow that marks PII is masked whole", () => {
+    const lookup = defineTask({
+      type: 'crm.lookup',
+      input: z.object({ email: z.string() }),
+      output: z.object({ customerId: z.string(), phone: pii(z.string()) }),
+    });
+    const byDefault = workflow('crm', 1)
+      .map('each', lookup, { items: () => [{ email: 'x' }] })
+      .build();
+    const item = { customerId: 'c', phone: '555-0100' };
+    const masked = { customerId: 'c', phone: PII_MASK };
+    expect(
+      maskRunView(byDefault, {
+        output: { each: [item] },
+        steps: { each: { output: [item], map: { outputs: [item] } } },
+      }),
+    ).toEqual({
+      output: { each: [masked] },
+      steps: { each: { output: [masked], map: { outputs: [masked] } } },
+    });
+    const custom = workflow('crm', 2)
+      .map('each', lookup, { items: () => [{ email: 'x' }] })
+      .output((c) => c.outputs.each[0])
+      .build();
+    expect(maskRunView(custom, { output: item, steps: {} }).output).toBe(PII_MASK);
+  });
 });

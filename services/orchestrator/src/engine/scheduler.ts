@@ -1,6 +1,6 @@
 import { CronExpressionParser } from 'cron-parser';
 import { DateTime } from 'luxon';
-import { isRetryable } from '@keyflow/errors';
+import { isKeyflowError } from '@keyflow/errors';
 import type { Logger } from '@keyflow/observability';
 
 /** A cron schedule that starts a workflow. `cron` has 5 fields, or 6 with seconds first (cron-parser syntax). */
@@ -188,9 +188,10 @@ export class Scheduler {
           await this.start(s, scheduledRunId(s.id, at), at);
           started++;
         } catch (err) {
-          if (!isRetryable(err)) {
-            // The same request is refused the same way at every tick (a bad input, an unknown workflow): this fire
-            // is skipped, and the schedules after it still run.
+          if (isKeyflowError(err) && !err.retryable) {
+            // keyflow refused the request for good (a bad input, an unknown workflow): the same request is refused
+            // the same way at every tick, so this fire is skipped and the schedules after it still run. Anything
+            // else (a broker or Redis outage, kafkajs giving up its retries) is retried at the next tick.
             this.logger.error(
               { err, schedule: s.id, fireAt: at },
               'a scheduled run was refused; this fire is skipped',

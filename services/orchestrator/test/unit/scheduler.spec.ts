@@ -1,4 +1,5 @@
 import { createLogger } from '@keyflow/observability';
+import { KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded } from 'kafkajs';
 import { workflow, z } from '@keyflow/workflow';
 import { fireTimes, scheduledRunId, Scheduler } from '../../src/engine/scheduler';
 import { checkSchedules } from '../../src/bootstrap';
@@ -82,6 +83,30 @@ describe('cron schedules', () => {
     await scheduler.tick();
     expect(started).toEqual(
       [10, 20, 30].map((s) => scheduledRunId('fine', Date.parse('2026-11-29T10:00:00Z') + s * 1000)),
+    );
+  });
+
+  it('a fire that fails because kafkajs gave up its retries (retriable: false) is started at a later tick, not lost', async () => {
+    let now = Date.parse('2026-11-29T10:00:00Z');
+    const started: string[] = [];
+    let brokerDown = true;
+    const scheduler = new Scheduler(
+      [{ id: 's', workflow: 'w', cron: '*/10 * * * * *' }],
+      async (_s, runId) => {
+        if (brokerDown)
+          throw new KafkaJSNumberOfRetriesExceeded(new KafkaJSConnectionError('connection refused'));
+        started.push(runId);
+      },
+      createLogger('t', { level: 'silent' }),
+      { now: () => now, catchUp: { mode: 'skip' } },
+    );
+    now += 20_000;
+    await scheduler.tick();
+    expect(started).toEqual([]);
+    brokerDown = false;
+    await scheduler.tick();
+    expect(started).toEqual(
+      [10, 20].map((s) => scheduledRunId('s', Date.parse('2026-11-29T10:00:00Z') + s * 1000)),
     );
   });
 

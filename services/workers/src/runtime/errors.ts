@@ -4,30 +4,26 @@ import { KeyflowError } from '@keyflow/errors';
  * retryable (a transient failure is the safe guess), unless its class is listed in the policy's nonRetryableErrors.
  */
 export abstract class TaskError extends KeyflowError {
+  /** The code when the thrower gives none (each class has its own; a subclass may set another). */
+  static readonly defaultCode: string = 'TASK_ERROR';
   /** Machine-readable code, carried in TaskFailed.error.code: the handler's, else the class's default. */
   readonly code: string;
   constructor(message: string, opts: { code?: string; cause?: unknown } = {}) {
     super(message, { cause: opts.cause });
-    this.code = opts.code ?? this.defaultCode();
+    this.code = opts.code ?? (new.target as unknown as typeof TaskError).defaultCode;
   }
-  /** The code when the thrower gives none. */
-  protected abstract defaultCode(): string;
 }
 
 /** Another attempt may succeed (a downstream timeout, a 503). Default code TASK_RETRYABLE. */
 export class RetryableTaskError extends TaskError {
   readonly retryable = true;
-  protected defaultCode() {
-    return 'TASK_RETRYABLE';
-  }
+  static override readonly defaultCode: string = 'TASK_RETRYABLE';
 }
 
 /** No attempt will succeed (a business rule said no): the task fails at once, with one attempt. Default code TASK_FAILED. */
 export class NonRetryableTaskError extends TaskError {
   readonly retryable = false;
-  protected defaultCode() {
-    return 'TASK_FAILED';
-  }
+  static override readonly defaultCode: string = 'TASK_FAILED';
 }
 
 /**
@@ -36,17 +32,13 @@ export class NonRetryableTaskError extends TaskError {
  */
 export class TaskInputError extends TaskError {
   readonly retryable = false;
-  protected defaultCode() {
-    return 'TASK_INPUT';
-  }
+  static override readonly defaultCode: string = 'TASK_INPUT';
 }
 
 /** An attempt ran past the command's timeoutMs. Retryable. Code TASK_TIMEOUT. */
 export class TaskTimeoutError extends TaskError {
   readonly retryable = true;
-  protected defaultCode() {
-    return 'TASK_TIMEOUT';
-  }
+  static override readonly defaultCode: string = 'TASK_TIMEOUT';
 }
 
 /** Another worker holds this task's lease right now; the message waits and is retried (never run concurrently). */

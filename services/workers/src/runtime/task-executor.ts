@@ -369,7 +369,8 @@ export class TaskExecutor {
     try {
       return JSON.parse(text);
     } catch (e) {
-      return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON: ${(e as Error).message}`);
+      // Not the parser's message: it quotes the text around the fault, which may be personal data.
+      return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON (${(e as Error).name})`);
     }
   }
 
