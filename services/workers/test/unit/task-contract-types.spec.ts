@@ -105,10 +105,16 @@ describe('typed task contracts at compile time', () => {
     expect(new Set(diagnostics.map((d) => d.line))).toEqual(new Set(uses));
   });
 
-  it('a misspelled step output or task is a compile error, not a run-time surprise', () => {
+  it('a misspelled step output, input field or task is a compile error, not a run-time surprise', () => {
     const misspelledOutput = compile(source.replace('c.outputs.greet.text', 'c.outputs.greet.txt'));
     expect(misspelledOutput).toContainEqual(
       expect.objectContaining({ code: 2551, message: expect.stringContaining("Did you mean 'text'") }),
+    );
+    // A field the task does not declare (a misspelling of an optional one would be dropped by the worker's parse).
+    const extraField = source.replace('({ name: c.input.who })', "({ name: c.input.who, nmae: 'x' })");
+    expect(extraField).not.toBe(source);
+    expect(compile(extraField)).toContainEqual(
+      expect.objectContaining({ code: 2322, line: linesMarked('use: greet input')[0] }),
     );
     const misspelledTask = compile(source.replace(".task('greet', greet,", ".task('greet', greett,"));
     expect(misspelledTask.map((d) => d.code)).toContain(2552);
