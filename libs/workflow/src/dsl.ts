@@ -101,6 +101,14 @@ export type DefaultFits<Default, In> = unknown extends In
       ? true
       : false;
 
+/** `A | B` as `A & B` (the outputs of every branch of a choice, each optional after it). */
+export type UnionToIntersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer X) => void
+  ? X
+  : never;
+
+/** The outputs after a choice branch's steps. */
+export type BranchOutputs<Br> = Br extends { steps: (b: never) => StepsBuilder<never, infer X> } ? X : never;
+
 /** The outputs before the first step: none. */
 export type NoOutputs = Record<never, never>;
 
@@ -332,17 +340,21 @@ export interface StepMethods<I, O, Kind extends 'steps' | 'workflow'> {
     o: ContractMapOptions<I, O, C, Item, A, R>,
   ): Next<Kind, I, WithOutput<O, Id, A>>;
   /**
-   * Branches: the first whose `when` holds runs its steps, else `otherwise`. Later steps see the branches' outputs
-   * as optional and untyped (only one branch ran).
+   * Branches: the first whose `when` holds runs its steps, else `otherwise`. Later steps see the outputs of every
+   * branch's steps, typed and optional (only one branch ran).
    */
-  choice(
-    id: string,
-    branches: Array<{
+  choice<
+    const Bs extends ReadonlyArray<{
       when: (c: StepContext<I, O>) => boolean;
-      steps: (b: StepsBuilder<I, O>) => StepsBuilder<I, unknown>;
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- each branch's outputs are inferred from it
+      steps: (b: StepsBuilder<I, O>) => StepsBuilder<I, any>;
     }>,
-    otherwise?: (b: StepsBuilder<I, O>) => StepsBuilder<I, unknown>,
-  ): Next<Kind, I, O & { [step: string]: unknown }>;
+    E = NoOutputs,
+  >(
+    id: string,
+    branches: Bs,
+    otherwise?: (b: StepsBuilder<I, O>) => StepsBuilder<I, E>,
+  ): Next<Kind, I, O & Partial<Omit<UnionToIntersection<BranchOutputs<Bs[number]> | E>, keyof O>>>;
   /** Waits for a signal (its payload becomes the step output) and/or a timer, in ms. */
   wait<const Id extends string>(
     id: Id,

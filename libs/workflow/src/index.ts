@@ -18,6 +18,8 @@ export type {
   InputMapping,
   DefaultFits,
   NoExtra,
+  UnionToIntersection,
+  BranchOutputs,
   WithOutput,
   NoOutputs,
   WorkflowDefinition,

@@ -129,4 +129,19 @@ describe('typed task contracts at compile time', () => {
     const line = untyped.split('\n').findIndex((l) => l.includes(".task('greet', greet)")) + 1;
     expect(compile(untyped)).toContainEqual(expect.objectContaining({ code: 2345, line }));
   });
+
+  it("after a choice, its branches' step outputs are typed and optional in later steps", () => {
+    const shoutStep = ".task('shout', shout, { input: (c) => ({ text: c.outputs.greet.text }) })";
+    expect(source).toContain(shoutStep);
+    const withChoice = source.replace(
+      shoutStep,
+      `.choice('maybe', [{ when: () => true, steps: (s) => s${shoutStep} }])
+  .task('again', shout, { input: (c) => ({ text: c.outputs.shout?.loud ?? '' }) })`,
+    );
+    expect(compile(withChoice)).toEqual([]);
+    const misspelled = compile(withChoice.replace('c.outputs.shout?.loud', 'c.outputs.shout?.lod'));
+    expect(misspelled).toContainEqual(expect.objectContaining({ code: 2551 }));
+    const unguarded = compile(withChoice.replace('c.outputs.shout?.loud', 'c.outputs.shout.loud'));
+    expect(unguarded).toContainEqual(expect.objectContaining({ code: 18048 })); // possibly undefined
+  });
 });
