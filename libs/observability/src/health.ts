@@ -103,3 +103,24 @@ export function exitOnComponentFailure(
     setTimeout(() => process.exit(1), Math.max(0, delayMs));
   });
 }
+
+/**
+ * On the first SIGTERM or SIGINT (a second one is ignored): logs `message`, runs `close` (drain and disconnect),
+ * then exits 0, or 1 when `close` fails (logged). Used instead of NestJS's shutdown hooks, which re-raise the signal.
+ */
+export function exitOnSignals(logger: Logger, message: string, close: () => Promise<unknown>): void {
+  let closing = false;
+  for (const signal of ['SIGTERM', 'SIGINT'] as const)
+    process.once(signal, () => {
+      if (closing) return;
+      closing = true;
+      logger.info({ signal }, message);
+      close().then(
+        () => process.exit(0),
+        (err) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    });
+}

@@ -22,6 +22,7 @@ export {
 export {
   ComponentHealth,
   exitOnComponentFailure,
+  exitOnSignals,
   FATAL_EXIT_DELAY_MS,
   type ComponentFailure,
   type DegradedCondition,

@@ -18,6 +18,7 @@ import {
   createLogger,
   createMetricsRegistry,
   exitOnComponentFailure,
+  exitOnSignals,
   startTracing,
 } from '@keyflow/observability';
 import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
@@ -176,25 +177,17 @@ export async function bootstrapOrchestrator(
   app.useStaticAssets(CONSOLE_DIR, { prefix: CONSOLE_PATH, index: 'index.html' });
   await app.listen(cfg.ORCHESTRATOR_HTTP_PORT, cfg.ORCHESTRATOR_HTTP_HOST);
   const url = await app.getUrl();
-  let closing = false;
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(signal, () => {
-      if (closing) return;
-      closing = true;
-      logger.info({ signal }, 'shutting down');
-      scheduler.stop();
-      lagMonitor.stop();
-      Promise.all([app.close(), engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()])
-        .then(() => tracing.shutdown())
-        .then(
-          () => process.exit(0),
-          (err) => {
-            logger.error({ err }, 'shutdown failed');
-            process.exit(1);
-          },
-        );
-    });
-  }
+  exitOnSignals(logger, 'shutting down', () => {
+    scheduler.stop();
+    lagMonitor.stop();
+    return Promise.all([
+      app.close(),
+      engine.stop(),
+      readModel.stop(),
+      producer.disconnect(),
+      redis.quit(),
+    ]).then(() => tracing.shutdown());
+  });
   logger.info(
     {
       http: url,

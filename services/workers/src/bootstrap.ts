@@ -5,6 +5,7 @@ import {
   createLogger,
   createMetricsRegistry,
   exitOnComponentFailure,
+  exitOnSignals,
   startTracing,
 } from '@keyflow/observability';
 import { describeKafkaSecurity } from '@keyflow/kafka';
@@ -53,24 +54,9 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
   app.useGlobalFilters(new PassThroughRpcFilter(app.getHttpAdapter()));
   app.connectMicroservice({ strategy: transport }, { inheritAppConfig: true });
   // SIGTERM/SIGINT: drain (transport.close via app.close), then exit 0. Nest's own hooks would re-raise the signal.
-  let closing = false;
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(signal, () => {
-      if (closing) return;
-      closing = true;
-      logger.info({ signal }, 'shutting down: draining in-flight tasks');
-      app
-        .close()
-        .then(() => tracing.shutdown())
-        .then(
-          () => process.exit(0),
-          (err) => {
-            logger.error({ err }, 'shutdown failed');
-            process.exit(1);
-          },
-        );
-    });
-  }
+  exitOnSignals(logger, 'shutting down: draining in-flight tasks', () =>
+    app.close().then(() => tracing.shutdown()),
+  );
   exitOnComponentFailure(transport.health, logger);
   await app.startAllMicroservices();
   await app.listen(cfg.WORKER_HTTP_PORT, '127.0.0.1');
