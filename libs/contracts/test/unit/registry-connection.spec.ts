@@ -1,27 +1,12 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
 import { RegistryConnectionConfigError, registryConnectionFromEnv } from '../../src/registry-connection';
 import { RegistryUnavailableError } from '../../src/errors';
 
-const dir = mkdtempSync(join(tmpdir(), 'registry-connection-'));
-const file = (name: string, text: string) => {
-  const p = join(dir, name);
-  writeFileSync(p, text);
-  return p;
-};
-const PEM_TEXT = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+const { file } = tempFiles('registry-connection-');
 
-function issues(env: NodeJS.ProcessEnv): string[] {
-  try {
-    registryConnectionFromEnv(env);
-  } catch (e) {
-    expect(e).toBeInstanceOf(RegistryConnectionConfigError);
-    expect((e as RegistryConnectionConfigError).retryable).toBe(false);
-    return (e as RegistryConnectionConfigError).issues;
-  }
-  throw new Error('no error thrown');
-}
+/** The issues of the settings error it throws. */
+const issues = (env: NodeJS.ProcessEnv): string[] =>
+  settingsIssues(() => registryConnectionFromEnv(env), RegistryConnectionConfigError);
 
 describe('schema registry connection settings', () => {
   it('a plain URL is all the codec gets', () => {

@@ -1,27 +1,13 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
 import { describeRedis, RedisConnectionConfigError, redisConnectionFromEnv } from '../../src/connection';
 
-const dir = mkdtempSync(join(tmpdir(), 'redis-connection-'));
-const file = (name: string, text: string) => {
-  const p = join(dir, name);
-  writeFileSync(p, text);
-  return p;
-};
-const PEM_TEXT = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+const { file, dir } = tempFiles('redis-connection-');
 const ca = file('ca.pem', PEM_TEXT);
 
-function issues(url: string, env: NodeJS.ProcessEnv): string[] {
-  try {
-    redisConnectionFromEnv(url, env);
-  } catch (e) {
-    expect(e).toBeInstanceOf(RedisConnectionConfigError);
-    expect((e as RedisConnectionConfigError).retryable).toBe(false);
-    return (e as RedisConnectionConfigError).issues;
-  }
-  throw new Error('no error thrown');
-}
+/** The issues of the settings error it throws. */
+const issues = (url: string, env: NodeJS.ProcessEnv): string[] =>
+  settingsIssues(() => redisConnectionFromEnv(url, env), RedisConnectionConfigError);
 
 describe('Redis connection settings', () => {
   it('a plain URL gives no extra options', () => {

@@ -1,28 +1,13 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
 import { describeKafkaSecurity, KafkaSecurityConfigError, kafkaSecurityFromEnv } from '../../src/security';
 
-const dir = mkdtempSync(join(tmpdir(), 'kafka-security-'));
-const file = (name: string, text: string) => {
-  const p = join(dir, name);
-  writeFileSync(p, text);
-  return p;
-};
-const PEM_TEXT = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+const { file, dir } = tempFiles('kafka-security-');
 const ca = file('ca.pem', PEM_TEXT);
 
-/** The issues of the error `env` throws. */
-function issues(env: NodeJS.ProcessEnv): string[] {
-  try {
-    kafkaSecurityFromEnv(env);
-  } catch (e) {
-    expect(e).toBeInstanceOf(KafkaSecurityConfigError);
-    expect((e as KafkaSecurityConfigError).retryable).toBe(false);
-    return (e as KafkaSecurityConfigError).issues;
-  }
-  throw new Error('no error thrown');
-}
+/** The issues of the settings error it throws. */
+const issues = (env: NodeJS.ProcessEnv): string[] =>
+  settingsIssues(() => kafkaSecurityFromEnv(env), KafkaSecurityConfigError);
 
 describe('Kafka connection settings', () => {
   it('default to plaintext without SASL', () => {
