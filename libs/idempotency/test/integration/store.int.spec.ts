@@ -1,5 +1,5 @@
-import { TestNamespace } from '@keyflow/testing';
-import { IdempotencyStore, IdempotencyStoreUnavailableError } from '../../src';
+import { OwnRedisServer, REDIS_NO_PERSISTENCE_ARGS, TestNamespace } from '@keyflow/testing';
+import { ForeignRecordError, IdempotencyStore, IdempotencyStoreUnavailableError } from '../../src';
 import Redis from 'ioredis';
 
 describe('the Redis idempotency store', () => {
@@ -114,6 +114,22 @@ describe('the Redis idempotency store', () => {
     await expect(s.begin('step-j', 2)).resolves.toMatchObject({ state: 'fenced' });
   });
 
+  it('a key of another Redis type fails only its own begin, as a foreign record (not retryable), never its neighbours', async () => {
+    const s = store();
+    const redis = ns.redis();
+    await redis.hset(ns.redisPrefix('idem:step-wrongtype'), 'f', 'v');
+    const keys = ['step-n1', 'step-wrongtype', 'step-n2'];
+    const begun = await Promise.allSettled(keys.map((k) => s.begin(k)));
+    expect(begun.map((b) => (b.status === 'fulfilled' ? b.value.state : b.reason.constructor.name))).toEqual([
+      'acquired',
+      'ForeignRecordError',
+      'acquired',
+    ]);
+    const err = (begun[1] as PromiseRejectedResult).reason as ForeignRecordError;
+    expect(err.retryable).toBe(false);
+    expect(err.redisKey).toBe(ns.redisPrefix('idem:step-wrongtype'));
+  });
+
   it('says Redis is unavailable, as a retryable error, when it does not answer', async () => {
     const dead = new Redis('redis://127.0.0.1:1', {
       lazyConnect: true,
@@ -126,5 +142,37 @@ describe('the Redis idempotency store', () => {
     expect(err).toBeInstanceOf(IdempotencyStoreUnavailableError);
     expect(err.retryable).toBe(true);
     dead.disconnect();
+  });
+
+  it('the begins and completes of one event-loop turn share one script call each', async () => {
+    const server = await OwnRedisServer.start(REDIS_NO_PERSISTENCE_ARGS);
+    const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    try {
+      const s = new IdempotencyStore<{ out: number }>(redis, { keyPrefix: 'turn:', leaseMs: 5_000 });
+      await s.begin('warm-up'); // loads the scripts: the counts below are of EVALSHA alone
+      const calls = async () => {
+        const stats = await redis.info('commandstats');
+        return ['evalsha', 'eval'].reduce(
+          (n, c) => n + Number(new RegExp(`cmdstat_${c}:calls=(\\d+)`).exec(stats)?.[1] ?? 0),
+          0,
+        );
+      };
+      const before = await calls();
+      const keys = Array.from({ length: 300 }, (_, i) => `step-${i}`);
+      const begun = await Promise.all(keys.map((k) => s.begin(k)));
+      const afterBegins = await calls();
+      const done = await Promise.all(
+        begun.map((b, i) => (b.state === 'acquired' ? s.complete(b.lease, { out: i }) : false)),
+      );
+      const afterCompletes = await calls();
+      expect(begun.every((b) => b.state === 'acquired')).toBe(true);
+      expect(done.every(Boolean)).toBe(true);
+      expect(afterBegins - before).toBe(1);
+      expect(afterCompletes - afterBegins).toBe(1);
+      await expect(s.begin('step-299')).resolves.toEqual({ state: 'completed', result: { out: 299 } });
+    } finally {
+      redis.disconnect();
+      await server.remove();
+    }
   });
 });
