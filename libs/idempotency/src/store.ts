@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import DataLoader from 'dataloader';
 import type Redis from 'ioredis';
 import { KeyflowError } from '@keyflow/errors';
 
@@ -74,17 +75,31 @@ function parseRecord<R>(redisKey: string, value: string): { s: string; r?: R; by
   throw new ForeignRecordError(redisKey);
 }
 
-// KEYS[1] key; ARGV: lease JSON, lease ms, attempt. A failed record of an earlier attempt gives way to a later one.
+// Many keys in one call (see BATCH_MAX_KEYS). KEYS: the keys; ARGV[1] lease ms, then for key i ARGV[2i] its lease JSON
+// and ARGV[2i+1] its attempt. A failed record of an earlier attempt gives way to a later one. A key this store cannot
+// read (another Redis type) answers 'foreign' for itself alone: one bad key never fails the keys sharing its call.
 const BEGIN = `
-local v = redis.call('GET', KEYS[1])
-if v then
-  local ok, rec = pcall(cjson.decode, v)
-  if not (ok and type(rec) == 'table' and rec.s == 'done' and rec.ok == false and tonumber(rec.a or 0) < tonumber(ARGV[3])) then
-    return {'exists', v, tostring(redis.call('PTTL', KEYS[1]))}
+local out = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    out[i] = {'foreign', ''}
+  else
+    local held = false
+    if v then
+      local ok, rec = pcall(cjson.decode, v)
+      held = not (ok and type(rec) == 'table' and rec.s == 'done' and rec.ok == false
+        and (tonumber(rec.a) or 0) < tonumber(ARGV[2 * i + 1]))
+    end
+    if held then
+      out[i] = {'exists', v, tostring(redis.call('PTTL', key))}
+    else
+      redis.call('SET', key, ARGV[2 * i], 'PX', ARGV[1])
+      out[i] = {'acquired', ''}
+    end
   end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {'acquired', ''}
+return out
 `;
 // Renew our own lease; take it back if the key is gone (expired during a Redis outage, or Redis restarted without
 // it): nobody else holds the step then. Another holder or a record means the lease is lost.
@@ -98,13 +113,22 @@ end
 return 0
 `;
 // A fenced write: while we hold the lease, or nobody holds the key; never over another holder's lease or record.
+// Many keys in one call: KEYS the keys; ARGV[1] record ttl ms, then for key i ARGV[2i] its lease token and
+// ARGV[2i+1] its record. Answers 1 (written) or 0 (not ours) per key; a key of another Redis type is not ours.
 const COMPLETE = `
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] or not v then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
+local out = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    out[i] = 0
+  elseif v == ARGV[2 * i] or not v then
+    redis.call('SET', key, ARGV[2 * i + 1], 'PX', ARGV[1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
 end
-return 0
+return out
 `;
 const RELEASE = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -145,23 +169,48 @@ export interface IdempotencyStoreOptions {
 
 /**
  * The scripts, as ioredis commands (`defineCommand`): sent as EVALSHA, with ioredis falling back to EVAL when the
- * server's script cache lacks one (after a restart or SCRIPT FLUSH). One key each.
+ * server's script cache lacks one (after a restart or SCRIPT FLUSH). One key each, but for begin and complete, which
+ * take many (their callers pass the number of keys first, as EVALSHA's numkeys).
  */
 const SCRIPTS = {
-  keyflowIdemBegin: BEGIN,
+  keyflowIdemBeginMany: BEGIN,
   keyflowIdemRenew: RENEW,
-  keyflowIdemComplete: COMPLETE,
+  keyflowIdemCompleteMany: COMPLETE,
   keyflowIdemRelease: RELEASE,
   keyflowIdemFence: FENCE,
 } as const;
 type ScriptCommands = {
-  [K in keyof typeof SCRIPTS]: (key: string, ...args: Array<string | number>) => Promise<unknown>;
+  [K in keyof typeof SCRIPTS]: (...args: Array<string | number>) => Promise<unknown>;
 };
+const MANY_KEYS = new Set<string>(['keyflowIdemBeginMany', 'keyflowIdemCompleteMany']);
+
+/**
+ * Most keys one begin or complete script call carries. Calls made in the same turn of the event loop (the tasks of a
+ * fetched batch) share one script call each, up to this many keys: a script blocks Redis while it runs, so a call
+ * stays short (512 GET+SET pairs take well under a millisecond). Keys of one call may hash to different slots: the
+ * store runs on one Redis primary, not on Redis Cluster.
+ */
+export const BATCH_MAX_KEYS = 512;
+
+interface BeginRequest {
+  key: string;
+  lease: string;
+  attempt: number;
+}
+/** [state, stored value, PTTL ms]: state 'acquired', 'exists' or 'foreign'. */
+type BeginReply = [string, string, string?];
+interface CompleteRequest {
+  key: string;
+  token: string;
+  record: string;
+}
 
 export class IdempotencyStore<R = unknown> {
   readonly leaseMs: number;
   readonly completionTtlMs: number;
   private readonly scripts: ScriptCommands;
+  private readonly begins: DataLoader<BeginRequest, BeginReply>;
+  private readonly completes: DataLoader<CompleteRequest, number>;
 
   constructor(
     private readonly redis: Redis,
@@ -171,8 +220,30 @@ export class IdempotencyStore<R = unknown> {
     this.completionTtlMs = opts.completionTtlMs ?? 7 * 24 * 3600 * 1000;
     for (const [name, lua] of Object.entries(SCRIPTS))
       if (typeof (redis as unknown as Record<string, unknown>)[name] !== 'function')
-        redis.defineCommand(name, { numberOfKeys: 1, lua });
+        redis.defineCommand(name, MANY_KEYS.has(name) ? { lua } : { numberOfKeys: 1, lua });
     this.scripts = redis as unknown as ScriptCommands;
+    // One script call per event-loop turn for all begins, one for all completes (DataLoader's batching, without its
+    // cache: every call goes to Redis). A failed call fails each of its callers with the same retryable error.
+    this.begins = new DataLoader<BeginRequest, BeginReply>(
+      async (rs) =>
+        (await this.scripts.keyflowIdemBeginMany(
+          rs.length,
+          ...rs.map((r) => this.k(r.key)),
+          this.leaseMs,
+          ...rs.flatMap((r) => [r.lease, r.attempt]),
+        )) as BeginReply[],
+      { cache: false, maxBatchSize: BATCH_MAX_KEYS },
+    );
+    this.completes = new DataLoader<CompleteRequest, number>(
+      async (rs) =>
+        (await this.scripts.keyflowIdemCompleteMany(
+          rs.length,
+          ...rs.map((r) => this.k(r.key)),
+          this.completionTtlMs,
+          ...rs.flatMap((r) => [r.token, r.record]),
+        )) as number[],
+      { cache: false, maxBatchSize: BATCH_MAX_KEYS },
+    );
   }
 
   private k(key: string): string {
@@ -206,17 +277,17 @@ export class IdempotencyStore<R = unknown> {
    * Takes the lease for `key` for attempt `attempt` (1-based, the orchestrator's attempt of the step) unless the
    * step already completed (returns its stored result), failed in this or a later attempt (returns that stored
    * result), was fenced by its compensation, or another holder runs it now (returns how long its lease has left,
-   * in ms).
+   * in ms). Begins made in the same event-loop turn share one script call (at most BATCH_MAX_KEYS keys each).
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
-   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write.
+   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write (also a key of
+   * another Redis type).
    */
   async begin(key: string, attempt = 1): Promise<BeginResult<R>> {
     const token = randomUUID();
     const lease = JSON.stringify({ s: 'running', t: token, a: attempt });
-    const [state, value, pttl] = (await this.call('begin', () =>
-      this.scripts.keyflowIdemBegin(this.k(key), lease, this.leaseMs, attempt),
-    )) as [string, string, string?];
+    const [state, value, pttl] = await this.call('begin', () => this.begins.load({ key, lease, attempt }));
     if (state === 'acquired') return { state: 'acquired', lease: { key, token: lease, attempt } };
+    if (state === 'foreign') throw new ForeignRecordError(this.k(key));
     const parsed = parseRecord<R>(this.k(key), value);
     if (parsed.s === 'done') return { state: 'completed', result: parsed.r as R };
     if (parsed.s === 'fenced') return { state: 'fenced', by: parsed.by ?? '' };
@@ -255,7 +326,7 @@ export class IdempotencyStore<R = unknown> {
   /**
    * Stores the completion record holding `result` (`ok` false for a failure, which a later attempt may overwrite),
    * only while `lease` is still held or the key is empty (a fenced write: never over another holder's lease, a
-   * record or a fence).
+   * record or a fence). Completes made in the same event-loop turn share one script call.
    * @returns false when the lease was lost to another holder: nothing was written.
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
    */
@@ -263,7 +334,7 @@ export class IdempotencyStore<R = unknown> {
     const record = JSON.stringify({ s: 'done', ok, a: lease.attempt, r: result });
     return (
       (await this.call('complete', () =>
-        this.scripts.keyflowIdemComplete(this.k(lease.key), lease.token, record, this.completionTtlMs),
+        this.completes.load({ key: lease.key, token: lease.token, record }),
       )) === 1
     );
   }
