@@ -10,13 +10,17 @@ import { ROOT, until } from './support';
 /**
  * The main job's benchmark, printed as the BENCHMARKS.md table: records/s of the whole GeoNames ETL (171,075 records)
  * with 1 and 2 workers, peak memory of every process, and, in the same run, the raw kafkajs produce-consume rate
- * over the same number of ~300-byte messages (one topic, 6 partitions, acks=all) for comparison.
+ * over the same number of ~300-byte messages (one topic, 6 partitions, acks=all) for comparison, and the CPU seconds
+ * every process used during each run (the orchestrator, each worker, the CLI, the broker, the registry, Redis).
  *   eval "$(infra/local/stack.sh up)" && npm run bench:etl -- --workers 1,2
+ *   npm run etl:generate -- --records 1000000 --out .keyflow/cities-1m.jsonl
+ *   npm run bench:etl -- --workers 1,2 --input .keyflow/cities-1m.jsonl
  */
 const opts = new Command()
   .option('--workers <list>', 'worker counts to measure', '1,2')
+  .option('--input <path>', 'input file (default: the 171,075 GeoNames cities)')
   .parse()
-  .opts<{ workers: string }>();
+  .opts<{ workers: string; input?: string }>();
 const run = promisify(execFile);
 
 async function rawKafka(n: number): Promise<{ produce: number; consume: number }> {
@@ -58,6 +62,8 @@ async function rawKafka(n: number): Promise<{ produce: number; consume: number }
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'kf-etl-bench-'));
   const rows: string[] = [];
+  let records = 0;
+  const rates: Array<[workers: number, recordsPerSecond: number]> = [];
   try {
     for (const w of opts.workers.split(',').map(Number)) {
       const { stdout } = await run(
@@ -72,6 +78,7 @@ async function main() {
           `sqlite:${join(dir, `w${w}.sqlite`)}`,
           '--prefix',
           `bench-etl-${Date.now()}.`,
+          ...(opts.input ? ['--input', opts.input] : []),
         ],
         { cwd: ROOT, env: process.env, maxBuffer: 64 * 1024 * 1024 },
       );
@@ -80,6 +87,7 @@ async function main() {
         recordsPerSecond: number;
         stepMs: Record<string, number>;
         peakRssMiB: { cli: number; orchestrator: number; workers: number[] };
+        cpuSeconds: Record<string, number>;
         report: { read: number; balanced: boolean };
       };
       rows.push(
@@ -89,15 +97,29 @@ async function main() {
           .map(([k, v]) => `${k} ${v}`)
           .join(
             ', ',
-          )} | orchestrator ${out.peakRssMiB.orchestrator}, workers ${out.peakRssMiB.workers.join(' / ')}, CLI ${out.peakRssMiB.cli} | ${out.report.balanced} |`,
+          )} | orchestrator ${out.peakRssMiB.orchestrator}, workers ${out.peakRssMiB.workers.join(' / ')}, CLI ${out.peakRssMiB.cli} | ${Object.entries(
+          out.cpuSeconds,
+        )
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')} | ${out.report.balanced} |`,
       );
+      records = out.report.read;
+      rates.push([w, out.recordsPerSecond]);
     }
-    const raw = await rawKafka(171_075);
-    console.log('| workers | records | seconds | records/s | step ms | peak RSS MiB | balanced |');
-    console.log('|---|---|---|---|---|---|---|');
+    const raw = await rawKafka(records);
+    console.log(
+      '| workers | records | seconds | records/s | step ms | peak RSS MiB | CPU seconds over the run | balanced |',
+    );
+    console.log('|---|---|---|---|---|---|---|---|');
     rows.forEach((r) => console.log(r));
     console.log(
-      `\nraw kafkajs, same run, 171,075 x 300-byte messages, 6 partitions, acks=all: produce ${raw.produce.toFixed(0)} msg/s, consume ${raw.consume.toFixed(0)} msg/s`,
+      `\nraw kafkajs, same run, ${records} x 300-byte messages, 6 partitions, acks=all: produce ${raw.produce.toFixed(0)} msg/s, consume ${raw.consume.toFixed(0)} msg/s`,
+    );
+    console.log(
+      `records/s over the raw produce rate: ${rates.map(([w, r]) => `${w} worker(s) ${(r / raw.produce).toFixed(2)}`).join(', ')}` +
+        (rates.length > 1
+          ? `; ${rates[rates.length - 1][0]} workers over ${rates[0][0]}: ${(rates[rates.length - 1][1] / rates[0][1]).toFixed(2)}x`
+          : ''),
     );
   } finally {
     rmSync(dir, { recursive: true, force: true });

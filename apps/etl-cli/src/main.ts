@@ -10,7 +10,8 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync, readFileSync } from 'node:fs';
+import { createWriteStream, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Command, InvalidArgumentError } from 'commander';
@@ -130,6 +131,47 @@ function peakRssMiB(pid: number | undefined): number | null {
   }
 }
 
+/** Clock ticks per second of /proc's CPU times (USER_HZ; 100 on Linux unless configured otherwise). */
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+
+/** CPU seconds (user + system) a process has used so far (utime and stime of /proc/<pid>/stat), or null. */
+function cpuSeconds(pid: number | undefined): number | null {
+  try {
+    // Fields after the command name, which is in parentheses and may hold spaces: utime and stime are 14 and 15.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return null;
+  }
+}
+
+/** The local stack's processes (Kafka brokers, registry, Redis): the pid files of `infra/local/stack.sh`. */
+function stackPids(): Record<string, number> {
+  const dir = process.env.KEYFLOW_RUN_DIR ?? join(ROOT, 'infra/local/.run');
+  try {
+    return Object.fromEntries(
+      readdirSync(dir)
+        .filter((f) => f.endsWith('.pid'))
+        .map((f) => [f.slice(0, -'.pid'.length), Number(readFileSync(join(dir, f), 'utf8').trim())]),
+    );
+  } catch {
+    return {};
+  }
+}
+
+/** CPU seconds of each process between two `cpuSeconds` readings, rounded to 0.1 s. */
+function cpuSplit(
+  before: Record<string, number | null>,
+  after: Record<string, number | null>,
+): Record<string, number> {
+  return Object.fromEntries(
+    Object.entries(after)
+      .filter(([k, v]) => v !== null && before[k] !== null && before[k] !== undefined)
+      .map(([k, v]) => [k, Math.round((v! - before[k]!) * 10) / 10]),
+  );
+}
+
 /** Duration of each top-level step in ms, from the run's projection (event times). */
 function stepTimings(run: Run): Record<string, number> {
   return Object.fromEntries(
@@ -194,6 +236,15 @@ async function main() {
     children.push(...workers.map((w) => w.proc));
     await Promise.all(workers.map((w) => w.url));
 
+    // Every process's CPU time over the run, so the limit is visible (which process used the cores).
+    const pids: Record<string, number | undefined> = {
+      cli: process.pid,
+      orchestrator: orch.proc.pid,
+      ...Object.fromEntries(workers.map((w, i) => [`worker-${i + 1}`, w.proc.pid])),
+      ...stackPids(),
+    };
+    const cpuNow = () => Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuSeconds(pid)]));
+    const cpuBefore = cpuNow();
     const sink = sinkSpec(opts.sink);
     const input = {
       source: opts.input ? resolve(process.cwd(), opts.input) : 'default',
@@ -251,6 +302,7 @@ async function main() {
       return;
     }
     const report = run.output as Report;
+    const cpu = cpuSplit(cpuBefore, cpuNow());
     const peakRss = {
       cli: peakRssMiB(process.pid),
       orchestrator: peakRssMiB(orch.proc.pid),
@@ -264,6 +316,7 @@ async function main() {
           recordsPerSecond: Math.round(report.read / seconds),
           stepMs: stepTimings(run),
           peakRssMiB: peakRss,
+          cpuSeconds: cpu,
           report,
         },
         null,
@@ -272,6 +325,13 @@ async function main() {
     );
     say(
       `${report.read} records in ${seconds.toFixed(1)} s: loaded ${report.loaded}; sink: ${sink.kind === 'sqlite' ? sink.path : sink.url} (table ${sink.table}); balanced: ${report.balanced}, sink matches report: ${report.sinkMatches}`,
+    );
+    say(
+      `CPU seconds over the run (${seconds.toFixed(1)} s on ${availableParallelism()} cores): ${Object.entries(
+        cpu,
+      )
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
     );
     if (!report.balanced || !report.sinkMatches) process.exitCode = 1;
     if (opts.keepRunning) {
