@@ -130,6 +130,25 @@ describe('the Redis idempotency store', () => {
     expect(err.redisKey).toBe(ns.redisPrefix('idem:step-wrongtype'));
   });
 
+  it('every operation on a key of another Redis type answers for that key (foreign or lost), never "Redis unavailable"', async () => {
+    const s = store();
+    const redis = ns.redis();
+    const wrong = ns.redisPrefix('idem:step-wrongtype-2');
+    await redis.hset(wrong, 'f', 'v');
+    // A compensation of that step: a foreign record (to the DLQ), not a retryable outage that holds the partition.
+    const fenced = await s.fence('step-wrongtype-2', 'comp').catch((e: unknown) => e);
+    expect(fenced).toBeInstanceOf(ForeignRecordError);
+    await expect(s.peek('step-wrongtype-2')).rejects.toBeInstanceOf(ForeignRecordError);
+    // A lease on a key that has since become another type is lost: renew and complete say so, and write nothing.
+    const begun = await s.begin('step-turned');
+    if (begun.state !== 'acquired') throw new Error('expected the lease');
+    await redis.del(ns.redisPrefix('idem:step-turned'));
+    await redis.hset(ns.redisPrefix('idem:step-turned'), 'f', 'v');
+    await expect(s.renew(begun.lease)).resolves.toBe(false);
+    await expect(s.complete(begun.lease, { out: 1 })).resolves.toBe(false);
+    expect(await redis.type(ns.redisPrefix('idem:step-turned'))).toBe('hash');
+  });
+
   it('says Redis is unavailable, as a retryable error, when it does not answer', async () => {
     const dead = new Redis('redis://127.0.0.1:1', {
       lazyConnect: true,
