@@ -1,4 +1,5 @@
 export {
+  BATCH_MAX_KEYS,
   IdempotencyStore,
   IdempotencyStoreUnavailableError,
   ForeignRecordError,

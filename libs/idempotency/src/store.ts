@@ -75,18 +75,38 @@ function parseRecord<R>(redisKey: string, value: string): { s: string; r?: R; by
   throw new ForeignRecordError(redisKey);
 }
 
+// Lua shared by the scripts: the key's string value, false when absent, or 'WRONGTYPE' when the key holds another Redis
+// type (a value this store did not write: answered for that key alone). Any other error (an ACL refusal) fails the
+// call, as a retryable outage.
+const GET_VALUE = `
+local function value_of(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    if string.find(v.err, 'WRONGTYPE', 1, true) then return 'WRONGTYPE' end
+    return redis.error_reply(v.err)
+  end
+  return v
+end
+`;
+const WRONGTYPE = `'WRONGTYPE'`;
+
 // Many keys in one call (see BATCH_MAX_KEYS). KEYS: the keys; ARGV[1] lease ms, then for key i ARGV[2i] its lease JSON
 // and ARGV[2i+1] its attempt. A failed record of an earlier attempt gives way to a later one. A key this store cannot
 // read (another Redis type) answers 'foreign' for itself alone: one bad key never fails the keys sharing its call.
-const BEGIN = `
+const BEGIN = `${GET_VALUE}
 local out = {}
 for i, key in ipairs(KEYS) do
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then
+  local v = value_of(key)
+  if type(v) == 'table' then return v end
+  if v == ${WRONGTYPE} then
     out[i] = {'foreign', ''}
   else
     local held = false
-    if v then
+    -- Only a failed record gives way, and only it is decoded (records hold whole outputs: decoding every one would
+    -- make a redelivery storm's script long).
+    if v and not string.find(v, '"ok":false', 1, true) then
+      held = true
+    elseif v then
       local ok, rec = pcall(cjson.decode, v)
       held = not (ok and type(rec) == 'table' and rec.s == 'done' and rec.ok == false
         and (tonumber(rec.a) or 0) < tonumber(ARGV[2 * i + 1]))
@@ -103,8 +123,9 @@ return out
 `;
 // Renew our own lease; take it back if the key is gone (expired during a Redis outage, or Redis restarted without
 // it): nobody else holds the step then. Another holder or a record means the lease is lost.
-const RENEW = `
-local v = redis.call('GET', KEYS[1])
+const RENEW = `${GET_VALUE}
+local v = value_of(KEYS[1])
+if type(v) == 'table' then return v end
 if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -115,11 +136,12 @@ return 0
 // A fenced write: while we hold the lease, or nobody holds the key; never over another holder's lease or record.
 // Many keys in one call: KEYS the keys; ARGV[1] record ttl ms, then for key i ARGV[2i] its lease token and
 // ARGV[2i+1] its record. Answers 1 (written) or 0 (not ours) per key; a key of another Redis type is not ours.
-const COMPLETE = `
+const COMPLETE = `${GET_VALUE}
 local out = {}
 for i, key in ipairs(KEYS) do
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then
+  local v = value_of(key)
+  if type(v) == 'table' then return v end
+  if v == ${WRONGTYPE} then
     out[i] = 0
   elseif v == ARGV[2 * i] or not v then
     redis.call('SET', key, ARGV[2 * i + 1], 'PX', ARGV[1])
@@ -135,8 +157,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `;
 // KEYS[1] the undone step's key; ARGV: fence JSON, ttl ms. Waits for a running holder, keeps a completion.
-const FENCE = `
-local v = redis.call('GET', KEYS[1])
+const FENCE = `${GET_VALUE}
+local v = value_of(KEYS[1])
+if type(v) == 'table' then return v end
+if v == ${WRONGTYPE} then return {'foreign', ''} end
 if v then
   local ok, rec = pcall(cjson.decode, v)
   if not (ok and type(rec) == 'table') then return {'foreign', ''} end
@@ -187,8 +211,9 @@ const MANY_KEYS = new Set<string>(['keyflowIdemBeginMany', 'keyflowIdemCompleteM
 /**
  * Most keys one begin or complete script call carries. Calls made in the same turn of the event loop (the tasks of a
  * fetched batch) share one script call each, up to this many keys: a script blocks Redis while it runs, so a call
- * stays short (512 GET+SET pairs take well under a millisecond). Keys of one call may hash to different slots: the
- * store runs on one Redis primary, not on Redis Cluster.
+ * stays short: a GET and a SET per key, and JSON decoding only of failed records (a complete call carries up to this
+ * many whole records, each holding its task's output, so large outputs make a longer call). Keys of one call may hash
+ * to different slots: the store runs on one Redis primary, not on Redis Cluster.
  */
 export const BATCH_MAX_KEYS = 512;
 
@@ -261,10 +286,14 @@ export class IdempotencyStore<R = unknown> {
   /**
    * Reads the record of `key` without changing it (for dry runs: what a redelivered command of `attempt` would do).
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
-   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write.
+   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write (also a key of
+   * another Redis type).
    */
   async peek(key: string, attempt = 1): Promise<RecordState> {
-    const value = await this.call('peek', () => this.redis.get(this.k(key)));
+    const value = await this.call('peek', () => this.redis.get(this.k(key))).catch((e: unknown) => {
+      if (/WRONGTYPE/.test(String((e as Error).cause))) throw new ForeignRecordError(this.k(key));
+      throw e;
+    });
     if (value === null) return 'absent';
     const rec = parseRecord<R>(this.k(key), value) as { s: string; ok?: boolean; a?: number };
     // As the BEGIN script decides: a failure of an earlier attempt gives way to a later one (it runs).
@@ -299,7 +328,8 @@ export class IdempotencyStore<R = unknown> {
    * that step runs after this: an absent key or a failed record becomes a fence with the completion TTL; a
    * completion is kept (the compensation undoes it); a running holder must finish first.
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
-   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write.
+   * @throws ForeignRecordError (not retryable) when the key holds a value this store did not write (also a key of
+   * another Redis type).
    */
   async fence(key: string, by: string): Promise<FenceResult> {
     const [state, pttl] = (await this.call('fence', () =>
@@ -312,7 +342,8 @@ export class IdempotencyStore<R = unknown> {
 
   /**
    * Extends the lease by the lease time, taking it back if the key is gone (nobody else holds the step).
-   * @returns false when the lease was lost: another holder, a record or a fence is there now.
+   * @returns false when the lease was lost: another holder, a record or a fence is there now (or a key of another
+   * Redis type).
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
    */
   async renew(lease: Lease): Promise<boolean> {

@@ -1,5 +1,10 @@
 import { OwnRedisServer, REDIS_NO_PERSISTENCE_ARGS, TestNamespace } from '@keyflow/testing';
-import { ForeignRecordError, IdempotencyStore, IdempotencyStoreUnavailableError } from '../../src';
+import {
+  BATCH_MAX_KEYS,
+  ForeignRecordError,
+  IdempotencyStore,
+  IdempotencyStoreUnavailableError,
+} from '../../src';
 import Redis from 'ioredis';
 
 describe('the Redis idempotency store', () => {
@@ -163,12 +168,18 @@ describe('the Redis idempotency store', () => {
     dead.disconnect();
   });
 
-  it('the begins and completes of one event-loop turn share one script call each', async () => {
+  it('the begins and completes of one event-loop turn share one script call each (up to BATCH_MAX_KEYS keys)', async () => {
     const server = await OwnRedisServer.start(REDIS_NO_PERSISTENCE_ARGS);
-    const redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    // The worker's client settings (kafka-task.transport.ts): auto-pipelining on, no offline queue.
+    const redis = new Redis(server.url, {
+      maxRetriesPerRequest: 1,
+      enableAutoPipelining: true,
+      enableOfflineQueue: false,
+    });
     try {
+      await new Promise((r) => redis.once('ready', r));
       const s = new IdempotencyStore<{ out: number }>(redis, { keyPrefix: 'turn:', leaseMs: 5_000 });
-      await s.begin('warm-up'); // loads the scripts: the counts below are of EVALSHA alone
+      // Counted: EVALSHA and EVAL (ioredis sends a script's first call on a connection as EVAL).
       const calls = async () => {
         const stats = await redis.info('commandstats');
         return ['evalsha', 'eval'].reduce(
@@ -177,7 +188,7 @@ describe('the Redis idempotency store', () => {
         );
       };
       const before = await calls();
-      const keys = Array.from({ length: 300 }, (_, i) => `step-${i}`);
+      const keys = Array.from({ length: BATCH_MAX_KEYS + 100 }, (_, i) => `step-${i}`);
       const begun = await Promise.all(keys.map((k) => s.begin(k)));
       const afterBegins = await calls();
       const done = await Promise.all(
@@ -186,9 +197,12 @@ describe('the Redis idempotency store', () => {
       const afterCompletes = await calls();
       expect(begun.every((b) => b.state === 'acquired')).toBe(true);
       expect(done.every(Boolean)).toBe(true);
-      expect(afterBegins - before).toBe(1);
-      expect(afterCompletes - afterBegins).toBe(1);
-      await expect(s.begin('step-299')).resolves.toEqual({ state: 'completed', result: { out: 299 } });
+      expect(afterBegins - before).toBe(2);
+      expect(afterCompletes - afterBegins).toBe(2);
+      await expect(s.begin(`step-${BATCH_MAX_KEYS + 99}`)).resolves.toEqual({
+        state: 'completed',
+        result: { out: BATCH_MAX_KEYS + 99 },
+      });
     } finally {
       redis.disconnect();
       await server.remove();
