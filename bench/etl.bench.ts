@@ -19,8 +19,9 @@ import { ROOT, until } from './support';
 const opts = new Command()
   .option('--workers <list>', 'worker counts to measure', '1,2')
   .option('--input <path>', 'input file (default: the 171,075 GeoNames cities)')
+  .option('--profile <dir>', 'each service writes a V8 CPU profile (<name>.cpuprofile) into <dir>/w<workers>')
   .parse()
-  .opts<{ workers: string; input?: string }>();
+  .opts<{ workers: string; input?: string; profile?: string }>();
 const run = promisify(execFile);
 
 async function rawKafka(n: number): Promise<{ produce: number; consume: number }> {
@@ -80,7 +81,14 @@ async function main() {
           `bench-etl-${Date.now()}.`,
           ...(opts.input ? ['--input', opts.input] : []),
         ],
-        { cwd: ROOT, env: process.env, maxBuffer: 64 * 1024 * 1024 },
+        {
+          cwd: ROOT,
+          env: {
+            ...process.env,
+            ...(opts.profile ? { KEYFLOW_CPU_PROF_DIR: join(opts.profile, `w${w}`) } : {}),
+          },
+          maxBuffer: 64 * 1024 * 1024,
+        },
       );
       const out = JSON.parse(stdout) as {
         seconds: number;

@@ -71,7 +71,10 @@ function startService(
   readyMsg: string,
 ): { proc: ChildProcess; url: Promise<string> } {
   const log = createWriteStream(join(logDir, `${name}.log`));
-  const proc = spawn(process.execPath, ['-r', '@swc-node/register', join(ROOT, entry)], {
+  // KEYFLOW_CPU_PROF_DIR: each service writes a V8 CPU profile there when it exits (bench:etl --profile).
+  const prof = process.env.KEYFLOW_CPU_PROF_DIR;
+  const flags = prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`, `--cpu-prof-name=${name}.cpuprofile`] : [];
+  const proc = spawn(process.execPath, [...flags, '-r', '@swc-node/register', join(ROOT, entry)], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
