@@ -72,6 +72,8 @@ interface TopicReader {
   subject: string;
   logical: string;
   reader: avsc.Type;
+  /** The reader schema as JSON, attributes avsc does not keep included (e.g. `"pii": true` on a field). */
+  schema: AvroSchema;
   /** Schema id this service registered for the topic: data it wrote needs no resolver. */
   registeredId: number;
   isUnion: boolean;
@@ -98,6 +100,8 @@ export class EventCodec {
   private readonly topics = new Map<string, TopicReader>();
   private readonly writers = new Map<number, Promise<avsc.Type>>();
   private readonly writersReady = new Map<number, avsc.Type>();
+  /** Writer schemas as JSON by id (attributes avsc drops kept), where the registry gave them as one text. */
+  private readonly writerJson = new Map<number, AvroSchema>();
   private readonly resolvers = new Map<string, avsc.Resolver | null>();
   /** Registry round trips made for schema ids (for tests and metrics). */
   registryLookups = 0;
@@ -136,6 +140,25 @@ export class EventCodec {
     return `${this.prefix}${logicalTopic}`;
   }
 
+  /**
+   * The reader schema (JSON, as in the catalog's `.avsc` files, named types inlined) of a logical topic registered or
+   * prepared by `useTopics`: a union of records for a topic carrying several events. Decoded values have its shape.
+   * @throws TopicNotRegisteredError
+   */
+  readerSchema(logicalTopic: string): AvroSchema {
+    const t = this.topics.get(logicalTopic);
+    if (!t) throw new TopicNotRegisteredError(logicalTopic);
+    return t.schema;
+  }
+
+  /**
+   * The writer schema (JSON as registered, attributes such as `"pii": true` kept) of a schema id this codec has
+   * registered or decoded with; undefined otherwise (also for a schema with references).
+   */
+  writerSchema(schemaId: number): AvroSchema | undefined {
+    return this.writerJson.get(schemaId);
+  }
+
   /** Logical topic name of a physical one (`<prefix>task.results` -> `task.results`); undefined without the prefix. */
   logical(physicalTopic: string): string | undefined {
     return physicalTopic.startsWith(this.prefix) ? physicalTopic.slice(this.prefix.length) : undefined;
@@ -155,6 +178,7 @@ export class EventCodec {
       const id = await this.untilRegistryAnswers(() => this.registerSchema(state.subject, schema));
       this.topics.set(logical, { ...state, registeredId: id });
       this.writersReady.set(id, state.reader);
+      this.writerJson.set(id, schema);
       this.writers.set(id, Promise.resolve(state.reader));
       ids.set(logical, id);
     }
@@ -180,6 +204,7 @@ export class EventCodec {
       subject: subjectFor(this.physical(logical)),
       logical,
       reader: avsc.Type.forSchema(schema as avsc.Schema, typeOpts()),
+      schema,
       registeredId: -1, // until registered: readable, not writable (see encode)
       isUnion: entry.events.length > 1,
       events: new Map<string, EventName>(
@@ -374,7 +399,10 @@ export class EventCodec {
       return avsc.Type.forSchema((s as unknown as avsc.Type).schema() as avsc.Schema, typeOpts());
     }
     try {
-      return avsc.Type.forSchema(JSON.parse(body.schema ?? '') as avsc.Schema, typeOpts());
+      const json = JSON.parse(body.schema ?? '') as AvroSchema;
+      const type = avsc.Type.forSchema(json as avsc.Schema, typeOpts());
+      this.writerJson.set(schemaId, json);
+      return type;
     } catch (e) {
       throw new IncompatibleWriterSchemaError(
         location,

@@ -1,5 +1,6 @@
 import type { Kafka, KafkaMessage } from 'kafkajs';
 import type { EventCodec } from '@keyflow/contracts';
+import { maskAvroPii, marksAvroPii, PII_MASK } from '@keyflow/workflow';
 import { DLQ_HEADERS, header, matchesRedriveFilter, type RedriveFilter } from './dlq';
 import { handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
@@ -33,18 +34,32 @@ export interface DlqRecord {
   handled: HandledEntry | null;
 }
 
+/** What the DLQ views need of the codec (read only). */
+type DlqCodec = Pick<EventCodec, 'useTopics' | 'decode' | 'logical' | 'readerSchema' | 'writerSchema'>;
+
+/** Whether the topic's reader schema marks PII (false for a topic the codec does not know: nothing declares it). */
+function marksPiiSafe(codec: DlqCodec, logical: string): boolean {
+  try {
+    return marksAvroPii(codec.readerSchema(logical));
+  } catch {
+    return false;
+  }
+}
+
 /** Longest text shown for a value no schema decodes, in characters. */
 const UNDECODABLE_TEXT_CHARS = 2_000;
 
 /**
  * Describes one DLQ record. `codec` (read only: `useTopics`) decodes the value with the schema of its original topic
- * (the `x-dlq-original-topic` header, a physical name of the codec's prefix).
+ * (the `x-dlq-original-topic` header, a physical name of the codec's prefix). Values the topic's Avro schema marks
+ * `"pii": true`, in the reader's schema or in the writer's the record names, are masked (libs/workflow
+ * `maskAvroPii`); under a reader schema that marks PII, the text of a value no schema decodes is not shown either.
  */
 export async function describeDlqRecord(
   m: KafkaMessage,
   at: { topic: string; partition: number },
   o: {
-    codec?: Pick<EventCodec, 'useTopics' | 'decode' | 'logical'>;
+    codec?: DlqCodec;
     handled?: ReadonlyMap<string, HandledEntry>;
   },
 ): Promise<DlqRecord> {
@@ -58,10 +73,17 @@ export async function describeDlqRecord(
     value = await Promise.resolve()
       .then(() => codec.useTopics([logical]))
       .then(() => codec.decode(logical, m.value, { ...at, offset: m.offset }))
-      .then((d) => ({ event: d.event, value: d.value }))
+      .then((d) => {
+        // Marked in this reader's schema or in the producer's (the writer schema the record names).
+        const writer = codec.writerSchema(d.schemaId);
+        const masked = maskAvroPii(codec.readerSchema(logical), d.value, d.event);
+        return { event: d.event, value: writer ? maskAvroPii(writer, masked, d.event) : masked };
+      })
       .catch((err: Error) => ({
         undecodable: err.message,
-        text: m.value!.toString('utf8').slice(0, UNDECODABLE_TEXT_CHARS),
+        text: marksPiiSafe(codec, logical)
+          ? PII_MASK
+          : m.value!.toString('utf8').slice(0, UNDECODABLE_TEXT_CHARS),
       }));
   return {
     partition: at.partition,
@@ -96,7 +118,7 @@ export async function readDlqRecords(
     limit: number;
     filter?: RedriveFilter;
     pendingOnly?: boolean;
-    codec?: Pick<EventCodec, 'useTopics' | 'decode' | 'logical'>;
+    codec?: DlqCodec;
     handled?: ReadonlyMap<string, HandledEntry>;
   },
 ): Promise<DlqRecord[]> {
