@@ -187,6 +187,27 @@ describe('bad input at the HTTP doors', () => {
     );
     await eventually('completed', () => h.of(runId).find((e) => e.event === 'RunCompleted'));
   });
+  it('a cancel or terminate of a run that has ended answers 409 RUN_ENDED (not an "accepted" the engine then ignores)', async () => {
+    const runId = (await post(`${url}/runs`, { workflow: 'approval', input: {} })).body.runId as string;
+    await eventually(
+      'run visible',
+      async () => (await fetch(`${url}/runs/${runId}`)).status === 200 || undefined,
+    );
+    expect((await post(`${url}/runs/${runId}/signal`, { signal: 'approved', payload: 'yes' })).status).toBe(
+      202,
+    );
+    await eventually('completed in the view', async () => {
+      const s = (await (await fetch(`${url}/runs/${runId}`)).json()) as { status: string };
+      return s.status === 'completed' || undefined;
+    });
+    for (const action of ['cancel', 'terminate']) {
+      const r = await post(`${url}/runs/${runId}/${action}`, { reason: 'too late' });
+      expect(r.status).toBe(409);
+      expect(r.body).toMatchObject({ code: 'RUN_ENDED', status: 'completed' });
+    }
+    expect(h.of(runId).filter((e) => e.event === 'RunCancelled')).toEqual([]);
+  });
+
   it('signals written past the limit by another path (straight to wf.requests) are rejected by the engine, and the buffer does not grow', async () => {
     const start = await post(`${url}/runs`, { workflow: 'approval', input: {} });
     const runId = start.body.runId as string;
