@@ -47,6 +47,7 @@ export {
   STEP_TIMEOUT_ERROR,
   DEFAULT_SIGNAL_BUFFER_LIMIT,
   SIGNAL_BUFFER_FULL,
+  RUN_ENDED,
   IGNORE_REASONS,
   type IgnoreReason,
 } from './reducer';

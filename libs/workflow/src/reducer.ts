@@ -272,6 +272,9 @@ export const DEFAULT_SIGNAL_BUFFER_LIMIT = 100;
 /** The reason (prefix of `Decision.ignored`, and the API's error code) for a signal refused past the buffer limit. */
 export const SIGNAL_BUFFER_FULL = 'SIGNAL_BUFFER_FULL' satisfies IgnoreReason;
 
+/** The reason an input for a run that has ended changes nothing (and the API's error code refusing one). */
+export const RUN_ENDED = 'RUN_ENDED' satisfies IgnoreReason;
+
 /** Options of `reduce` that come from the engine's settings, not from the definition. */
 export interface ReduceOptions {
   /** Distinct signals a run buffers at most; past it a signal is ignored with SIGNAL_BUFFER_FULL. Default 100. */
@@ -570,7 +573,7 @@ export function reduce(
   }
   if (!state) return ignoredBy(state, 'UNKNOWN_RUN', `unknown run ${input.runId}`);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
-    return ignoredBy(state, 'RUN_ENDED', `run is ${state.status}`);
+    return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const d = reduceInPlace(def, structuredClone(state), input, opts);
   return d.ignored ? { ...d, state } : d;
 }
@@ -590,7 +593,7 @@ export function reduceInPlace(
 ): Decision {
   if (input.kind === 'start' || !state) return reduce(def, state, input, opts);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
-    return ignoredBy(state, 'RUN_ENDED', `run is ${state.status}`);
+    return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const c = new Ctx(def, state, input.at);
   const ignored = apply(c, input, opts);
   if (ignored) return ignoredBy(state, ignored[0], ignored[1]);

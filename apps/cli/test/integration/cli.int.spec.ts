@@ -278,13 +278,13 @@ describe('the keyflow CLI', () => {
     try {
       const orch = await r.startOrchestrator();
       await r.readEvents();
-      // slowpoke: `prepare` (compensated by slow.undo) completes, then `call` never answers.
+      // holdpoke: `prepare` (compensated by slow.undo) completes, then `call` never answers (and waits 10 minutes).
       const commands = await r.simulateWorker(['slow.prepare', 'slow.undo'], () => ({
         output: { ok: true },
       }));
       const env = { ...r.env(), KEYFLOW_API_URL: await orch.ready };
       const startOne = async () =>
-        (await keyflow(['runs', 'start', 'slowpoke', '--json'], env)).json().runId as string;
+        (await keyflow(['runs', 'start', 'holdpoke', '--json'], env)).json().runId as string;
       const [cancelled, terminated] = [await startOne(), await startOne()];
       const prepared = (id: string) =>
         r.events.items.some(

@@ -270,7 +270,10 @@ export class RunsController {
 
   @Post('runs/:id/cancel')
   @HttpCode(202)
-  @ApiOperation({ summary: 'Cancel a run: its completed steps are compensated, then it ends cancelled.' })
+  @ApiOperation({
+    summary:
+      'Cancel a run: its completed steps are compensated, then it ends cancelled. 409 RUN_ENDED for a run that has ended.',
+  })
   cancel(@Param('id') id: string, @Body() body: unknown) {
     const b = parse(CancelSchema, body);
     return answer(() => this.runs.cancel(id, b.reason).then(() => ({ runId: id })));
@@ -280,7 +283,7 @@ export class RunsController {
   @HttpCode(202)
   @ApiOperation({
     summary:
-      'Terminate a run: it stops at once, nothing is compensated (RunCancelled with terminated: true).',
+      'Terminate a run: it stops at once, nothing is compensated (RunCancelled with terminated: true). 409 RUN_ENDED for a run that has ended.',
   })
   terminate(@Param('id') id: string, @Body() body: unknown) {
     const b = parse(TerminateSchema, body);

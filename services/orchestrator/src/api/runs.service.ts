@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { BatchingProducer } from '@keyflow/kafka';
 import { headersWithTrace, traceContextOf } from '@keyflow/observability';
-import { runInputIssues, SIGNAL_BUFFER_FULL } from '@keyflow/workflow';
+import { RUN_ENDED, runInputIssues, SIGNAL_BUFFER_FULL, TERMINAL } from '@keyflow/workflow';
 import { PiiMasking } from './pii';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
@@ -181,9 +181,18 @@ export class RunsService {
   /**
    * Cancels a run: its completed steps are compensated, then it ends `cancelled`. With `terminate` it stops at once,
    * compensating nothing (RunCancelled says `terminated: true`).
+   * @throws RefusedRequest 409 RUN_ENDED (with the run's `status`) when the read model shows the run ended: the engine
+   *   would ignore the request (reducer reason RUN_ENDED). A run that ends after this check is ignored the same way.
    */
   async cancel(runId: string, reason: string, terminate = false) {
-    this.mustExist(runId);
+    const s = this.mustExist(runId);
+    if (TERMINAL.has(s.status))
+      throw new RefusedRequest(
+        409,
+        RUN_ENDED,
+        `run ${runId} has ended (${s.status}); nothing to ${terminate ? 'terminate' : 'cancel'}`,
+        { status: s.status },
+      );
     await this.send(runId, 'CancelRun', { runId, reason, terminate });
   }
 
