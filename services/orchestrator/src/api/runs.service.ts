@@ -181,12 +181,14 @@ export class RunsService {
   /**
    * Cancels a run: its completed steps are compensated, then it ends `cancelled`. With `terminate` it stops at once,
    * compensating nothing (RunCancelled says `terminated: true`).
-   * @throws RefusedRequest 409 RUN_ENDED (with the run's `status`) when the read model shows the run ended: the engine
-   *   would ignore the request (reducer reason RUN_ENDED). A run that ends after this check is ignored the same way.
+   * @throws RefusedRequest 409 RUN_ENDED (with the run's `status`) when the read model shows the run completed,
+   *   compensated or cancelled: the engine would ignore the request (reducer reason RUN_ENDED). A `failed` run is not
+   *   refused: a retry just sent may be running it again before the read model shows it. A run that ends after this
+   *   check is ignored the same way.
    */
   async cancel(runId: string, reason: string, terminate = false) {
     const s = this.mustExist(runId);
-    if (TERMINAL.has(s.status))
+    if (TERMINAL.has(s.status) && s.status !== 'failed')
       throw new RefusedRequest(
         409,
         RUN_ENDED,
