@@ -2,7 +2,10 @@ import * as avsc from 'avsc';
 import { Agent as HttpsAgent } from 'node:https';
 import { SchemaRegistry } from '@kafkajs/confluent-schema-registry';
 import { Agent as UndiciAgent, fetch as undiciFetch } from 'undici';
+import { PII_MASK } from '@keyflow/workflow';
+import { avroPiiMarks, marksAny, maskWithType, mergeMarks, type PiiMarks } from './pii';
 import {
+  EVENT_NAMESPACE,
   schemaSet,
   readProblems,
   type AvroSchema,
@@ -26,7 +29,7 @@ import {
   UnknownSchemaIdError,
   type MessageLocation,
 } from './errors';
-import { parseWireFormat, toWireFormat } from './wire';
+import { HEADER_BYTES, MAGIC_BYTE, parseWireFormat, toWireFormat } from './wire';
 import { subjectFor } from './subjects';
 
 /** A decoded event: its record name and its value, typed by the generated contracts. */
@@ -68,6 +71,8 @@ export interface CodecOptions {
 const typeOpts = (): Partial<avsc.ForSchemaOptions> =>
   ({ wrapUnions: 'auto', omitRecordMethods: true }) as never;
 
+const NO_MARKS: PiiMarks = { fields: new Map(), types: new Set() };
+
 interface TopicReader {
   subject: string;
   logical: string;
@@ -102,6 +107,8 @@ export class EventCodec {
   private readonly writersReady = new Map<number, avsc.Type>();
   /** Writer schemas as JSON by id (attributes avsc drops kept), where the registry gave them as one text. */
   private readonly writerJson = new Map<number, AvroSchema>();
+  private readonly readerPii = new Map<string, PiiMarks>();
+  private readonly writerPii = new Map<number, PiiMarks>();
   private readonly resolvers = new Map<string, avsc.Resolver | null>();
   /** Registry round trips made for schema ids (for tests and metrics). */
   registryLookups = 0;
@@ -140,23 +147,50 @@ export class EventCodec {
     return `${this.prefix}${logicalTopic}`;
   }
 
-  /**
-   * The reader schema (JSON, as in the catalog's `.avsc` files, named types inlined) of a logical topic registered or
-   * prepared by `useTopics`: a union of records for a topic carrying several events. Decoded values have its shape.
-   * @throws TopicNotRegisteredError
-   */
-  readerSchema(logicalTopic: string): AvroSchema {
-    const t = this.topics.get(logicalTopic);
-    if (!t) throw new TopicNotRegisteredError(logicalTopic);
-    return t.schema;
+  /** What a topic's reader schema marks `"pii": true` (cached per logical topic). */
+  private readerMarks(t: TopicReader): PiiMarks {
+    let m = this.readerPii.get(t.logical);
+    if (!m) this.readerPii.set(t.logical, (m = avroPiiMarks(t.schema)));
+    return m;
+  }
+
+  /** What a writer schema marks (cached per id); nothing for an id whose JSON is not known here. */
+  private writerMarks(schemaId: number | undefined): PiiMarks {
+    const json = schemaId === undefined ? undefined : this.writerJson.get(schemaId);
+    if (!json) return NO_MARKS;
+    let m = this.writerPii.get(schemaId!);
+    if (!m) this.writerPii.set(schemaId!, (m = avroPiiMarks(json)));
+    return m;
   }
 
   /**
-   * The writer schema (JSON as registered, attributes such as `"pii": true` kept) of a schema id this codec has
-   * registered or decoded with; undefined otherwise (also for a schema with references).
+   * A decoded event's value with what its topic's reader schema, or the writer schema it was written with, marks
+   * `"pii": true` replaced by `[masked]` (see ./pii): for views (DLQ records), never for processing.
+   * @throws TopicNotRegisteredError
    */
-  writerSchema(schemaId: number): AvroSchema | undefined {
-    return this.writerJson.get(schemaId);
+  maskPii(logicalTopic: string, decoded: DecodedEvent): unknown {
+    const t = this.topics.get(logicalTopic);
+    if (!t) throw new TopicNotRegisteredError(logicalTopic);
+    const marks = mergeMarks(this.readerMarks(t), this.writerMarks(decoded.schemaId));
+    if (!marksAny(marks)) return decoded.value;
+    const type = t.isUnion
+      ? (t.reader as unknown as { types: avsc.Type[] }).types.find(
+          (b) => b.name === `${EVENT_NAMESPACE}.${decoded.event}`,
+        )
+      : t.reader;
+    return type ? maskWithType(type, marks, decoded.value) : PII_MASK;
+  }
+
+  /**
+   * Whether a record of the topic may carry marked values: its reader schema marks any, or the writer schema its wire
+   * header names (when known here) does. For the raw text of a record that did not decode.
+   */
+  marksPii(logicalTopic: string, value: Buffer | null): boolean {
+    const t = this.topics.get(logicalTopic);
+    if (!t) return false;
+    const id =
+      value && value.length >= HEADER_BYTES && value[0] === MAGIC_BYTE ? value.readInt32BE(1) : undefined;
+    return marksAny(this.readerMarks(t)) || marksAny(this.writerMarks(id));
   }
 
   /** Logical topic name of a physical one (`<prefix>task.results` -> `task.results`); undefined without the prefix. */
@@ -322,7 +356,11 @@ export class EventCodec {
     } catch {
       const paths: string[] = [];
       t.reader.isValid(datum, {
-        errorHook: (path, v) => paths.push(`${path.join('.') || '(root)'} = ${JSON.stringify(v)}`),
+        // The path and what was there, never the value: the message reaches logs and DLQ headers (personal data).
+        errorHook: (path, v, type) =>
+          paths.push(
+            `${path.join('.') || '(root)'}: expected ${type.typeName}, got ${v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v}`,
+          ),
       });
       throw new InvalidEventError(event, paths);
     }

@@ -10,3 +10,4 @@ export {
   type RegistryConnection,
 } from './registry-connection';
 export { settingFileReader } from './setting-files';
+export { avroPiiMarks, maskAvroPii, maskWithType, marksAny, mergeMarks, type PiiMarks } from './pii';

@@ -1,6 +1,6 @@
 import type { Kafka, KafkaMessage } from 'kafkajs';
 import type { EventCodec } from '@keyflow/contracts';
-import { maskAvroPii, marksAvroPii, PII_MASK } from '@keyflow/workflow';
+import { PII_MASK } from '@keyflow/workflow';
 import { DLQ_HEADERS, header, matchesRedriveFilter, type RedriveFilter } from './dlq';
 import { handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
@@ -35,16 +35,7 @@ export interface DlqRecord {
 }
 
 /** What the DLQ views need of the codec (read only). */
-type DlqCodec = Pick<EventCodec, 'useTopics' | 'decode' | 'logical' | 'readerSchema' | 'writerSchema'>;
-
-/** Whether the topic's reader schema marks PII (false for a topic the codec does not know: nothing declares it). */
-function marksPiiSafe(codec: DlqCodec, logical: string): boolean {
-  try {
-    return marksAvroPii(codec.readerSchema(logical));
-  } catch {
-    return false;
-  }
-}
+type DlqCodec = Pick<EventCodec, 'useTopics' | 'decode' | 'logical' | 'maskPii' | 'marksPii'>;
 
 /** Longest text shown for a value no schema decodes, in characters. */
 const UNDECODABLE_TEXT_CHARS = 2_000;
@@ -52,8 +43,8 @@ const UNDECODABLE_TEXT_CHARS = 2_000;
 /**
  * Describes one DLQ record. `codec` (read only: `useTopics`) decodes the value with the schema of its original topic
  * (the `x-dlq-original-topic` header, a physical name of the codec's prefix). Values the topic's Avro schema marks
- * `"pii": true`, in the reader's schema or in the writer's the record names, are masked (libs/workflow
- * `maskAvroPii`); under a reader schema that marks PII, the text of a value no schema decodes is not shown either.
+ * `"pii": true`, in the reader's schema or in the writer's the record names, are masked (`EventCodec.maskPii`); the
+ * text of a value that does not decode is not shown where either schema marks anything.
  */
 export async function describeDlqRecord(
   m: KafkaMessage,
@@ -73,15 +64,11 @@ export async function describeDlqRecord(
     value = await Promise.resolve()
       .then(() => codec.useTopics([logical]))
       .then(() => codec.decode(logical, m.value, { ...at, offset: m.offset }))
-      .then((d) => {
-        // Marked in this reader's schema or in the producer's (the writer schema the record names).
-        const writer = codec.writerSchema(d.schemaId);
-        const masked = maskAvroPii(codec.readerSchema(logical), d.value, d.event);
-        return { event: d.event, value: writer ? maskAvroPii(writer, masked, d.event) : masked };
-      })
+      // Marked in this reader's schema or in the producer's (the writer schema the record names).
+      .then((d) => ({ event: d.event, value: codec.maskPii(logical, d) }))
       .catch((err: Error) => ({
         undecodable: err.message,
-        text: marksPiiSafe(codec, logical)
+        text: codec.marksPii(logical, m.value)
           ? PII_MASK
           : m.value!.toString('utf8').slice(0, UNDECODABLE_TEXT_CHARS),
       }));

@@ -85,4 +85,3 @@ export {
   type SchemaIssue,
 } from './contract';
 export { pii, maskPii, marksPii, maskRunView, PII_MASK } from './pii';
-export { maskAvroPii, marksAvroPii, type AvroSchemaJson } from './avro-pii';

@@ -73,7 +73,7 @@ function compile(schema: z.ZodType): Node[] | null {
 }
 
 /** Value depth past which a value under a marked schema is masked whole (deeper than any schema is walked). */
-export const MAX_DEPTH = 64;
+const MAX_DEPTH = 64;
 
 /**
  * A copy of `value` with every field its schema marks as PII replaced by {@link PII_MASK} (the value itself when

@@ -70,6 +70,21 @@ describe('the Avro codec over the real registry', () => {
     expect(n).toBe(set.catalog.topics.reduce((s, t) => s + t.events.length, 0));
   });
 
+  it('a value that does not match its schema is refused naming the path and the expected type, never the value', async () => {
+    const codec = new EventCodec({ registryUrl, topicPrefix: `${prefix}invalid.` });
+    await codec.registerTopics(['task.results']);
+    const err = (() => {
+      try {
+        codec.encode('task.results', 'TaskCompleted', completed({ workerId: 4242_4242 as never }));
+      } catch (e) {
+        return e as ContractError;
+      }
+    })();
+    expect(err).toMatchObject({ code: 'INVALID_EVENT', retryable: false });
+    expect(err!.message).toMatch(/workerId: expected string, got number/);
+    expect(err!.message).not.toContain('42424242');
+  });
+
   it('a v1 reader reads a v2 producer, and a v2 reader reads a v1 producer with the defaults applied', async () => {
     const topicPrefix = `${prefix}evolve.`;
     const v1 = new EventCodec({

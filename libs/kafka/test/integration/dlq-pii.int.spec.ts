@@ -1,6 +1,6 @@
 import avsc from 'avsc';
 import type { Producer } from 'kafkajs';
-import { EventCodec } from '@keyflow/contracts';
+import { EventCodec, toWireFormat } from '@keyflow/contracts';
 import { schemaSet, type AvroSchema } from '@keyflow/schemas';
 import { TestNamespace } from '@keyflow/testing';
 import { PII_MASK } from '@keyflow/workflow';
@@ -36,7 +36,7 @@ describe('DLQ records as operators read them (ops API, console, CLI: readDlqReco
       topicPrefix,
       topicSchemas: writerSchema ? { [LOGICAL]: writerSchema } : undefined,
     });
-    await writer.registerTopics([LOGICAL]);
+    const [schemaId] = (await writer.registerTopics([LOGICAL])).values();
     const [original] = await ns.createTopics({ name: `${prefix}.${LOGICAL}`, numPartitions: 1 });
     await ns.createTopics({ name: `${prefix}.${LOGICAL}.dlq`, numPartitions: 1 });
     const type = avsc.Type.forSchema(
@@ -68,6 +68,8 @@ describe('DLQ records as operators read them (ops API, console, CLI: readDlqReco
         dead(writer.encode(LOGICAL, 'CityEnriched', city as never), '0'),
         // Not Avro at all: its text is what an operator would see of it.
         dead(Buffer.from(`{"name":"${secret}"}`), '1'),
+        // The writer's schema id, then a body that does not decode (cut short): its text holds the name as written.
+        dead(toWireFormat(schemaId, Buffer.from(`\u0002${secret}`)), '2'),
       ],
     });
     return topicPrefix;
@@ -90,9 +92,11 @@ describe('DLQ records as operators read them (ops API, console, CLI: readDlqReco
     expect(decoded.value).toMatchObject({ event: 'CityEnriched', value: { name: PII_MASK, country: 'GB' } });
     expect(undecodable.value).toMatchObject({ text: PII_MASK });
     expect(JSON.stringify([decoded, undecodable])).not.toContain('Lovelace');
-    // A reader on the catalog's schema, which marks nothing (the CLI of another team): the producer's mark holds.
-    const [other] = await read(prefix);
+    // A reader on the catalog's schema, which marks nothing (the CLI of another team): the producer's mark holds, for
+    // the record that decodes and for the one written with the producer's schema id that does not.
+    const [other, , cutShort] = await read(prefix);
     expect(other.value).toMatchObject({ event: 'CityEnriched', value: { name: PII_MASK, country: 'GB' } });
+    expect(cutShort.value).toMatchObject({ text: PII_MASK });
   });
 
   it('show every field where neither schema marks it', async () => {
