@@ -2,7 +2,7 @@ import * as avsc from 'avsc';
 import { Agent as HttpsAgent } from 'node:https';
 import { SchemaRegistry } from '@kafkajs/confluent-schema-registry';
 import { Agent as UndiciAgent, fetch as undiciFetch } from 'undici';
-import { PII_MASK } from '@keyflow/workflow';
+import { avroType } from './avro-type';
 import { avroPiiMarks, marksAny, maskWithType, mergeMarks, type PiiMarks } from './pii';
 import {
   EVENT_NAMESPACE,
@@ -62,14 +62,6 @@ export interface CodecOptions {
    */
   topicSchemas?: Record<string, AvroSchema>;
 }
-
-// Avro types are built with these options everywhere, so readers and writers agree:
-// - unions of several records are wrapped ({ 'dev.keyflow.events.X': {...} }), nullable unions are not;
-// - longs stay avsc's default: decoding a long beyond 2^53 throws "potential precision loss" (never silently
-//   rounded), which surfaces as MalformedPayloadError.
-// A fresh options object per call: avsc stores its name registry in the options it is given.
-const typeOpts = (): Partial<avsc.ForSchemaOptions> =>
-  ({ wrapUnions: 'auto', omitRecordMethods: true }) as never;
 
 const NO_MARKS: PiiMarks = { fields: new Map(), types: new Set() };
 
@@ -172,13 +164,7 @@ export class EventCodec {
     const t = this.topics.get(logicalTopic);
     if (!t) throw new TopicNotRegisteredError(logicalTopic);
     const marks = mergeMarks(this.readerMarks(t), this.writerMarks(decoded.schemaId));
-    if (!marksAny(marks)) return decoded.value;
-    const type = t.isUnion
-      ? (t.reader as unknown as { types: avsc.Type[] }).types.find(
-          (b) => b.name === `${EVENT_NAMESPACE}.${decoded.event}`,
-        )
-      : t.reader;
-    return type ? maskWithType(type, marks, decoded.value) : PII_MASK;
+    return maskWithType(t.reader, marks, decoded.value, `${EVENT_NAMESPACE}.${decoded.event}`);
   }
 
   /**
@@ -237,7 +223,7 @@ export class EventCodec {
     const state: TopicReader = {
       subject: subjectFor(this.physical(logical)),
       logical,
-      reader: avsc.Type.forSchema(schema as avsc.Schema, typeOpts()),
+      reader: avroType(schema),
       schema,
       registeredId: -1, // until registered: readable, not writable (see encode)
       isUnion: entry.events.length > 1,
@@ -434,11 +420,11 @@ export class EventCodec {
       const s = await this.registry.getSchema(schemaId).catch((e) => {
         throw new RegistryUnavailableError(`GET ${path} (references)`, e);
       });
-      return avsc.Type.forSchema((s as unknown as avsc.Type).schema() as avsc.Schema, typeOpts());
+      return avroType((s as unknown as avsc.Type).schema() as AvroSchema);
     }
     try {
       const json = JSON.parse(body.schema ?? '') as AvroSchema;
-      const type = avsc.Type.forSchema(json as avsc.Schema, typeOpts());
+      const type = avroType(json);
       this.writerJson.set(schemaId, json);
       return type;
     } catch (e) {

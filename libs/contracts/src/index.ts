@@ -10,4 +10,5 @@ export {
   type RegistryConnection,
 } from './registry-connection';
 export { settingFileReader } from './setting-files';
+export { avroType } from './avro-type';
 export { avroPiiMarks, maskAvroPii, maskWithType, marksAny, mergeMarks, type PiiMarks } from './pii';

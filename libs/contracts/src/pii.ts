@@ -1,6 +1,7 @@
-import avsc from 'avsc';
+import type avsc from 'avsc';
 import type { AvroSchema } from '@keyflow/schemas';
 import { PII_MASK } from '@keyflow/workflow';
+import { avroType } from './avro-type';
 
 /**
  * PII masking driven by Avro schemas: a field marked `"pii": true` in an `.avsc`, a named type marked so (every value
@@ -99,11 +100,13 @@ interface TypeView {
 
 /**
  * A copy of `value` (a datum of avsc `type`, as the codec decodes it: unions unwrapped or `{ <branch>: value }` as avsc
- * wrapped them) with every value `marks` mark replaced by {@link PII_MASK}; null stays null. A record's marks are found
- * by its full name or an alias, a field's by its name or an alias (so a writer's marks apply to a reader that renamed
- * the field). Fails closed: a value deeper than 64 levels, or in a union no branch of which takes it, is masked whole.
+ * wrapped them) with every value `marks` mark replaced by {@link PII_MASK}; null stays null. `record` picks the record
+ * of a union type the value is (full name, as a topic carrying several events needs; one not in the union masks the
+ * value whole). A record's marks are found by its full name or an alias, a field's by its name or an alias (so a
+ * writer's marks apply to a reader that renamed the field). Fails closed: a value deeper than 64 levels, or in a union
+ * no branch of which takes it, is masked whole. Returns `value` itself when `marks` mark nothing.
  */
-export function maskWithType(type: avsc.Type, marks: PiiMarks, value: unknown): unknown {
+export function maskWithType(type: avsc.Type, marks: PiiMarks, value: unknown, record?: string): unknown {
   if (!marksAny(marks)) return value;
   const mask = (v: unknown) => (v === null || v === undefined ? v : PII_MASK);
   const recordMarks = (t: TypeView): Set<string> => {
@@ -149,25 +152,20 @@ export function maskWithType(type: avsc.Type, marks: PiiMarks, value: unknown): 
         return t.underlyingType ? walk(t.underlyingType, v, depth + 1) : v;
     }
   };
-  return walk(type as unknown as TypeView, value, 0);
+  let root = type as unknown as TypeView;
+  if (record !== undefined && root.typeName.startsWith('union')) {
+    const branch = root.types?.find((b) => b.name === record);
+    if (!branch) return mask(value);
+    root = branch;
+  }
+  return walk(root, value, 0);
 }
 
 /**
- * A copy of `value` with what `schema` (JSON, `.avsc`) marks `"pii": true` masked; `record` picks the record of a union
- * schema the value is (full name; one not in the union masks the value whole). Builds the avsc type as the codec does
- * (`wrapUnions: 'auto'`). Returns `value` itself when the schema marks nothing.
+ * A copy of `value` with what `schema` (JSON, `.avsc`) marks `"pii": true` masked ({@link maskWithType} over the
+ * schema's avsc type, built as the codec builds it). Returns `value` itself when the schema marks nothing.
  */
 export function maskAvroPii(schema: AvroSchema, value: unknown, record?: string): unknown {
   const marks = avroPiiMarks(schema);
-  if (!marksAny(marks)) return value;
-  let type = avsc.Type.forSchema(
-    schema as avsc.Schema,
-    { wrapUnions: 'auto' } as never,
-  ) as unknown as TypeView;
-  if (record !== undefined && type.typeName.startsWith('union')) {
-    const branch = type.types?.find((b) => b.name === record);
-    if (!branch) return value === null || value === undefined ? value : PII_MASK;
-    type = branch;
-  }
-  return maskWithType(type as unknown as avsc.Type, marks, value);
+  return marksAny(marks) ? maskWithType(avroType(schema), marks, value, record) : value;
 }

@@ -1,7 +1,6 @@
-import avsc from 'avsc';
 import type { AvroSchema } from '@keyflow/schemas';
 import { PII_MASK } from '@keyflow/workflow';
-import { avroPiiMarks, marksAny, maskAvroPii } from '../../src';
+import { avroPiiMarks, avroType, marksAny, maskAvroPii } from '../../src';
 
 type AvroSchemaJson = AvroSchema;
 
@@ -38,9 +37,9 @@ const cancelled = {
   ],
 };
 
-/** The datum as the codec decodes it (avsc, wrapUnions 'auto'). */
+/** The datum as the codec decodes it (its avsc type options). */
 function decoded(schema: AvroSchemaJson, value: unknown, branch?: string): unknown {
-  const type = avsc.Type.forSchema(schema as avsc.Schema, { wrapUnions: 'auto' } as never);
+  const type = avroType(schema);
   const datum = branch ? { [branch]: value } : value;
   const out = type.fromBuffer(type.toBuffer(datum)) as Record<string, unknown>;
   return branch ? out[branch] : out;
