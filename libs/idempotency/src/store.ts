@@ -75,20 +75,21 @@ function parseRecord<R>(redisKey: string, value: string): { s: string; r?: R; by
   throw new ForeignRecordError(redisKey);
 }
 
-// Lua shared by the scripts: the key's string value, false when absent, or 'WRONGTYPE' when the key holds another Redis
-// type (a value this store did not write: answered for that key alone). Any other error (an ACL refusal) fails the
-// call, as a retryable outage.
+/** What `value_of` answers for a key of another Redis type (a Lua string literal). */
+const WRONGTYPE = `'WRONGTYPE'`;
+// Lua shared by the scripts: the key's string value, false when absent, or WRONGTYPE when the key holds another Redis
+// type (a value this store did not write: answered for that key alone; Redis's error reply starts with that code). Any
+// other error (an ACL refusal) fails the call, as a retryable outage.
 const GET_VALUE = `
 local function value_of(key)
   local v = redis.pcall('GET', key)
   if type(v) == 'table' and v.err then
-    if string.find(v.err, 'WRONGTYPE', 1, true) then return 'WRONGTYPE' end
+    if string.find(v.err, 'WRONGTYPE', 1, true) then return ${WRONGTYPE} end
     return redis.error_reply(v.err)
   end
   return v
 end
 `;
-const WRONGTYPE = `'WRONGTYPE'`;
 
 // Many keys in one call (see BATCH_MAX_KEYS). KEYS: the keys; ARGV[1] lease ms, then for key i ARGV[2i] its lease JSON
 // and ARGV[2i+1] its attempt. A failed record of an earlier attempt gives way to a later one. A key this store cannot
@@ -206,7 +207,8 @@ const SCRIPTS = {
 type ScriptCommands = {
   [K in keyof typeof SCRIPTS]: (...args: Array<string | number>) => Promise<unknown>;
 };
-const MANY_KEYS = new Set<string>(['keyflowIdemBeginMany', 'keyflowIdemCompleteMany']);
+/** The scripts that take many keys. */
+const MANY_KEYS = ['keyflowIdemBeginMany', 'keyflowIdemCompleteMany'] as const;
 
 /**
  * Most keys one begin or complete script call carries. Calls made in the same turn of the event loop (the tasks of a
@@ -245,28 +247,39 @@ export class IdempotencyStore<R = unknown> {
     this.completionTtlMs = opts.completionTtlMs ?? 7 * 24 * 3600 * 1000;
     for (const [name, lua] of Object.entries(SCRIPTS))
       if (typeof (redis as unknown as Record<string, unknown>)[name] !== 'function')
-        redis.defineCommand(name, MANY_KEYS.has(name) ? { lua } : { numberOfKeys: 1, lua });
+        redis.defineCommand(
+          name,
+          (MANY_KEYS as readonly string[]).includes(name) ? { lua } : { numberOfKeys: 1, lua },
+        );
     this.scripts = redis as unknown as ScriptCommands;
-    // One script call per event-loop turn for all begins, one for all completes (DataLoader's batching, without its
-    // cache: every call goes to Redis). A failed call fails each of its callers with the same retryable error.
-    this.begins = new DataLoader<BeginRequest, BeginReply>(
+    this.begins = this.manyKeys('keyflowIdemBeginMany', this.leaseMs, (r: BeginRequest) => [
+      r.lease,
+      r.attempt,
+    ]);
+    this.completes = this.manyKeys('keyflowIdemCompleteMany', this.completionTtlMs, (r: CompleteRequest) => [
+      r.token,
+      r.record,
+    ]);
+  }
+
+  /**
+   * One call of a many-keys script per event-loop turn for the requests made in it (DataLoader's batching, without its
+   * cache: every request goes to Redis), in the scripts' layout: KEYS the requests' keys, ARGV[1] `first`, then each
+   * request's two arguments. A failed call fails each of its requests with the same error.
+   */
+  private manyKeys<Q extends { key: string }, A>(
+    script: (typeof MANY_KEYS)[number],
+    first: number,
+    args: (request: Q) => [string, string | number],
+  ): DataLoader<Q, A> {
+    return new DataLoader<Q, A>(
       async (rs) =>
-        (await this.scripts.keyflowIdemBeginMany(
+        (await this.scripts[script](
           rs.length,
           ...rs.map((r) => this.k(r.key)),
-          this.leaseMs,
-          ...rs.flatMap((r) => [r.lease, r.attempt]),
-        )) as BeginReply[],
-      { cache: false, maxBatchSize: BATCH_MAX_KEYS },
-    );
-    this.completes = new DataLoader<CompleteRequest, number>(
-      async (rs) =>
-        (await this.scripts.keyflowIdemCompleteMany(
-          rs.length,
-          ...rs.map((r) => this.k(r.key)),
-          this.completionTtlMs,
-          ...rs.flatMap((r) => [r.token, r.record]),
-        )) as number[],
+          first,
+          ...rs.flatMap(args),
+        )) as A[],
       { cache: false, maxBatchSize: BATCH_MAX_KEYS },
     );
   }
