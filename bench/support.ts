@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Pool } from 'undici';
+import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
 
 export const ROOT = join(__dirname, '..');
 
@@ -22,55 +22,19 @@ export async function until(cond: () => boolean, timeoutMs: number, what = 'cond
 }
 
 /** Peak resident set size of a process in MiB (VmHWM), NaN when it is gone. */
-export function peakRssMb(pid: number | undefined): number {
-  try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) / 1024 : NaN;
-  } catch {
-    return NaN;
-  }
-}
-
-/** CPU time (user + system) a process has used so far in seconds, from /proc/<pid>/stat; NaN when it is gone. */
-export function cpuSeconds(pid: number | undefined): number {
-  try {
-    // Fields after the command name (which may hold spaces, so split after its closing parenthesis): utime is the
-    // 14th field of the line, stime the 15th, in clock ticks (USER_HZ, 100 on Linux: proc(5)).
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return NaN;
-  }
-}
-
-/** The local stack's processes (`infra/local/stack.sh`: broker(s), registry, Redis) by name, from its pid files. */
-export function stackPids(): Record<string, number> {
-  const dir = process.env.KEYFLOW_RUN_DIR ?? join(ROOT, 'infra/local/.run');
-  const out: Record<string, number> = {};
-  try {
-    for (const f of readdirSync(dir))
-      if (f.endsWith('.pid')) out[f.slice(0, -4)] = Number(readFileSync(join(dir, f), 'utf8').trim());
-  } catch {
-    /* no local stack (testcontainers or a remote cluster): nothing to list */
-  }
-  return out;
-}
+export const peakRssMb = (pid: number | undefined): number => peakRssMiB(pid) ?? NaN;
 
 /**
  * Starts measuring the CPU used by each named process (this one is `bench`); the returned function prints the
  * split since then as `name N% ...` (percent of one core over the wall time; 200 % is both cores of this machine).
  */
 export function cpuSplit(pids: Record<string, number | undefined>): () => string {
-  const named = { bench: process.pid, ...stackPids(), ...pids };
+  const used = cpuMeter({ bench: process.pid, ...localStackPids(ROOT), ...pids });
   const t0 = Date.now();
-  const before = Object.fromEntries(Object.entries(named).map(([n, p]) => [n, cpuSeconds(p)]));
   return () => {
     const wall = (Date.now() - t0) / 1000;
-    return Object.entries(named)
-      .map(([n, p]) => [n, ((cpuSeconds(p) - before[n]) / wall) * 100] as const)
-      .filter(([, v]) => Number.isFinite(v))
-      .map(([n, v]) => `${n} ${v.toFixed(0)}%`)
+    return Object.entries(used())
+      .map(([n, s]) => `${n} ${((s / wall) * 100).toFixed(0)}%`)
       .join(', ');
   };
 }

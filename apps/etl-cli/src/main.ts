@@ -10,7 +10,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { createWriteStream, mkdirSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -18,6 +18,7 @@ import { Command } from 'commander';
 import { positiveInt } from './args';
 import { SingleBar, Presets } from 'cli-progress';
 import { CONSOLE_PATH } from '@keyflow/orchestrator/src/api/console';
+import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
 import { TERMINAL, type RunState, type TaskOutputOf } from '@keyflow/workflow';
 import type { etlExtract, etlLoad, etlReport, etlTransform, SinkSpec } from '@keyflow/tasks';
 
@@ -120,55 +121,10 @@ function progress(run: Run) {
   };
 }
 
-/** Peak resident set size of a process in MiB (VmHWM from /proc), or null where /proc is not available. */
-function peakRssMiB(pid: number | undefined): number | null {
-  try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Math.round(Number(m[1]) / 1024) : null;
-  } catch {
-    return null;
-  }
-}
-
-/** Clock ticks per second of /proc's CPU times (USER_HZ; 100 on Linux unless configured otherwise). */
-const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
-
-/** CPU seconds (user + system) a process has used so far (utime and stime of /proc/<pid>/stat), or null. */
-function cpuSeconds(pid: number | undefined): number | null {
-  try {
-    // Fields after the command name, which is in parentheses and may hold spaces: utime and stime are 14 and 15.
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
-  } catch {
-    return null;
-  }
-}
-
-/** The local stack's processes (Kafka brokers, registry, Redis): the pid files of `infra/local/stack.sh`. */
-function stackPids(): Record<string, number> {
-  const dir = process.env.KEYFLOW_RUN_DIR ?? join(ROOT, 'infra/local/.run');
-  try {
-    return Object.fromEntries(
-      readdirSync(dir)
-        .filter((f) => f.endsWith('.pid'))
-        .map((f) => [f.slice(0, -'.pid'.length), Number(readFileSync(join(dir, f), 'utf8').trim())]),
-    );
-  } catch {
-    return {};
-  }
-}
-
-/** CPU seconds of each process between two `cpuSeconds` readings, rounded to 0.1 s. */
-function cpuSplit(
-  before: Record<string, number | null>,
-  after: Record<string, number | null>,
-): Record<string, number> {
-  return Object.fromEntries(
-    Object.entries(after)
-      .filter(([k, v]) => v !== null && before[k] !== null && before[k] !== undefined)
-      .map(([k, v]) => [k, Math.round((v! - before[k]!) * 10) / 10]),
-  );
+/** Peak RSS of a process in whole MiB (null where /proc is not available). */
+function rssMiB(pid: number | undefined): number | null {
+  const m = peakRssMiB(pid);
+  return m === null ? null : Math.round(m);
 }
 
 /** Duration of each top-level step in ms, from the run's projection (event times). */
@@ -236,14 +192,12 @@ async function main() {
     await Promise.all(workers.map((w) => w.url));
 
     // Every process's CPU time over the run, so the limit is visible (which process used the cores).
-    const pids: Record<string, number | undefined> = {
+    const cpuUsed = cpuMeter({
       cli: process.pid,
       orchestrator: orch.proc.pid,
       ...Object.fromEntries(workers.map((w, i) => [`worker-${i + 1}`, w.proc.pid])),
-      ...stackPids(),
-    };
-    const cpuNow = () => Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, cpuSeconds(pid)]));
-    const cpuBefore = cpuNow();
+      ...localStackPids(ROOT),
+    });
     const sink = sinkSpec(opts.sink);
     const input = {
       source: opts.input ? resolve(process.cwd(), opts.input) : 'default',
@@ -301,11 +255,12 @@ async function main() {
       return;
     }
     const report = run.output as Report;
-    const cpu = cpuSplit(cpuBefore, cpuNow());
+    // CPU seconds each process used over the run, to 0.1 s.
+    const cpu = Object.fromEntries(Object.entries(cpuUsed()).map(([k, v]) => [k, Math.round(v * 10) / 10]));
     const peakRss = {
-      cli: peakRssMiB(process.pid),
-      orchestrator: peakRssMiB(orch.proc.pid),
-      workers: workers.map((w) => peakRssMiB(w.proc.pid)),
+      cli: rssMiB(process.pid),
+      orchestrator: rssMiB(orch.proc.pid),
+      workers: workers.map((w) => rssMiB(w.proc.pid)),
     };
     console.log(
       JSON.stringify(

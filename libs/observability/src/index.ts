@@ -27,3 +27,4 @@ export {
   type ComponentFailure,
   type DegradedCondition,
 } from './health';
+export { cpuMeter, cpuSeconds, localStackPids, peakRssMiB } from './process-stats';
