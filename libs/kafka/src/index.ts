@@ -106,3 +106,10 @@ export {
 export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS } from './connect';
 export * from './security';
 export { connectionSettingsFromEnv, type ConnectionSettings } from './connections';
+/**
+ * The kafkajs this library runs on (2.2.4 with the project's patches, see ./kafkajs-patch), for code that needs its
+ * classes or types: import them from here, never from `kafkajs` itself, so one copy of kafkajs is loaded (the
+ * published @keyflow/kafka bundles the patched copy; `instanceof KafkaJSError` holds only within one copy).
+ */
+export { CompressionTypes, KafkaJSError, Partitioners } from 'kafkajs';
+export type { Consumer, EachBatchPayload, IHeaders, Kafka, Producer } from 'kafkajs';

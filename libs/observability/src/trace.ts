@@ -17,7 +17,9 @@ import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
-import type { IHeaders } from 'kafkajs';
+
+/** Kafka record headers as kafkajs types them (`IHeaders`), declared here so this library does not load kafkajs. */
+type IHeaders = { [key: string]: Buffer | string | (Buffer | string)[] | undefined };
 
 /**
  * W3C Trace Context (https://www.w3.org/TR/trace-context/) as carried by keyflow: in Kafka record headers

@@ -1,4 +1,4 @@
-import type { Kafka, Producer } from 'kafkajs';
+import type { Kafka, Producer } from '@keyflow/kafka';
 import type { PiiMasking } from './pii';
 import type { EventCodec } from '@keyflow/contracts';
 import {

@@ -1,5 +1,5 @@
 import { HttpException } from '@nestjs/common';
-import { KafkaJSError } from 'kafkajs';
+import { KafkaJSError } from '@keyflow/kafka';
 import { RefusedRequest, RequestError } from './runs.service';
 import type { z } from 'zod';
 

@@ -8,7 +8,7 @@ import {
   type EachBatchPayload,
   type Kafka,
   type Producer,
-} from 'kafkajs';
+} from '@keyflow/kafka';
 import {
   BlobError,
   claimCheckFromConfig,

@@ -1,4 +1,4 @@
-import type { Kafka } from 'kafkajs';
+import type { Kafka } from '@keyflow/kafka';
 import {
   groupLag,
   listDlqTopics,

@@ -1,4 +1,4 @@
-import type { Consumer, Kafka } from 'kafkajs';
+import type { Consumer, Kafka } from '@keyflow/kafka';
 import type { ClaimCheck } from '@keyflow/blobs';
 import { ContractError, type EventCodec } from '@keyflow/contracts';
 import {

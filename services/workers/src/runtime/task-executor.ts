@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import type { Producer } from 'kafkajs';
+import type { Producer } from '@keyflow/kafka';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import { ForeignRecordError, type IdempotencyStore } from '@keyflow/idempotency';

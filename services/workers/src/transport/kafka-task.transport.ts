@@ -1,7 +1,7 @@
 import type Redis from 'ioredis';
 import { lastValueFrom } from 'rxjs';
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
-import type { Kafka, Producer } from 'kafkajs';
+import type { Kafka, Producer } from '@keyflow/kafka';
 import {
   claimCheckFromConfig,
   createBlobStore,
