@@ -35,6 +35,8 @@ export default tseslint.config(
             { sourceTag: 'type:e2e', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
             // The CLI folds in the services' one-shot commands (rebuild needs the orchestrator's projection).
             { sourceTag: 'type:cli', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
+            // The NestJS SDK: the services' public API in one package.
+            { sourceTag: 'type:sdk', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
             // An application on keyflow (the tutorial): the libs and the services' public API (their src/index.ts).
             {
               sourceTag: 'type:example',

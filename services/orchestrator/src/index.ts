@@ -1,7 +1,17 @@
 /**
  * The orchestrator's public API, for an application that runs its own workflows on keyflow (README "Your first
- * workflow"): `bootstrapOrchestrator([myWorkflow], process.env, schedules)` starts an orchestrator instance with
- * the built-in workflows and these. `src/main.ts` is the built-in orchestrator.
+ * workflow"): `KeyflowOrchestratorModule.forRoot({ workflows, schedules })` in a NestJS application of your own (with
+ * `setupKeyflowOrchestrator(app)`), or `bootstrapOrchestrator([myWorkflow], process.env, schedules)` for a process
+ * that is only an orchestrator (the built-in workflows and these). `src/main.ts` is the built-in orchestrator.
  */
 export { bootstrapOrchestrator } from './bootstrap';
+export {
+  KeyflowOrchestratorModule,
+  setupKeyflowOrchestrator,
+  ORCHESTRATOR_RUNTIME,
+  type KeyflowOrchestratorOptions,
+  type KeyflowOrchestratorAsyncOptions,
+} from './module';
+export type { OrchestratorRuntime } from './runtime';
+export { OrchestratorConfigError } from './config';
 export type { ScheduleDef, CatchUp } from './engine/scheduler';

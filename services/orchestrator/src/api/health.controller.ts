@@ -1,14 +1,15 @@
-import { Controller, Get, Header, HttpException, Inject } from '@nestjs/common';
+import { Controller, Get, Header, HttpException, Inject, UseGuards } from '@nestjs/common';
 import { ApiExcludeController } from '@nestjs/swagger';
 import { ComponentHealth, type Registry } from '@keyflow/observability';
 import { Engine } from '../engine/engine';
 import { RunReadModel } from '../engine/read-model';
-import { MetricsRoute, Public } from './auth';
+import { MetricsRoute, Public, ApiAuthGuard } from './auth';
 
 export const METRICS_REGISTRY = Symbol('METRICS_REGISTRY');
 
 @ApiExcludeController()
 @Controller()
+@UseGuards(ApiAuthGuard)
 export class HealthController {
   constructor(
     @Inject(Engine) private readonly engine: Engine,

@@ -9,12 +9,13 @@ import {
   Param,
   Post,
   Query,
+  UseGuards,
 } from '@nestjs/common';
 import { ApiOperation, ApiQuery, ApiResponse, ApiTags } from '@nestjs/swagger';
 import { z } from 'zod';
 import { OpsService } from './ops.service';
 import { answer, parse } from './validation';
-import { Public } from './auth';
+import { Public, ApiAuthGuard } from './auth';
 
 /** Default and largest freshness of the overview's lag and DLQ figures, ms. */
 export const OVERVIEW_MAX_AGE_MS = { default: 10_000, max: 600_000 } as const;
@@ -94,6 +95,7 @@ const filterOf = (q: {
 /** What the ops console (and scripts) read and do: lag, DLQs, chain times. DLQ topics by logical name. */
 @ApiTags('ops')
 @Controller('ops')
+@UseGuards(ApiAuthGuard)
 export class OpsController {
   constructor(@Inject(OpsService) private readonly ops: OpsService) {}
 

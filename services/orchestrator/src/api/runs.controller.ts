@@ -12,6 +12,7 @@ import {
   Query,
   Req,
   type RawBodyRequest,
+  UseGuards,
 } from '@nestjs/common';
 import {
   ApiBody,
@@ -28,7 +29,7 @@ import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
 import { answer, parse } from './validation';
-import { Public } from './auth';
+import { Public, ApiAuthGuard } from './auth';
 import { guarded, KEY_SPACES, RefusedRequest, RunsService } from './runs.service';
 import type { RequestKeys } from './request-keys';
 
@@ -98,6 +99,7 @@ const ListSchema = z.object({
 
 @ApiTags('runs')
 @Controller()
+@UseGuards(ApiAuthGuard)
 export class RunsController {
   constructor(
     @Inject(RunsService) private readonly runs: RunsService,

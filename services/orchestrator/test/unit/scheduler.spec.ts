@@ -2,7 +2,7 @@ import { createLogger } from '@keyflow/observability';
 import { KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded } from 'kafkajs';
 import { workflow, z } from '@keyflow/workflow';
 import { fireTimes, scheduledRunId, Scheduler } from '../../src/engine/scheduler';
-import { checkSchedules } from '../../src/bootstrap';
+import { checkSchedules } from '../../src/runtime';
 import { OrchestratorConfigError } from '../../src/config';
 import { RequestError } from '../../src/api/runs.service';
 import { WorkflowRegistry } from '../../src/workflows/registry';

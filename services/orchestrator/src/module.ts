@@ -1,0 +1,129 @@
+import {
+  Inject,
+  Injectable,
+  Module,
+  type DynamicModule,
+  type INestApplication,
+  type ModuleMetadata,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import { ComponentHealth } from '@keyflow/observability';
+import type { WorkflowDefinition } from '@keyflow/workflow';
+import { HealthController, METRICS_REGISTRY } from './api/health.controller';
+import { RunsController, WEBHOOKS } from './api/runs.controller';
+import { RunsService } from './api/runs.service';
+import { API_KEYS } from './api/auth';
+import { CONSOLE_DIR, CONSOLE_PATH } from './api/console';
+import { OpsController } from './api/ops.controller';
+import { httpSpans } from './api/tracing';
+import { OpsService } from './api/ops.service';
+import { Engine } from './engine/engine';
+import { RunReadModel } from './engine/read-model';
+import type { ScheduleDef } from './engine/scheduler';
+import { createOrchestratorRuntime, type OrchestratorRuntime } from './runtime';
+
+/** The injection token of the started {@link OrchestratorRuntime} (`app.get<OrchestratorRuntime>(ORCHESTRATOR_RUNTIME)`). */
+export const ORCHESTRATOR_RUNTIME = Symbol('keyflow.OrchestratorRuntime');
+
+/** What an orchestrator runs. */
+export interface KeyflowOrchestratorOptions {
+  /** Every workflow it runs (definitions from `workflow(...).build()`); names and versions must be unique. */
+  workflows: WorkflowDefinition[];
+  /** Runs started on a cron schedule; each must name one of `workflows` with an input its schema accepts. */
+  schedules?: ScheduleDef[];
+  /** Settings by their environment variable names (README "Configuration"); default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** {@link KeyflowOrchestratorModule.forRootAsync}'s options: the Nest async provider pattern. */
+export interface KeyflowOrchestratorAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
+  useFactory: (...args: never[]) => KeyflowOrchestratorOptions | Promise<KeyflowOrchestratorOptions>;
+  inject?: Array<string | symbol | (abstract new (...args: never[]) => unknown)>;
+}
+
+const OPTIONS = Symbol('keyflow.OrchestratorOptions');
+
+@Injectable()
+class RuntimeShutdown implements OnApplicationShutdown {
+  constructor(@Inject(ORCHESTRATOR_RUNTIME) private readonly rt: OrchestratorRuntime) {}
+
+  /** After the HTTP server closed (`app.close()`, or a signal with `enableShutdownHooks`): the engine and the rest. */
+  onApplicationShutdown(): Promise<void> {
+    return this.rt.close();
+  }
+}
+
+/**
+ * An orchestrator instance in a NestJS application: the engine (its share of wf.requests/wf.results partitions),
+ * the read model, the schedules, and the HTTP API's controllers (runs, webhooks, the ops API under /ops, /health,
+ * /metrics), each route guarded by the API keys of KEYFLOW_API_KEYS (README "API authentication"). The engine starts
+ * while the application is created (Nest awaits the async provider), and stops on `app.close()`. Create the
+ * application with `{ rawBody: true }` (webhook signatures are checked on the raw body) and call
+ * {@link setupKeyflowOrchestrator} for the request spans, OpenAPI at /docs and the console at /console/.
+ *
+ *   @Module({ imports: [KeyflowOrchestratorModule.forRoot({ workflows: [greet] })] }) class AppModule {}
+ *
+ * A refused setting or schedule rejects the application's creation with OrchestratorConfigError.
+ */
+@Module({})
+export class KeyflowOrchestratorModule {
+  static forRoot(options: KeyflowOrchestratorOptions): DynamicModule {
+    return KeyflowOrchestratorModule.forRootAsync({ useFactory: () => options });
+  }
+
+  static forRootAsync(options: KeyflowOrchestratorAsyncOptions): DynamicModule {
+    const from = <T>(pick: (rt: OrchestratorRuntime) => T) => ({
+      useFactory: pick,
+      inject: [ORCHESTRATOR_RUNTIME],
+    });
+    return {
+      module: KeyflowOrchestratorModule,
+      imports: options.imports ?? [],
+      controllers: [RunsController, OpsController, HealthController],
+      providers: [
+        { provide: OPTIONS, useFactory: options.useFactory, inject: options.inject ?? [] },
+        {
+          provide: ORCHESTRATOR_RUNTIME,
+          useFactory: (o: KeyflowOrchestratorOptions) =>
+            createOrchestratorRuntime(o.workflows, o.env ?? process.env, o.schedules ?? []),
+          inject: [OPTIONS],
+        },
+        RuntimeShutdown,
+        { provide: RunsService, ...from((rt) => rt.runs) },
+        { provide: OpsService, ...from((rt) => rt.ops) },
+        { provide: Engine, ...from((rt) => rt.engine) },
+        { provide: RunReadModel, ...from((rt) => rt.readModel) },
+        { provide: METRICS_REGISTRY, ...from((rt) => rt.registry) },
+        { provide: ComponentHealth, ...from((rt) => rt.health) },
+        { provide: WEBHOOKS, ...from((rt) => rt.webhooks) },
+        { provide: API_KEYS, ...from((rt) => rt.apiKeys) },
+      ],
+      exports: [ORCHESTRATOR_RUNTIME, RunsService, Engine, RunReadModel],
+    };
+  }
+}
+
+/**
+ * What the orchestrator's HTTP side needs from the application itself: a SERVER span per request (continuing the
+ * caller's `traceparent`), OpenAPI at /docs (JSON at /docs/openapi.json) and the ops console's files at /console/.
+ * Call it before `app.listen`. Throws when the application is not on Express (@nestjs/platform-express).
+ */
+export function setupKeyflowOrchestrator(app: INestApplication): void {
+  const express = app as NestExpressApplication;
+  if (typeof express.useStaticAssets !== 'function')
+    throw new TypeError('setupKeyflowOrchestrator needs an Express application (@nestjs/platform-express)');
+  express.use(httpSpans);
+  const doc = SwaggerModule.createDocument(
+    app,
+    new DocumentBuilder()
+      .setTitle('keyflow orchestrator')
+      .setVersion('0.1.0')
+      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'An API key of KEYFLOW_API_KEYS' })
+      .addSecurityRequirements('bearer')
+      .build(),
+  );
+  SwaggerModule.setup('docs', app, doc, { jsonDocumentUrl: 'docs/openapi.json' });
+  express.useStaticAssets(CONSOLE_DIR, { prefix: CONSOLE_PATH, index: 'index.html' });
+}

@@ -1,0 +1,189 @@
+import { EventCodec } from '@keyflow/contracts';
+import {
+  BatchingProducer,
+  connectUntilAnswered,
+  createIdempotentProducer,
+  createKafka,
+  ensureDlqLedger,
+  watchProducer,
+} from '@keyflow/kafka';
+import {
+  ComponentHealth,
+  createLogger,
+  createMetricsRegistry,
+  exitOnComponentFailure,
+  startTracing,
+  type Logger,
+  type Registry,
+} from '@keyflow/observability';
+import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
+import { createRedis } from '@keyflow/idempotency';
+import { claimCheckFromConfig } from '@keyflow/blobs';
+import { lagGroups, loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from './config';
+import { LagMonitor } from './engine/lag-monitor';
+import { Engine } from './engine/engine';
+import { orchestratorMetrics } from './engine/metrics';
+import { RunReadModel } from './engine/read-model';
+import { COMPONENTS } from './engine/components';
+import { Scheduler, type ScheduleDef } from './engine/scheduler';
+import type { WebhookSettings } from './api/runs.controller';
+import { RequestKeys } from './api/request-keys';
+import { RunsService } from './api/runs.service';
+import { ApiKeys } from './api/auth';
+import { OpsService } from './api/ops.service';
+import { WorkflowRegistry } from './workflows/registry';
+
+/** What {@link createOrchestratorRuntime} starts, and how to stop it. */
+export interface OrchestratorRuntime {
+  cfg: ReturnType<typeof requireApiSettings>;
+  logger: Logger;
+  engine: Engine;
+  readModel: RunReadModel;
+  runs: RunsService;
+  ops: OpsService;
+  registry: Registry;
+  health: ComponentHealth;
+  webhooks: WebhookSettings;
+  apiKeys: ApiKeys;
+  workflows: WorkflowRegistry;
+  exportingTraces: boolean;
+  /** Stops the scheduler, the lag monitor, the engine, the read model, the API's producer and Redis, then tracing. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts everything of an orchestrator instance but its HTTP listener: tracing, the read model (all of wf.state),
+ * the engine (its share of the partitions; creates topics, checks co-partitioning, registers schemas), the lag
+ * monitor, the API's producer and request key store, and the schedules. `workflows` are all it runs (the built-in
+ * ones are `builtinWorkflows`); `env` holds the settings by their environment names (README "Configuration").
+ * When a part fails for good (the engine's consumer crashes, its producer or the API's fails, the read model's
+ * consumer crashes), /health answers 503 naming it and the process exits 1 shortly after
+ * (KEYFLOW_FATAL_EXIT_DELAY_MS), so a supervisor restarts it.
+ * @throws OrchestratorConfigError for settings or schedules that could never work (before anything connects)
+ */
+export async function createOrchestratorRuntime(
+  definitions: WorkflowDefinition[],
+  env: NodeJS.ProcessEnv,
+  schedules: ScheduleDef[],
+): Promise<OrchestratorRuntime> {
+  const cfg = requireApiSettings(loadOrchestratorConfig(env));
+  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
+  const tracing = startTracing('keyflow-orchestrator', env);
+  const logger = createLogger('orchestrator');
+  const registry = createMetricsRegistry('orchestrator');
+  const metrics = orchestratorMetrics(registry);
+  const workflows = new WorkflowRegistry().register(...definitions);
+  checkSchedules(workflows, schedules);
+  const kafka = createKafka({
+    brokers: cfg.brokers,
+    clientId: `keyflow-orchestrator-${cfg.ORCHESTRATOR_INSTANCE_ID}`,
+    logger,
+    security: cfg.kafkaSecurity,
+  });
+  const codec = new EventCodec({ ...cfg.registry, topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX });
+  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH);
+  if (!apiKeys.enabled)
+    logger.warn(
+      { host: cfg.ORCHESTRATOR_HTTP_HOST },
+      'API authentication is off (no KEYFLOW_API_KEYS): anyone who reaches the port can start and control runs',
+    );
+  const health = new ComponentHealth();
+  exitOnComponentFailure(health, logger);
+  const claim = claimCheckFromConfig(cfg);
+  const readModel = new RunReadModel(
+    kafka,
+    codec,
+    `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
+    logger,
+    { health, skipped: metrics.snapshotsSkipped, registry, claim },
+  );
+  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
+  await engine.start(); // creates topics, checks co-partitioning, registers schemas
+  // The DLQ ledger the console's actions write to. Without it (no right to create topics, registry refusing) the
+  // orchestrator still runs: DLQ counts show every record as pending and a console action answers the error.
+  await ensureDlqLedger(kafka, codec).catch((err) =>
+    logger.warn(
+      { err },
+      'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
+    ),
+  );
+  const lagMonitor = new LagMonitor(kafka, metrics, logger, {
+    groups: lagGroups(cfg),
+    intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
+    codec,
+  });
+  lagMonitor.start();
+  const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
+    health.fail(COMPONENTS.apiProducer, err),
+  );
+  await connectUntilAnswered(producer, { what: 'API producer', logger });
+  // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
+  // requests that need it answer 503 and the process stays up.
+  const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
+  redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
+  const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
+  const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
+  const runs = new RunsService(codec, new BatchingProducer(producer), workflows, readModel, keys, {
+    idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
+    signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+  });
+  const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger, runs.pii);
+  const scheduler = new Scheduler(
+    schedules,
+    (s, runId, fireAt) =>
+      runs.start({
+        workflow: s.workflow,
+        input: { ...(s.input ?? {}), scheduledAt: fireAt },
+        runId,
+        idempotencyKey: runId,
+        trigger: 'schedule',
+      }),
+    logger,
+    {
+      catchUp: {
+        mode: cfg.SCHEDULE_CATCH_UP,
+        windowMs: cfg.SCHEDULE_CATCH_UP_WINDOW_MS,
+        max: cfg.SCHEDULE_CATCH_UP_MAX,
+      },
+    },
+  );
+  scheduler.startTicking();
+  return {
+    cfg,
+    logger,
+    engine,
+    readModel,
+    runs,
+    ops,
+    registry,
+    health,
+    webhooks,
+    apiKeys,
+    workflows,
+    exportingTraces: tracing.exporting,
+    close: async () => {
+      scheduler.stop();
+      lagMonitor.stop();
+      await Promise.all([engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]);
+      await tracing.shutdown();
+    },
+  };
+}
+
+/**
+ * Every schedule names a registered workflow and an input its input schema accepts (with the `scheduledAt` the
+ * scheduler adds, in ms since the epoch, as JSON carries it), checked before anything starts.
+ * @throws OrchestratorConfigError naming each schedule that could never start a run
+ */
+export function checkSchedules(workflows: WorkflowRegistry, schedules: ScheduleDef[]): void {
+  const issues = schedules.flatMap((s) => {
+    const def = workflows.get(s.workflow);
+    if (!def) return [`schedule ${s.id}: unknown workflow ${s.workflow}`];
+    const input: unknown = JSON.parse(JSON.stringify({ ...(s.input ?? {}), scheduledAt: Date.now() }));
+    return runInputIssues(def, input).map(
+      (i) =>
+        `schedule ${s.id}: its input does not match workflow ${def.name} v${def.version}: ${i.path}: ${i.message}`,
+    );
+  });
+  if (issues.length) throw new OrchestratorConfigError(issues);
+}

@@ -1,0 +1,140 @@
+import {
+  Global,
+  Inject,
+  Injectable,
+  Module,
+  type DynamicModule,
+  type INestApplication,
+  type ModuleMetadata,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import {
+  createLogger,
+  createMetricsRegistry,
+  exitOnComponentFailure,
+  startTracing,
+  type Logger,
+  type Registry,
+} from '@keyflow/observability';
+import { loadWorkerConfig, type WorkerConfig } from './config';
+import { HealthController, METRICS_REGISTRY } from './health.controller';
+import { KafkaTaskTransport } from './transport/kafka-task.transport';
+import { PassThroughRpcFilter } from './transport/pass-through.filter';
+import { EventPublisher } from './runtime/event-publisher';
+import { BLOB_STORE } from './runtime/blob-store';
+
+/** Settings of a worker. */
+export interface KeyflowWorkerOptions {
+  /** Settings by their environment variable names (README "Configuration"); default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** {@link KeyflowWorkerModule.forRootAsync}'s options: the Nest async provider pattern. */
+export interface KeyflowWorkerAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
+  useFactory: (...args: never[]) => KeyflowWorkerOptions | Promise<KeyflowWorkerOptions>;
+  inject?: Array<string | symbol | (abstract new (...args: never[]) => unknown)>;
+}
+
+/** A worker's parts, built once per application: `app.get<WorkerRuntime>(WORKER_RUNTIME)`. */
+export interface WorkerRuntime {
+  cfg: WorkerConfig;
+  logger: Logger;
+  transport: KafkaTaskTransport;
+  registry: Registry;
+  publisher: EventPublisher;
+  exportingTraces: boolean;
+  shutdownTracing(): Promise<void>;
+}
+
+/** The injection token of the {@link WorkerRuntime}. */
+export const WORKER_RUNTIME = Symbol('keyflow.WorkerRuntime');
+const OPTIONS = Symbol('keyflow.WorkerOptions');
+
+function createWorkerRuntime(env: NodeJS.ProcessEnv): WorkerRuntime {
+  const cfg = loadWorkerConfig(env);
+  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
+  const tracing = startTracing('keyflow-worker', env);
+  const logger = createLogger('workers');
+  const registry = createMetricsRegistry('workers');
+  const publisher = new EventPublisher();
+  const transport = new KafkaTaskTransport(cfg, logger, registry, publisher);
+  return {
+    cfg,
+    logger,
+    transport,
+    registry,
+    publisher,
+    exportingTraces: tracing.exporting,
+    shutdownTracing: () => tracing.shutdown(),
+  };
+}
+
+@Injectable()
+class TracingShutdown implements OnApplicationShutdown {
+  constructor(@Inject(WORKER_RUNTIME) private readonly rt: WorkerRuntime) {}
+
+  /** After the transport drained (`app.close()`): the spans still buffered are exported. */
+  onApplicationShutdown(): Promise<void> {
+    return this.rt.shutdownTracing();
+  }
+}
+
+/**
+ * A keyflow worker in a NestJS application: the Kafka task transport (consumer group WORKER_GROUP_ID on the task
+ * topics of the handlers found, Redis idempotency, results and DLQ), GET /health and GET /metrics, and, for the
+ * handlers, `EventPublisher` and the blob store (`@Inject(BLOB_STORE)`). Global: the application's own modules
+ * declare the handler classes (controllers whose methods carry `@TaskHandler`). Call {@link startKeyflowWorker}
+ * after creating the application to start consuming.
+ *
+ *   @Module({ imports: [KeyflowWorkerModule.forRoot()], controllers: [GreetingHandlers] }) class AppModule {}
+ *
+ * A refused setting rejects the application's creation with WorkerConfigError.
+ */
+@Global()
+@Module({})
+export class KeyflowWorkerModule {
+  static forRoot(options: KeyflowWorkerOptions = {}): DynamicModule {
+    return KeyflowWorkerModule.forRootAsync({ useFactory: () => options });
+  }
+
+  static forRootAsync(options: KeyflowWorkerAsyncOptions): DynamicModule {
+    const from = <T>(pick: (rt: WorkerRuntime) => T) => ({ useFactory: pick, inject: [WORKER_RUNTIME] });
+    return {
+      module: KeyflowWorkerModule,
+      global: true,
+      imports: options.imports ?? [],
+      controllers: [HealthController],
+      providers: [
+        { provide: OPTIONS, useFactory: options.useFactory, inject: options.inject ?? [] },
+        {
+          provide: WORKER_RUNTIME,
+          useFactory: (o: KeyflowWorkerOptions) => createWorkerRuntime(o.env ?? process.env),
+          inject: [OPTIONS],
+        },
+        TracingShutdown,
+        { provide: KafkaTaskTransport, ...from((rt) => rt.transport) },
+        { provide: METRICS_REGISTRY, ...from((rt) => rt.registry) },
+        { provide: EventPublisher, ...from((rt) => rt.publisher) },
+        { provide: BLOB_STORE, ...from((rt) => rt.transport.blobs) },
+      ],
+      exports: [WORKER_RUNTIME, KafkaTaskTransport, EventPublisher, BLOB_STORE],
+    };
+  }
+}
+
+/**
+ * Connects the worker's transport to `app` as its microservice and starts consuming: handler exceptions reach the
+ * task executor unchanged (a filter on the application, inherited by the microservice: Nest applies filters to a
+ * connected microservice only this way; HTTP exceptions keep Nest's default handling). When the consumer or the
+ * result producer fails for good, /health answers 503 and the process exits 1 shortly after
+ * (KEYFLOW_FATAL_EXIT_DELAY_MS). `app.close()` drains in-flight tasks, then closes the transport.
+ * @throws when the application has no KeyflowWorkerModule, or the transport cannot start
+ */
+export async function startKeyflowWorker(app: INestApplication): Promise<WorkerRuntime> {
+  const rt = app.get<WorkerRuntime>(WORKER_RUNTIME);
+  app.useGlobalFilters(new PassThroughRpcFilter(app.getHttpAdapter()));
+  app.connectMicroservice({ strategy: rt.transport }, { inheritAppConfig: true });
+  exitOnComponentFailure(rt.transport.health, rt.logger);
+  await app.startAllMicroservices();
+  return rt;
+}
