@@ -3,25 +3,68 @@
  *
  *   node -r @swc-node/register scripts/pack-sdk.ts [--out <dir>]     (default: .keyflow/packages)
  *
- * Packed today: `@keyflow/errors` (the error base) and `@keyflow/workflow` (task contracts, the typed definitions
- * DSL, PII masking, the reducer): what an application needs to define tasks and workflows. Each is compiled by
- * `tsc` (CommonJS, declarations) into a staging folder with a package.json for publication: `main`/`types`/
- * `exports` on `dist`, `files`, and its `dependencies` (its keyflow packages at this version, third-party ones at
- * the monorepo's ranges), then packed. The runtime packages (the worker and orchestrator bootstraps) are not packed
- * yet: they need keyflow's kafkajs patches, which a published package cannot apply (README "Packages").
+ * Packed: every package an application on keyflow installs, in dependency order (SDK_PACKAGES): the definitions
+ * SDK (`@keyflow/errors`, `@keyflow/workflow`), the runtime libraries, the two services' runtimes
+ * (`@keyflow/orchestrator`, `@keyflow/workers`, without their built-in apps' entry points and handlers) and
+ * `@keyflow/nestjs`, the NestJS modules in one import. Each is compiled by `tsc` (CommonJS, declarations) into a
+ * staging folder with a package.json for publication: `main`/`types`/`exports` on `dist`, `files`, its
+ * `dependencies` (found in the compiled files: keyflow packages at this version, third-party ones at the package's
+ * own range or the monorepo's), NestJS and its companions as `peerDependencies` (the major in use and the current
+ * one), then packed. `@keyflow/kafka` bundles kafkajs with this repository's patches (`bundleDependencies`: npm ships
+ * the patched copy inside the tarball, so no install script patches a user's node_modules); no other package may
+ * load kafkajs (they import its classes and types from @keyflow/kafka: one copy per process).
  * Prints the tarballs' paths as JSON. Exits non-zero when a build or a pack fails.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { builtinModules } from 'node:module';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
 const ROOT = resolve(__dirname, '..');
-/** The packages packed, in dependency order, with the folder each lives in. */
-export const SDK_PACKAGES = [
+interface PackedPackage {
+  name: string;
+  /** The folder it lives in, from the repository's root. */
+  dir: string;
+  /** Files and folders of `dir` shipped next to `dist` (read at run time relative to the compiled code). */
+  assets?: string[];
+  /** Source files or folders under `src` not packed (a service's own entry point and built-in handlers). */
+  exclude?: string[];
+  /** Dependencies shipped inside the tarball from the monorepo's node_modules, as installed (and patched). */
+  bundle?: string[];
+}
+
+/** The packages packed, in dependency order. */
+export const SDK_PACKAGES: readonly PackedPackage[] = [
   { name: '@keyflow/errors', dir: 'libs/errors' },
   { name: '@keyflow/workflow', dir: 'libs/workflow' },
-] as const;
+  { name: '@keyflow/schemas', dir: 'schemas', assets: ['avro', 'catalog.yaml'] },
+  { name: '@keyflow/contracts', dir: 'libs/contracts' },
+  { name: '@keyflow/observability', dir: 'libs/observability' },
+  { name: '@keyflow/idempotency', dir: 'libs/idempotency' },
+  { name: '@keyflow/kafka', dir: 'libs/kafka', bundle: ['kafkajs'] },
+  { name: '@keyflow/blobs', dir: 'libs/blobs' },
+  { name: '@keyflow/tasks', dir: 'libs/tasks' },
+  { name: '@keyflow/orchestrator', dir: 'services/orchestrator', assets: ['console'], exclude: ['main.ts'] },
+  { name: '@keyflow/workers', dir: 'services/workers', exclude: ['main.ts', 'handlers'] },
+  { name: '@keyflow/nestjs', dir: 'libs/nestjs' },
+];
+
+/** The one package that loads kafkajs (the patched copy it bundles). */
+const KAFKAJS_OWNER = '@keyflow/kafka';
+/**
+ * Peers: the application's own copies (one Nest container, one reflect-metadata, one rxjs), in ranges covering the
+ * NestJS major the monorepo uses and the current one (12).
+ */
+const PEERS: Record<string, string> = {
+  '@nestjs/common': '^11.0.0 || ^12.0.0',
+  '@nestjs/core': '^11.0.0 || ^12.0.0',
+  '@nestjs/microservices': '^11.0.0 || ^12.0.0',
+  '@nestjs/platform-express': '^11.0.0 || ^12.0.0',
+  '@nestjs/swagger': '^11.0.0 || ^12.0.0',
+  'reflect-metadata': '^0.2.0',
+  rxjs: '^7.8.0',
+};
 
 const { values } = parseArgs({ options: { out: { type: 'string', default: '.keyflow/packages' } } });
 const out = resolve(ROOT, values.out!);
@@ -32,19 +75,38 @@ const root = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
   devDependencies: Record<string, string>;
 };
 
-/** Bare module names a compiled file requires (`zod/v4` -> `zod`, `@scope/x/y` -> `@scope/x`). */
+/**
+ * Bare module names the compiled files load (`.js`) or name in their declarations (`.d.ts`), without Node's
+ * built-ins (`zod/v4` -> `zod`, `@scope/x/y` -> `@scope/x`); a name only the declarations use and whose types come
+ * from DefinitelyTyped (the monorepo has `@types/<name>`) stands for that types package.
+ */
 function requiredPackages(dir: string): Set<string> {
   const found = new Set<string>();
+  const typesOnly = new Set<string>();
   for (const f of readdirSync(dir, { recursive: true, encoding: 'utf8' })) {
-    if (!f.endsWith('.js') && !f.endsWith('.d.ts')) continue;
+    const declaration = f.endsWith('.d.ts');
+    if (!f.endsWith('.js') && !declaration) continue;
     const text = readFileSync(join(dir, f), 'utf8');
-    for (const m of text.matchAll(/(?:require\(|from )["']([^"'.][^"']*)["']/g)) {
+    for (const m of text.matchAll(/(?:require\(|from |import\()["']([^"'.][^"']*)["']/g)) {
       const parts = m[1].split('/');
       const name = m[1].startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
-      if (!name.startsWith('node:')) found.add(name);
+      if (name.startsWith('node:') || builtinModules.includes(name)) continue;
+      (declaration ? typesOnly : found).add(name);
     }
   }
+  for (const name of typesOnly) {
+    if (found.has(name)) continue;
+    const types = `@types/${name}`;
+    found.add(types in root.devDependencies || types in root.dependencies ? types : name);
+  }
   return found;
+}
+
+/** The version of `name` installed in the monorepo's node_modules. */
+function installedVersion(name: string): string {
+  return (
+    JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }
+  ).version;
 }
 
 rmSync(out, { recursive: true, force: true });
@@ -69,7 +131,7 @@ for (const p of SDK_PACKAGES) {
         typeRoots: [join(ROOT, 'node_modules', '@types')],
       },
       include: [join(src, 'src', '**', '*.ts')],
-      exclude: [join(src, 'src', '**', '*.spec.ts')],
+      exclude: [join(src, 'src', '**', '*.spec.ts'), ...(p.exclude ?? []).map((e) => join(src, 'src', e))],
     }),
   );
   execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', tsconfig], {
@@ -79,15 +141,28 @@ for (const p of SDK_PACKAGES) {
     description: string;
     dependencies?: Record<string, string>;
   };
+  const required = [...requiredPackages(join(stage, 'dist'))].sort();
+  if (p.name !== KAFKAJS_OWNER && required.includes('kafkajs'))
+    throw new Error(`${p.name} loads kafkajs: import its classes and types from ${KAFKAJS_OWNER}`);
   const dependencies = Object.fromEntries(
-    [...requiredPackages(join(stage, 'dist'))].sort().map((name) => {
-      if (name.startsWith('@keyflow/')) return [name, root.version];
-      // The package's own range first (what it supports), else the monorepo's.
-      const range = own.dependencies?.[name] ?? root.dependencies[name] ?? root.devDependencies[name];
-      if (!range) throw new Error(`${p.name} requires ${name}, which the monorepo does not depend on`);
-      return [name, range];
-    }),
+    required
+      .filter((name) => !(name in PEERS))
+      .map((name) => {
+        if (name.startsWith('@keyflow/')) return [name, root.version];
+        // Bundled: the exact version shipped.
+        if (p.bundle?.includes(name)) return [name, installedVersion(name)];
+        // The package's own range first (what it supports), else the monorepo's.
+        const range = own.dependencies?.[name] ?? root.dependencies[name] ?? root.devDependencies[name];
+        if (!range) throw new Error(`${p.name} requires ${name}, which the monorepo does not depend on`);
+        return [name, range];
+      }),
   );
+  const peerDependencies = Object.fromEntries(
+    required.filter((name) => name in PEERS).map((name) => [name, PEERS[name]]),
+  );
+  for (const dep of p.bundle ?? [])
+    cpSync(join(ROOT, 'node_modules', dep), join(stage, 'node_modules', dep), { recursive: true });
+  for (const asset of p.assets ?? []) cpSync(join(src, asset), join(stage, asset), { recursive: true });
   writeFileSync(
     join(stage, 'package.json'),
     `${JSON.stringify(
@@ -102,9 +177,11 @@ for (const p of SDK_PACKAGES) {
           '.': { types: './dist/index.d.ts', default: './dist/index.js' },
           './package.json': './package.json',
         },
-        files: ['dist'],
+        files: ['dist', ...(p.assets ?? [])],
         engines: { node: '>=20.11' },
         dependencies,
+        ...(Object.keys(peerDependencies).length ? { peerDependencies } : {}),
+        ...(p.bundle ? { bundleDependencies: p.bundle } : {}),
       },
       null,
       2,

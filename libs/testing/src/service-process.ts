@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 
-/** A Node.js service started from its TypeScript entry, as a test runs it. */
+/** A Node.js service started from its entry (TypeScript, or compiled JavaScript), as a test runs it. */
 export interface ServiceProcess {
   proc: ChildProcess;
   /** The `http` field of the service's ready log line (JSON, `msg` = readyMsg); rejects if it exits first. */
@@ -13,7 +13,7 @@ export interface ServiceProcess {
 }
 
 /**
- * Starts `node -r @swc-node/register <entry>` with `env` over the test's own environment (LOG_LEVEL info), and
+ * Starts `node -r @swc-node/register <entry>` (`node <entry>` for a `.js` entry) with `env` over the test's own environment (LOG_LEVEL info), and
  * watches its stdout for the ready line `"<readyMsg>"` (pino JSON). `onLine` sees every line of its stdout and
  * stderr (its logs, a consumer's output). Pass `readyMsg: null` for a process without a ready line (`ready` then resolves at once with '').
  */
@@ -23,7 +23,9 @@ export function startServiceProcess(
   readyMsg: string | null,
   o: { cwd?: string; onLine?: (line: string) => void } = {},
 ): ServiceProcess {
-  const proc = spawn(process.execPath, ['-r', '@swc-node/register', entry], {
+  // A compiled entry (.js) runs as it is; TypeScript through swc.
+  const args = entry.endsWith('.js') ? [entry] : ['-r', '@swc-node/register', entry];
+  const proc = spawn(process.execPath, args, {
     cwd: o.cwd,
     env: { ...process.env, LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
