@@ -6,6 +6,7 @@ import { exitOnSignals } from '@keyflow/observability';
 import { describeRedis } from '@keyflow/idempotency';
 import type { WorkflowDefinition } from '@keyflow/workflow';
 import type { ScheduleDef } from './engine/scheduler';
+import { loadOrchestratorConfig, requireApiSettings } from './config';
 import { KeyflowOrchestratorModule, ORCHESTRATOR_RUNTIME, setupKeyflowOrchestrator } from './module';
 import type { OrchestratorRuntime } from './runtime';
 import { builtinWorkflows } from './workflows/registry';
@@ -21,6 +22,8 @@ export async function bootstrapOrchestrator(
   env: NodeJS.ProcessEnv = process.env,
   schedules: ScheduleDef[] = [],
 ) {
+  // Settings first: a refused one is thrown here as it is, before Nest logs its own report of a failed provider.
+  requireApiSettings(loadOrchestratorConfig(env));
   const app = await NestFactory.create<NestExpressApplication>(
     KeyflowOrchestratorModule.forRoot({ workflows: [...builtinWorkflows, ...definitions], schedules, env }),
     // abortOnError false: a setting refused at startup reaches the caller (main prints it and exits 1).

@@ -4,6 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { exitOnSignals } from '@keyflow/observability';
 import { describeKafkaSecurity } from '@keyflow/kafka';
 import { describeRedis } from '@keyflow/idempotency';
+import { loadWorkerConfig } from './config';
 import { KeyflowWorkerModule, startKeyflowWorker } from './module';
 
 /**
@@ -17,6 +18,8 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
   @Module({ imports: [KeyflowWorkerModule.forRoot({ env })], controllers: handlers })
   class WorkersModule {}
 
+  // Settings first: a refused one is thrown here as it is, before Nest logs its own report of a failed provider.
+  loadWorkerConfig(env);
   // abortOnError false: a setting refused at startup reaches the caller (main prints it and exits 1).
   const app = await NestFactory.create(WorkersModule, { logger: ['error', 'warn'], abortOnError: false });
   const rt = await startKeyflowWorker(app);
