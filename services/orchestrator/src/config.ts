@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { connectionSettingsFromEnv, DEFAULT_GROUP_IDS, type KafkaSecurity } from '@keyflow/kafka';
 import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
-import { ApiKeysSchema, type ApiKeyEntry } from './api/auth';
+import { ApiKeysSchema, LOOPBACK_ADDRESS, type ApiKeyEntry } from './api/auth';
 import { readFileSync } from 'node:fs';
 import { SettingsError } from '@keyflow/errors';
 
@@ -178,7 +178,6 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
 }
 
 /** Loopback addresses: an API listening only there is reachable from this machine alone. */
-const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|0:0:0:0:0:0:0:1|::ffff:127\.\d+\.\d+\.\d+|localhost\.?)$/i;
 
 /**
  * Settings the HTTP API cannot serve without: REDIS_URL; with WEBHOOKS_ENABLED at least one webhook secret; valid API
@@ -238,7 +237,7 @@ export function requireApiSettings(
   if (
     apiKeys.length === 0 &&
     !issues.some((i) => i.startsWith('KEYFLOW_API_KEYS')) &&
-    !LOOPBACK.test(cfg.ORCHESTRATOR_HTTP_HOST) &&
+    !LOOPBACK_ADDRESS.test(cfg.ORCHESTRATOR_HTTP_HOST) &&
     !cfg.KEYFLOW_API_INSECURE
   )
     issues.push(

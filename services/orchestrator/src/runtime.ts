@@ -81,11 +81,13 @@ export async function createOrchestratorRuntime(
     security: cfg.kafkaSecurity,
   });
   const codec = new EventCodec({ ...cfg.registry, topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX });
-  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH);
+  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH, cfg.KEYFLOW_API_INSECURE);
   if (!apiKeys.enabled)
     logger.warn(
-      { host: cfg.ORCHESTRATOR_HTTP_HOST },
-      'API authentication is off (no KEYFLOW_API_KEYS): anyone who reaches the port can start and control runs',
+      { insecure: cfg.KEYFLOW_API_INSECURE },
+      cfg.KEYFLOW_API_INSECURE
+        ? 'API authentication is off (no KEYFLOW_API_KEYS, KEYFLOW_API_INSECURE): anyone who reaches the port can start and control runs'
+        : 'API authentication is off (no KEYFLOW_API_KEYS): the API answers only requests to a loopback address',
     );
   const health = new ComponentHealth();
   exitOnComponentFailure(health, logger);

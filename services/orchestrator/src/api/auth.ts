@@ -53,6 +53,10 @@ export const Public = () => SetMetadata(PUBLIC, true);
 /** The metrics route: public unless KEYFLOW_METRICS_AUTH (decided by the route, not by its URL's spelling). */
 export const MetricsRoute = () => SetMetadata(METRICS, true);
 /** The scope a route needs; without this decorator a GET needs `read` and anything else `control`. */
+/** A loopback address as a socket reports it (IPv4 127/8, IPv6 ::1, IPv4-mapped 127/8). */
+export const LOOPBACK_ADDRESS =
+  /^(127\.\d+\.\d+\.\d+|::1|0:0:0:0:0:0:0:1|::ffff:127\.\d+\.\d+\.\d+|localhost\.?)$/i;
+
 export const RequireScope = (scope: ApiScope) => SetMetadata(SCOPES, scope);
 
 const digest = (key: string) => createHash('sha256').update(key, 'utf8').digest();
@@ -60,7 +64,8 @@ const digest = (key: string) => createHash('sha256').update(key, 'utf8').digest(
 /**
  * The API keys, kept as SHA-256 digests and compared in constant time. Credentials come as
  * `Authorization: Bearer <key>` (RFC 6750) or `X-API-Key: <key>`. With no keys configured authentication is off
- * (`enabled` false): the orchestrator then listens only on a loopback address (see config `requireApiSettings`).
+ * (`enabled` false): the API then answers only requests that reached a loopback address (the guard), and
+ * `bootstrapOrchestrator` listens only on one (see config `requireApiSettings`), unless `insecure`.
  */
 export class ApiKeys {
   private readonly entries: Array<{ name: string; digest: Buffer; scopes: ReadonlySet<ApiScope> }>;
@@ -69,6 +74,8 @@ export class ApiKeys {
     keys: ApiKeyEntry[],
     /** Whether GET /metrics needs `read` too (KEYFLOW_METRICS_AUTH). */
     readonly metricsNeedAuth = false,
+    /** Without keys, whether requests that reached a non-loopback address pass (KEYFLOW_API_INSECURE). */
+    readonly insecure = false,
   ) {
     this.entries = keys.map((k) => ({ name: k.name, digest: digest(k.key), scopes: new Set(k.scopes) }));
   }
@@ -110,12 +117,24 @@ export class ApiAuthGuard implements CanActivate {
   ) {}
 
   canActivate(ctx: ExecutionContext): boolean {
-    if (!this.keys.enabled) return true;
     const targets = [ctx.getHandler(), ctx.getClass()];
     const req = ctx.switchToHttp().getRequest<Request>();
     const isMetrics = this.reflector.getAllAndOverride<boolean>(METRICS, targets) === true;
     if (isMetrics ? !this.keys.metricsNeedAuth : this.reflector.getAllAndOverride<boolean>(PUBLIC, targets))
       return true;
+    if (!this.keys.enabled) {
+      // An application on KeyflowOrchestratorModule listens where it wants: without keys, loopback only.
+      if (this.keys.insecure || LOOPBACK_ADDRESS.test(req.socket?.localAddress ?? '')) return true;
+      throw new HttpException(
+        {
+          message:
+            'this API has no API keys and answers only on a loopback address: set KEYFLOW_API_KEYS ' +
+            '(or KEYFLOW_API_INSECURE=true)',
+          code: 'API_KEYS_REQUIRED',
+        },
+        403,
+      );
+    }
     const needed =
       this.reflector.getAllAndOverride<ApiScope | undefined>(SCOPES, targets) ??
       (req.method === 'GET' || req.method === 'HEAD' ? 'read' : 'control');
