@@ -18,6 +18,7 @@
 import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
+import { KAFKAJS_PATCHES } from '@keyflow/kafka';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
@@ -32,6 +33,8 @@ interface PackedPackage {
   exclude?: string[];
   /** Dependencies shipped inside the tarball from the monorepo's node_modules, as installed (and patched). */
   bundle?: string[];
+  /** Peers the compiled files do not name but need at run time (a platform Nest loads by itself). */
+  peers?: string[];
 }
 
 /** The packages packed, in dependency order. */
@@ -46,7 +49,12 @@ export const SDK_PACKAGES: readonly PackedPackage[] = [
   { name: '@keyflow/blobs', dir: 'libs/blobs' },
   { name: '@keyflow/tasks', dir: 'libs/tasks' },
   { name: '@keyflow/orchestrator', dir: 'services/orchestrator', assets: ['console'], exclude: ['main.ts'] },
-  { name: '@keyflow/workers', dir: 'services/workers', exclude: ['main.ts', 'handlers'] },
+  {
+    name: '@keyflow/workers',
+    dir: 'services/workers',
+    exclude: ['main.ts', 'handlers'],
+    peers: ['@nestjs/platform-express'], // its HTTP side (/health, /metrics)
+  },
   { name: '@keyflow/nestjs', dir: 'libs/nestjs' },
 ];
 
@@ -158,10 +166,19 @@ for (const p of SDK_PACKAGES) {
       }),
   );
   const peerDependencies = Object.fromEntries(
-    required.filter((name) => name in PEERS).map((name) => [name, PEERS[name]]),
+    [...new Set([...required.filter((name) => name in PEERS), ...(p.peers ?? [])])]
+      .sort()
+      .map((name) => [name, PEERS[name]]),
   );
   for (const dep of p.bundle ?? [])
     cpSync(join(ROOT, 'node_modules', dep), join(stage, 'node_modules', dep), { recursive: true });
+  if (p.bundle?.includes('kafkajs'))
+    // A monorepo installed with --ignore-scripts has kafkajs unpatched: never ship that.
+    for (const [file, marker] of Object.entries(KAFKAJS_PATCHES))
+      if (!readFileSync(join(stage, 'node_modules', 'kafkajs', 'src', file), 'utf8').includes(marker))
+        throw new Error(
+          `the kafkajs to bundle lacks the project's patch in src/${file}: run npm ci (not --ignore-scripts)`,
+        );
   for (const asset of p.assets ?? []) cpSync(join(src, asset), join(stage, asset), { recursive: true });
   writeFileSync(
     join(stage, 'package.json'),

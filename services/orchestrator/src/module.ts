@@ -1,8 +1,10 @@
 import {
+  Global,
   Inject,
   Injectable,
   Module,
   type DynamicModule,
+  type FactoryProvider,
   type INestApplication,
   type ModuleMetadata,
   type OnApplicationShutdown,
@@ -40,7 +42,7 @@ export interface KeyflowOrchestratorOptions {
 /** {@link KeyflowOrchestratorModule.forRootAsync}'s options: the Nest async provider pattern. */
 export interface KeyflowOrchestratorAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
   useFactory: (...args: never[]) => KeyflowOrchestratorOptions | Promise<KeyflowOrchestratorOptions>;
-  inject?: Array<string | symbol | (abstract new (...args: never[]) => unknown)>;
+  inject?: FactoryProvider['inject'];
 }
 
 const OPTIONS = Symbol('keyflow.OrchestratorOptions');
@@ -67,6 +69,7 @@ class RuntimeShutdown implements OnApplicationShutdown {
  *
  * A refused setting or schedule rejects the application's creation with OrchestratorConfigError.
  */
+@Global()
 @Module({})
 export class KeyflowOrchestratorModule {
   static forRoot(options: KeyflowOrchestratorOptions): DynamicModule {
@@ -80,6 +83,8 @@ export class KeyflowOrchestratorModule {
     });
     return {
       module: KeyflowOrchestratorModule,
+      // Its services (RunsService, Engine...) for every module of the application, as the worker module does.
+      global: true,
       imports: options.imports ?? [],
       controllers: [RunsController, OpsController, HealthController],
       providers: [

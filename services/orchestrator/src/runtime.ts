@@ -89,87 +89,107 @@ export async function createOrchestratorRuntime(
         ? 'API authentication is off (no KEYFLOW_API_KEYS, KEYFLOW_API_INSECURE): anyone who reaches the port can start and control runs'
         : 'API authentication is off (no KEYFLOW_API_KEYS): the API answers only requests to a loopback address',
     );
-  const health = new ComponentHealth();
-  exitOnComponentFailure(health, logger);
-  const claim = claimCheckFromConfig(cfg);
-  const readModel = new RunReadModel(
-    kafka,
-    codec,
-    `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
-    logger,
-    { health, skipped: metrics.snapshotsSkipped, registry, claim },
-  );
-  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
-  await engine.start(); // creates topics, checks co-partitioning, registers schemas
-  // The DLQ ledger the console's actions write to. Without it (no right to create topics, registry refusing) the
-  // orchestrator still runs: DLQ counts show every record as pending and a console action answers the error.
-  await ensureDlqLedger(kafka, codec).catch((err) =>
-    logger.warn(
-      { err },
-      'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
-    ),
-  );
-  const lagMonitor = new LagMonitor(kafka, metrics, logger, {
-    groups: lagGroups(cfg),
-    intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
-    codec,
-  });
-  lagMonitor.start();
-  const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
-    health.fail(COMPONENTS.apiProducer, err),
-  );
-  await connectUntilAnswered(producer, { what: 'API producer', logger });
-  // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
-  // requests that need it answer 503 and the process stays up.
-  const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
-  redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
-  const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
-  const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
-  const runs = new RunsService(codec, new BatchingProducer(producer), workflows, readModel, keys, {
-    idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
-    signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
-  });
-  const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger, runs.pii);
-  const scheduler = new Scheduler(
-    schedules,
-    (s, runId, fireAt) =>
-      runs.start({
-        workflow: s.workflow,
-        input: { ...(s.input ?? {}), scheduledAt: fireAt },
-        runId,
-        idempotencyKey: runId,
-        trigger: 'schedule',
-      }),
-    logger,
-    {
-      catchUp: {
-        mode: cfg.SCHEDULE_CATCH_UP,
-        windowMs: cfg.SCHEDULE_CATCH_UP_WINDOW_MS,
-        max: cfg.SCHEDULE_CATCH_UP_MAX,
+  // What started, stopped in reverse when a later part fails: an application that catches the failure is not left
+  // with consumers, timers and connections running.
+  const started: Array<() => unknown> = [];
+  try {
+    const health = new ComponentHealth();
+    exitOnComponentFailure(health, logger);
+    const claim = claimCheckFromConfig(cfg);
+    const readModel = new RunReadModel(
+      kafka,
+      codec,
+      `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
+      logger,
+      { health, skipped: metrics.snapshotsSkipped, registry, claim },
+    );
+    const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
+    started.push(
+      () => engine.stop(),
+      () => readModel.stop(),
+    );
+    await engine.start(); // creates topics, checks co-partitioning, registers schemas
+    // The DLQ ledger the console's actions write to. Without it (no right to create topics, registry refusing) the
+    // orchestrator still runs: DLQ counts show every record as pending and a console action answers the error.
+    await ensureDlqLedger(kafka, codec).catch((err) =>
+      logger.warn(
+        { err },
+        'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
+      ),
+    );
+    const lagMonitor = new LagMonitor(kafka, metrics, logger, {
+      groups: lagGroups(cfg),
+      intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
+      codec,
+    });
+    lagMonitor.start();
+    started.push(() => lagMonitor.stop());
+    const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
+      health.fail(COMPONENTS.apiProducer, err),
+    );
+    started.push(() => producer.disconnect());
+    await connectUntilAnswered(producer, { what: 'API producer', logger });
+    // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
+    // requests that need it answer 503 and the process stays up.
+    const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
+    redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
+    const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
+    const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
+    const runs = new RunsService(codec, new BatchingProducer(producer), workflows, readModel, keys, {
+      idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
+      signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+    });
+    const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger, runs.pii);
+    const scheduler = new Scheduler(
+      schedules,
+      (s, runId, fireAt) =>
+        runs.start({
+          workflow: s.workflow,
+          input: { ...(s.input ?? {}), scheduledAt: fireAt },
+          runId,
+          idempotencyKey: runId,
+          trigger: 'schedule',
+        }),
+      logger,
+      {
+        catchUp: {
+          mode: cfg.SCHEDULE_CATCH_UP,
+          windowMs: cfg.SCHEDULE_CATCH_UP_WINDOW_MS,
+          max: cfg.SCHEDULE_CATCH_UP_MAX,
+        },
       },
-    },
-  );
-  scheduler.startTicking();
-  return {
-    cfg,
-    logger,
-    engine,
-    readModel,
-    runs,
-    ops,
-    registry,
-    health,
-    webhooks,
-    apiKeys,
-    workflows,
-    exportingTraces: tracing.exporting,
-    close: async () => {
-      scheduler.stop();
-      lagMonitor.stop();
-      await Promise.all([engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]);
-      await tracing.shutdown();
-    },
-  };
+    );
+    scheduler.startTicking();
+    let closing: Promise<void> | undefined;
+    return {
+      cfg,
+      logger,
+      engine,
+      readModel,
+      runs,
+      ops,
+      registry,
+      health,
+      webhooks,
+      apiKeys,
+      workflows,
+      exportingTraces: tracing.exporting,
+      // Once: app.close() and a signal handler may both ask.
+      close: () =>
+        (closing ??= (async () => {
+          scheduler.stop();
+          lagMonitor.stop();
+          await Promise.all([engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]);
+          await tracing.shutdown();
+        })()),
+    };
+  } catch (err) {
+    for (const stop of started.reverse())
+      await Promise.resolve()
+        .then(stop)
+        .catch(() => undefined);
+    throw err;
+  }
 }
 
 /**

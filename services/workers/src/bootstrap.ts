@@ -5,7 +5,7 @@ import { exitOnSignals } from '@keyflow/observability';
 import { describeKafkaSecurity } from '@keyflow/kafka';
 import { describeRedis } from '@keyflow/idempotency';
 import { loadWorkerConfig } from './config';
-import { KeyflowWorkerModule, startKeyflowWorker } from './module';
+import { KeyflowWorkerModule, startKeyflowWorker, WORKER_RUNTIME, type WorkerRuntime } from './module';
 
 /**
  * Starts a worker as a process of its own: {@link KeyflowWorkerModule} with `handlers` (the classes whose methods
@@ -22,9 +22,11 @@ export async function bootstrapWorker(handlers: Array<Type<unknown>>, env: NodeJ
   loadWorkerConfig(env);
   // abortOnError false: a setting refused at startup reaches the caller (main prints it and exits 1).
   const app = await NestFactory.create(WorkersModule, { logger: ['error', 'warn'], abortOnError: false });
-  const rt = await startKeyflowWorker(app);
-  // SIGTERM/SIGINT: drain (transport.close via app.close), then exit 0. Nest's own hooks would re-raise the signal.
+  const rt = app.get<WorkerRuntime>(WORKER_RUNTIME);
+  // SIGTERM/SIGINT, also while the transport starts: drain (transport.close via app.close), then exit 0. Nest's own
+  // hooks would re-raise the signal.
   exitOnSignals(rt.logger, 'shutting down: draining in-flight tasks', () => app.close());
+  await startKeyflowWorker(app);
   await app.listen(rt.cfg.WORKER_HTTP_PORT, '127.0.0.1');
   const url = await app.getUrl();
   rt.logger.info(

@@ -4,6 +4,7 @@ import {
   Injectable,
   Module,
   type DynamicModule,
+  type FactoryProvider,
   type INestApplication,
   type ModuleMetadata,
   type OnApplicationShutdown,
@@ -19,7 +20,6 @@ import {
 import { loadWorkerConfig, type WorkerConfig } from './config';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
-import { PassThroughRpcFilter } from './transport/pass-through.filter';
 import { EventPublisher } from './runtime/event-publisher';
 import { BLOB_STORE } from './runtime/blob-store';
 
@@ -32,7 +32,7 @@ export interface KeyflowWorkerOptions {
 /** {@link KeyflowWorkerModule.forRootAsync}'s options: the Nest async provider pattern. */
 export interface KeyflowWorkerAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
   useFactory: (...args: never[]) => KeyflowWorkerOptions | Promise<KeyflowWorkerOptions>;
-  inject?: Array<string | symbol | (abstract new (...args: never[]) => unknown)>;
+  inject?: FactoryProvider['inject'];
 }
 
 /** A worker's parts, built once per application: `app.get<WorkerRuntime>(WORKER_RUNTIME)`. */
@@ -124,16 +124,17 @@ export class KeyflowWorkerModule {
 
 /**
  * Connects the worker's transport to `app` as its microservice and starts consuming: handler exceptions reach the
- * task executor unchanged (a filter on the application, inherited by the microservice: Nest applies filters to a
- * connected microservice only this way; HTTP exceptions keep Nest's default handling). When the consumer or the
+ * task executor unchanged (each `@TaskHandler` method carries a filter that passes them through), and the
+ * application's global enhancers stay on its HTTP routes (`inheritAppConfig: false`). When the consumer or the
  * result producer fails for good, /health answers 503 and the process exits 1 shortly after
  * (KEYFLOW_FATAL_EXIT_DELAY_MS). `app.close()` drains in-flight tasks, then closes the transport.
  * @throws when the application has no KeyflowWorkerModule, or the transport cannot start
  */
 export async function startKeyflowWorker(app: INestApplication): Promise<WorkerRuntime> {
   const rt = app.get<WorkerRuntime>(WORKER_RUNTIME);
-  app.useGlobalFilters(new PassThroughRpcFilter(app.getHttpAdapter()));
-  app.connectMicroservice({ strategy: rt.transport }, { inheritAppConfig: true });
+  // Not inheriting the application's configuration: its global filters, guards, pipes and interceptors are for its
+  // HTTP routes (a JWT guard would refuse every task); @TaskHandler carries the handlers' own filter.
+  app.connectMicroservice({ strategy: rt.transport }, { inheritAppConfig: false });
   exitOnComponentFailure(rt.transport.health, rt.logger);
   await app.startAllMicroservices();
   return rt;

@@ -1,16 +1,14 @@
-import { Catch, type ArgumentsHost } from '@nestjs/common';
-import { BaseExceptionFilter } from '@nestjs/core';
+import { Catch, type RpcExceptionFilter } from '@nestjs/common';
 import { throwError, type Observable } from 'rxjs';
 
 /**
  * Lets a task handler's exception reach the task executor unchanged. Nest's default RPC filter would turn it into
- * `{ status: 'error', message }`, losing the class that says whether it is retryable. HTTP exceptions keep Nest's
- * default handling.
+ * `{ status: 'error', message }`, losing the class that says whether it is retryable. Applied by `@TaskHandler` to
+ * each handler method, so the application's own filters (global or not) keep handling its HTTP routes.
  */
 @Catch()
-export class PassThroughRpcFilter extends BaseExceptionFilter {
-  override catch(exception: unknown, host: ArgumentsHost): Observable<never> | void {
-    if (host.getType() === 'rpc') return throwError(() => exception);
-    return super.catch(exception, host);
+export class PassThroughRpcFilter implements RpcExceptionFilter<unknown> {
+  catch(exception: unknown): Observable<never> {
+    return throwError(() => exception);
   }
 }

@@ -1,6 +1,10 @@
+import { applyDecorators, UseFilters } from '@nestjs/common';
 import { MessagePattern } from '@nestjs/microservices';
+import { PassThroughRpcFilter } from './pass-through.filter';
 import type { AnyTaskContract, ParsedTaskInputOf, TaskOutputOf } from '@keyflow/workflow';
 import type { TaskContext } from '../runtime/task-executor';
+
+const PASS_THROUGH = new PassThroughRpcFilter();
 
 /** The key of a handler's contract in its @nestjs/microservices pattern extras (MessagePattern's third argument). */
 export const CONTRACT_EXTRA = 'keyflowContract';
@@ -30,7 +34,8 @@ export function TaskHandler<C extends AnyTaskContract>(
 ) => void;
 export function TaskHandler(taskType: string): MethodDecorator;
 export function TaskHandler(task: string | AnyTaskContract): MethodDecorator {
-  return typeof task === 'string'
-    ? MessagePattern(task)
-    : MessagePattern(task.type, { [CONTRACT_EXTRA]: task });
+  return applyDecorators(
+    typeof task === 'string' ? MessagePattern(task) : MessagePattern(task.type, { [CONTRACT_EXTRA]: task }),
+    UseFilters(PASS_THROUGH),
+  );
 }
