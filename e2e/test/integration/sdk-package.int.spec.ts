@@ -189,8 +189,8 @@ main().catch((err) => {
 `;
   const workerSource = `
 import 'reflect-metadata';
-import { Controller, Module } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
+import { Controller, Injectable, Module, type CanActivate } from '@nestjs/common';
+import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { Ctx, Payload } from '@nestjs/microservices';
 import { KeyflowWorkerModule, startKeyflowWorker, TaskHandler, type TaskContext } from '@keyflow/nestjs';
 import type { ParsedTaskInputOf } from '@keyflow/workflow';
@@ -210,9 +210,18 @@ class GreetingHandlers {
   }
 }
 
+// The application's own global guard, for its HTTP routes: it must not touch the task handlers.
+@Injectable()
+class RefuseEveryRequest implements CanActivate {
+  canActivate() {
+    return false;
+  }
+}
+
 @Module({
   imports: [KeyflowWorkerModule.forRootAsync({ useFactory: async () => ({ env: process.env }) })],
   controllers: [GreetingHandlers],
+  providers: [{ provide: APP_GUARD, useClass: RefuseEveryRequest }],
 })
 class WorkerApp {}
 
@@ -248,7 +257,7 @@ main().catch((err) => {
       await Promise.all(started.map((s) => s.exited));
     }, 60_000);
 
-    it('runs a workflow of its own end to end: typed steps, the packed kafkajs, PII masked in the run view', async () => {
+    it("runs a workflow of its own end to end: typed steps, the packed kafkajs, PII masked in the run view, the application's global guard kept off the task handlers", async () => {
       const onLine = (l: string) => lines.push(l);
       const orchestrator = startServiceProcess(
         join(app, 'dist', 'orchestrator.js'),
@@ -274,9 +283,13 @@ main().catch((err) => {
       expect(res.status).toBe(202);
       const { runId } = (await res.json()) as { runId: string };
       const view = await eventually(
-        'the completed run in the read model',
+        'the ended run in the read model',
         async () => (await fetch(`${url}/runs/${runId}`)).text(),
-        { until: (t) => (JSON.parse(t) as { status?: string }).status === 'completed', timeoutMs: 90_000 },
+        {
+          until: (t) =>
+            ['completed', 'failed'].includes(String((JSON.parse(t) as { status?: string }).status)),
+          timeoutMs: 90_000,
+        },
       );
       expect(JSON.parse(view)).toMatchObject({
         status: 'completed',
