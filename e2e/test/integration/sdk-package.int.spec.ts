@@ -227,8 +227,8 @@ class WorkerApp {}
 
 async function main() {
   const app = await NestFactory.create(WorkerApp, { logger: ['error', 'warn'] });
-  await startKeyflowWorker(app);
   app.enableShutdownHooks();
+  await startKeyflowWorker(app);
   await app.listen(0, '127.0.0.1');
   console.log(JSON.stringify({ msg: 'scratch worker ready', http: await app.getUrl() }));
 }
@@ -273,7 +273,9 @@ main().catch((err) => {
         onLine,
       });
       started.push(orchestrator, worker);
-      const [url] = await Promise.all([orchestrator.ready, worker.ready]);
+      const [url, workerUrl] = await Promise.all([orchestrator.ready, worker.ready]);
+      // The application's guard is in place on its HTTP routes (the worker module's /health included).
+      expect((await fetch(`${workerUrl}/health`)).status).toBe(403);
       const email = `ada.${randomBytes(3).toString('hex')}@example.com`;
       const res = await fetch(`${url}/runs`, {
         method: 'POST',
@@ -306,6 +308,7 @@ main().catch((err) => {
       expect(kafkajs).toBe(
         join(app, 'node_modules', '@keyflow', 'kafka', 'node_modules', 'kafkajs', 'package.json'),
       );
+      expect(() => require.resolve('kafkajs', { paths: [app] })).toThrow(); // no second copy for anything else
     }, 180_000);
 
     it('a handler whose output breaks its contract fails to compile against the published types (TS1241)', async () => {

@@ -28,8 +28,9 @@ export class KafkajsUnpatchedError extends KeyflowError {
   constructor(readonly file: string) {
     super(
       `${file} lacks the project's patch (a send can lose a partition's records when its leader moves; a ` +
-        'read_committed consumer can deliver aborted records). Run `npm ci` (its postinstall applies patches/ with ' +
-        'patch-package), not --ignore-scripts',
+        'read_committed consumer can deliver aborted records). In this repository run `npm ci` (its postinstall ' +
+        'applies patches/ with patch-package), not --ignore-scripts; an application installs @keyflow/kafka with ' +
+        'npm or pnpm, which keep the patched kafkajs it bundles (Yarn does not)',
     );
   }
 }

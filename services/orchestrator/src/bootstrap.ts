@@ -8,8 +8,8 @@ import type { WorkflowDefinition } from '@keyflow/workflow';
 import type { ScheduleDef } from './engine/scheduler';
 import { loadOrchestratorConfig, requireApiSettings } from './config';
 import { KeyflowOrchestratorModule, ORCHESTRATOR_RUNTIME, setupKeyflowOrchestrator } from './module';
-import type { OrchestratorRuntime } from './runtime';
-import { builtinWorkflows } from './workflows/registry';
+import { checkSchedules, type OrchestratorRuntime } from './runtime';
+import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
 
 /**
  * Starts an orchestrator instance as a process of its own: {@link KeyflowOrchestratorModule} with the built-in
@@ -22,10 +22,13 @@ export async function bootstrapOrchestrator(
   env: NodeJS.ProcessEnv = process.env,
   schedules: ScheduleDef[] = [],
 ) {
-  // Settings first: a refused one is thrown here as it is, before Nest logs its own report of a failed provider.
+  // Settings and schedules first: a refused one is thrown here as it is, before Nest logs its own report of a
+  // failed provider.
   requireApiSettings(loadOrchestratorConfig(env));
+  const workflows = [...builtinWorkflows, ...definitions];
+  checkSchedules(new WorkflowRegistry().register(...workflows), schedules);
   const app = await NestFactory.create<NestExpressApplication>(
-    KeyflowOrchestratorModule.forRoot({ workflows: [...builtinWorkflows, ...definitions], schedules, env }),
+    KeyflowOrchestratorModule.forRoot({ workflows, schedules, env }),
     // abortOnError false: a setting refused at startup reaches the caller (main prints it and exits 1).
     { logger: ['error', 'warn'], rawBody: true, abortOnError: false },
   );

@@ -177,8 +177,6 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
   };
 }
 
-/** Loopback addresses: an API listening only there is reachable from this machine alone. */
-
 /**
  * Settings the HTTP API cannot serve without: REDIS_URL; with WEBHOOKS_ENABLED at least one webhook secret; valid API
  * keys when given (KEYFLOW_API_KEYS or KEYFLOW_API_KEYS_FILE, not both), and some when the API listens beyond

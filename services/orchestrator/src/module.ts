@@ -31,11 +31,15 @@ export const ORCHESTRATOR_RUNTIME = Symbol('keyflow.OrchestratorRuntime');
 
 /** What an orchestrator runs. */
 export interface KeyflowOrchestratorOptions {
-  /** Every workflow it runs (definitions from `workflow(...).build()`); names and versions must be unique. */
+  /** Every workflow it runs (definitions from `workflow(...).build()`); a name and version given twice is an Error. */
   workflows: WorkflowDefinition[];
   /** Runs started on a cron schedule; each must name one of `workflows` with an input its schema accepts. */
   schedules?: ScheduleDef[];
-  /** Settings by their environment variable names (README "Configuration"); default `process.env`. */
+  /**
+   * Settings by their environment variable names (README "Configuration"); default `process.env`. LOG_LEVEL,
+   * KEYFLOW_FATAL_EXIT_DELAY_MS, KEYFLOW_STARTUP_TIMEOUT_MS and KEYFLOW_UNDECODABLE_RETRY_MS are read from
+   * `process.env` always (they are per process).
+   */
   env?: NodeJS.ProcessEnv;
 }
 
@@ -67,7 +71,8 @@ class RuntimeShutdown implements OnApplicationShutdown {
  *
  *   @Module({ imports: [KeyflowOrchestratorModule.forRoot({ workflows: [greet] })] }) class AppModule {}
  *
- * A refused setting or schedule rejects the application's creation with OrchestratorConfigError.
+ * A refused setting or schedule rejects the application's creation with OrchestratorConfigError when it is created
+ * with `abortOnError: false` (by default Nest logs the error and exits the process 1).
  */
 @Global()
 @Module({})
@@ -113,7 +118,9 @@ export class KeyflowOrchestratorModule {
 /**
  * What the orchestrator's HTTP side needs from the application itself: a SERVER span per request (continuing the
  * caller's `traceparent`), OpenAPI at /docs (JSON at /docs/openapi.json) and the ops console's files at /console/.
- * Call it before `app.listen`. Throws when the application is not on Express (@nestjs/platform-express).
+ * Call it before `app.listen`. The spans cover every request of the application, and the OpenAPI document (titled
+ * "keyflow orchestrator", bearer auth) lists the application's own routes too.
+ * @throws TypeError when the application is not on Express (@nestjs/platform-express)
  */
 export function setupKeyflowOrchestrator(app: INestApplication): void {
   const express = app as NestExpressApplication;

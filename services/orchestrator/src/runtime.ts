@@ -59,7 +59,9 @@ export interface OrchestratorRuntime {
  * When a part fails for good (the engine's consumer crashes, its producer or the API's fails, the read model's
  * consumer crashes), /health answers 503 naming it and the process exits 1 shortly after
  * (KEYFLOW_FATAL_EXIT_DELAY_MS), so a supervisor restarts it.
- * @throws OrchestratorConfigError for settings or schedules that could never work (before anything connects)
+ * @throws OrchestratorConfigError for settings or schedules that could never work (before anything connects); an
+ *   Error for a workflow name and version registered twice; a Kafka or registry error when a part cannot start
+ *   (what had started is stopped first)
  */
 export async function createOrchestratorRuntime(
   definitions: WorkflowDefinition[],
@@ -67,13 +69,13 @@ export async function createOrchestratorRuntime(
   schedules: ScheduleDef[],
 ): Promise<OrchestratorRuntime> {
   const cfg = requireApiSettings(loadOrchestratorConfig(env));
+  const workflows = new WorkflowRegistry().register(...definitions);
+  checkSchedules(workflows, schedules);
   // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
   const tracing = startTracing('keyflow-orchestrator', env);
   const logger = createLogger('orchestrator');
   const registry = createMetricsRegistry('orchestrator');
   const metrics = orchestratorMetrics(registry);
-  const workflows = new WorkflowRegistry().register(...definitions);
-  checkSchedules(workflows, schedules);
   const kafka = createKafka({
     brokers: cfg.brokers,
     clientId: `keyflow-orchestrator-${cfg.ORCHESTRATOR_INSTANCE_ID}`,
@@ -133,6 +135,7 @@ export async function createOrchestratorRuntime(
     // requests that need it answer 503 and the process stays up.
     const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
     redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
+    started.push(() => redis.disconnect());
     const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
     const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
     const runs = new RunsService(codec, new BatchingProducer(producer), workflows, readModel, keys, {
@@ -184,7 +187,7 @@ export async function createOrchestratorRuntime(
         })()),
     };
   } catch (err) {
-    for (const stop of started.reverse())
+    for (const stop of [...started.reverse(), () => tracing.shutdown()])
       await Promise.resolve()
         .then(stop)
         .catch(() => undefined);

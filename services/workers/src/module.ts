@@ -25,7 +25,11 @@ import { BLOB_STORE } from './runtime/blob-store';
 
 /** Settings of a worker. */
 export interface KeyflowWorkerOptions {
-  /** Settings by their environment variable names (README "Configuration"); default `process.env`. */
+  /**
+   * Settings by their environment variable names (README "Configuration"); default `process.env`. LOG_LEVEL,
+   * KEYFLOW_FATAL_EXIT_DELAY_MS, KEYFLOW_STARTUP_TIMEOUT_MS and KEYFLOW_UNDECODABLE_RETRY_MS are read from
+   * `process.env` always (they are per process).
+   */
   env?: NodeJS.ProcessEnv;
 }
 
@@ -88,7 +92,8 @@ class TracingShutdown implements OnApplicationShutdown {
  *
  *   @Module({ imports: [KeyflowWorkerModule.forRoot()], controllers: [GreetingHandlers] }) class AppModule {}
  *
- * A refused setting rejects the application's creation with WorkerConfigError.
+ * A refused setting rejects the application's creation with WorkerConfigError when it is created with
+ * `abortOnError: false` (by default Nest logs the error and exits the process 1).
  */
 @Global()
 @Module({})
@@ -128,7 +133,10 @@ export class KeyflowWorkerModule {
  * application's global enhancers stay on its HTTP routes (`inheritAppConfig: false`). When the consumer or the
  * result producer fails for good, /health answers 503 and the process exits 1 shortly after
  * (KEYFLOW_FATAL_EXIT_DELAY_MS). `app.close()` drains in-flight tasks, then closes the transport.
- * @throws when the application has no KeyflowWorkerModule, or the transport cannot start
+ * Call it once, after `enableShutdownHooks()` (a signal while Kafka is slow to answer then drains too).
+ * @returns the worker's parts (`WORKER_RUNTIME`)
+ * @throws when the application has no KeyflowWorkerModule, or the transport cannot start (a Kafka, registry or
+ *   Redis error after KEYFLOW_STARTUP_TIMEOUT_MS)
  */
 export async function startKeyflowWorker(app: INestApplication): Promise<WorkerRuntime> {
   const rt = app.get<WorkerRuntime>(WORKER_RUNTIME);

@@ -52,11 +52,14 @@ const METRICS = 'keyflow:metrics';
 export const Public = () => SetMetadata(PUBLIC, true);
 /** The metrics route: public unless KEYFLOW_METRICS_AUTH (decided by the route, not by its URL's spelling). */
 export const MetricsRoute = () => SetMetadata(METRICS, true);
-/** The scope a route needs; without this decorator a GET needs `read` and anything else `control`. */
-/** A loopback address as a socket reports it (IPv4 127/8, IPv6 ::1, IPv4-mapped 127/8). */
+/**
+ * A loopback address, as a socket reports it (IPv4 127/8, IPv6 ::1, IPv4-mapped 127/8) or as a host setting names
+ * it (`localhost`): an API reached there is reachable from this machine alone.
+ */
 export const LOOPBACK_ADDRESS =
   /^(127\.\d+\.\d+\.\d+|::1|0:0:0:0:0:0:0:1|::ffff:127\.\d+\.\d+\.\d+|localhost\.?)$/i;
 
+/** The scope a route needs; without this decorator a GET needs `read` and anything else `control`. */
 export const RequireScope = (scope: ApiScope) => SetMetadata(SCOPES, scope);
 
 const digest = (key: string) => createHash('sha256').update(key, 'utf8').digest();
@@ -105,9 +108,10 @@ export function credentialsOf(req: Pick<Request, 'headers'>): string | undefined
 }
 
 /**
- * Every route of the API: public ones pass; others need a known key (401 UNAUTHENTICATED, with
- * `WWW-Authenticate: Bearer`, RFC 6750 section 3) with the route's scope (403 FORBIDDEN naming the scope). Off
- * when no keys are configured.
+ * Guards keyflow's controllers (runs, ops, health): public routes pass (and metrics unless KEYFLOW_METRICS_AUTH);
+ * others need a known key (401 UNAUTHENTICATED, with `WWW-Authenticate: Bearer`, RFC 6750 section 3) with the
+ * route's scope (403 FORBIDDEN naming the scope). Without keys configured, a request that reached a loopback
+ * address passes and any other gets 403 API_KEYS_REQUIRED, unless KEYFLOW_API_INSECURE.
  */
 @Injectable()
 export class ApiAuthGuard implements CanActivate {
