@@ -556,10 +556,14 @@ export class OrderedConsumer {
     try {
       for (const m of messages) {
         if (this.stopping || lost() || this.stopController.signal.aborted) break;
-        if (partitionSlots.free === 0 || this.processSlots.free === 0) this.blocked.add(tp);
-        await partitionSlots.acquire();
-        await this.processSlots.acquire();
-        this.blocked.delete(tp);
+        // Both slots free (the common case): taken without a turn of the event loop.
+        const partitionSlot = partitionSlots.tryAcquire();
+        if (!partitionSlot || !this.processSlots.tryAcquire()) {
+          this.blocked.add(tp);
+          if (!partitionSlot) await partitionSlots.acquire();
+          await this.processSlots.acquire();
+          this.blocked.delete(tp);
+        }
         if (this.stopping || lost()) {
           partitionSlots.release();
           this.processSlots.release();

@@ -12,6 +12,13 @@ export class Semaphore {
     return this.waiters.length;
   }
 
+  /** Takes a slot if one is free now (never while others wait: free slots go to waiters first). */
+  tryAcquire(): boolean {
+    if (this.available <= 0) return false;
+    this.available--;
+    return true;
+  }
+
   async acquire(): Promise<void> {
     if (this.available > 0) {
       this.available--;

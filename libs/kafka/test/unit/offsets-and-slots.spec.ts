@@ -36,4 +36,16 @@ describe('the semaphore', () => {
     expect(order).toEqual([1, 2]);
     expect(s.free).toBe(0);
   });
+
+  it('tryAcquire takes a free slot at once and never one a waiter is owed', async () => {
+    const s = new Semaphore(1);
+    expect(s.tryAcquire()).toBe(true);
+    expect(s.tryAcquire()).toBe(false);
+    const waiter = s.acquire();
+    s.release(); // handed to the waiter, not freed
+    expect(s.tryAcquire()).toBe(false);
+    await waiter;
+    s.release();
+    expect(s.free).toBe(1);
+  });
 });

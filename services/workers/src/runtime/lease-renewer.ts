@@ -73,6 +73,12 @@ export class LeaseRenewer {
   }
 }
 
+/** One attempt's abort signal (see {@link AttemptSignals.attempt}). */
+export interface AttemptSignal {
+  readonly signal: AbortSignal;
+  dispose(): void;
+}
+
 /**
  * The signals of one task's attempts: each attempt gets its own AbortSignal ({@link next}); {@link stop} (shutdown,
  * revocation, a lost lease) aborts the current one and every later one with the same reason.
@@ -88,6 +94,39 @@ export class AttemptSignals {
     if (this.stopped) ac.abort(this.reason);
     this.current = ac;
     return ac;
+  }
+
+  /**
+   * The signal of one attempt with a timeout of `timeoutMs` from now, made on first read: a handler that never reads
+   * `signal` costs no AbortController and no timer (the timeout only aborts the signal: a handler is never
+   * abandoned, so nothing else needs the timer). Read late, the signal is already aborted when the deadline or a
+   * stop has passed. Call `dispose` when the attempt settles (clears the timer; a read after it gets a signal
+   * that only a stop aborts).
+   */
+  attempt(timeoutMs: number, timeoutReason: () => Error): AttemptSignal {
+    const deadline = Date.now() + timeoutMs;
+    const next = () => this.next();
+    let ac: AbortController | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let disposed = false;
+    return {
+      get signal() {
+        if (ac) return ac.signal;
+        if (disposed) return (ac = next()).signal;
+        ac = next();
+        if (!ac.signal.aborted) {
+          const left = deadline - Date.now();
+          const timed = ac;
+          if (left <= 0) timed.abort(timeoutReason());
+          else timer = setTimeout(() => timed.abort(timeoutReason()), left);
+        }
+        return ac.signal;
+      },
+      dispose() {
+        disposed = true;
+        clearTimeout(timer);
+      },
+    };
   }
 
   stop(reason: unknown): void {

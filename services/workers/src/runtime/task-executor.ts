@@ -117,6 +117,23 @@ export class TaskExecutor {
     this.renewer = new LeaseRenewer(o.store, o.logger);
   }
 
+  /** The metric children of the hot path, per task type (prom-client hashes the labels on every labelled call). */
+  private readonly counters = new Map<string, TypeCounters>();
+
+  private countersOf(type: string): TypeCounters {
+    let c = this.counters.get(type);
+    if (!c) {
+      const m = this.o.metrics;
+      c = {
+        handlerSeconds: m.handlerSeconds.labels({ type }),
+        attemptsOk: m.attempts.labels({ type, result: 'ok' }),
+        completed: m.tasks.labels({ type, outcome: 'completed' }),
+      };
+      this.counters.set(type, c);
+    }
+    return c;
+  }
+
   /** The logical topic of a physical task topic (`<prefix>task.x` -> `task.x`). */
   private logical(topic: string): string {
     return this.o.codec.logical(topic) ?? topic;
@@ -276,13 +293,12 @@ export class TaskExecutor {
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
       if (stop.stopped) throw stop.reason ?? new Error('stopping');
-      const attemptAc = stop.next();
-      const timer = setTimeout(
-        () => attemptAc.abort(new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`)),
+      const attemptSignal = stop.attempt(
         cmd.timeoutMs,
+        () => new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`),
       );
-      const signal = attemptAc.signal;
-      const end = this.o.metrics.handlerSeconds.startTimer({ type: cmd.taskType });
+      const counters = this.countersOf(cmd.taskType);
+      const end = counters.handlerSeconds.startTimer();
       const attemptSpan = tracer().startSpan('keyflow.task.attempt', {
         attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs },
       });
@@ -303,7 +319,10 @@ export class TaskExecutor {
             stepAttempt: cmd.attempt,
             attempt,
             idempotencyKey: cmd.idempotencyKey,
-            signal,
+            // Made when the handler first reads it (most never do): see AttemptSignals.attempt.
+            get signal() {
+              return attemptSignal.signal;
+            },
             correlationId: cmd.metadata.correlationId,
             // The task's child logger, made when the handler first reads it.
             get logger() {
@@ -312,8 +331,8 @@ export class TaskExecutor {
           }),
         );
         end();
-        this.o.metrics.attempts.inc({ type: cmd.taskType, result: 'ok' });
-        this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'completed' });
+        counters.attemptsOk.inc();
+        counters.completed.inc();
         return {
           kind: 'completed' as const,
           output: JSON.stringify(result ?? null),
@@ -349,7 +368,7 @@ export class TaskExecutor {
           error: failure(err, retryable, attempt, firstFailureAt, now),
         };
       } finally {
-        clearTimeout(timer);
+        attemptSignal.dispose();
         handlerSpan.end();
         attemptSpan.end();
       }
@@ -507,6 +526,13 @@ export class TaskExecutor {
       }
     }
   }
+}
+
+/** Labelled metric children of one task type (see TaskExecutor.countersOf). */
+interface TypeCounters {
+  handlerSeconds: ReturnType<WorkerMetrics['handlerSeconds']['labels']>;
+  attemptsOk: ReturnType<WorkerMetrics['attempts']['labels']>;
+  completed: ReturnType<WorkerMetrics['tasks']['labels']>;
 }
 
 /** Marks a span failed with `e` (OpenTelemetry: status ERROR and an exception event). */

@@ -1,5 +1,5 @@
 import type Redis from 'ioredis';
-import { lastValueFrom } from 'rxjs';
+import { isObservable, lastValueFrom } from 'rxjs';
 import { Server, type CustomTransportStrategy } from '@nestjs/microservices';
 import type { Kafka, Producer } from '@keyflow/kafka';
 import {
@@ -138,8 +138,11 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
   private async start(): Promise<void> {
     const handlers = new Map<string, TaskHandlerFn>();
     for (const [pattern, h] of this.getHandlers()) {
-      const run: TaskHandlerFn = async (input, ctx: TaskContext) =>
-        lastValueFrom(this.transformToObservable(await h(input, ctx)), { defaultValue: null });
+      // Nest's handler answers a value or an Observable (an interceptor's); only the latter needs rxjs.
+      const run: TaskHandlerFn = async (input, ctx: TaskContext) => {
+        const out: unknown = await h(input, ctx);
+        return isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out;
+      };
       const contract = h.extras?.[CONTRACT_EXTRA] as AnyTaskContract | undefined;
       handlers.set(pattern, contract ? checkedByContract(contract, run) : run);
     }

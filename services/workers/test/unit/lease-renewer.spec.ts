@@ -88,3 +88,58 @@ describe('AttemptSignals', () => {
     expect(s.reason).toBe(reason);
   });
 });
+
+describe('AttemptSignals.attempt (the signal made on first read)', () => {
+  beforeEach(() => jest.useFakeTimers());
+  afterEach(() => jest.useRealTimers());
+  const timeout = () => new Error('timed out');
+
+  it('an attempt whose signal is never read leaves no timer behind', () => {
+    const a = new AttemptSignals().attempt(1_000, timeout);
+    expect(jest.getTimerCount()).toBe(0);
+    a.dispose();
+    expect(jest.getTimerCount()).toBe(0);
+  });
+
+  it('a signal read before the deadline aborts at the deadline with the timeout reason', () => {
+    const a = new AttemptSignals().attempt(1_000, timeout);
+    jest.advanceTimersByTime(400);
+    const signal = a.signal;
+    expect(signal.aborted).toBe(false);
+    jest.advanceTimersByTime(599);
+    expect(signal.aborted).toBe(false);
+    jest.advanceTimersByTime(1);
+    expect((signal.reason as Error).message).toBe('timed out');
+    expect(a.signal).toBe(signal);
+  });
+
+  it('a signal first read after the deadline is already aborted', () => {
+    const a = new AttemptSignals().attempt(1_000, timeout);
+    jest.advanceTimersByTime(1_500);
+    expect(a.signal.aborted).toBe(true);
+    expect((a.signal.reason as Error).message).toBe('timed out');
+  });
+
+  it('a stop before the first read gives an aborted signal with the stop reason, and a stop after aborts it', () => {
+    const early = new AttemptSignals();
+    const a = early.attempt(1_000, timeout);
+    const reason = new Error('revoked');
+    early.stop(reason);
+    expect(a.signal.reason).toBe(reason);
+
+    const late = new AttemptSignals();
+    const b = late.attempt(1_000, timeout);
+    const signal = b.signal;
+    late.stop(reason);
+    expect(signal.reason).toBe(reason);
+  });
+
+  it('dispose clears the deadline: a settled attempt is not aborted later', () => {
+    const a = new AttemptSignals().attempt(1_000, timeout);
+    const signal = a.signal;
+    a.dispose();
+    jest.advanceTimersByTime(5_000);
+    expect(signal.aborted).toBe(false);
+    expect(jest.getTimerCount()).toBe(0);
+  });
+});
