@@ -455,17 +455,31 @@ export function normalizeRunState(s: RunState): RunState {
  */
 export function copyRunState(s: RunState): RunState {
   const { steps, input, ...rest } = s;
-  const copy = structuredClone(rest) as RunState;
+  const copy = copyPlain(rest) as RunState;
   copy.input = input;
   copy.steps = {};
-  for (const [id, st] of Object.entries(steps)) {
+  for (const id of Object.keys(steps)) {
+    const st = steps[id];
     const { map, output, ...own } = st;
-    const step: StepState = structuredClone(own);
+    const step: StepState = copyPlain(own);
     if ('output' in st) step.output = output;
     if (map) step.map = { ...map, segments: map.segments.slice() };
     copy.steps[id] = step;
   }
   return copy;
+}
+
+/**
+ * A deep copy of JSON data (plain objects, arrays and primitives: what a RunState holds, see its doc). Several times
+ * cheaper than `structuredClone` for a run's many small objects (no serialisation round trip); the engine copies
+ * every run a batch touches. Keys whose value is `undefined` are kept, as `structuredClone` keeps them.
+ */
+function copyPlain<T>(v: T): T {
+  if (typeof v !== 'object' || v === null) return v;
+  if (Array.isArray(v)) return v.map(copyPlain) as T;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(v)) out[k] = copyPlain((v as Record<string, unknown>)[k]);
+  return out as T;
 }
 
 /** FNV-1a over a string, scaled to [0, 1): the deterministic jitter source. */
@@ -574,7 +588,7 @@ export function reduce(
   if (!state) return ignoredBy(state, 'UNKNOWN_RUN', `unknown run ${input.runId}`);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
     return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
-  const d = reduceInPlace(def, structuredClone(state), input, opts);
+  const d = reduceInPlace(def, copyPlain(state), input, opts);
   return d.ignored ? { ...d, state } : d;
 }
 

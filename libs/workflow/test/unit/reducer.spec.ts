@@ -639,6 +639,25 @@ describe('map items kept in segments', () => {
     pending.apply(big, ok(d.commands[0]));
     expect(d.state).toEqual(before);
   });
+
+  it('a copy of a run is deep in everything but outputs, input and segments: nested changes stay in the copy', () => {
+    const d = reduce(big, undefined, start(big));
+    const s = d.state!;
+    s.signals = { approved: { by: ['ann'] } };
+    s.timers['t'] = { dueAt: 1, purpose: 'wait', stepId: undefined };
+    s.error = { stepId: 'each', errorClass: 'E', message: 'm', retryable: false, code: null };
+    const before = structuredClone(s);
+    const copy = copyRunState(s);
+    expect(copy).toEqual(s);
+    expect(Object.keys(copy.timers['t'])).toEqual(Object.keys(s.timers['t'])); // undefined-valued keys kept
+    (copy.signals.approved as { by: string[] }).by.push('bob');
+    copy.timers['t'].dueAt = 2;
+    copy.timeline[0].event = 'changed';
+    copy.error!.message = 'changed';
+    copy.plan.push('extra');
+    copy.steps.each.attempt = 99;
+    expect(s).toEqual(before);
+  });
 });
 
 describe('snapshots of a run with map items', () => {

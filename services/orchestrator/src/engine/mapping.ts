@@ -267,7 +267,6 @@ export async function encodeSnapshotRecords(
   const out: OutputRecord[] = [];
   for (const seg of parts.segments) {
     const key = segmentKey(state.runId, seg.mapId, seg.index);
-    const prefix = segmentBlobPrefix(state.runId, seg);
     out.push({
       topic,
       key,
@@ -276,8 +275,10 @@ export async function encodeSnapshotRecords(
         what: `segment ${seg.index} of map ${seg.mapId} of run ${state.runId}`,
         state,
         text: seg.text,
-        blobPrefix: prefix,
-        blobKey: `${prefix}${state.sequence}`,
+        blob: () => {
+          const prefix = segmentBlobPrefix(state.runId, seg);
+          return { prefix, key: `${prefix}${state.sequence}` };
+        },
         cause,
         eventId: derivedEventId(cause.eventId, `${SNAPSHOT_ID_NAME}/${seg.mapId}/${seg.index}`),
         segment: { mapId: seg.mapId, index: seg.index },
@@ -292,8 +293,10 @@ export async function encodeSnapshotRecords(
       what: `state of run ${state.runId}`,
       state,
       text: parts.core,
-      blobPrefix: snapshotBlobPrefix(state.runId),
-      blobKey: payloadBlobKey('state', state.runId, String(state.sequence)),
+      blob: () => ({
+        prefix: snapshotBlobPrefix(state.runId),
+        key: payloadBlobKey('state', state.runId, String(state.sequence)),
+      }),
       cause,
       eventId: derivedEventId(cause.eventId, SNAPSHOT_ID_NAME),
       segment: null,
@@ -309,16 +312,19 @@ async function encodeStatePart(
     what: string;
     state: RunState;
     text: string;
-    blobPrefix: string;
-    blobKey: string;
+    /** The blob key a part over the threshold is stored under, and its earlier blobs' prefix: hashed only then. */
+    blob: () => { prefix: string; key: string };
     cause: { eventId: string; at: number };
     eventId: string;
     segment: { mapId: string; index: number } | null;
   },
 ): Promise<Buffer> {
-  const checked = await claim.offload(p.what, () => p.blobKey, p.text, null);
-  if (checked.ref && claim.store)
-    await claim.store.expire(p.blobPrefix, supersededExpiry(Date.now(), claim.o.graceMs), p.blobKey);
+  let blob: { prefix: string; key: string } | undefined;
+  const checked = await claim.offload(p.what, () => (blob ??= p.blob()).key, p.text, null);
+  if (checked.ref && claim.store) {
+    blob ??= p.blob();
+    await claim.store.expire(blob.prefix, supersededExpiry(Date.now(), claim.o.graceMs), blob.key);
+  }
   return codec.encode('wf.state', 'RunSnapshot', {
     metadata: newMetadata('RunSnapshot', {
       key: p.state.runId,
