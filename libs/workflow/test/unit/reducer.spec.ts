@@ -643,13 +643,15 @@ describe('map items kept in segments', () => {
   it('a copy of a run is deep in everything but outputs, input and segments: nested changes stay in the copy', () => {
     const d = reduce(big, undefined, start(big));
     const s = d.state!;
-    s.signals = { approved: { by: ['ann'] } };
+    s.signals = { approved: { by: ['ann'] }, odd: JSON.parse('{"__proto__": {"admin": true}, "n": 1}') };
     s.timers['t'] = { dueAt: 1, purpose: 'wait', stepId: undefined };
     s.error = { stepId: 'each', errorClass: 'E', message: 'm', retryable: false, code: null };
     const before = structuredClone(s);
     const copy = copyRunState(s);
     expect(copy).toEqual(s);
     expect(Object.keys(copy.timers['t'])).toEqual(Object.keys(s.timers['t'])); // undefined-valued keys kept
+    expect(JSON.stringify(copy.signals.odd)).toBe('{"__proto__":{"admin":true},"n":1}'); // a key, not a prototype
+    expect((copy.signals.odd as { admin?: boolean }).admin).toBeUndefined();
     (copy.signals.approved as { by: string[] }).by.push('bob');
     copy.timers['t'].dueAt = 2;
     copy.timeline[0].event = 'changed';

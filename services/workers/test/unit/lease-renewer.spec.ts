@@ -134,6 +134,30 @@ describe('AttemptSignals.attempt (the signal made on first read)', () => {
     expect(signal.reason).toBe(reason);
   });
 
+  it("a first read of an earlier attempt's signal never takes the place of the newest: a stop still reaches it", () => {
+    const s = new AttemptSignals();
+    const first = s.attempt(1_000, timeout);
+    first.dispose();
+    const second = s.attempt(1_000, timeout);
+    const live = second.signal;
+    const leftBehind = first.signal; // work of attempt 1 reads its signal only now
+    const reason = new Error('lease lost');
+    s.stop(reason);
+    expect(live.reason).toBe(reason);
+    expect(leftBehind.aborted).toBe(false); // made after the attempt was over, before the stop
+  });
+
+  it("a backoff's signal stays the one a stop aborts when the failed attempt's signal is first read meanwhile", () => {
+    const s = new AttemptSignals();
+    const failed = s.attempt(1_000, timeout); // not disposed yet: its finally runs after the backoff
+    const backoff = s.next().signal;
+    expect(failed.signal.aborted).toBe(false);
+    expect(jest.getTimerCount()).toBe(0); // no deadline timer for an attempt that is over
+    const reason = new Error('shutdown');
+    s.stop(reason);
+    expect(backoff.reason).toBe(reason);
+  });
+
   it('dispose clears the deadline: a settled attempt is not aborted later', () => {
     const a = new AttemptSignals().attempt(1_000, timeout);
     const signal = a.signal;
