@@ -478,7 +478,14 @@ function copyPlain<T>(v: T): T {
   if (typeof v !== 'object' || v === null) return v;
   if (Array.isArray(v)) return v.map(copyPlain) as T;
   const out: Record<string, unknown> = {};
-  for (const k of Object.keys(v)) out[k] = copyPlain((v as Record<string, unknown>)[k]);
+  for (const k of Object.keys(v)) {
+    const c = copyPlain((v as Record<string, unknown>)[k]);
+    // An own `__proto__` key (JSON.parse makes one from a payload's text) stays a key: assigning it would set the
+    // copy's prototype instead.
+    if (k === '__proto__')
+      Object.defineProperty(out, k, { value: c, enumerable: true, writable: true, configurable: true });
+    else out[k] = c;
+  }
   return out as T;
 }
 

@@ -80,16 +80,20 @@ export interface AttemptSignal {
 }
 
 /**
- * The signals of one task's attempts: each attempt gets its own AbortSignal ({@link next}); {@link stop} (shutdown,
- * revocation, a lost lease) aborts the current one and every later one with the same reason.
+ * The signals of one task's attempts: each attempt gets its own AbortSignal ({@link attempt}, or {@link next} for a
+ * backoff); {@link stop} (shutdown, revocation, a lost lease) aborts the newest one and every later one with the
+ * same reason.
  */
 export class AttemptSignals {
   stopped = false;
   reason: unknown;
   private current?: AbortController;
+  /** Bumped by every {@link attempt} and {@link next}: an attempt whose number is not the latest is over. */
+  private generation = 0;
 
-  /** A fresh signal for the next attempt (or backoff), already aborted once stopped. */
+  /** A fresh signal for the next attempt (or backoff), already aborted once stopped; the one a stop aborts. */
   next(): AbortController {
+    this.generation++;
     const ac = new AbortController();
     if (this.stopped) ac.abort(this.reason);
     this.current = ac;
@@ -100,19 +104,31 @@ export class AttemptSignals {
    * The signal of one attempt with a timeout of `timeoutMs` from now, made on first read: a handler that never reads
    * `signal` costs no AbortController and no timer (the timeout only aborts the signal: a handler is never
    * abandoned, so nothing else needs the timer). Read late, the signal is already aborted when the deadline or a
-   * stop has passed. Call `dispose` when the attempt settles (clears the timer; a read after it gets a signal
-   * that only a stop aborts).
+   * stop has passed. Call `dispose` when the attempt settles (clears the timer). A first read once the attempt is
+   * over (disposed, or a later attempt or backoff began: work the handler left behind) gets a signal of its own,
+   * aborted only if a stop came before: it never takes the place of the newest signal, which a stop must reach.
    */
   attempt(timeoutMs: number, timeoutReason: () => Error): AttemptSignal {
     const deadline = Date.now() + timeoutMs;
-    const next = () => this.next();
+    const own = ++this.generation;
+    const live = () => !disposed && own === this.generation;
+    const next = () => {
+      const ac = this.next();
+      this.generation = own; // still this attempt's turn: a later attempt or backoff bumps it again
+      return ac;
+    };
+    const late = () => {
+      const ac = new AbortController();
+      if (this.stopped) ac.abort(this.reason);
+      return ac;
+    };
     let ac: AbortController | undefined;
     let timer: NodeJS.Timeout | undefined;
     let disposed = false;
     return {
       get signal() {
         if (ac) return ac.signal;
-        if (disposed) return (ac = next()).signal;
+        if (!live()) return (ac = late()).signal;
         ac = next();
         if (!ac.signal.aborted) {
           const left = deadline - Date.now();
