@@ -71,7 +71,8 @@ async function main() {
   };
   const backlog = Number(opts.backlog);
   // The relay baseline runs twice over the backlog's records, before the services start and after the engine is
-  // done (this machine's speed moves between minutes); the ratio is against the faster of the two.
+  // done (this machine's speed moves between minutes); the ratio is against the faster of the two, which is
+  // conservative: the engine is measured once, and the first relay has the machine to itself.
   let relayBefore = 0;
   if (backlog > 0) {
     await prefill(prefix, backlog);
@@ -167,7 +168,7 @@ async function main() {
       `  engine: ${engineRate.toFixed(0)} step transitions/s (${engineSecs.toFixed(1)} s from the first lifecycle event to the last RunCompleted; services ready in ${((tReady - tServices) / 1000).toFixed(1)} s)   baseline, transactional kafkajs relay (eachBatch, sendBatch + sendOffsets + commit per batch, acks=all): ${relayRate.toFixed(0)} msgs/s (the faster of ${relayBefore.toFixed(0)} before the services and ${relayAfter.toFixed(0)} after)   ratio ${(engineRate / relayRate).toFixed(2)}`,
     );
     console.log(
-      `  CPU from the workers' start to the last RunCompleted (one core = 100%; bench = this process, reading wf.events): ${drainSplit}`,
+      `  CPU from the workers being ready to the last RunCompleted (one core = 100%; bench = this process, reading wf.events): ${drainSplit}`,
     );
   }
 
@@ -301,9 +302,10 @@ async function rawProduce(codec: EventCodec, topic: string, n: number): Promise<
 }
 
 /**
- * The baseline: relays the first `n` records of `topic` to `<topic>.relay` with a transactional producer, one
+ * The baseline: relays the first `n` records of `topic` to `<topic>.relay-<tag>` with a transactional producer, one
  * transaction per fetched batch (sendBatch, sendOffsets, commit), as a plain kafkajs consume-transform-produce
- * loop would. Returns msgs/s from the first batch to the last commit.
+ * loop would; its own consumer group and transactional id (`<prefix>tx-relay-<tag>`), so it can run more than once
+ * over the same records. Returns msgs/s from the first batch to the last commit.
  */
 async function transactionalRelay(prefix: string, topic: string, n: number, tag: string): Promise<number> {
   const kafka = new Kafka({ brokers, clientId: 'bench-relay', logLevel: logLevel.NOTHING });

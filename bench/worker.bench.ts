@@ -195,9 +195,14 @@ async function drainTimer(topic: string, n: number, onFirst: () => void): Promis
  * The baseline issue 12 names: the best plain use of kafkajs for a consume-produce relay. `eachBatch` over up to 6
  * partitions at once, one `sendBatch` of the whole fetched batch (idempotent producer, acks=all), then the batch's
  * offset committed. Reads `task.noop` with its own consumer group and writes `relay.out`. Returns messages/s from
- * the first batch to the last message.
+ * the first batch to the last message; `onFirst` runs when the first batch arrives.
  */
-async function batchedRelay(prefix: string, n: number, partitions: number): Promise<number> {
+async function batchedRelay(
+  prefix: string,
+  n: number,
+  partitions: number,
+  onFirst: () => void = () => undefined,
+): Promise<number> {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   const consumer = kafka.consumer({ groupId: `${prefix}batched-relay` });
@@ -209,8 +214,11 @@ async function batchedRelay(prefix: string, n: number, partitions: number): Prom
     autoCommit: false,
     partitionsConsumedConcurrently: partitions,
     eachBatch: async ({ batch }) => {
-      t0 ||= Date.now();
       if (batch.messages.length === 0) return;
+      if (!t0) {
+        t0 = Date.now();
+        onFirst();
+      }
       await producer.sendBatch({
         acks: -1,
         topicMessages: [
@@ -295,9 +303,9 @@ async function main() {
   const workerRate = (tasks - 1) / drainSeconds; // first result to last
   const workerSplit = workerCpu();
   await worker.stop();
-  const relayCpu = cpuSplit({});
-  const batchedRate = await batchedRelay(run, tasks, partitions);
-  const relaySplit = relayCpu();
+  let relayCpu = (): string => '';
+  const batchedRate = await batchedRelay(run, tasks, partitions, () => (relayCpu = cpuSplit({})));
+  const relaySplit = relayCpu(); // from its first batch to its disconnect
   const perMessageRate = await rawRelay(run, tasks);
   console.log(`throughput (backlog of ${tasks}, ${partitions} partitions, 1 worker process, no-op handler):`);
   console.log(
