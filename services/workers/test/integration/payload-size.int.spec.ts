@@ -78,6 +78,27 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     expect((await health()).status).toBe(200);
   });
 
+  it('results that each fit but together exceed max.message.bytes on one partition are all published, each once', async () => {
+    // Six outputs of 450,000 bytes: each under the claim check's threshold (half of max.message.bytes), so inline;
+    // one run id, so one result partition; different entities, so they run at once and finish together.
+    const cmds = Array.from({ length: 6 }, (_, i) =>
+      h.command('big', `near${i}`, { bytes: 450_000 }, { runId: 'run-near-limit' }),
+    );
+    await h.send(cmds);
+    for (const c of cmds) {
+      const r = await resultFor(c.idempotencyKey);
+      expect(r.event).toBe('TaskCompleted');
+      expect((r.value as TaskCompleted).outputRef).toBeNull();
+      expect(JSON.parse((r.value as TaskCompleted).output).data).toHaveLength(450_000);
+    }
+    const runs = await h.rows<{ n: number }>(
+      'select count(*)::int as n from {t}_exec where idempotency_key = any($1)',
+      [cmds.map((c) => c.idempotencyKey)],
+    );
+    expect(runs[0].n).toBe(6); // each handler ran once
+    expect((await health()).status).toBe(200);
+  });
+
   it('a stored (idempotency) result too big for the topic is re-published through the claim check, or failed, never retried forever', async () => {
     const store = new IdempotencyStore<StoredOutcome>(h.ns.redis(), {
       keyPrefix: idempotencyKeyPrefix(h.prefix),
