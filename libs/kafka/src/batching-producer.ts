@@ -1,40 +1,74 @@
 import type { Message, Producer } from 'kafkajs';
 
+/** Settles a group of messages sent together: resolved when the last is acknowledged, rejected on the first failure. */
+interface Group {
+  left: number;
+  resolve: () => void;
+  reject: (e: unknown) => void;
+}
+
+/** The bytes a message adds to a request, roughly: key, value and headers (what message.max.bytes counts). */
+function sizeOf(m: Message): number {
+  let n = 0;
+  if (m.key != null) n += typeof m.key === 'string' ? Buffer.byteLength(m.key) : m.key.length;
+  if (m.value != null) n += typeof m.value === 'string' ? Buffer.byteLength(m.value) : m.value.length;
+  if (m.headers)
+    for (const [k, v] of Object.entries(m.headers)) {
+      n += k.length;
+      if (typeof v === 'string') n += Buffer.byteLength(v);
+      else if (Buffer.isBuffer(v)) n += v.length;
+    }
+  return n;
+}
+
+/** Default for `maxBytes`: half of Kafka's default message.max.bytes (1,048,588), the engine's request size too. */
+export const BATCHING_PRODUCER_MAX_BYTES = 512 * 1024;
+
 /**
  * Coalesces concurrent sends into one produce request (like the Java producer's linger.ms): callers await their
- * own message's acknowledgement, and the messages of one request go out in one `sendBatch` with acks=all.
+ * own messages' acknowledgement, and the messages of one request go out in one `sendBatch` with acks=all.
  * An idempotent producer allows one request in flight per connection, so without this, concurrent sends queue
  * one round trip each. Order per topic-partition is the order of `send` calls.
  *
  * Adaptive: one request is in flight at a time, and the next one takes every message that arrived meanwhile (at
- * most `maxBatch`), so under load requests grow with the load while a lone message waits only for the end of the
- * current event-loop turn (with the default linger of 0) plus any request already in flight.
+ * most `maxBatch` messages and `maxBytes` bytes), so under load requests grow with the load while a lone message
+ * waits only for the end of the current event-loop turn (with the default linger of 0) plus any request already in
+ * flight. The byte bound keeps each partition's record batch under the broker's message.max.bytes (Kafka docs,
+ * broker config `message.max.bytes`: the largest record batch it accepts; kafkajs does not split one): messages that
+ * each fit but together would not go in separate requests. A message larger than `maxBytes` goes alone.
  */
 export class BatchingProducer {
-  private pending: Array<{
-    topic: string;
-    message: Message;
-    resolve: () => void;
-    reject: (e: unknown) => void;
-  }> = [];
+  private pending: Array<{ topic: string; message: Message; bytes: number; group: Group }> = [];
   private scheduled = false;
   private inFlight = false;
 
   /**
    * @param lingerMs how long a send waits for company before a request is made when none is in flight, in ms
    *   (default 0: the end of the current event-loop turn, so sends made in one turn share a request).
-   * @param maxBatch most messages in one request (default 500); more wait for the next.
+   * @param maxBatch most messages in one request (default 5,000); more wait for the next.
+   * @param maxBytes most bytes (keys, values, headers) in one request (default 512 KiB); more wait for the next.
    */
   constructor(
     private readonly producer: Producer,
     private readonly lingerMs = 0,
-    private readonly maxBatch = 500,
+    private readonly maxBatch = 5_000,
+    private readonly maxBytes = BATCHING_PRODUCER_MAX_BYTES,
   ) {}
 
   /** Resolves once the message is acknowledged by all in-sync replicas (acks=all). */
   send(topic: string, message: Message): Promise<void> {
+    return this.sendAll(topic, [message]);
+  }
+
+  /**
+   * Sends `messages` to `topic` in order, in as many requests as the bounds need; resolves once every one is
+   * acknowledged (acks=all), rejects with the first failure. One promise for all: cheaper than a `send` each.
+   */
+  sendAll(topic: string, messages: Message[]): Promise<void> {
+    if (messages.length === 0) return Promise.resolve();
     return new Promise((resolve, reject) => {
-      this.pending.push({ topic, message, resolve, reject });
+      const group: Group = { left: messages.length, resolve, reject };
+      for (const message of messages) this.pending.push({ topic, message, bytes: sizeOf(message), group });
       this.schedule();
     });
   }
@@ -53,7 +87,15 @@ export class BatchingProducer {
   private async flush(): Promise<void> {
     if (this.inFlight || this.pending.length === 0) return;
     this.inFlight = true;
-    const batch = this.pending.splice(0, this.maxBatch);
+    let n = 0;
+    let bytes = 0;
+    while (n < this.pending.length && n < this.maxBatch) {
+      const next = this.pending[n].bytes;
+      if (n > 0 && bytes + next > this.maxBytes) break;
+      bytes += next;
+      n++;
+    }
+    const batch = this.pending.splice(0, n);
     const byTopic = new Map<string, Message[]>();
     for (const b of batch) {
       const messages = byTopic.get(b.topic);
@@ -65,9 +107,9 @@ export class BatchingProducer {
         acks: -1,
         topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })),
       });
-      batch.forEach((b) => b.resolve());
+      for (const b of batch) if (--b.group.left === 0) b.group.resolve();
     } catch (e) {
-      batch.forEach((b) => b.reject(e));
+      for (const b of batch) b.group.reject(e); // a settled promise ignores the later calls
     } finally {
       this.inFlight = false;
       // What arrived meanwhile goes at once: it has waited for this request already.

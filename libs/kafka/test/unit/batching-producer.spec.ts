@@ -55,4 +55,36 @@ describe('BatchingProducer', () => {
     calls[1].done();
     expect(await Promise.all(results)).toEqual(['broker down', 'broker down', 'ok']);
   });
+
+  it('a request holds at most maxBytes: messages that together exceed it go in the next; a bigger one goes alone', async () => {
+    const { producer, calls } = fakeProducer();
+    const b = new BatchingProducer(producer, 0, 100, 10);
+    const sent = ['aaaa', 'bbbb', 'cccc', 'dddddddddddddddd', 'e'].map((v) => b.send('t', { value: v }));
+    for (let i = 0; i < 4; i++) {
+      await turn();
+      calls[i].done();
+    }
+    await Promise.all(sent);
+    expect(calls.map((c) => c.values)).toEqual([['aaaa', 'bbbb'], ['cccc'], ['dddddddddddddddd'], ['e']]);
+  });
+
+  it('sendAll resolves once every message of the group is acknowledged, across requests, in order', async () => {
+    const { producer, calls } = fakeProducer();
+    const b = new BatchingProducer(producer, 0, 2);
+    let settled = false;
+    const all = b
+      .sendAll(
+        't',
+        ['a', 'b', 'c'].map((value) => ({ value })),
+      )
+      .then(() => (settled = true));
+    await turn();
+    calls[0].done();
+    await turn();
+    expect(settled).toBe(false); // 'c' is still in flight
+    expect(calls.map((c) => c.values)).toEqual([['a', 'b'], ['c']]);
+    calls[1].done();
+    await all;
+    expect(settled).toBe(true);
+  });
 });

@@ -37,11 +37,10 @@ export class EventPublisher {
       r.catch(() => this.ready.delete(logicalTopic));
     }
     await r;
-    const topic = this.codec.physical(logicalTopic);
-    await Promise.all(
-      items.map((i) =>
-        this.producer!.send(topic, { key: i.key, value: this.codec!.encode(logicalTopic, event, i.value) }),
-      ),
+    const codec = this.codec;
+    await this.producer.sendAll(
+      codec.physical(logicalTopic),
+      items.map((i) => ({ key: i.key, value: codec.encode(logicalTopic, event, i.value) })),
     );
   }
 }
