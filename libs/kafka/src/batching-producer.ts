@@ -21,8 +21,12 @@ function sizeOf(m: Message): number {
   return n;
 }
 
-/** Default for `maxBytes`: half of Kafka's default message.max.bytes (1,048,588), the engine's request size too. */
-export const BATCHING_PRODUCER_MAX_BYTES = 512 * 1024;
+/**
+ * Most bytes (keys, values, headers) keyflow puts in one produce request: half of Kafka's default message.max.bytes
+ * (1,048,588, broker config `message.max.bytes`), so no partition's record batch in it can exceed what a broker with
+ * the default accepts. The batching producer's default bound and the engine's request size.
+ */
+export const PRODUCE_REQUEST_MAX_BYTES = 512 * 1024;
 
 /**
  * Coalesces concurrent sends into one produce request (like the Java producer's linger.ms): callers await their
@@ -52,7 +56,7 @@ export class BatchingProducer {
     private readonly producer: Producer,
     private readonly lingerMs = 0,
     private readonly maxBatch = 5_000,
-    private readonly maxBytes = BATCHING_PRODUCER_MAX_BYTES,
+    private readonly maxBytes = PRODUCE_REQUEST_MAX_BYTES,
   ) {}
 
   /** Resolves once the message is acknowledged by all in-sync replicas (acks=all). */

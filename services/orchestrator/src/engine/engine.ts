@@ -3,6 +3,7 @@ import {
   CompressionTypes,
   KafkaJSError,
   Partitioners,
+  PRODUCE_REQUEST_MAX_BYTES,
   type Consumer,
   type IHeaders,
   type EachBatchPayload,
@@ -776,7 +777,7 @@ export class Engine {
         add(t, record);
       }
       // Requests of at most ~512 KiB (before gzip), so no record batch exceeds the broker's message.max.bytes.
-      for (const part of splitBySize([...byTopic], 512 * 1024))
+      for (const part of splitBySize([...byTopic], PRODUCE_REQUEST_MAX_BYTES))
         await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
       const next = (BigInt(lastOffset) + 1n).toString();
       await tx.sendOffsets({
@@ -958,7 +959,13 @@ export class Engine {
     }
     if (!messages.length) return;
     try {
-      await this.timerProducer.send({ topic: this.codec.physical('wf.requests'), acks: -1, messages });
+      // In requests of at most ~512 KiB, as the engine's transactions: a tick can fire many timers at once (runs
+      // started together with one run timeout), and the broker refuses a record batch over message.max.bytes.
+      for (const part of splitBySize(
+        [[this.codec.physical('wf.requests'), messages]],
+        PRODUCE_REQUEST_MAX_BYTES,
+      ))
+        await this.timerProducer.send({ ...part[0], acks: -1 });
       this.metrics.timersFired.inc(messages.length);
     } catch (err) {
       for (const [o, due] of taken) o.timers.giveBack(due); // retried at the next tick
