@@ -7,16 +7,33 @@ interface Group {
   reject: (e: unknown) => void;
 }
 
-/** The bytes a message adds to a request, roughly: key, value and headers (what message.max.bytes counts). */
-function sizeOf(m: Message): number {
-  let n = 0;
-  if (m.key != null) n += typeof m.key === 'string' ? Buffer.byteLength(m.key) : m.key.length;
-  if (m.value != null) n += typeof m.value === 'string' ? Buffer.byteLength(m.value) : m.value.length;
+/** Bytes of a string or Buffer as Kafka stores it (UTF-8 for strings). */
+const bytesOf = (v: string | Buffer): number => (typeof v === 'string' ? Buffer.byteLength(v) : v.length);
+
+/**
+ * Per-record overhead in a record batch, in bytes, counted generously: the record's length, attributes, timestamp
+ * and offset deltas and the key, value and header lengths are varints (Kafka protocol, "Record" in the message
+ * format docs), plus a share of the batch header (61 bytes).
+ */
+const RECORD_OVERHEAD_BYTES = 64;
+
+/**
+ * The bytes a message adds to a produce request, at least: key, value, every header (a header with an array value
+ * is one header per element, its key repeated, as kafkajs writes it) and the record's overhead. What a size bound
+ * on requests counts (the broker's message.max.bytes limits a partition's record batch).
+ */
+export function messageBytes(m: {
+  key?: string | Buffer | null;
+  value: string | Buffer | null;
+  headers?: Record<string, string | Buffer | Array<string | Buffer> | undefined>;
+}): number {
+  let n = RECORD_OVERHEAD_BYTES;
+  if (m.key != null) n += bytesOf(m.key);
+  if (m.value != null) n += bytesOf(m.value);
   if (m.headers)
     for (const [k, v] of Object.entries(m.headers)) {
-      n += k.length;
-      if (typeof v === 'string') n += Buffer.byteLength(v);
-      else if (Buffer.isBuffer(v)) n += v.length;
+      if (v === undefined) continue;
+      for (const one of Array.isArray(v) ? v : [v]) n += Buffer.byteLength(k) + bytesOf(one) + 8;
     }
   return n;
 }
@@ -50,14 +67,21 @@ export class BatchingProducer {
    * @param lingerMs how long a send waits for company before a request is made when none is in flight, in ms
    *   (default 0: the end of the current event-loop turn, so sends made in one turn share a request).
    * @param maxBatch most messages in one request (default 5,000); more wait for the next.
-   * @param maxBytes most bytes (keys, values, headers) in one request (default 512 KiB); more wait for the next.
+   * @param maxBytes most bytes in one request (default 512 KiB; {@link messageBytes} counts them); more wait for
+   *   the next. Give half of the cluster's message.max.bytes when it is not Kafka's default.
+   * @throws RangeError when maxBatch is not an integer >= 1 or maxBytes not a number >= 1.
    */
   constructor(
     private readonly producer: Producer,
     private readonly lingerMs = 0,
     private readonly maxBatch = 5_000,
     private readonly maxBytes = PRODUCE_REQUEST_MAX_BYTES,
-  ) {}
+  ) {
+    if (!Number.isInteger(maxBatch) || maxBatch < 1)
+      throw new RangeError(`BatchingProducer maxBatch must be an integer >= 1, got ${maxBatch}`);
+    if (!Number.isFinite(maxBytes) || maxBytes < 1)
+      throw new RangeError(`BatchingProducer maxBytes must be a number >= 1, got ${maxBytes}`);
+  }
 
   /** Resolves once the message is acknowledged by all in-sync replicas (acks=all). */
   send(topic: string, message: Message): Promise<void> {
@@ -66,13 +90,15 @@ export class BatchingProducer {
 
   /**
    * Sends `messages` to `topic` in order, in as many requests as the bounds need; resolves once every one is
-   * acknowledged (acks=all), rejects with the first failure. One promise for all: cheaper than a `send` each.
+   * acknowledged (acks=all), rejects with the first failure (then the group's messages not sent yet are dropped, so
+   * sending the group again keeps its order). One promise for all: cheaper than a `send` each.
    */
   sendAll(topic: string, messages: Message[]): Promise<void> {
     if (messages.length === 0) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const group: Group = { left: messages.length, resolve, reject };
-      for (const message of messages) this.pending.push({ topic, message, bytes: sizeOf(message), group });
+      for (const message of messages)
+        this.pending.push({ topic, message, bytes: messageBytes(message), group });
       this.schedule();
     });
   }
@@ -113,7 +139,11 @@ export class BatchingProducer {
       });
       for (const b of batch) if (--b.group.left === 0) b.group.resolve();
     } catch (e) {
-      for (const b of batch) b.group.reject(e); // a settled promise ignores the later calls
+      const failed = new Set(batch.map((b) => b.group));
+      for (const g of failed) g.reject(e);
+      // The failed groups' messages still waiting are dropped: their callers see the failure and send them again,
+      // so sending them as well would put the group's messages out of order and twice.
+      this.pending = this.pending.filter((p) => !failed.has(p.group));
     } finally {
       this.inFlight = false;
       // What arrived meanwhile goes at once: it has waited for this request already.

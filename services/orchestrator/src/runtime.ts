@@ -138,10 +138,17 @@ export async function createOrchestratorRuntime(
     started.push(() => redis.disconnect());
     const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
     const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
-    const runs = new RunsService(codec, new BatchingProducer(producer), workflows, readModel, keys, {
-      idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
-      signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
-    });
+    const runs = new RunsService(
+      codec,
+      new BatchingProducer(producer, 0, undefined, claim.thresholdBytes),
+      workflows,
+      readModel,
+      keys,
+      {
+        idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
+        signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+      },
+    );
     const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger, runs.pii);
     const scheduler = new Scheduler(
       schedules,

@@ -1,5 +1,5 @@
 import type { Producer } from 'kafkajs';
-import { BatchingProducer } from '../../src';
+import { BatchingProducer, messageBytes } from '../../src';
 
 /** A producer whose sendBatch calls are recorded and answered when the test says. */
 function fakeProducer() {
@@ -58,7 +58,8 @@ describe('BatchingProducer', () => {
 
   it('a request holds at most maxBytes: messages that together exceed it go in the next; a bigger one goes alone', async () => {
     const { producer, calls } = fakeProducer();
-    const b = new BatchingProducer(producer, 0, 100, 10);
+    // messageBytes: 64 bytes of record overhead plus the value: 68, 68, 68, 80 and 65 bytes.
+    const b = new BatchingProducer(producer, 0, 100, 140);
     const sent = ['aaaa', 'bbbb', 'cccc', 'dddddddddddddddd', 'e'].map((v) => b.send('t', { value: v }));
     for (let i = 0; i < 4; i++) {
       await turn();
@@ -66,6 +67,38 @@ describe('BatchingProducer', () => {
     }
     await Promise.all(sent);
     expect(calls.map((c) => c.values)).toEqual([['aaaa', 'bbbb'], ['cccc'], ['dddddddddddddddd'], ['e']]);
+  });
+
+  it("a failed request drops its groups' messages still waiting: sending the group again keeps its order", async () => {
+    const { producer, calls } = fakeProducer();
+    const b = new BatchingProducer(producer, 0, 2);
+    const group = b.sendAll(
+      't',
+      ['a', 'b', 'c'].map((value) => ({ value })),
+    );
+    const other = b.send('t', { value: 'x' });
+    await turn();
+    calls[0].fail(new Error('broker down'));
+    await expect(group).rejects.toThrow('broker down');
+    await turn();
+    calls[1].done();
+    await other;
+    expect(calls.map((c) => c.values)).toEqual([['a', 'b'], ['x']]); // 'c' was not sent after the failure
+  });
+
+  it('refuses bounds that would send nothing or bound nothing', () => {
+    const { producer } = fakeProducer();
+    expect(() => new BatchingProducer(producer, 0, 0)).toThrow(RangeError);
+    expect(() => new BatchingProducer(producer, 0, 10, Number.NaN)).toThrow(RangeError);
+  });
+
+  it('messageBytes counts key, value, every header (array values once per element) and the record overhead', () => {
+    const bare = messageBytes({ value: null });
+    expect(messageBytes({ key: 'k', value: 'é' })).toBe(bare + 1 + 2); // UTF-8 bytes
+    const one = messageBytes({ value: null, headers: { h: Buffer.alloc(100) } });
+    expect(messageBytes({ value: null, headers: { h: [Buffer.alloc(100), Buffer.alloc(100)] } })).toBe(
+      bare + 2 * (one - bare),
+    );
   });
 
   it('sendAll resolves once every message of the group is acknowledged, across requests, in order', async () => {

@@ -3,7 +3,7 @@ import {
   CompressionTypes,
   KafkaJSError,
   Partitioners,
-  PRODUCE_REQUEST_MAX_BYTES,
+  messageBytes,
   type Consumer,
   type IHeaders,
   type EachBatchPayload,
@@ -776,8 +776,9 @@ export class Engine {
         );
         add(t, record);
       }
-      // Requests of at most ~512 KiB (before gzip), so no record batch exceeds the broker's message.max.bytes.
-      for (const part of splitBySize([...byTopic], PRODUCE_REQUEST_MAX_BYTES))
+      // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
+      // exceeds what the broker accepts.
+      for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
         await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
       const next = (BigInt(lastOffset) + 1n).toString();
       await tx.sendOffsets({
@@ -959,11 +960,11 @@ export class Engine {
     }
     if (!messages.length) return;
     try {
-      // In requests of at most ~512 KiB, as the engine's transactions: a tick can fire many timers at once (runs
+      // In requests of at most half of max.message.bytes, as the engine's transactions: a tick can fire many timers at once (runs
       // started together with one run timeout), and the broker refuses a record batch over message.max.bytes.
       for (const part of splitBySize(
         [[this.codec.physical('wf.requests'), messages]],
-        PRODUCE_REQUEST_MAX_BYTES,
+        this.claim.thresholdBytes,
       ))
         await this.timerProducer.send({ ...part[0], acks: -1 });
       this.metrics.timersFired.inc(messages.length);
@@ -1011,7 +1012,11 @@ export class DefinitionError extends KeyflowError {
 
 type Msg = { key: string | Buffer | null; value: Buffer | null; headers?: IHeaders; partition?: number };
 
-/** Splits messages into groups of at most `maxBytes` (value sizes; a larger single message goes alone). */
+/**
+ * Splits messages into groups of at most `maxBytes` as {@link messageBytes} counts them (key, value, headers and the
+ * record's overhead); a larger single message goes alone. The engine gives half of max.message.bytes (the claim
+ * check's threshold), so no partition's record batch in one request can exceed it.
+ */
 export function splitBySize(
   byTopic: Array<[string, Msg[]]>,
   maxBytes: number,
@@ -1021,7 +1026,8 @@ export function splitBySize(
   let size = 0;
   for (const [topic, messages] of byTopic) {
     for (const m of messages) {
-      if (size > 0 && size + (m.value?.length ?? 0) > maxBytes) {
+      const bytes = messageBytes(m);
+      if (size > 0 && size + bytes > maxBytes) {
         parts.push(current);
         current = [];
         size = 0;
@@ -1029,7 +1035,7 @@ export function splitBySize(
       const last = current.at(-1);
       if (last?.topic === topic) last.messages.push(m);
       else current.push({ topic, messages: [m] });
-      size += m.value?.length ?? 0;
+      size += bytes;
     }
   }
   if (current.length) parts.push(current);

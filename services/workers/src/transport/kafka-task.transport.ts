@@ -199,7 +199,8 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       leaseMs: this.cfg.WORKER_LEASE_MS,
       completionTtlMs: this.cfg.WORKER_COMPLETION_TTL_MS,
     });
-    const results = new BatchingProducer(this.producer);
+    // Requests of at most half of max.message.bytes (the claim check's threshold; KEYFLOW_MAX_MESSAGE_BYTES).
+    const results = new BatchingProducer(this.producer, 0, undefined, this.claimCheck.thresholdBytes);
     this.publisher?.attach(codec, results, async (logical) => {
       const a = this.kafka!.admin();
       await connectUntilAnswered(a, { what: 'worker admin', logger: this.log });
