@@ -959,18 +959,31 @@ export class Engine {
       }
     }
     if (!messages.length) return;
+    // Messages are in the order of `taken`'s timers, one each: the first `sent` of them are published.
+    let sent = 0;
     try {
-      // In requests of at most half of max.message.bytes, as the engine's transactions: a tick can fire many timers at once (runs
-      // started together with one run timeout), and the broker refuses a record batch over message.max.bytes.
+      // In requests of at most half of max.message.bytes, as the engine's transactions: a tick can fire many timers
+      // at once (runs started together with one run timeout), and the broker refuses a record batch over the limit.
       for (const part of splitBySize(
         [[this.codec.physical('wf.requests'), messages]],
         this.claim.thresholdBytes,
-      ))
+      )) {
         await this.timerProducer.send({ ...part[0], acks: -1 });
-      this.metrics.timersFired.inc(messages.length);
+        sent += part[0].messages.length;
+      }
     } catch (err) {
-      for (const [o, due] of taken) o.timers.giveBack(due); // retried at the next tick
-      this.logger.warn({ err }, 'could not publish due timers; retrying at the next tick');
+      // Only the timers not published are given back (retried at the next tick): the others' TimerFired is written.
+      let i = 0;
+      for (const [o, due] of taken) {
+        const unsent = due.filter(() => i++ >= sent);
+        if (unsent.length) o.timers.giveBack(unsent);
+      }
+      this.logger.warn(
+        { err, published: sent, left: messages.length - sent },
+        'could not publish due timers; retrying at the next tick',
+      );
+    } finally {
+      this.metrics.timersFired.inc(sent);
     }
   }
 }
