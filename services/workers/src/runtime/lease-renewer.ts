@@ -94,9 +94,13 @@ export class AttemptSignals {
   /** A fresh signal for the next attempt (or backoff), already aborted once stopped; the one a stop aborts. */
   next(): AbortController {
     this.generation++;
+    return (this.current = this.fresh());
+  }
+
+  /** A new controller, already aborted once stopped. */
+  private fresh(): AbortController {
     const ac = new AbortController();
     if (this.stopped) ac.abort(this.reason);
-    this.current = ac;
     return ac;
   }
 
@@ -112,16 +116,9 @@ export class AttemptSignals {
     const deadline = Date.now() + timeoutMs;
     const own = ++this.generation;
     const live = () => !disposed && own === this.generation;
-    const next = () => {
-      const ac = this.next();
-      this.generation = own; // still this attempt's turn: a later attempt or backoff bumps it again
-      return ac;
-    };
-    const late = () => {
-      const ac = new AbortController();
-      if (this.stopped) ac.abort(this.reason);
-      return ac;
-    };
+    // The live attempt's controller becomes the one a stop aborts; a late one stays apart.
+    const newest = () => (this.current = this.fresh());
+    const late = () => this.fresh();
     let ac: AbortController | undefined;
     let timer: NodeJS.Timeout | undefined;
     let disposed = false;
@@ -129,7 +126,7 @@ export class AttemptSignals {
       get signal() {
         if (ac) return ac.signal;
         if (!live()) return (ac = late()).signal;
-        ac = next();
+        ac = newest();
         if (!ac.signal.aborted) {
           const left = deadline - Date.now();
           const timed = ac;
