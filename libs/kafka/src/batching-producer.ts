@@ -63,24 +63,28 @@ export class BatchingProducer {
   private scheduled = false;
   private inFlight = false;
 
+  private readonly lingerMs: number;
+  private readonly maxBatch: number;
+  private readonly maxBytes: number;
+
   /**
-   * @param lingerMs how long a send waits for company before a request is made when none is in flight, in ms
+   * @param opts.lingerMs how long a send waits for company before a request is made when none is in flight, in ms
    *   (default 0: the end of the current event-loop turn, so sends made in one turn share a request).
-   * @param maxBatch most messages in one request (default 5,000); more wait for the next.
-   * @param maxBytes most bytes in one request (default 512 KiB; {@link messageBytes} counts them); more wait for
-   *   the next. Give half of the cluster's message.max.bytes when it is not Kafka's default.
+   * @param opts.maxBatch most messages in one request (default 5,000); more wait for the next.
+   * @param opts.maxBytes most bytes in one request (default 512 KiB; {@link messageBytes} counts them); more wait
+   *   for the next. Give half of the cluster's message.max.bytes when it is not Kafka's default.
    * @throws RangeError when maxBatch is not an integer >= 1 or maxBytes not a number >= 1.
    */
   constructor(
     private readonly producer: Producer,
-    private readonly lingerMs = 0,
-    private readonly maxBatch = 5_000,
-    private readonly maxBytes = PRODUCE_REQUEST_MAX_BYTES,
+    opts: { lingerMs?: number; maxBatch?: number; maxBytes?: number } = {},
   ) {
+    const { lingerMs = 0, maxBatch = 5_000, maxBytes = PRODUCE_REQUEST_MAX_BYTES } = opts;
     if (!Number.isInteger(maxBatch) || maxBatch < 1)
       throw new RangeError(`BatchingProducer maxBatch must be an integer >= 1, got ${maxBatch}`);
     if (!Number.isFinite(maxBytes) || maxBytes < 1)
       throw new RangeError(`BatchingProducer maxBytes must be a number >= 1, got ${maxBytes}`);
+    [this.lingerMs, this.maxBatch, this.maxBytes] = [lingerMs, maxBatch, maxBytes];
   }
 
   /** Resolves once the message is acknowledged by all in-sync replicas (acks=all). */

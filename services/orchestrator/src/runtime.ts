@@ -140,7 +140,7 @@ export async function createOrchestratorRuntime(
     const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
     const runs = new RunsService(
       codec,
-      new BatchingProducer(producer, 0, undefined, claim.thresholdBytes),
+      new BatchingProducer(producer, { maxBytes: claim.thresholdBytes }),
       workflows,
       readModel,
       keys,

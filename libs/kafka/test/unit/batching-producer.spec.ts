@@ -40,7 +40,7 @@ describe('BatchingProducer', () => {
 
   it('a failed request rejects its own messages only, and the next request still goes', async () => {
     const { producer, calls } = fakeProducer();
-    const b = new BatchingProducer(producer, 0, 2);
+    const b = new BatchingProducer(producer, { maxBatch: 2 });
     const results = ['a', 'b', 'c'].map((v) =>
       b.send('t', { value: v }).then(
         () => 'ok',
@@ -59,7 +59,7 @@ describe('BatchingProducer', () => {
   it('a request holds at most maxBytes: messages that together exceed it go in the next; a bigger one goes alone', async () => {
     const { producer, calls } = fakeProducer();
     // messageBytes: 64 bytes of record overhead plus the value: 68, 68, 68, 80 and 65 bytes.
-    const b = new BatchingProducer(producer, 0, 100, 140);
+    const b = new BatchingProducer(producer, { maxBatch: 100, maxBytes: 140 });
     const sent = ['aaaa', 'bbbb', 'cccc', 'dddddddddddddddd', 'e'].map((v) => b.send('t', { value: v }));
     for (let i = 0; i < 4; i++) {
       await turn();
@@ -71,7 +71,7 @@ describe('BatchingProducer', () => {
 
   it("a failed request drops its groups' messages still waiting: sending the group again keeps its order", async () => {
     const { producer, calls } = fakeProducer();
-    const b = new BatchingProducer(producer, 0, 2);
+    const b = new BatchingProducer(producer, { maxBatch: 2 });
     const group = b.sendAll(
       't',
       ['a', 'b', 'c'].map((value) => ({ value })),
@@ -88,8 +88,8 @@ describe('BatchingProducer', () => {
 
   it('refuses bounds that would send nothing or bound nothing', () => {
     const { producer } = fakeProducer();
-    expect(() => new BatchingProducer(producer, 0, 0)).toThrow(RangeError);
-    expect(() => new BatchingProducer(producer, 0, 10, Number.NaN)).toThrow(RangeError);
+    expect(() => new BatchingProducer(producer, { maxBatch: 0 })).toThrow(RangeError);
+    expect(() => new BatchingProducer(producer, { maxBatch: 10, maxBytes: Number.NaN })).toThrow(RangeError);
   });
 
   it('messageBytes counts key, value, every header (array values once per element) and the record overhead', () => {
@@ -103,7 +103,7 @@ describe('BatchingProducer', () => {
 
   it('sendAll resolves once every message of the group is acknowledged, across requests, in order', async () => {
     const { producer, calls } = fakeProducer();
-    const b = new BatchingProducer(producer, 0, 2);
+    const b = new BatchingProducer(producer, { maxBatch: 2 });
     let settled = false;
     const all = b
       .sendAll(

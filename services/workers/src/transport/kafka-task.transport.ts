@@ -200,7 +200,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       completionTtlMs: this.cfg.WORKER_COMPLETION_TTL_MS,
     });
     // Requests of at most half of max.message.bytes (the claim check's threshold; KEYFLOW_MAX_MESSAGE_BYTES).
-    const results = new BatchingProducer(this.producer, 0, undefined, this.claimCheck.thresholdBytes);
+    const results = new BatchingProducer(this.producer, { maxBytes: this.claimCheck.thresholdBytes });
     this.publisher?.attach(codec, results, async (logical) => {
       const a = this.kafka!.admin();
       await connectUntilAnswered(a, { what: 'worker admin', logger: this.log });
