@@ -42,7 +42,9 @@ const MESSAGE_DELIMITER = '<~kcat-end~>';
 /**
  * Produces `records` to `topic` with kcat, compressed with `codec`, in one librdkafka batch per partition
  * (linger 50 ms), acks=all. Keys are placed by murmur2 (the Java client's partitioner) unless `partition` is set.
- * Values are raw bytes (e.g. Confluent wire format Avro); a null key is not supported.
+ * Values are raw bytes (e.g. Confluent wire format Avro); a null key is not supported. `config` adds librdkafka
+ * properties (`-X name=value`), e.g. `message.max.bytes` to send a record larger than librdkafka's own default
+ * limit of 1,000,000 bytes before compression (librdkafka CONFIGURATION.md).
  * @throws Error with kcat's stderr when it exits non-zero, or when a key or value contains a delimiter.
  */
 export async function produceWithKcat(opts: {
@@ -51,6 +53,7 @@ export async function produceWithKcat(opts: {
   codec: KcatCodec;
   records: Array<{ key: string | Buffer; value: Buffer }>;
   partition?: number;
+  config?: Record<string, string>;
 }): Promise<void> {
   const kcat = await ensureKcat();
   const parts: Buffer[] = [];
@@ -82,6 +85,7 @@ export async function produceWithKcat(opts: {
     '-X',
     'partitioner=murmur2_random',
     ...(opts.partition === undefined ? [] : ['-p', String(opts.partition)]),
+    ...Object.entries(opts.config ?? {}).flatMap(([k, v]) => ['-X', `${k}=${v}`]),
   ];
   await new Promise<void>((resolve, reject) => {
     const child = spawn(kcat, args, { stdio: ['pipe', 'ignore', 'pipe'] });

@@ -1,5 +1,8 @@
-import { Partitioners } from 'kafkajs';
+import { randomBytes } from 'node:crypto';
+import { Partitioners, type KafkaMessage } from 'kafkajs';
+import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES } from '@keyflow/blobs';
 import { newMetadata } from '@keyflow/contracts';
+import { DLQ_HEADERS, header } from '@keyflow/kafka';
 import type { RunSnapshot } from '@keyflow/schemas';
 import { Collector, degradedWith, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
@@ -75,6 +78,38 @@ describe('the orchestrator reading zstd-compressed records', () => {
     expect(h.processes.every((p) => p.proc.exitCode === null)).toBe(true);
     // The service still takes new runs through its own (kafkajs) producer.
     expect((await post(`${url}/runs`, { workflow: 'three-step', input: {} })).status).toBe(202);
+  });
+  it('requests it cannot decode, near max.message.bytes or far past it before compression, go to wf.requests.dlq whole; the run key goes on', async () => {
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
+    const topic = h.codec.physical('wf.requests');
+    const runId = `huge-${h.ns.prefix}`;
+    // Random bytes up to 400 bytes short of the topic's limit (no codec shrinks them: with the triage headers the
+    // DLQ record is larger than the source topic accepts), and 3 MB that only zstd makes small enough.
+    const near = randomBytes(KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 400);
+    near[0] = 0xff; // not the wire format's magic byte
+    const far = Buffer.alloc(3 * 1024 * 1024, 'not avro ');
+    for (const value of [near, far])
+      await produceWithKcat({
+        brokers: h.ns.infra.kafkaBrokers,
+        topic,
+        codec: 'zstd',
+        records: [{ key: runId, value }],
+        config: { 'message.max.bytes': String(4 * 1024 * 1024) },
+      });
+    await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }));
+    expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
+    await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'));
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-huge') });
+    await reader.connect();
+    await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
+    const records = (await dlq.wait(2, 60_000)).filter((r) => r.key?.toString() === runId);
+    await reader.disconnect();
+    expect(records.map((r) => r.value!.length)).toEqual([near.length, far.length]);
+    expect(records[0].value!.equals(near) && records[1].value!.equals(far)).toBe(true);
+    expect(records.map((r) => header(r.headers, DLQ_HEADERS.originalTopic))).toEqual([topic, topic]);
+    expect(h.processes.every((p) => p.proc.exitCode === null)).toBe(true);
   });
 });
 

@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
+import type { KafkaMessage } from 'kafkajs';
 import { IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
-import { PgBlobStore } from '@keyflow/blobs';
+import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
+import { DLQ_HEADERS, header } from '@keyflow/kafka';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
-import { eventually } from '@keyflow/testing';
+import { Collector, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
 import type { StoredOutcome } from '../../src/runtime/task-executor';
 import { POSTGRES_URL, WorkerHarness } from './support';
 
@@ -126,6 +129,46 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     // Answered once each: no retry loop re-publishing or failing to publish.
     await new Promise((r) => setTimeout(r, 1_000));
     expect(h.results.items.filter((r) => r.value.idempotencyKey === tooBig.idempotencyKey)).toHaveLength(1);
+    expect((await health()).status).toBe(200);
+  });
+
+  it('a command near max.message.bytes, or far past it before compression, that cannot be decoded goes to the DLQ whole; its key goes on', async () => {
+    const topic = h.codec.physical('task.seq');
+    // Random bytes (no codec shrinks them) filling the topic's record batch up to 400 bytes short of its limit: the
+    // triage headers make the DLQ record larger than what the source topic accepts.
+    const near = randomBytes(KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 400);
+    near[0] = 0xff; // not the wire format's magic byte (0): undecodable the same way every time
+    await h.sendRaw('seq', 'huge', near);
+    const sent = [near];
+    const noKcat = await kcatMissing();
+    if (noKcat) console.warn(`zstd part skipped: ${noKcat}`);
+    else {
+      // 3 MB that zstd (a librdkafka producer) makes small enough for the topic: uncompressed, it is not.
+      const far = Buffer.alloc(3 * MB, 'not avro ');
+      await produceWithKcat({
+        brokers: h.ns.infra.kafkaBrokers,
+        topic,
+        codec: 'zstd',
+        records: [{ key: 'huge', value: far }],
+        config: { 'message.max.bytes': String(4 * MB) },
+      });
+      sent.push(far);
+    }
+    const next = h.command('seq', 'huge', { entity: 'huge', seq: 1 });
+    await h.send([next]);
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-huge') });
+    await reader.connect();
+    await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => dlq.push(message) });
+    const records = await dlq.wait(sent.length, 60_000);
+    await reader.disconnect();
+    records.forEach((r, i) => {
+      expect(r.key?.toString()).toBe('huge');
+      expect(r.value!.equals(sent[i])).toBe(true);
+      expect(header(r.headers, DLQ_HEADERS.errorClass)).toBe('MissingMagicByteError');
+    });
     expect((await health()).status).toBe(200);
   });
 });
