@@ -1,5 +1,13 @@
 import { hostname } from 'node:os';
-import type { IHeaders, Kafka, KafkaMessage, Producer } from 'kafkajs';
+import {
+  CompressionTypes,
+  ConfigResourceTypes,
+  type Admin,
+  type IHeaders,
+  type Kafka,
+  type KafkaMessage,
+  type Producer,
+} from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 import type { ConsumedMessage } from './ordered-consumer';
 
@@ -56,9 +64,51 @@ export function header(headers: IHeaders | undefined, name: string): string | un
   return Array.isArray(v) ? v.at(-1)?.toString() : v.toString();
 }
 
+/** Longest x-dlq-error-message, in UTF-8 bytes (a longer message is cut at a character boundary, with "…"). */
+export const DLQ_ERROR_MESSAGE_MAX_BYTES = 2_000;
+/** Longest x-dlq-consumer-group and x-dlq-host, in UTF-8 bytes. */
+const DLQ_NAME_MAX_BYTES = 255;
+
+/**
+ * Bytes a DLQ topic's `max.message.bytes` exceeds twice its source topic's (see {@link dlqLimitBytes}): room for the
+ * triage headers (bounded to about 3 KiB by {@link dlqMessage}) and the record batch's overhead.
+ */
+export const DLQ_HEADROOM_BYTES = 16 * 1024;
+
+/**
+ * The `max.message.bytes` a DLQ topic needs so that every record its source topic accepts fits in it as a DLQ record,
+ * in bytes: twice the source's limit plus {@link DLQ_HEADROOM_BYTES}. A DLQ record is the original key, value and
+ * headers plus the triage headers, re-compressed with gzip; the broker's limit applies to the compressed batch (Kafka
+ * docs, topic config `max.message.bytes`), and a source batch compressed by a stronger codec (zstd, as librdkafka and
+ * the Java client can produce) may be larger under gzip: twice leaves it that room. A record that still does not fit
+ * is refused by the DLQ and retried in place (the consumer names it in /health after 30 s), never dropped.
+ */
+export const dlqLimitBytes = (sourceMaxMessageBytes: number) =>
+  2 * sourceMaxMessageBytes + DLQ_HEADROOM_BYTES;
+
+/**
+ * `s` cut to at most `maxBytes` bytes of UTF-8 at a character boundary (never half a surrogate pair), with "…"
+ * appended when cut (counted in the bound).
+ */
+export function truncateUtf8(s: string, maxBytes: number): string {
+  if (Buffer.byteLength(s) <= maxBytes) return s;
+  const room = maxBytes - 3; // "…" is 3 bytes
+  let bytes = 0;
+  let end = 0;
+  for (const ch of s) {
+    const n = Buffer.byteLength(ch);
+    if (bytes + n > room) break;
+    bytes += n;
+    end += ch.length;
+  }
+  return `${s.slice(0, end)}…`;
+}
+
 /**
  * The DLQ record for a message: original key and bytes, original headers (trace context, earlier redrive count) and
- * the triage headers. `host` names the process that gave up on it (default `<hostname>/<pid>`).
+ * the triage headers. `host` names the process that gave up on it (default `<hostname>/<pid>`). The triage headers
+ * are bounded (error message {@link DLQ_ERROR_MESSAGE_MAX_BYTES}, names 255 bytes), so a DLQ record exceeds its
+ * original by at most about 3 KiB.
  */
 export function dlqMessage(
   m: Pick<ConsumedMessage, 'topic' | 'partition' | 'offset' | 'key' | 'value' | 'headers'>,
@@ -70,24 +120,110 @@ export function dlqMessage(
     [DLQ_HEADERS.originalTopic]: m.topic,
     [DLQ_HEADERS.originalPartition]: String(m.partition),
     [DLQ_HEADERS.originalOffset]: m.offset,
-    [DLQ_HEADERS.errorClass]: dl.errorClass,
-    [DLQ_HEADERS.errorMessage]: dl.errorMessage.slice(0, 4_000),
-    ...(dl.errorCode ? { [DLQ_HEADERS.errorCode]: dl.errorCode } : {}),
+    [DLQ_HEADERS.errorClass]: truncateUtf8(dl.errorClass, DLQ_NAME_MAX_BYTES),
+    [DLQ_HEADERS.errorMessage]: truncateUtf8(dl.errorMessage, DLQ_ERROR_MESSAGE_MAX_BYTES),
+    ...(dl.errorCode ? { [DLQ_HEADERS.errorCode]: truncateUtf8(dl.errorCode, DLQ_NAME_MAX_BYTES) } : {}),
     [DLQ_HEADERS.attempts]: String(dl.attempts),
     [DLQ_HEADERS.firstFailureAt]: String(dl.firstFailureAt),
     [DLQ_HEADERS.lastFailureAt]: String(dl.lastFailureAt),
-    [DLQ_HEADERS.consumerGroup]: dl.consumerGroup,
-    [DLQ_HEADERS.host]: host,
+    [DLQ_HEADERS.consumerGroup]: truncateUtf8(dl.consumerGroup, DLQ_NAME_MAX_BYTES),
+    [DLQ_HEADERS.host]: truncateUtf8(host, DLQ_NAME_MAX_BYTES),
   };
   return { key: m.key, value: m.value, headers };
 }
 
 /**
- * Publishes the original bytes and key to `<topic>.dlq` with triage headers (see {@link dlqMessage}). acks=all: it
- * returns only once the DLQ record is durable, so the caller may then commit past the original.
+ * Publishes the original bytes and key to `<topic>.dlq` with triage headers (see {@link dlqMessage}), uncompressed,
+ * or gzip-compressed when the DLQ refuses it as too large (see {@link sendWithinLimit}; the DLQ's own limit is
+ * raised by {@link alignDlqLimits}). acks=all: it returns only once the DLQ record is durable, so the caller may then
+ * commit past the original.
  */
 export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: DeadLetter): Promise<void> {
-  await producer.send({ topic: dlqTopicFor(m.topic), acks: -1, messages: [dlqMessage(m, dl)] });
+  await sendWithinLimit(producer, dlqTopicFor(m.topic), dlqMessage(m, dl));
+}
+
+/** The broker's answers to a record batch over the topic's max.message.bytes (Kafka protocol error codes 10, 18). */
+const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
+
+/**
+ * Sends one record (acks=all) uncompressed, and when the broker refuses it as larger than the topic's limit, once
+ * more gzip-compressed: a record that came compressed by its producer may exceed the limit uncompressed, while
+ * incompressible bytes near the limit grow under gzip. Used for DLQ records and for redriven ones.
+ * @throws the second refusal, or any other error of the send (kafkajs errors).
+ */
+async function sendWithinLimit(
+  producer: Producer,
+  topic: string,
+  message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
+): Promise<void> {
+  try {
+    await producer.send({ topic, acks: -1, messages: [message] });
+  } catch (e) {
+    if (!TOO_LARGE.has((e as { type?: string }).type ?? '')) throw e;
+    await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [message] });
+  }
+}
+
+/** kafkajs's ConfigSource for a topic's own (dynamic) setting (DescribeConfigs, KIP-226). */
+const TOPIC_CONFIG_SOURCE = 1;
+
+/**
+ * Raises each DLQ topic's `max.message.bytes` to {@link dlqLimitBytes} of its source topic's effective limit, where
+ * it is lower (a DLQ created by this version, an older one, an operator or a test harness), so a record its source
+ * accepted is never refused as a DLQ record (which would retry its partition forever). Reads both topics' settings
+ * (DescribeConfigs) and writes the DLQ's own settings back with the new limit (AlterConfigs replaces a topic's whole
+ * set: its other own settings are kept). Returns what it changed. A cluster that refuses the change (no ALTER_CONFIGS
+ * ACL) is logged as a warning naming the setting to make, not thrown: the service still runs.
+ * @param pairs source topic and its DLQ, physical names.
+ * @throws whatever DescribeConfigs throws (kafkajs errors) when the topics cannot be read.
+ */
+export async function alignDlqLimits(
+  admin: Admin,
+  pairs: Array<{ source: string; dlq: string }>,
+  logger: Logger,
+): Promise<Array<{ dlq: string; from: number; to: number }>> {
+  if (pairs.length === 0) return [];
+  const names = [...new Set(pairs.flatMap((p) => [p.source, p.dlq]))];
+  const described = await admin.describeConfigs({
+    includeSynonyms: false,
+    resources: names.map((name) => ({ type: ConfigResourceTypes.TOPIC, name })),
+  });
+  const settings = new Map(described.resources.map((r) => [r.resourceName, r.configEntries]));
+  const limitOf = (topic: string) =>
+    Number(settings.get(topic)?.find((e) => e.configName === 'max.message.bytes')?.configValue);
+  const changed: Array<{ dlq: string; from: number; to: number }> = [];
+  for (const { source, dlq } of pairs) {
+    const [have, sourceLimit] = [limitOf(dlq), limitOf(source)];
+    if (!Number.isFinite(have) || !Number.isFinite(sourceLimit)) continue;
+    const want = dlqLimitBytes(sourceLimit);
+    if (have >= want) continue;
+    const own = (settings.get(dlq) ?? [])
+      .filter((e) => e.configSource === TOPIC_CONFIG_SOURCE && e.configName !== 'max.message.bytes')
+      .map((e) => ({ name: e.configName, value: e.configValue }));
+    try {
+      await admin.alterConfigs({
+        validateOnly: false,
+        resources: [
+          {
+            type: ConfigResourceTypes.TOPIC,
+            name: dlq,
+            configEntries: [...own, { name: 'max.message.bytes', value: String(want) }],
+          },
+        ],
+      });
+      changed.push({ dlq, from: have, to: want });
+      logger.info(
+        { dlq, source, from: have, to: want },
+        'DLQ topic max.message.bytes raised above its source',
+      );
+    } catch (err) {
+      logger.warn(
+        { err, dlq, source, have, want },
+        `cannot raise ${dlq}'s max.message.bytes to ${want}: a record near ${source}'s limit cannot be dead-lettered and is retried in place; set it on the topic`,
+      );
+    }
+  }
+  return changed;
 }
 
 export interface RedriveFilter {
@@ -216,10 +352,10 @@ export async function redrive(
         if (action === 'REDRIVEN') {
           const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
           kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
-          await opts.producer.send({
-            topic: original!,
-            acks: -1,
-            messages: [{ key: message.key, value: message.value, headers: kept }],
+          await sendWithinLimit(opts.producer, original!, {
+            key: message.key,
+            value: message.value,
+            headers: kept,
           });
         }
         const { topic, ...entry } = ledgerMessage(codec, {

@@ -46,6 +46,11 @@ export {
   dlqRecordId,
   header,
   DLQ_HEADERS,
+  DLQ_ERROR_MESSAGE_MAX_BYTES,
+  DLQ_HEADROOM_BYTES,
+  dlqLimitBytes,
+  alignDlqLimits,
+  truncateUtf8,
 } from './dlq';
 export {
   DLQ_LEDGER_TOPIC,

@@ -34,6 +34,7 @@ import {
   type TopicSpec,
   connectUntilAnswered,
   taskTopicOf,
+  alignDlqLimits,
 } from '@keyflow/kafka';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
@@ -73,6 +74,9 @@ import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
 import { TimerQueue, type DueTimer } from './timers';
+
+/** The engine's input topics (logical): what it consumes, and what it dead-letters into `<topic>.dlq`. */
+const ENGINE_INPUTS = ['wf.requests', 'task.results'] as const;
 
 /** The spans of one engine batch (see Engine.tracedBatch). */
 interface BatchSpans {
@@ -195,8 +199,7 @@ export class Engine {
         partitions: n,
         configs: { 'cleanup.policy': 'compact', 'min.compaction.lag.ms': '60000' },
       },
-      { topic: 'wf.requests.dlq', partitions: 1 },
-      { topic: 'task.results.dlq', partitions: 1 },
+      ...ENGINE_INPUTS.map((t) => ({ topic: dlqTopicFor(t), partitions: 1 })),
       ...[...taskTypes].flatMap((t) => [
         { topic: taskTopicOf(t), partitions: cfg.TASK_PARTITIONS },
         { topic: dlqTopicFor(taskTopicOf(t)), partitions: 1 },
@@ -230,6 +233,15 @@ export class Engine {
       await ensureTopics(
         admin,
         specs.map((s) => ({ ...s, ...this.codec.replication(s.topic), topic: this.codec.physical(s.topic) })),
+      );
+      // Every record the engine's inputs accept must fit in their DLQs (which the engine writes) with triage headers.
+      await alignDlqLimits(
+        admin,
+        ENGINE_INPUTS.map((t) => ({
+          source: this.codec.physical(t),
+          dlq: dlqTopicFor(this.codec.physical(t)),
+        })),
+        this.logger,
       );
       await assertCoPartitioned(
         admin,

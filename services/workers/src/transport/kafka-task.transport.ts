@@ -18,6 +18,7 @@ import {
   type RedisPersistence,
 } from '@keyflow/idempotency';
 import {
+  alignDlqLimits,
   BatchingProducer,
   createIdempotentProducer,
   createKafka,
@@ -175,6 +176,12 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
           { topic: dlqTopicFor(codec.physical(t)), partitions: 1, ...codec.replication(t) },
         ]),
       ]);
+      // Every command its task topic accepts must fit in the DLQ with its triage headers.
+      await alignDlqLimits(
+        admin,
+        taskTopics.map((t) => ({ source: codec.physical(t), dlq: dlqTopicFor(codec.physical(t)) })),
+        this.log,
+      );
     } finally {
       await admin.disconnect();
     }

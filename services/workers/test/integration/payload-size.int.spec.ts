@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import type { KafkaMessage } from 'kafkajs';
 import { IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
-import { DLQ_HEADERS, header } from '@keyflow/kafka';
+import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
+import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { Collector, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
 import type { StoredOutcome } from '../../src/runtime/task-executor';
@@ -163,11 +164,28 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
     await reader.run({ eachMessage: async ({ message }) => dlq.push(message) });
     const records = await dlq.wait(sent.length, 60_000);
-    await reader.disconnect();
     records.forEach((r, i) => {
       expect(r.key?.toString()).toBe('huge');
       expect(r.value!.equals(sent[i])).toBe(true);
       expect(header(r.headers, DLQ_HEADERS.errorClass)).toBe('MissingMagicByteError');
+    });
+    // A redrive puts them back on their topic as they were (still undecodable: they come back to the DLQ again).
+    const producer = h.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    const report = await redrive(h.ns.kafka, {
+      dlqTopic: `${topic}.dlq`,
+      filter: { key: 'huge' },
+      producer,
+      logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec: h.codec, handledBy: 'payload-size-test' },
+    });
+    await producer.disconnect();
+    expect(report.moved).toBe(sent.length);
+    const again = (await dlq.wait(2 * sent.length, 60_000)).slice(sent.length);
+    await reader.disconnect();
+    again.forEach((r, i) => {
+      expect(r.value!.equals(sent[i])).toBe(true);
+      expect(header(r.headers, DLQ_HEADERS.redriveCount)).toBe('1');
     });
     expect((await health()).status).toBe(200);
   });

@@ -1,0 +1,67 @@
+import {
+  DLQ_ERROR_MESSAGE_MAX_BYTES,
+  DLQ_HEADROOM_BYTES,
+  dlqLimitBytes,
+  dlqMessage,
+  messageBytes,
+  truncateUtf8,
+} from '../../src';
+
+describe('a DLQ record', () => {
+  const original = {
+    topic: 't.task.x',
+    partition: 2,
+    offset: '41',
+    key: Buffer.from('run-1'),
+    value: Buffer.alloc(10_000, 1),
+    headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+  };
+  const failure = (over: Partial<Parameters<typeof dlqMessage>[1]> = {}) => ({
+    errorClass: 'Boom',
+    errorMessage: 'bad',
+    attempts: 3,
+    firstFailureAt: 1,
+    lastFailureAt: 2,
+    consumerGroup: 'g',
+    ...over,
+  });
+
+  it('exceeds its original by a bounded number of bytes, however long the error message and names are', () => {
+    const huge = 'é'.repeat(1_000_000);
+    const dl = dlqMessage(
+      original,
+      failure({ errorClass: huge, errorMessage: huge, errorCode: huge, consumerGroup: huge }),
+      huge,
+    );
+    const added = messageBytes(dl) - messageBytes(original);
+    expect(added).toBeLessThanOrEqual(4 * 1024);
+    expect(added + 61).toBeLessThan(DLQ_HEADROOM_BYTES); // plus a record batch's header
+    expect(dl.value).toBe(original.value);
+    expect(dl.headers.traceparent).toBe(original.headers.traceparent);
+  });
+
+  it('keeps a short error message as it is', () => {
+    expect(dlqMessage(original, failure()).headers['x-dlq-error-message']).toBe('bad');
+  });
+
+  it('needs a DLQ topic limit above twice its source topic limit', () => {
+    expect(dlqLimitBytes(1_048_588)).toBe(2 * 1_048_588 + DLQ_HEADROOM_BYTES);
+  });
+});
+
+describe('truncateUtf8', () => {
+  it('cuts at a character boundary within the byte bound and marks the cut', () => {
+    const s = 'a😀'.repeat(1_000); // 5 bytes each
+    const t = truncateUtf8(s, DLQ_ERROR_MESSAGE_MAX_BYTES);
+    expect(Buffer.byteLength(t)).toBeLessThanOrEqual(DLQ_ERROR_MESSAGE_MAX_BYTES);
+    expect(t.endsWith('…')).toBe(true);
+    // No lone surrogate: the text survives a UTF-8 round trip unchanged.
+    expect(Buffer.from(t).toString()).toBe(t);
+    expect(s.startsWith(t.slice(0, -1))).toBe(true);
+  });
+
+  it('leaves text within the bound alone', () => {
+    expect(truncateUtf8('héllo', 6)).toBe('héllo');
+    expect(truncateUtf8('héllo', 5)).toBe('h…');
+  });
+});
