@@ -67,4 +67,35 @@ describe('a watched producer', () => {
     await expect(p.send({ topic, messages: [{ value: 'x' }] })).rejects.toThrow();
     expect(failures).toEqual([]);
   });
+
+  it('a request refused for one partition (too large) loses nothing the broker wrote for another, nor what follows there', async () => {
+    const [topic] = await ns.createTopics({
+      name: 'mixed',
+      numPartitions: 2,
+      configEntries: [{ name: 'max.message.bytes', value: '1024' }],
+    });
+    const p = createIdempotentProducer(ns.kafka);
+    await p.connect();
+    try {
+      // One request to one broker: partition 0 refused as too large, partition 1 written.
+      const err = await p
+        .send({
+          topic,
+          acks: -1,
+          messages: [
+            { partition: 0, value: Buffer.alloc(4096, 1) },
+            { partition: 1, value: 'first' },
+          ],
+        })
+        .catch((e) => e);
+      expect(err).toMatchObject({ type: 'MESSAGE_TOO_LARGE' });
+      // The next record for partition 1 must be written too (not taken by the broker for a duplicate of the first).
+      await p.send({ topic, acks: -1, messages: [{ partition: 1, value: 'second' }] });
+      const offsets = await (await ns.getAdmin()).fetchTopicOffsets(topic);
+      const high = Object.fromEntries(offsets.map((o) => [o.partition, o.high]));
+      expect(high).toEqual({ 0: '0', 1: '2' });
+    } finally {
+      await p.disconnect();
+    }
+  });
 });
