@@ -95,7 +95,9 @@ export class BatchingProducer {
   /**
    * Sends `messages` to `topic` in order, in as many requests as the bounds need; resolves once every one is
    * acknowledged (acks=all), rejects with the first failure (then the group's messages not sent yet are dropped, so
-   * sending the group again keeps its order). One promise for all: cheaper than a `send` each.
+   * sending the group again keeps its order). A request refused for one partition may have written its other
+   * partitions' messages: sending the group again repeats those (at least once; readers dedupe by event id). One
+   * promise for all: cheaper than a `send` each.
    */
   sendAll(topic: string, messages: Message[]): Promise<void> {
     if (messages.length === 0) return Promise.resolve();

@@ -10,7 +10,12 @@ import { KeyflowError } from '@keyflow/errors';
  *   partition assigned once, every request of an attempt settled before the retry. Also: the sends of one
  *   idempotent producer run one at a time (a failed request rolls back sequence numbers the broker may have used;
  *   a concurrent send taking one was acknowledged as a duplicate and lost), and a partition the topic does not
- *   have is refused before anything is sent (it was dropped silently).
+ *   have is refused before anything is sent (it was dropped silently). And: a produce response with an error for
+ *   some partitions (one refused as too large) rolled every partition's sequence numbers back, also those the
+ *   broker wrote; the broker then took the next batch of the same length for such a partition for a duplicate and
+ *   dropped it, acknowledged (KIP-98 sequence checks). Patched: the written partitions keep their sequence numbers
+ *   and count as written; protocol/requests/produce/v3/response.js (the parser of produce v3 to v7) hands the
+ *   sender the whole response with the error.
  * - consumer/filterAbortedMessages.js: read_committed took the broker's aborted-transaction list as ordered by first
  *   offset and entered one per record, so with interleaved transactions of several producers a record of an
  *   aborted one was delivered (KIP-98). Patched: ordered by first offset, every begun one entered. Also: only a
@@ -24,6 +29,7 @@ export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
   'consumer/filterAbortedMessages.js': 'keyflow patch (kafkajs read_committed)',
   'producer/groupMessagesPerPartition.js': 'keyflow patch (kafkajs PR 1576)',
+  'protocol/requests/produce/v3/response.js': 'keyflow patch (produce partial)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
