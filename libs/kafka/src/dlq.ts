@@ -20,6 +20,8 @@ import {
   type LedgerCodec,
 } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
+import { retryWhileTopicsSettle } from './topics';
+import { canCompressZstd } from './codecs';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
 export const DLQ_HEADERS = {
@@ -66,7 +68,7 @@ export function header(headers: IHeaders | undefined, name: string): string | un
 
 /** Longest x-dlq-error-message, in UTF-8 bytes (a longer message is cut at a character boundary, with "…"). */
 export const DLQ_ERROR_MESSAGE_MAX_BYTES = 2_000;
-/** Longest x-dlq-consumer-group and x-dlq-host, in UTF-8 bytes. */
+/** Longest x-dlq-error-class, x-dlq-error-code, x-dlq-consumer-group and x-dlq-host, in UTF-8 bytes. */
 const DLQ_NAME_MAX_BYTES = 255;
 
 /**
@@ -76,23 +78,26 @@ const DLQ_NAME_MAX_BYTES = 255;
 export const DLQ_HEADROOM_BYTES = 16 * 1024;
 
 /**
- * The `max.message.bytes` a DLQ topic needs so that every record its source topic accepts fits in it as a DLQ record,
- * in bytes: twice the source's limit plus {@link DLQ_HEADROOM_BYTES}. A DLQ record is the original key, value and
- * headers plus the triage headers, re-compressed with gzip; the broker's limit applies to the compressed batch (Kafka
- * docs, topic config `max.message.bytes`), and a source batch compressed by a stronger codec (zstd, as librdkafka and
- * the Java client can produce) may be larger under gzip: twice leaves it that room. A record that still does not fit
- * is refused by the DLQ and retried in place (the consumer names it in /health after 30 s), never dropped.
+ * The `max.message.bytes` a DLQ topic gets, in bytes: twice its source topic's limit plus {@link DLQ_HEADROOM_BYTES}.
+ * A DLQ record is the original key, value and headers plus the triage headers, sent uncompressed or, when refused,
+ * compressed (the worker: gzip, then zstd where Node can; the engine: gzip, in its transactions). The broker's limit
+ * applies to the (compressed) record batch (Kafka docs, topic config `max.message.bytes`). Every record its source
+ * accepted uncompressed fits; one its producer compressed (zstd or lz4 from librdkafka or the Java client) fits when
+ * gzip brings it within twice the source's limit. One that still does not fit (gzip finds repeats only within 32
+ * KiB, zstd across megabytes) is refused by the DLQ: its consumer retries it in place and /health names it after
+ * 30 s; it is neither skipped nor dropped. Not a guarantee for every input: a bound chosen against typical data.
  */
 export const dlqLimitBytes = (sourceMaxMessageBytes: number) =>
   2 * sourceMaxMessageBytes + DLQ_HEADROOM_BYTES;
 
 /**
- * `s` cut to at most `maxBytes` bytes of UTF-8 at a character boundary (never half a surrogate pair), with "…"
- * appended when cut (counted in the bound).
+ * `s` cut to at most `maxBytes` bytes of UTF-8 at a code point boundary (never half a surrogate pair), with "…"
+ * appended when cut (counted in the bound; left out when `maxBytes` < 3).
  */
 export function truncateUtf8(s: string, maxBytes: number): string {
   if (Buffer.byteLength(s) <= maxBytes) return s;
-  const room = maxBytes - 3; // "…" is 3 bytes
+  const mark = maxBytes >= 3 ? '…' : ''; // 3 bytes: left out under a bound it does not fit in
+  const room = maxBytes - Buffer.byteLength(mark);
   let bytes = 0;
   let end = 0;
   for (const ch of s) {
@@ -101,7 +106,7 @@ export function truncateUtf8(s: string, maxBytes: number): string {
     bytes += n;
     end += ch.length;
   }
-  return `${s.slice(0, end)}…`;
+  return `${s.slice(0, end)}${mark}`;
 }
 
 /**
@@ -144,23 +149,33 @@ export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: Dead
 
 /** The broker's answers to a record batch over the topic's max.message.bytes (Kafka protocol error codes 10, 18). */
 const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
+const isTooLarge = (e: unknown) => TOO_LARGE.has((e as { type?: string })?.type ?? '');
 
 /**
- * Sends one record (acks=all) uncompressed, and when the broker refuses it as larger than the topic's limit, once
- * more gzip-compressed: a record that came compressed by its producer may exceed the limit uncompressed, while
- * incompressible bytes near the limit grow under gzip. Used for DLQ records and for redriven ones.
- * @throws the second refusal, or any other error of the send (kafkajs errors).
+ * Sends one record (acks=all) uncompressed; when the broker refuses it as larger than the topic's limit, gzip-
+ * compressed; when refused again and this Node can compress zstd (node:zlib from Node 22.15), zstd-compressed. A
+ * record that came compressed by its producer may exceed the limit uncompressed, while incompressible bytes near the
+ * limit grow under gzip. Used for DLQ records and for redriven ones.
+ * @throws the last refusal (a KafkaJSProtocolError of type MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE), or any other
+ *   error of the send (kafkajs errors).
  */
 async function sendWithinLimit(
   producer: Producer,
   topic: string,
   message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
 ): Promise<void> {
-  try {
-    await producer.send({ topic, acks: -1, messages: [message] });
-  } catch (e) {
-    if (!TOO_LARGE.has((e as { type?: string }).type ?? '')) throw e;
-    await producer.send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [message] });
+  const codecs = [
+    CompressionTypes.None,
+    CompressionTypes.GZIP,
+    ...(canCompressZstd() ? [CompressionTypes.ZSTD] : []),
+  ];
+  for (let i = 0; ; i++) {
+    try {
+      await producer.send({ topic, acks: -1, compression: codecs[i], messages: [message] });
+      return;
+    } catch (e) {
+      if (!isTooLarge(e) || i === codecs.length - 1) throw e;
+    }
   }
 }
 
@@ -172,10 +187,11 @@ const TOPIC_CONFIG_SOURCE = 1;
  * it is lower (a DLQ created by this version, an older one, an operator or a test harness), so a record its source
  * accepted is never refused as a DLQ record (which would retry its partition forever). Reads both topics' settings
  * (DescribeConfigs) and writes the DLQ's own settings back with the new limit (AlterConfigs replaces a topic's whole
- * set: its other own settings are kept). Returns what it changed. A cluster that refuses the change (no ALTER_CONFIGS
- * ACL) is logged as a warning naming the setting to make, not thrown: the service still runs.
+ * set: its other own settings are kept; a change an operator makes between the two reads is overwritten). Returns
+ * what it changed. Never throws: settings it cannot read (no DESCRIBE_CONFIGS permission, after the metadata retries
+ * of {@link retryWhileTopicsSettle}) or change (no ALTER_CONFIGS) are logged as warnings naming the setting to make,
+ * and the service runs on. New DLQ topics are created with the limit already (see {@link dlqLimitBytes}).
  * @param pairs source topic and its DLQ, physical names.
- * @throws whatever DescribeConfigs throws (kafkajs errors) when the topics cannot be read.
  */
 export async function alignDlqLimits(
   admin: Admin,
@@ -184,10 +200,22 @@ export async function alignDlqLimits(
 ): Promise<Array<{ dlq: string; from: number; to: number }>> {
   if (pairs.length === 0) return [];
   const names = [...new Set(pairs.flatMap((p) => [p.source, p.dlq]))];
-  const described = await admin.describeConfigs({
-    includeSynonyms: false,
-    resources: names.map((name) => ({ type: ConfigResourceTypes.TOPIC, name })),
-  });
+  let described: Awaited<ReturnType<Admin['describeConfigs']>>;
+  try {
+    // A broker whose metadata lags the topics' creation answers UNKNOWN_TOPIC_OR_PARTITION for a while.
+    described = await retryWhileTopicsSettle(() =>
+      admin.describeConfigs({
+        includeSynonyms: false,
+        resources: names.map((name) => ({ type: ConfigResourceTypes.TOPIC, name })),
+      }),
+    );
+  } catch (err) {
+    logger.warn(
+      { err, topics: names },
+      "cannot read the DLQ topics' settings (DescribeConfigs): their max.message.bytes is left as it is",
+    );
+    return [];
+  }
   const settings = new Map(described.resources.map((r) => [r.resourceName, r.configEntries]));
   const limitOf = (topic: string) =>
     Number(settings.get(topic)?.find((e) => e.configName === 'max.message.bytes')?.configValue);
@@ -252,6 +280,11 @@ export interface RedriveReport {
   noOriginalTopic: number;
   /** Matching records the ledger says were handled before (left alone unless `includeHandled`). */
   alreadyHandled: number;
+  /**
+   * Matching records their original topic refused as larger than its max.message.bytes, also compressed: left
+   * pending (raise the topic's limit, then redrive again), the redrive goes on with the next record.
+   */
+  tooLarge: number;
   dryRun: boolean;
   action: DlqAction;
 }
@@ -320,6 +353,7 @@ export async function redrive(
     skipped: 0,
     noOriginalTopic: 0,
     alreadyHandled: 0,
+    tooLarge: 0,
     dryRun,
     action,
   };
@@ -352,11 +386,21 @@ export async function redrive(
         if (action === 'REDRIVEN') {
           const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
           kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
-          await sendWithinLimit(opts.producer, original!, {
-            key: message.key,
-            value: message.value,
-            headers: kept,
-          });
+          try {
+            await sendWithinLimit(opts.producer, original!, {
+              key: message.key,
+              value: message.value,
+              headers: kept,
+            });
+          } catch (e) {
+            if (!isTooLarge(e)) throw e;
+            report.tooLarge++;
+            opts.logger.warn(
+              { dlqTopic, partition, offset: message.offset, original, err: (e as Error).message },
+              'DLQ record too large for its original topic, also compressed: left pending',
+            );
+            return;
+          }
         }
         const { topic, ...entry } = ledgerMessage(codec, {
           dlqTopic,

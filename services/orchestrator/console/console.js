@@ -519,7 +519,10 @@ async function act(topic, body) {
   const verb = body.action === 'discard' ? 'Discard' : 'Redrive';
   if (!confirm(`${verb} ${dry.moved} record(s): ${describeFilter(body)}?`)) return;
   const done = await call(path, { method: 'POST', body: JSON.stringify({ ...body, limit: dry.moved }) });
-  setStatus(`${body.action === 'discard' ? 'discarded' : 'redriven'}: ${done.moved} record(s)`);
+  setStatus(
+    `${body.action === 'discard' ? 'discarded' : 'redriven'}: ${done.moved} record(s)` +
+      (done.tooLarge ? `; ${done.tooLarge} too large for their original topic, left pending` : ''),
+  );
   await render();
 }
 

@@ -142,6 +142,9 @@ export function dlqCommand(ctx: CliContext): Command {
               `${r.dryRun ? `would be ${name === 'redrive' ? 'redriven' : 'discarded'}` : name === 'redrive' ? 'redriven' : 'discarded'}: ` +
                 `${r.moved} of ${r.scanned} records (${r.skipped} did not match, ${r.alreadyHandled} handled before` +
                 (r.noOriginalTopic ? `, ${r.noOriginalTopic} without an original topic: discard them` : '') +
+                (r.tooLarge
+                  ? `, ${r.tooLarge} too large for their original topic: left pending, raise its max.message.bytes`
+                  : '') +
                 ')',
               ...Object.entries(r.byTopic).map(([t, n]) => `  -> ${ctx.logical(t) ?? t}: ${n}`),
             ].join('\n'),

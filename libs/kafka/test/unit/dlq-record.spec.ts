@@ -64,4 +64,10 @@ describe('truncateUtf8', () => {
     expect(truncateUtf8('héllo', 6)).toBe('héllo');
     expect(truncateUtf8('héllo', 5)).toBe('h…');
   });
+
+  it('never exceeds a bound too small for the mark', () => {
+    for (const max of [0, 1, 2])
+      expect(Buffer.byteLength(truncateUtf8('héllo', max))).toBeLessThanOrEqual(max);
+    expect(truncateUtf8('héllo', 2)).toBe('h');
+  });
 });

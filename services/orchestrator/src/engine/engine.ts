@@ -35,6 +35,7 @@ import {
   connectUntilAnswered,
   taskTopicOf,
   alignDlqLimits,
+  dlqLimitBytes,
 } from '@keyflow/kafka';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
@@ -190,6 +191,8 @@ export class Engine {
       }
     }
     const n = cfg.ORCHESTRATOR_PARTITIONS;
+    // A DLQ holds every record its source accepted plus triage headers (see dlqLimitBytes).
+    const dlqConfigs = { 'max.message.bytes': String(dlqLimitBytes(cfg.KEYFLOW_MAX_MESSAGE_BYTES)) };
     return [
       { topic: 'wf.requests', partitions: n },
       { topic: 'task.results', partitions: n },
@@ -199,10 +202,10 @@ export class Engine {
         partitions: n,
         configs: { 'cleanup.policy': 'compact', 'min.compaction.lag.ms': '60000' },
       },
-      ...ENGINE_INPUTS.map((t) => ({ topic: dlqTopicFor(t), partitions: 1 })),
+      ...ENGINE_INPUTS.map((t) => ({ topic: dlqTopicFor(t), partitions: 1, configs: dlqConfigs })),
       ...[...taskTypes].flatMap((t) => [
         { topic: taskTopicOf(t), partitions: cfg.TASK_PARTITIONS },
-        { topic: dlqTopicFor(taskTopicOf(t)), partitions: 1 },
+        { topic: dlqTopicFor(taskTopicOf(t)), partitions: 1, configs: dlqConfigs },
       ]),
     ];
   }

@@ -19,6 +19,7 @@ import {
 } from '@keyflow/idempotency';
 import {
   alignDlqLimits,
+  dlqLimitBytes,
   BatchingProducer,
   createIdempotentProducer,
   createKafka,
@@ -173,10 +174,16 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
         },
         ...taskTopics.flatMap((t) => [
           { topic: codec.physical(t), partitions: this.cfg.WORKER_TASK_PARTITIONS, ...codec.replication(t) },
-          { topic: dlqTopicFor(codec.physical(t)), partitions: 1, ...codec.replication(t) },
+          {
+            topic: dlqTopicFor(codec.physical(t)),
+            partitions: 1,
+            ...codec.replication(t),
+            configs: { 'max.message.bytes': String(dlqLimitBytes(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES)) },
+          },
         ]),
       ]);
-      // Every command its task topic accepts must fit in the DLQ with its triage headers.
+      // Every command its task topic accepts must fit in the DLQ with its triage headers (DLQs made before, or by
+      // others, included).
       await alignDlqLimits(
         admin,
         taskTopics.map((t) => ({ source: codec.physical(t), dlq: dlqTopicFor(codec.physical(t)) })),
