@@ -15,7 +15,11 @@ import { KeyflowError } from '@keyflow/errors';
  *   broker wrote; the broker then took the next batch of the same length for such a partition for a duplicate and
  *   dropped it, acknowledged (KIP-98 sequence checks). Patched: the written partitions keep their sequence numbers
  *   and count as written; protocol/requests/produce/v3/response.js (the parser of produce v3 to v7) hands the
- *   sender the whole response with the error.
+ *   sender the whole response with the error, names a retriable error first when a response has several (a
+ *   partition that may have been written, NOT_ENOUGH_REPLICAS_AFTER_APPEND, is then sent again with the same
+ *   sequence numbers and settled, before a refusal for good fails the send), and takes DUPLICATE_SEQUENCE_NUMBER
+ *   (46) for written, as the Java producer does. Of the requests of one attempt, a retriable failure is thrown first
+ *   for the same reason.
  * - consumer/filterAbortedMessages.js: read_committed took the broker's aborted-transaction list as ordered by first
  *   offset and entered one per record, so with interleaved transactions of several producers a record of an
  *   aborted one was delivered (KIP-98). Patched: ordered by first offset, every begun one entered. Also: only a

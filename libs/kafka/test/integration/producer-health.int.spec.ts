@@ -69,31 +69,37 @@ describe('a watched producer', () => {
   });
 
   it('a request refused for one partition (too large) loses nothing the broker wrote for another, nor what follows there', async () => {
+    // Four partitions: on a cluster of up to three brokers two of them share a leader, so one request carries both.
     const [topic] = await ns.createTopics({
       name: 'mixed',
-      numPartitions: 2,
+      numPartitions: 4,
       configEntries: [{ name: 'max.message.bytes', value: '1024' }],
     });
+    const admin = await ns.getAdmin();
+    const [md] = (await admin.fetchTopicMetadata({ topics: [topic] })).topics;
+    const byLeader = new Map<number, number[]>();
+    for (const p of md.partitions) byLeader.set(p.leader, [...(byLeader.get(p.leader) ?? []), p.partitionId]);
+    const [refused, written] = [...byLeader.values()].find((ps) => ps.length >= 2)!;
     const p = createIdempotentProducer(ns.kafka);
     await p.connect();
     try {
-      // One request to one broker: partition 0 refused as too large, partition 1 written.
+      // One request to one broker: `refused` refused as too large, `written` written.
       const err = await p
         .send({
           topic,
           acks: -1,
           messages: [
-            { partition: 0, value: Buffer.alloc(4096, 1) },
-            { partition: 1, value: 'first' },
+            { partition: refused, value: Buffer.alloc(4096, 1) },
+            { partition: written, value: 'first' },
           ],
         })
         .catch((e) => e);
       expect(err).toMatchObject({ type: 'MESSAGE_TOO_LARGE' });
-      // The next record for partition 1 must be written too (not taken by the broker for a duplicate of the first).
-      await p.send({ topic, acks: -1, messages: [{ partition: 1, value: 'second' }] });
-      const offsets = await (await ns.getAdmin()).fetchTopicOffsets(topic);
+      // The next record for `written` must be written too (not taken by the broker for a duplicate of the first).
+      await p.send({ topic, acks: -1, messages: [{ partition: written, value: 'second' }] });
+      const offsets = await admin.fetchTopicOffsets(topic);
       const high = Object.fromEntries(offsets.map((o) => [o.partition, o.high]));
-      expect(high).toEqual({ 0: '0', 1: '2' });
+      expect({ refused: high[refused], written: high[written] }).toEqual({ refused: '0', written: '2' });
     } finally {
       await p.disconnect();
     }
