@@ -2,9 +2,11 @@ import type { KafkaMessage, Producer } from 'kafkajs';
 import { createLogger } from '@keyflow/observability';
 import { Collector, TestNamespace } from '@keyflow/testing';
 import { EventCodec } from '@keyflow/contracts';
+import { randomBytes } from 'node:crypto';
 import {
   createIdempotentProducer,
   dlqMessage,
+  sendToDlq,
   dlqTopicFor,
   readDlqLedger,
   redrive,
@@ -139,5 +141,71 @@ describe('redrive of a DLQ written inside Kafka transactions (as the orchestrato
     expect(again).toMatchObject({ scanned: 4, moved: 0, alreadyHandled: 4 });
     const [{ high: after }] = await admin.fetchTopicOffsets(original);
     expect(Number(after)).toBe(4);
+  });
+});
+
+describe('redrive of a record at the size limit of its topic', () => {
+  const ns = new TestNamespace('redrive-limit');
+  const codec = new EventCodec({
+    registryUrl: process.env.SCHEMA_REGISTRY_URL!,
+    topicPrefix: `${ns.prefix}.`,
+  });
+  afterAll(() => ns.cleanup());
+
+  it('puts back a record its topic accepted at exactly its limit (incompressible bytes), without the redrive count if that does not fit', async () => {
+    const [original, dlq] = await ns.createTopics(
+      { name: 'tight', numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '2048' }] },
+      { name: 'tight.dlq', numPartitions: 1, configEntries: [{ name: 'max.message.bytes', value: '8192' }] },
+    );
+    const producer = createIdempotentProducer(ns.kafka);
+    await producer.connect();
+    try {
+      // The largest random value the topic accepts: found by asking the broker, so the test holds for any overhead.
+      let value = randomBytes(2048);
+      for (;;) {
+        const ok = await producer
+          .send({ topic: original, acks: -1, messages: [{ key: 'k', value }] })
+          .then(() => true)
+          .catch(() => false);
+        if (ok) break;
+        value = value.subarray(0, value.length - 1);
+      }
+      await sendToDlq(
+        producer,
+        {
+          topic: original,
+          partition: 0,
+          offset: '0',
+          key: Buffer.from('k'),
+          value,
+          headers: {},
+          timestamp: '0',
+        },
+        {
+          errorClass: 'Boom',
+          errorMessage: 'test',
+          attempts: 1,
+          firstFailureAt: 1,
+          lastFailureAt: 1,
+          consumerGroup: 'g',
+        },
+      );
+      const report = await redrive(ns.kafka, {
+        dlqTopic: dlq,
+        producer,
+        logger: createLogger('redrive-test', { level: 'silent' }),
+        ledger: { codec, handledBy: 'redrive-test' },
+      });
+      expect(report).toMatchObject({ moved: 1, tooLarge: 0 });
+      const got = new Collector<KafkaMessage>();
+      const reader = ns.kafka.consumer({ groupId: ns.groupId('reader') });
+      await reader.connect();
+      await reader.subscribe({ topic: original, fromBeginning: true });
+      await reader.run({ eachMessage: async ({ message }) => void got.push(message) });
+      const [first, again] = await got.wait(2).finally(() => reader.disconnect());
+      expect(again.value!.equals(first.value!)).toBe(true);
+    } finally {
+      await producer.disconnect();
+    }
   });
 });
