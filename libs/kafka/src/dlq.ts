@@ -281,8 +281,9 @@ export interface RedriveReport {
   /** Matching records the ledger says were handled before (left alone unless `includeHandled`). */
   alreadyHandled: number;
   /**
-   * Matching records their original topic refused as larger than its max.message.bytes, also compressed: left
-   * pending (raise the topic's limit, then redrive again), the redrive goes on with the next record.
+   * Matching records their original topic refused as larger than its max.message.bytes, also compressed and without
+   * the x-dlq-redrive-count header (a record at its topic's limit goes back without it): left pending (raise the
+   * topic's limit, then redrive again), the redrive goes on with the next record.
    */
   tooLarge: number;
   dryRun: boolean;
@@ -386,11 +387,13 @@ export async function redrive(
         if (action === 'REDRIVEN') {
           const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
           kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
+          const back = { key: message.key, value: message.value, headers: kept };
           try {
-            await sendWithinLimit(opts.producer, original!, {
-              key: message.key,
-              value: message.value,
-              headers: kept,
+            await sendWithinLimit(opts.producer, original!, back).catch(async (e: unknown) => {
+              if (!isTooLarge(e)) throw e;
+              // The record as its topic accepted it, without the redrive count that made it too large.
+              const { [DLQ_HEADERS.redriveCount]: _count, ...asAccepted } = kept;
+              await sendWithinLimit(opts.producer, original!, { ...back, headers: asAccepted });
             });
           } catch (e) {
             if (!isTooLarge(e)) throw e;

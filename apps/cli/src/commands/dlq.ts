@@ -137,6 +137,8 @@ export function dlqCommand(ctx: CliContext): Command {
             includeHandled: Boolean(o.includeHandled),
             ledger: { codec: ctx.requireCodec(), handledBy: handledBy('keyflow-cli'), reason: o.reason },
           });
+          // Records left pending because their topic refuses them: not a clean run, for scripts too.
+          if (report.tooLarge > 0) process.exitCode = 2;
           print(report, o.json, (r) =>
             [
               `${r.dryRun ? `would be ${name === 'redrive' ? 'redriven' : 'discarded'}` : name === 'redrive' ? 'redriven' : 'discarded'}: ` +
