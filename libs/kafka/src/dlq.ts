@@ -90,6 +90,14 @@ export const DLQ_HEADROOM_BYTES = 16 * 1024;
 export const dlqLimitBytes = (sourceMaxMessageBytes: number) =>
   2 * sourceMaxMessageBytes + DLQ_HEADROOM_BYTES;
 
+/** The topic setting that bounds a record batch, in bytes (Kafka docs, topic config `max.message.bytes`). */
+const MAX_MESSAGE_BYTES = 'max.message.bytes';
+
+/** The configs a DLQ topic is created with, for a source limit in bytes: `max.message.bytes` of {@link dlqLimitBytes}. */
+export const dlqTopicConfigs = (sourceMaxMessageBytes: number): Record<string, string> => ({
+  [MAX_MESSAGE_BYTES]: String(dlqLimitBytes(sourceMaxMessageBytes)),
+});
+
 /**
  * `s` cut to at most `maxBytes` bytes of UTF-8 at a code point boundary (never half a surrogate pair), with "…"
  * appended when cut (counted in the bound; left out when `maxBytes` < 3).
@@ -218,7 +226,7 @@ export async function alignDlqLimits(
   }
   const settings = new Map(described.resources.map((r) => [r.resourceName, r.configEntries]));
   const limitOf = (topic: string) =>
-    Number(settings.get(topic)?.find((e) => e.configName === 'max.message.bytes')?.configValue);
+    Number(settings.get(topic)?.find((e) => e.configName === MAX_MESSAGE_BYTES)?.configValue);
   const changed: Array<{ dlq: string; from: number; to: number }> = [];
   for (const { source, dlq } of pairs) {
     const [have, sourceLimit] = [limitOf(dlq), limitOf(source)];
@@ -226,7 +234,7 @@ export async function alignDlqLimits(
     const want = dlqLimitBytes(sourceLimit);
     if (have >= want) continue;
     const own = (settings.get(dlq) ?? [])
-      .filter((e) => e.configSource === TOPIC_CONFIG_SOURCE && e.configName !== 'max.message.bytes')
+      .filter((e) => e.configSource === TOPIC_CONFIG_SOURCE && e.configName !== MAX_MESSAGE_BYTES)
       .map((e) => ({ name: e.configName, value: e.configValue }));
     try {
       await admin.alterConfigs({
@@ -235,7 +243,7 @@ export async function alignDlqLimits(
           {
             type: ConfigResourceTypes.TOPIC,
             name: dlq,
-            configEntries: [...own, { name: 'max.message.bytes', value: String(want) }],
+            configEntries: [...own, { name: MAX_MESSAGE_BYTES, value: String(want) }],
           },
         ],
       });

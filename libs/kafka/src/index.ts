@@ -49,6 +49,7 @@ export {
   DLQ_ERROR_MESSAGE_MAX_BYTES,
   DLQ_HEADROOM_BYTES,
   dlqLimitBytes,
+  dlqTopicConfigs,
   alignDlqLimits,
   truncateUtf8,
 } from './dlq';

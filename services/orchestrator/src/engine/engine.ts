@@ -35,7 +35,7 @@ import {
   connectUntilAnswered,
   taskTopicOf,
   alignDlqLimits,
-  dlqLimitBytes,
+  dlqTopicConfigs,
 } from '@keyflow/kafka';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
@@ -192,7 +192,7 @@ export class Engine {
     }
     const n = cfg.ORCHESTRATOR_PARTITIONS;
     // A DLQ holds every record its source accepted plus triage headers (see dlqLimitBytes).
-    const dlqConfigs = { 'max.message.bytes': String(dlqLimitBytes(cfg.KEYFLOW_MAX_MESSAGE_BYTES)) };
+    const dlqConfigs = dlqTopicConfigs(cfg.KEYFLOW_MAX_MESSAGE_BYTES);
     return [
       { topic: 'wf.requests', partitions: n },
       { topic: 'task.results', partitions: n },

@@ -19,7 +19,7 @@ import {
 } from '@keyflow/idempotency';
 import {
   alignDlqLimits,
-  dlqLimitBytes,
+  dlqTopicConfigs,
   BatchingProducer,
   createIdempotentProducer,
   createKafka,
@@ -178,7 +178,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
             topic: dlqTopicFor(codec.physical(t)),
             partitions: 1,
             ...codec.replication(t),
-            configs: { 'max.message.bytes': String(dlqLimitBytes(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES)) },
+            configs: dlqTopicConfigs(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES),
           },
         ]),
       ]);
