@@ -86,14 +86,21 @@ export class OrchestratorHarness {
     this.codec = new EventCodec({ registryUrl: this.ns.infra.schemaRegistryUrl, topicPrefix: this.prefix });
   }
 
+  /** Set: the services' env leaves ORCHESTRATOR_GROUP_ID and WORKER_GROUP_ID unset (their defaults apply). */
+  defaultGroupIds = false;
+
   env(extra: Record<string, string> = {}): Record<string, string> {
     return {
       KAFKA_BROKERS: this.ns.infra.kafkaBrokers.join(','),
       SCHEMA_REGISTRY_URL: this.ns.infra.schemaRegistryUrl,
       REDIS_URL: this.ns.infra.redisUrl,
       KEYFLOW_TOPIC_PREFIX: this.prefix,
-      ORCHESTRATOR_GROUP_ID: this.ns.groupId('orchestrator'),
-      WORKER_GROUP_ID: this.ns.groupId('workers'),
+      ...(this.defaultGroupIds
+        ? {}
+        : {
+            ORCHESTRATOR_GROUP_ID: this.ns.groupId('orchestrator'),
+            WORKER_GROUP_ID: this.ns.groupId('workers'),
+          }),
       ORCHESTRATOR_PARTITIONS: '4',
       TASK_PARTITIONS: '4',
       WORKER_TASK_PARTITIONS: '4',
