@@ -12,6 +12,7 @@ export {
   type TopicSpec,
   type EffectiveReplication,
   DEFAULT_GROUP_IDS,
+  defaultGroupId,
   taskTopicOf,
   taskTypeOfTopic,
 } from './topics';
@@ -119,3 +120,4 @@ export { connectionSettingsFromEnv, type ConnectionSettings } from './connection
  */
 export { CompressionTypes, KafkaJSError, Partitioners } from 'kafkajs';
 export type { Consumer, EachBatchPayload, IHeaders, Kafka, Producer } from 'kafkajs';
+export { unsetWhenEmpty } from './settings';

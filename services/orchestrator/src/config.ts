@@ -2,25 +2,25 @@ import { BlobConfigSchema } from '@keyflow/blobs';
 import type { RegistryConnection } from '@keyflow/contracts';
 import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
-import { connectionSettingsFromEnv, DEFAULT_GROUP_IDS, type KafkaSecurity } from '@keyflow/kafka';
+import {
+  connectionSettingsFromEnv,
+  defaultGroupId,
+  unsetWhenEmpty,
+  type KafkaSecurity,
+} from '@keyflow/kafka';
 import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, LOOPBACK_ADDRESS, type ApiKeyEntry } from './api/auth';
 import { readFileSync } from 'node:fs';
 import { SettingsError } from '@keyflow/errors';
 
-/** A variable set to the empty string counts as unset (compose files pass unset variables through as ""). */
-const unsetWhenEmpty = z.preprocess(
-  (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
-  z.string().optional(),
-);
-
 /** Orchestrator configuration from the environment, validated at startup; every field is set after parsing. */
 const Schema = z.object({
   KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
   SCHEMA_REGISTRY_URL: z.string().url(),
   KEYFLOW_TOPIC_PREFIX: z.string().default(''),
-  ORCHESTRATOR_GROUP_ID: z.string().min(1).default(DEFAULT_GROUP_IDS.orchestrator),
+  /** Consumer group of the engine; its transactional ids are `<group>-p<n>` (default: defaultGroupId). */
+  ORCHESTRATOR_GROUP_ID: unsetWhenEmpty,
   /** Distinguishes instances: the read-model consumer group and the transactional ids' owner tag. */
   ORCHESTRATOR_INSTANCE_ID: z.string().min(1).default(`${process.pid}`),
   ORCHESTRATOR_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
@@ -136,7 +136,7 @@ const Schema = z.object({
   /** Consumer groups the lag monitor measures (comma-separated); default: this orchestrator's and the workers'. */
   ORCHESTRATOR_LAG_GROUPS: z.string().optional(),
   /** The workers' group id (the workers' WORKER_GROUP_ID), for the default of ORCHESTRATOR_LAG_GROUPS. */
-  WORKER_GROUP_ID: z.string().min(1).default(DEFAULT_GROUP_IDS.workers),
+  WORKER_GROUP_ID: unsetWhenEmpty,
   /** Blob store and size limits (libs/blobs config.ts). */
   ...BlobConfigSchema,
 });
@@ -147,7 +147,9 @@ export const lagGroups = (cfg: OrchestratorConfig) =>
     .map((g) => g.trim())
     .filter(Boolean) ?? [cfg.ORCHESTRATOR_GROUP_ID, cfg.WORKER_GROUP_ID];
 
-export type OrchestratorConfig = z.infer<typeof Schema> & {
+export type OrchestratorConfig = Omit<z.infer<typeof Schema>, 'ORCHESTRATOR_GROUP_ID' | 'WORKER_GROUP_ID'> & {
+  ORCHESTRATOR_GROUP_ID: string;
+  WORKER_GROUP_ID: string;
   brokers: string[];
   kafkaSecurity: KafkaSecurity;
   registry: RegistryConnection;
@@ -168,8 +170,11 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
     throw new OrchestratorConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
   const connections = connectionSettingsFromEnv(env, parsed.data.REDIS_URL || undefined);
   if ('issues' in connections) throw new OrchestratorConfigError(connections.issues);
+  const prefix = parsed.data.KEYFLOW_TOPIC_PREFIX;
   return {
     ...parsed.data,
+    ORCHESTRATOR_GROUP_ID: parsed.data.ORCHESTRATOR_GROUP_ID ?? defaultGroupId('orchestrator', prefix),
+    WORKER_GROUP_ID: parsed.data.WORKER_GROUP_ID ?? defaultGroupId('workers', prefix),
     ...connections,
     brokers: parsed.data.KAFKA_BROKERS.split(',')
       .map((b) => b.trim())

@@ -2,7 +2,12 @@ import { BlobConfigSchema } from '@keyflow/blobs';
 import type { RegistryConnection } from '@keyflow/contracts';
 import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
-import { connectionSettingsFromEnv, DEFAULT_GROUP_IDS, type KafkaSecurity } from '@keyflow/kafka';
+import {
+  connectionSettingsFromEnv,
+  defaultGroupId,
+  unsetWhenEmpty,
+  type KafkaSecurity,
+} from '@keyflow/kafka';
 import { SettingsError } from '@keyflow/errors';
 
 /**
@@ -14,7 +19,8 @@ const Schema = z.object({
   SCHEMA_REGISTRY_URL: z.string().url(),
   REDIS_URL: z.string().regex(/^rediss?:\/\//, 'a redis:// URL'),
   KEYFLOW_TOPIC_PREFIX: z.string().default(''),
-  WORKER_GROUP_ID: z.string().min(1).default(DEFAULT_GROUP_IDS.workers),
+  /** Consumer group of the task topics (default: defaultGroupId, `<KEYFLOW_TOPIC_PREFIX>keyflow.workers`). */
+  WORKER_GROUP_ID: unsetWhenEmpty,
   /** Task types to consume (comma-separated); default: every registered handler. */
   WORKER_TASK_TYPES: z.string().default(''),
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
@@ -50,7 +56,8 @@ const Schema = z.object({
   ...BlobConfigSchema,
 });
 
-export type WorkerConfig = z.infer<typeof Schema> & {
+export type WorkerConfig = Omit<z.infer<typeof Schema>, 'WORKER_GROUP_ID'> & {
+  WORKER_GROUP_ID: string;
   brokers: string[];
   taskTypes: string[];
   kafkaSecurity: KafkaSecurity;
@@ -83,6 +90,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
   if ('issues' in connections) throw new WorkerConfigError(connections.issues);
   return {
     ...c,
+    WORKER_GROUP_ID: c.WORKER_GROUP_ID ?? defaultGroupId('workers', c.KEYFLOW_TOPIC_PREFIX),
     ...connections,
     redis: connections.redis!, // REDIS_URL is required above
     brokers: c.KAFKA_BROKERS.split(',')

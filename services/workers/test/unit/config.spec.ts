@@ -15,6 +15,18 @@ describe('worker configuration', () => {
     expect(c.WORKER_SESSION_TIMEOUT_MS).toBe(30_000);
   });
 
+  it('derives the default group id from KEYFLOW_TOPIC_PREFIX; a set or blank WORKER_GROUP_ID behaves as given or unset', () => {
+    expect(loadWorkerConfig({ ...base, KEYFLOW_TOPIC_PREFIX: 'acme.' }).WORKER_GROUP_ID).toBe(
+      'acme.keyflow.workers',
+    );
+    expect(
+      loadWorkerConfig({ ...base, KEYFLOW_TOPIC_PREFIX: 'acme.', WORKER_GROUP_ID: ' ' }).WORKER_GROUP_ID,
+    ).toBe('acme.keyflow.workers');
+    expect(
+      loadWorkerConfig({ ...base, KEYFLOW_TOPIC_PREFIX: 'acme.', WORKER_GROUP_ID: 'mine' }).WORKER_GROUP_ID,
+    ).toBe('mine');
+  });
+
   it('refuses bad values at startup, naming every bad variable', () => {
     const err = (() => {
       try {
