@@ -1,4 +1,4 @@
-import { Kafka, logLevel, Partitioners, type KafkaConfig, type Producer } from 'kafkajs';
+import { Kafka, logLevel, Partitioners, type KafkaConfig, type LogEntry, type Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 // For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
 import './codecs';
@@ -11,6 +11,44 @@ const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.INFO]: 'info',
   [logLevel.DEBUG]: 'debug',
 };
+
+/**
+ * kafkajs error types of the broker's refusal of a record or batch over the topic's max.message.bytes (protocol
+ * error codes 10 and 18, https://kafka.apache.org/protocol#protocol_error_codes).
+ */
+export const TOO_LARGE_ERROR_TYPES: ReadonlySet<string> = new Set([
+  'MESSAGE_TOO_LARGE',
+  'RECORD_LIST_TOO_LARGE',
+]);
+
+/** Whether a send failed because the broker refused a record or batch as too large ({@link TOO_LARGE_ERROR_TYPES}). */
+export const isTooLarge = (e: unknown): boolean =>
+  TOO_LARGE_ERROR_TYPES.has((e as { type?: string })?.type ?? '');
+
+// kafkajs's error table (its protocol/error module) has no type declarations.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const kafkajsErrors = require('kafkajs/src/protocol/error') as {
+  errorCodes: Array<{ type: string; message: string }>;
+};
+/**
+ * kafkajs's texts of the refusals of {@link TOO_LARGE_ERROR_TYPES}, from kafkajs's own table. kafkajs logs such a refusal at
+ * error level (its connection and its producer) and throws it to the caller, which handles it: sendWithinLimit sends
+ * compressed, BatchingProducer splits, a refusal for good fails the caller's send and is reported there. So these
+ * lines go out as warnings: a send that then succeeds leaves no error in the log.
+ */
+const TOO_LARGE_TEXTS: ReadonlySet<string> = new Set(
+  kafkajsErrors.errorCodes.filter((e) => TOO_LARGE_ERROR_TYPES.has(e.type)).map((e) => e.message),
+);
+
+/** The level a kafkajs log line goes out at (see {@link TOO_LARGE_TEXTS}). */
+function levelOf(entry: LogEntry): 'error' | 'warn' | 'info' | 'debug' {
+  const level = LEVELS[entry.level] ?? 'info';
+  if (level !== 'error') return level;
+  const { message, error } = entry.log as { message: string; error?: unknown };
+  return TOO_LARGE_TEXTS.has(message) || (typeof error === 'string' && TOO_LARGE_TEXTS.has(error))
+    ? 'warn'
+    : level;
+}
 
 /**
  * A kafkajs client whose own logs go to our structured logger (WARN and above by default), connecting with
@@ -37,7 +75,7 @@ export function createKafka(
     retry: { retries: 8, initialRetryTime: 100, maxRetryTime: 5_000 },
     logCreator: () => (entry) => {
       const { message, ...extra } = entry.log;
-      logger[LEVELS[entry.level] ?? 'info']({ kafkajs: entry.namespace, ...extra }, message);
+      logger[levelOf(entry)]({ kafkajs: entry.namespace, ...extra }, message);
     },
     ...rest,
   });

@@ -22,6 +22,7 @@ import {
 import { lastStableOffsets, scanRanges } from './scan';
 import { retryWhileTopicsSettle } from './topics';
 import { canCompressZstd } from './codecs';
+import { isTooLarge } from './client';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
 export const DLQ_HEADERS = {
@@ -154,10 +155,6 @@ export function dlqMessage(
 export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: DeadLetter): Promise<void> {
   await sendWithinLimit(producer, dlqTopicFor(m.topic), dlqMessage(m, dl));
 }
-
-/** The broker's answers to a record batch over the topic's max.message.bytes (Kafka protocol error codes 10, 18). */
-const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
-const isTooLarge = (e: unknown) => TOO_LARGE.has((e as { type?: string })?.type ?? '');
 
 /**
  * Sends one record (acks=all) uncompressed; when the broker refuses it as larger than the topic's limit, gzip-

@@ -1,12 +1,12 @@
 import type { Producer } from 'kafkajs';
+import { TOO_LARGE_ERROR_TYPES } from './client';
 
 /**
  * kafkajs error types (broker error codes, https://kafka.apache.org/protocol#protocol_error_codes) that concern the
  * records of one request, not the producer: the producer stays usable after them, and the caller handles them.
  */
 const RECORD_ERROR_TYPES = new Set([
-  'MESSAGE_TOO_LARGE',
-  'RECORD_LIST_TOO_LARGE',
+  ...TOO_LARGE_ERROR_TYPES,
   'INVALID_RECORD',
   'CORRUPT_MESSAGE',
   'INVALID_TIMESTAMP',
