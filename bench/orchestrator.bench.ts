@@ -170,6 +170,17 @@ async function main() {
     console.log(
       `  CPU from the workers being ready to the last RunCompleted (one core = 100%; bench = this process, reading wf.events): ${drainSplit}`,
     );
+    // How many transactions the engine committed, and inputs per transaction (its own metric).
+    const scraped = await (await fetch(`${url}/metrics`)).text();
+    const figure = (series: string) =>
+      Number(
+        scraped.match(
+          new RegExp(`^keyflow_orchestrator_transaction_inputs_${series}(?:\\{[^}]*\\})? (\\S+)`, 'm'),
+        )?.[1] ?? NaN,
+      );
+    console.log(
+      `  engine transactions: ${figure('count')}, ${(figure('sum') / figure('count')).toFixed(1)} inputs per transaction on average`,
+    );
   }
 
   // 1. Burst.

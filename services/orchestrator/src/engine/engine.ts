@@ -832,6 +832,7 @@ export class Engine {
     if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
     else this.quarantine.ok(batch.topic, batch.partition);
     this.metrics.transitions.inc(transitions);
+    this.metrics.transactionInputs.observe(messages.length);
     this.metrics.started.inc(started.length);
     for (const f of finished) {
       this.metrics.finished.inc({ status: f.status });

@@ -6,6 +6,8 @@ export interface OrchestratorMetrics {
   started: Counter;
   finished: Counter<'status'>;
   transitions: Counter;
+  /** Inputs (records of one fetched batch) each committed engine transaction applied: its count is the commits. */
+  transactionInputs: Histogram;
   ignored: Counter<'reason'>;
   timersFired: Counter;
   restores: Counter;
@@ -45,6 +47,13 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       r,
       'orchestrator_transitions_total',
       'Inputs applied to run state (step transitions).',
+    ),
+    transactionInputs: metric.histogram(
+      r,
+      'orchestrator_transaction_inputs',
+      'Inputs applied per committed engine transaction (one fetched batch of wf.requests or task.results each); _count is the number of transactions.',
+      [],
+      [1, 4, 16, 64, 256, 1024, 4096],
     ),
     ignored: metric.counter(
       r,
