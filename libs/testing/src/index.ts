@@ -10,6 +10,7 @@ export {
   produceWithJavaClient,
   kcatLibrdkafkaVersion,
   kcatMissing,
+  longRangeRepeats,
   KCAT_CODECS,
   type KcatCodec,
 } from './kcat';

@@ -4,6 +4,7 @@
  * ensureKcat installs it when missing (see debian-tool.ts).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { ensureDebianTool } from './debian-tool';
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
@@ -21,7 +22,6 @@ export function ensureKcat(): Promise<string> {
   return ensureDebianTool('kcat', 'kcat');
 }
 
-/** librdkafka's version as kcat reports it (e.g. "2.0.2"), for test names and logs. */
 /** Why kcat cannot be had here (a test then skips with that reason), or undefined once it is installed. */
 export function kcatMissing(): Promise<string | undefined> {
   return ensureKcat().then(
@@ -30,6 +30,19 @@ export function kcatMissing(): Promise<string | undefined> {
   );
 }
 
+/**
+ * `times` copies of one random block of `blockBytes` bytes, byte 0 set to 0xff (not the Confluent wire format's magic
+ * byte 0: no codec decodes it). zstd at librdkafka's default level (a window of megabytes) finds the repeats and
+ * shrinks it to about one block; gzip's 32 KiB window (RFC 1951) does not, so gzip leaves it at full size: a record a
+ * zstd producer got under its topic's limit that gzip cannot bring under any limit near that one.
+ */
+export function longRangeRepeats(blockBytes: number, times: number): Buffer {
+  const block = randomBytes(blockBytes);
+  block[0] = 0xff;
+  return Buffer.concat(Array.from({ length: times }, () => block));
+}
+
+/** librdkafka's version as kcat reports it (e.g. "2.0.2"), for test names and logs. */
 export function kcatLibrdkafkaVersion(kcat: string): string {
   const out = execFileSync(kcat, ['-V'], { encoding: 'utf8' });
   return /librdkafka version ([^\s]+)/.exec(out)?.[1] ?? 'unknown';

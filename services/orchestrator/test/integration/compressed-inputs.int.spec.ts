@@ -4,7 +4,14 @@ import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES } from '@keyflow/blobs';
 import { newMetadata } from '@keyflow/contracts';
 import { DLQ_HEADERS, header } from '@keyflow/kafka';
 import type { RunSnapshot } from '@keyflow/schemas';
-import { Collector, degradedWith, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
+import {
+  Collector,
+  degradedWith,
+  eventually,
+  kcatMissing,
+  longRangeRepeats,
+  produceWithKcat,
+} from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
 
 jest.setTimeout(90_000);
@@ -88,13 +95,16 @@ describe('the orchestrator reading zstd-compressed records', () => {
     const near = randomBytes(KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 400);
     near[0] = 0xff; // not the wire format's magic byte
     const far = Buffer.alloc(3 * 1024 * 1024, 'not avro ');
-    for (const value of [near, far])
+    // 6 MB that zstd brings to ~300 KB while gzip leaves it at 6 MB: over the DLQ's limit unless its record is zstd.
+    const beyondGzip = longRangeRepeats(300 * 1024, 20);
+    const sent = [near, far, beyondGzip];
+    for (const value of sent)
       await produceWithKcat({
         brokers: h.ns.infra.kafkaBrokers,
         topic,
         codec: 'zstd',
         records: [{ key: runId, value }],
-        config: { 'message.max.bytes': String(4 * 1024 * 1024) },
+        config: { 'message.max.bytes': String(8 * 1024 * 1024) },
       });
     await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }));
     expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
@@ -107,9 +117,9 @@ describe('the orchestrator reading zstd-compressed records', () => {
     const records = await eventually(
       'the DLQ records of the run key',
       () => dlq.items.filter((r) => r.key?.toString() === runId),
-      { until: (rs) => rs.length >= 2, timeoutMs: 60_000 },
+      { until: (rs) => rs.length >= sent.length, timeoutMs: 60_000 },
     ).finally(() => reader.disconnect());
-    for (const sent of [near, far]) expect(records.some((r) => r.value!.equals(sent))).toBe(true);
+    for (const value of sent) expect(records.some((r) => r.value!.equals(value))).toBe(true);
     expect(new Set(records.map((r) => header(r.headers, DLQ_HEADERS.originalTopic)))).toEqual(
       new Set([topic]),
     );

@@ -5,7 +5,7 @@ import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
 import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
-import { Collector, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
+import { Collector, eventually, kcatMissing, longRangeRepeats, produceWithKcat } from '@keyflow/testing';
 import type { StoredOutcome } from '../../src/runtime/task-executor';
 import { POSTGRES_URL, WorkerHarness } from './support';
 
@@ -145,16 +145,19 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     const noKcat = await kcatMissing();
     if (noKcat) console.warn(`zstd part skipped: ${noKcat}`);
     else {
-      // 3 MB that zstd (a librdkafka producer) makes small enough for the topic: uncompressed, it is not.
+      // 3 MB that zstd (a librdkafka producer) makes small enough for the topic: uncompressed, it is not. And 6 MB
+      // that zstd brings to ~300 KB while gzip leaves it at 6 MB: over the DLQ's limit unless the DLQ record is zstd.
       const far = Buffer.alloc(3 * MB, 'not avro ');
-      await produceWithKcat({
-        brokers: h.ns.infra.kafkaBrokers,
-        topic,
-        codec: 'zstd',
-        records: [{ key: 'huge', value: far }],
-        config: { 'message.max.bytes': String(4 * MB) },
-      });
-      sent.push(far);
+      const beyondGzip = longRangeRepeats(300 * 1024, 20);
+      for (const value of [far, beyondGzip])
+        await produceWithKcat({
+          brokers: h.ns.infra.kafkaBrokers,
+          topic,
+          codec: 'zstd',
+          records: [{ key: 'huge', value }],
+          config: { 'message.max.bytes': String(8 * MB) },
+        });
+      sent.push(far, beyondGzip);
     }
     const next = h.command('seq', 'huge', { entity: 'huge', seq: 1 });
     await h.send([next]);
