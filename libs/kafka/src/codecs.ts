@@ -20,8 +20,9 @@
  * client 4.1.1 (ConsoleProducer --compression-codec gzip|snappy|lz4|zstd; snappy-java's xerial framing) are read;
  * snappy and lz4 batches written by kafkajs with these codecs are accepted by the broker (which decompresses to
  * validate) and read by kcat and the Java ConsoleConsumer.
- * - 4 zstd: `fzstd` (pure JS) decompresses any zstd frame. Compressing needs node:zlib's zstd (Node >= 22.15 / 23.8);
- *   on an older Node `compress` rejects with ZstdCompressionUnavailableError instead of writing something unreadable.
+ * - 4 zstd: `fzstd` (pure JS) decompresses any zstd frame. Compression: node:zlib's zstd where Node has it (>= 22.15 /
+ *   23.8), else `@bokuweb/zstd-wasm` (the reference zstd library compiled to WebAssembly, nothing native to build), at
+ *   level 3, zstd's default and the Java client's and librdkafka's.
  *
  * A batch that still cannot be decoded (codec id 5-7, or compressed bytes the codec rejects) must not fail the fetch:
  * kafkajs 2.2.4 decompresses inside its fetch-response parser, which knows no topic or partition, so a throw there
@@ -35,9 +36,9 @@
 import * as zlib from 'node:zlib';
 import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
 import { decompress as zstdDecompress } from 'fzstd';
+import { compress as zstdWasmCompress, init as zstdWasmInit } from '@bokuweb/zstd-wasm';
 import { UNDECODABLE_CODE, standInRecords } from './undecodable';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
-import { KeyflowError } from '@keyflow/errors';
 // kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const snappyCodec = require('kafkajs-snappy') as () => KafkaCodec;
@@ -51,18 +52,6 @@ export interface KafkaCodec {
 /** Kafka's codec ids (record batch attributes & 0x07), by the name `compression.type` uses. */
 export const KAFKA_CODEC_IDS = { none: 0, gzip: 1, snappy: 2, lz4: 3, zstd: 4 } as const;
 export type KafkaCodecName = keyof typeof KAFKA_CODEC_IDS;
-
-/** This Node cannot write zstd (node:zlib has no zstd before Node 22.15); reading zstd still works. Not retryable. */
-export class ZstdCompressionUnavailableError extends KeyflowError {
-  readonly code = 'ZSTD_COMPRESSION_UNAVAILABLE';
-  readonly retryable = false;
-  constructor() {
-    super(
-      `zstd (Kafka codec id ${KAFKA_CODEC_IDS.zstd}) compression needs node:zlib zstd (Node >= 22.15); ` +
-        `this is Node ${process.versions.node}: produce with another codec (reading zstd works)`,
-    );
-  }
-}
 
 /** Record batch v2 header bytes before the records (KIP-98 layout): base offset ... records count. */
 const BATCH_HEADER_BYTES = 61;
@@ -172,28 +161,35 @@ const undefinedCodec = (codecId: number) => (): KafkaCodec => ({
 type ZstdCompress = (buf: Buffer, cb: (err: Error | null, out: Buffer) => void) => void;
 const nodeZstdCompress = (zlib as unknown as { zstdCompress?: ZstdCompress }).zstdCompress;
 
+/** zstd's default compression level (the zstd CLI's, librdkafka's and the Java client's default for Kafka). */
+const ZSTD_LEVEL = 3;
+let zstdWasmReady: Promise<void> | undefined;
+
+/** `buf` as one zstd frame: node:zlib where it has zstd, else the WebAssembly build (instantiated on first use). */
+async function zstdCompress(buf: Buffer): Promise<Buffer> {
+  if (nodeZstdCompress)
+    return new Promise((resolve, reject) =>
+      nodeZstdCompress(buf, (err, out) => (err ? reject(err) : resolve(out))),
+    );
+  await (zstdWasmReady ??= zstdWasmInit());
+  const out = zstdWasmCompress(buf, ZSTD_LEVEL);
+  return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
+}
+
 /** Kafka codec 3: LZ4 frame format, via lz4_flex (lz4-napi). */
 export const lz4Codec = (): KafkaCodec => ({
   compress: async (encoder) => lz4CompressFrame(encoder.buffer),
   decompress: async (buffer) => lz4DecompressFrame(buffer),
 });
 
-/** Kafka codec 4 (KIP-110): zstd frames; decompression in pure JS (fzstd), compression only where node:zlib has it. */
+/** Kafka codec 4 (KIP-110): zstd frames; decompression in pure JS (fzstd), compression see {@link zstdCompress}. */
 export const zstdCodec = (): KafkaCodec => ({
-  compress: (encoder) =>
-    nodeZstdCompress
-      ? new Promise((resolve, reject) =>
-          nodeZstdCompress(encoder.buffer, (err, out) => (err ? reject(err) : resolve(out))),
-        )
-      : Promise.reject(new ZstdCompressionUnavailableError()),
+  compress: (encoder) => zstdCompress(encoder.buffer),
   decompress: async (buffer) => {
     const out = zstdDecompress(buffer);
     return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
   },
 });
-
-/** Whether this process can produce zstd (reading it always works once the codecs are registered). */
-export const canCompressZstd = (): boolean => nodeZstdCompress !== undefined;
 
 let registered = false;
 

@@ -21,7 +21,6 @@ import {
 } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
 import { retryWhileTopicsSettle } from './topics';
-import { canCompressZstd } from './codecs';
 import { isTooLarge } from './client';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
@@ -81,12 +80,13 @@ export const DLQ_HEADROOM_BYTES = 16 * 1024;
 /**
  * The `max.message.bytes` a DLQ topic gets, in bytes: twice its source topic's limit plus {@link DLQ_HEADROOM_BYTES}.
  * A DLQ record is the original key, value and headers plus the triage headers, sent uncompressed or, when refused,
- * compressed (the worker: gzip, then zstd where Node can; the engine: gzip, in its transactions). The broker's limit
- * applies to the (compressed) record batch (Kafka docs, topic config `max.message.bytes`). Every record its source
- * accepted uncompressed fits; one its producer compressed (zstd or lz4 from librdkafka or the Java client) fits when
- * gzip brings it within twice the source's limit. One that still does not fit (gzip finds repeats only within 32
- * KiB, zstd across megabytes) is refused by the DLQ: its consumer retries it in place and /health names it after
- * 30 s; it is neither skipped nor dropped. Not a guarantee for every input: a bound chosen against typical data.
+ * compressed (the worker: gzip, then zstd; the engine: gzip in its transactions, zstd when a DLQ record is over the
+ * source's limit). The broker's limit applies to the (compressed) record batch (Kafka docs, topic config
+ * `max.message.bytes`). Every record its source accepted uncompressed fits; one its producer compressed (zstd or lz4
+ * from librdkafka or the Java client) fits when gzip or zstd at level 3 brings it within twice the source's limit
+ * (gzip finds repeats only within 32 KiB, zstd across megabytes). One that still does not fit (a producer's zstd at a
+ * higher level, or with a longer window, than level 3 reaches) is refused by the DLQ: its consumer retries it in place
+ * and /health names it after 30 s; it is neither skipped nor dropped.
  */
 export const dlqLimitBytes = (sourceMaxMessageBytes: number) =>
   2 * sourceMaxMessageBytes + DLQ_HEADROOM_BYTES;
@@ -158,9 +158,9 @@ export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: Dead
 
 /**
  * Sends one record (acks=all) uncompressed; when the broker refuses it as larger than the topic's limit, gzip-
- * compressed; when refused again and this Node can compress zstd (node:zlib from Node 22.15), zstd-compressed. A
- * record that came compressed by its producer may exceed the limit uncompressed, while incompressible bytes near the
- * limit grow under gzip. Used for DLQ records and for redriven ones.
+ * compressed; when refused again, zstd-compressed. A record that came compressed by its producer may exceed the limit
+ * uncompressed, incompressible bytes near the limit grow under gzip, and repeats further apart than gzip's 32 KiB
+ * window (RFC 1951) shrink only under zstd. Used for DLQ records and for redriven ones.
  * @throws the last refusal (a KafkaJSProtocolError of type MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE), or any other
  *   error of the send (kafkajs errors).
  */
@@ -169,11 +169,7 @@ async function sendWithinLimit(
   topic: string,
   message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
 ): Promise<void> {
-  const codecs = [
-    CompressionTypes.None,
-    CompressionTypes.GZIP,
-    ...(canCompressZstd() ? [CompressionTypes.ZSTD] : []),
-  ];
+  const codecs = [CompressionTypes.None, CompressionTypes.GZIP, CompressionTypes.ZSTD];
   for (let i = 0; ; i++) {
     try {
       await producer.send({ topic, acks: -1, compression: codecs[i], messages: [message] });

@@ -92,8 +92,6 @@ export {
   guardedCodec,
   UndecodableBatchError,
   undecodableBatchError,
-  ZstdCompressionUnavailableError,
-  canCompressZstd,
   KAFKA_CODEC_IDS,
   type KafkaCodecName,
   type KafkaCodec,

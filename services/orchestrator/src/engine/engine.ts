@@ -766,8 +766,11 @@ export class Engine {
         if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
         add(r.topic, { key: r.key, value: r.value, partition: r.partition, headers: r.headers });
       });
+      // DLQ records go in order, after the rest; gzip-compressed unless one of them is over the source topic's limit
+      // (it came compressed by its producer, zstd from librdkafka or Java, which may shrink repeats further apart than
+      // gzip's 32 KiB window): then all of them zstd, so that one fits its DLQ's limit too.
+      const dead: Msg[] = [];
       for (const { m, err } of dlq) {
-        const t = dlqTopicFor(batch.topic);
         const now = Date.now();
         const record = dlqMessage(
           {
@@ -789,12 +792,17 @@ export class Engine {
           },
           this.cfg.ORCHESTRATOR_INSTANCE_ID,
         );
-        add(t, record);
+        dead.push(record);
       }
       // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
       // exceeds what the broker accepts.
       for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
         await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
+      const deadCodec = dead.some((d) => messageBytes(d) > this.cfg.KEYFLOW_MAX_MESSAGE_BYTES)
+        ? CompressionTypes.ZSTD
+        : CompressionTypes.GZIP;
+      for (const part of splitBySize([[dlqTopicFor(batch.topic), dead]], this.claim.thresholdBytes))
+        await tx.sendBatch({ compression: deadCodec, topicMessages: part });
       const next = (BigInt(lastOffset) + 1n).toString();
       await tx.sendOffsets({
         consumerGroupId: this.cfg.ORCHESTRATOR_GROUP_ID,

@@ -141,7 +141,7 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     const near = randomBytes(KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 400);
     near[0] = 0xff; // not the wire format's magic byte (0): undecodable the same way every time
     await h.sendRaw('seq', 'huge', near);
-    const sent = [near];
+    const sent: Buffer[] = [near];
     const noKcat = await kcatMissing();
     if (noKcat) console.warn(`zstd part skipped: ${noKcat}`);
     else {
