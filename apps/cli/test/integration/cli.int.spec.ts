@@ -151,6 +151,10 @@ describe('the keyflow CLI', () => {
         ['c3', 'REDRIVEN', expect.stringMatching(/^keyflow-cli@/)],
       ]);
       expect((await keyflow(['dlq', 'show', 'orig.dlq', '--pending', '--json'], env)).json()).toEqual([]);
+      // In text: who redrove each, and no redrive count for records dead-lettered once (they carry none).
+      const text = (await keyflow(['dlq', 'show', 'orig.dlq', '--key', 'c3'], env)).out;
+      expect(text).toMatch(/^ {2}redriven by keyflow-cli@\S+ at /m);
+      expect(text).not.toMatch(/redriven 0x|after 0 redrive/);
       // What landed on the original topic: the three records once each, nothing from the dry run, the aborted
       // transaction or the second redrive of the first two.
       const lag = await keyflow(['groups', 'lag', ns.groupId('nobody')], env);
