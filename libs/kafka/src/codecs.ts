@@ -36,7 +36,7 @@
 import * as zlib from 'node:zlib';
 import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
 import { decompress as zstdDecompress } from 'fzstd';
-import { compress as zstdWasmCompress, init as zstdWasmInit } from '@bokuweb/zstd-wasm';
+import { KeyflowError } from '@keyflow/errors';
 import { UNDECODABLE_CODE, standInRecords } from './undecodable';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
 // kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
@@ -158,21 +158,105 @@ const undefinedCodec = (codecId: number) => (): KafkaCodec => ({
   decompress: async (buffer) => standInOrThrow(codecId, buffer, 'Kafka defines no such codec'),
 });
 
-type ZstdCompress = (buf: Buffer, cb: (err: Error | null, out: Buffer) => void) => void;
+type ZstdCompress = (
+  buf: Buffer,
+  opts: { params: Record<number, number> },
+  cb: (err: Error | null, out: Buffer) => void,
+) => void;
 const nodeZstdCompress = (zlib as unknown as { zstdCompress?: ZstdCompress }).zstdCompress;
+/** node:zlib's ZSTD_c_compressionLevel parameter id (zstd's ZSTD_cParameter 100), where node:zlib has zstd. */
+const ZSTD_C_COMPRESSION_LEVEL =
+  (zlib.constants as unknown as { ZSTD_c_compressionLevel?: number }).ZSTD_c_compressionLevel ?? 100;
 
 /** zstd's default compression level (the zstd CLI's, librdkafka's and the Java client's default for Kafka). */
 const ZSTD_LEVEL = 3;
-let zstdWasmReady: Promise<void> | undefined;
 
-/** `buf` as one zstd frame: node:zlib where it has zstd, else the WebAssembly build (instantiated on first use). */
+/** Longest the WebAssembly zstd build may take to start, in ms (its `init` never settles when compiling fails). */
+const ZSTD_WASM_INIT_TIMEOUT_MS = 10_000;
+
+/**
+ * Largest input the WebAssembly zstd build compresses, in bytes (64 MiB): its heap grows to a few times the input and
+ * never shrinks, it does not check its allocations, and it blocks the event loop (about 70 ms for 6 MB here).
+ */
+export const ZSTD_WASM_MAX_INPUT_BYTES = 64 * 1024 * 1024;
+
+/**
+ * zstd compression cannot be done here: the WebAssembly build did not start (no WebAssembly, a missing or corrupt
+ * `zstd.wasm`: retryable, the next compression tries again) or the input is over {@link ZSTD_WASM_MAX_INPUT_BYTES}
+ * (not retryable).
+ */
+export class ZstdCompressionError extends KeyflowError {
+  readonly code = 'ZSTD_COMPRESSION_FAILED';
+  constructor(
+    message: string,
+    readonly retryable: boolean,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+type ZstdWasm = { init: () => Promise<void>; compress: (buf: Uint8Array, level?: number) => Uint8Array };
+let zstdWasm: Promise<ZstdWasm> | undefined;
+
+/**
+ * The started WebAssembly zstd build (`@bokuweb/zstd-wasm`), loaded on first use only: a process on a Node with
+ * zstd in node:zlib never loads it, and one without WebAssembly still starts (reading zstd needs no WebAssembly).
+ * A failed start is forgotten, so the next call tries again.
+ */
+function startedZstdWasm(): Promise<ZstdWasm> {
+  if (zstdWasm) return zstdWasm;
+  const starting = (async () => {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
+      const lib = require('@bokuweb/zstd-wasm') as ZstdWasm;
+      await Promise.race([
+        lib.init(),
+        new Promise((_, reject) => {
+          timer = setTimeout(
+            () => reject(new Error(`not started within ${ZSTD_WASM_INIT_TIMEOUT_MS} ms`)),
+            ZSTD_WASM_INIT_TIMEOUT_MS,
+          );
+          timer.unref();
+        }),
+      ]);
+      return lib;
+    } catch (e) {
+      throw new ZstdCompressionError(
+        `zstd compression unavailable: the WebAssembly zstd build did not start (${(e as Error).message})`,
+        true,
+        { cause: e },
+      );
+    } finally {
+      clearTimeout(timer);
+    }
+  })();
+  zstdWasm = starting;
+  starting.catch(() => {
+    if (zstdWasm === starting) zstdWasm = undefined;
+  });
+  return starting;
+}
+
+/**
+ * `buf` as one zstd frame at level 3: node:zlib where it has zstd (Node >= 22.15 / 23.8), else the WebAssembly
+ * build. @throws ZstdCompressionError when the WebAssembly build cannot start, or the input is over
+ * {@link ZSTD_WASM_MAX_INPUT_BYTES} on that path.
+ */
 async function zstdCompress(buf: Buffer): Promise<Buffer> {
   if (nodeZstdCompress)
     return new Promise((resolve, reject) =>
-      nodeZstdCompress(buf, (err, out) => (err ? reject(err) : resolve(out))),
+      nodeZstdCompress(buf, { params: { [ZSTD_C_COMPRESSION_LEVEL]: ZSTD_LEVEL } }, (err, out) =>
+        err ? reject(err) : resolve(out),
+      ),
     );
-  await (zstdWasmReady ??= zstdWasmInit());
-  const out = zstdWasmCompress(buf, ZSTD_LEVEL);
+  if (buf.length > ZSTD_WASM_MAX_INPUT_BYTES)
+    throw new ZstdCompressionError(
+      `zstd compression of ${buf.length} bytes refused: over ${ZSTD_WASM_MAX_INPUT_BYTES} bytes, the most the WebAssembly zstd build takes`,
+      false,
+    );
+  const out = (await startedZstdWasm()).compress(buf, ZSTD_LEVEL);
   return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
 }
 

@@ -92,6 +92,8 @@ export {
   guardedCodec,
   UndecodableBatchError,
   undecodableBatchError,
+  ZstdCompressionError,
+  ZSTD_WASM_MAX_INPUT_BYTES,
   KAFKA_CODEC_IDS,
   type KafkaCodecName,
   type KafkaCodec,

@@ -5,7 +5,10 @@ import {
   UndecodableBatchError,
   undecodableAt,
   registerCompressionCodecs,
+  ZstdCompressionError,
+  ZSTD_WASM_MAX_INPUT_BYTES,
 } from '../../src';
+import * as zlib from 'node:zlib';
 
 // kafkajs's own record batch encoder and decoder (message format v2), as its producer and fetch path use them.
 /* eslint-disable @typescript-eslint/no-require-imports */
@@ -67,6 +70,18 @@ describe('compression codecs registered with kafkajs', () => {
   it('zstd batches are written on every Node (node:zlib or the WebAssembly build) and read back', async () => {
     const { records } = await decode(await batch(CompressionTypes.ZSTD));
     expect(records).toHaveLength(3);
+  });
+
+  it('the WebAssembly zstd build refuses an input over its bound with a non-retryable error instead of overrunning its heap', async () => {
+    const over = Buffer.alloc(ZSTD_WASM_MAX_INPUT_BYTES + 1);
+    const zstd = CompressionCodecs[CompressionTypes.ZSTD]();
+    const result = await zstd.compress({ buffer: over } as never).catch((e: unknown) => e);
+    if ('zstdCompress' in zlib)
+      expect(Buffer.isBuffer(result)).toBe(true); // node:zlib has no such bound
+    else {
+      expect(result).toBeInstanceOf(ZstdCompressionError);
+      expect(result).toMatchObject({ code: 'ZSTD_COMPRESSION_FAILED', retryable: false });
+    }
   });
 
   it("corrupt compressed bytes decode to stand-ins at the batch's last offset naming the codec, offsets and reason, never a failed fetch", async () => {
