@@ -32,9 +32,10 @@ const kafkajsErrors = require('kafkajs/src/protocol/error') as {
 };
 /**
  * kafkajs's texts of the refusals of {@link TOO_LARGE_ERROR_TYPES}, from kafkajs's own table. kafkajs logs such a refusal at
- * error level (its connection and its producer) and throws it to the caller, which handles it: sendWithinLimit sends
- * compressed, BatchingProducer splits, a refusal for good fails the caller's send and is reported there. So these
- * lines go out as warnings: a send that then succeeds leaves no error in the log.
+ * error level (its connection and its producer) and throws it to the caller, which decides: sendWithinLimit sends
+ * it again compressed; any other caller's send fails with it, and the caller reports that (the worker's consumer,
+ * the engine's transaction, the API answer). So these lines go out as warnings: a send that then succeeds leaves no
+ * error in the log, and one that fails for good is reported once, by its caller.
  */
 const TOO_LARGE_TEXTS: ReadonlySet<string> = new Set(
   kafkajsErrors.errorCodes.filter((e) => TOO_LARGE_ERROR_TYPES.has(e.type)).map((e) => e.message),
