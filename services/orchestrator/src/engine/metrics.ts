@@ -6,7 +6,7 @@ export interface OrchestratorMetrics {
   started: Counter;
   finished: Counter<'status'>;
   transitions: Counter;
-  /** Inputs (records of one fetched batch) each committed engine transaction applied: its count is the commits. */
+  /** Records of one fetched batch each committed transaction of inputs took (ignored and dead-lettered included). */
   transactionInputs: Histogram;
   ignored: Counter<'reason'>;
   timersFired: Counter;
@@ -51,7 +51,7 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
     transactionInputs: metric.histogram(
       r,
       'orchestrator_transaction_inputs',
-      'Inputs applied per committed engine transaction (one fetched batch of wf.requests or task.results each); _count is the number of transactions.',
+      'Records of wf.requests or task.results per committed engine transaction (one fetched batch each; ignored and dead-lettered records included); _count is those transactions (take-over barriers and retention sweeps not counted).',
       [],
       [1, 4, 16, 64, 256, 1024, 4096],
     ),
