@@ -104,7 +104,7 @@ describe('readers', () => {
       expect(items.length).toBeLessThanOrEqual(count);
       expect(items[0]).toEqual({ ...FIXTURE_RECORDS[0], name: 'Place 0' });
       expect((error as InputParseError).line).toBe(count + 2);
-    });
+    }, 30_000); // 20,000 records: more than Jest's default 5 s on a loaded 2-core machine
 
     it('a CSV file yields the leading records before failing, then names the line', async () => {
       const { items, error } = await collectUntilError(readRecords(join(dir, 'big.csv')));
@@ -114,7 +114,7 @@ describe('readers', () => {
       expect(error).toBeInstanceOf(InputParseError);
       expect((error as Error).message).toMatch(/big\.csv:\d+: malformed CSV: Quote Not Closed/);
       expect((error as InputParseError).line).toBe(count + 2);
-    });
+    }, 30_000);
   });
 
   it('rejects an array element that is not an object, and a top level that is not an array', async () => {
