@@ -61,4 +61,37 @@ describe('deployments sharing a cluster', () => {
       for (const h of deployments) await h.teardown();
     }
   });
+
+  it('a prefixed deployment upgraded from the unprefixed default group refuses to start until its offsets move, naming the fix', async () => {
+    const h = new OrchestratorHarness('group-upgrade');
+    h.defaultGroupIds = true;
+    const legacy = 'keyflow.orchestrator';
+    const admin = await h.ns.getAdmin();
+    try {
+      // As an earlier version left it: the prefix's wf.requests read up to offset 1 by the unprefixed default group.
+      const requests = h.codec.physical('wf.requests');
+      await h.ns.createTopics({ name: 'wf.requests', numPartitions: 4 });
+      await admin.setOffsets({
+        groupId: legacy,
+        topic: requests,
+        partitions: [{ partition: 0, offset: '1' }],
+      });
+      const refused = await h.startOrchestrator().then(
+        () => 'started',
+        (e: Error) => e.message,
+      );
+      expect(refused).toContain(`consumer group ${h.prefix}${legacy} (the default for KEYFLOW_TOPIC_PREFIX)`);
+      expect(refused).toContain(`ORCHESTRATOR_GROUP_ID=${legacy}`);
+      // The offsets copied to the new default group: it starts, from where the old group was.
+      await admin.setOffsets({
+        groupId: `${h.prefix}${legacy}`,
+        topic: requests,
+        partitions: [{ partition: 0, offset: '1' }],
+      });
+      await h.startOrchestrator();
+    } finally {
+      await admin.deleteGroups([legacy]).catch(() => undefined);
+      await h.teardown();
+    }
+  });
 });
