@@ -13,6 +13,8 @@ export {
   type EffectiveReplication,
   DEFAULT_GROUP_IDS,
   defaultGroupId,
+  assertGroupIdMigrated,
+  GroupIdMigrationError,
   taskTopicOf,
   taskTypeOfTopic,
 } from './topics';

@@ -177,3 +177,56 @@ export const DEFAULT_GROUP_IDS = {
  */
 export const defaultGroupId = (service: keyof typeof DEFAULT_GROUP_IDS, topicPrefix: string): string =>
   `${topicPrefix}${DEFAULT_GROUP_IDS[service]}`;
+
+/**
+ * A prefixed deployment's service would start a new consumer group while the group versions before
+ * {@link defaultGroupId} used still holds its committed offsets: the new group would read every retained record again
+ * (the services subscribe from the beginning). Not retryable: the message names the settings that resolve it.
+ */
+export class GroupIdMigrationError extends KeyflowError {
+  readonly code = 'GROUP_ID_MIGRATION' as const;
+  readonly retryable = false;
+  constructor(
+    readonly groupId: string,
+    readonly legacyGroupId: string,
+    readonly setting: string,
+    topics: string[],
+  ) {
+    super(
+      `consumer group ${groupId} (the default for KEYFLOW_TOPIC_PREFIX) has no committed offsets on ${topics.join(', ')}, ` +
+        `but ${legacyGroupId} (the default before the prefix applied to group ids) has: starting would read every ` +
+        `retained record again. Set ${setting}=${legacyGroupId} to go on with the old group (one deployment per ` +
+        `cluster), or copy its committed offsets of these topics to ${groupId} (kafka-consumer-groups --reset-offsets ` +
+        `--from-file) and start again, or delete them from ${legacyGroupId} (kafka-consumer-groups --delete-offsets) ` +
+        `to start ${groupId} from the beginning on purpose`,
+    );
+  }
+}
+
+/**
+ * Refuses to start a service of a prefixed deployment on its default group id (`<prefix>keyflow.<service>`) while
+ * that group has no committed offset on `topics` (physical names) and the unprefixed default of earlier versions
+ * (`keyflow.<service>`) has one: the upgrade of a deployment that relied on the old default. Does nothing for an
+ * unprefixed deployment or a group id other than the default.
+ * @throws GroupIdMigrationError in that case; kafkajs errors when the offsets cannot be read.
+ */
+export async function assertGroupIdMigrated(
+  admin: Admin,
+  opts: {
+    service: keyof typeof DEFAULT_GROUP_IDS;
+    topicPrefix: string;
+    groupId: string;
+    /** The variable that sets the group id (WORKER_GROUP_ID, ORCHESTRATOR_GROUP_ID), for the message. */
+    setting: string;
+    topics: string[];
+  },
+): Promise<void> {
+  const legacy = DEFAULT_GROUP_IDS[opts.service];
+  if (opts.topicPrefix === '' || opts.groupId !== defaultGroupId(opts.service, opts.topicPrefix)) return;
+  const committed = async (groupId: string) =>
+    (await admin.fetchOffsets({ groupId, topics: opts.topics })).some((t) =>
+      t.partitions.some((p) => Number(p.offset) >= 0),
+    );
+  if (!(await committed(opts.groupId)) && (await committed(legacy)))
+    throw new GroupIdMigrationError(opts.groupId, legacy, opts.setting, opts.topics);
+}

@@ -22,6 +22,7 @@ import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@ke
 import {
   dlqMessage,
   assertCoPartitioned,
+  assertGroupIdMigrated,
   coPartitionedAssigner,
   createIdempotentProducer,
   dlqTopicFor,
@@ -250,6 +251,13 @@ export class Engine {
         admin,
         ['wf.requests', 'task.results', 'wf.events', 'wf.state'].map((t) => this.codec.physical(t)),
       );
+      await assertGroupIdMigrated(admin, {
+        service: 'orchestrator',
+        topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX,
+        groupId: this.cfg.ORCHESTRATOR_GROUP_ID,
+        setting: 'ORCHESTRATOR_GROUP_ID',
+        topics: ENGINE_INPUTS.map((t) => this.codec.physical(t)),
+      });
     } finally {
       await admin.disconnect();
     }

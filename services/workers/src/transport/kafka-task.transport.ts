@@ -19,6 +19,7 @@ import {
 } from '@keyflow/idempotency';
 import {
   alignDlqLimits,
+  assertGroupIdMigrated,
   dlqTopicConfigs,
   BatchingProducer,
   createIdempotentProducer,
@@ -189,6 +190,13 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
         taskTopics.map((t) => ({ source: codec.physical(t), dlq: dlqTopicFor(codec.physical(t)) })),
         this.log,
       );
+      await assertGroupIdMigrated(admin, {
+        service: 'workers',
+        topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX,
+        groupId: this.cfg.WORKER_GROUP_ID,
+        setting: 'WORKER_GROUP_ID',
+        topics: taskTopics.map((t) => codec.physical(t)),
+      });
     } finally {
       await admin.disconnect();
     }
