@@ -213,4 +213,41 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     }
     expect((await health()).status).toBe(200);
   }, 240_000);
+
+  it('a command that decompresses past what one produce request may carry (socket.request.max.bytes) goes to the DLQ whole; its key goes on', async () => {
+    const noKcat = await kcatMissing();
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
+    const topic = h.codec.physical('task.seq');
+    // A few hundred KB of zstd that a librdkafka producer made from 110 MiB: the broker's default
+    // socket.request.max.bytes (104,857,600) refuses any request carrying it uncompressed by closing the connection,
+    // which kafkajs reports as a closed connection, not as a record too large.
+    const bomb = Buffer.alloc(110 * MB, 'not avro ');
+    await produceWithKcat({
+      brokers: h.ns.infra.kafkaBrokers,
+      topic,
+      codec: 'zstd',
+      records: [{ key: 'bomb', value: bomb }],
+      config: { 'message.max.bytes': String(200 * MB) },
+    });
+    const next = h.command('seq', 'bomb', { entity: 'bomb', seq: 1 });
+    await h.send([next]);
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-bomb'), maxBytes: 256 * MB });
+    await reader.connect();
+    try {
+      await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
+      await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
+      const [record] = await eventually(
+        'the DLQ record of key bomb',
+        () => dlq.items.filter((r) => r.key?.toString() === 'bomb'),
+        { until: (rs) => rs.length > 0, timeoutMs: 60_000 },
+      );
+      expect(record.value!.equals(bomb)).toBe(true);
+      expect(header(record.headers, DLQ_HEADERS.errorClass)).toBe('MissingMagicByteError');
+    } finally {
+      await reader.disconnect();
+    }
+    expect((await health()).status).toBe(200);
+  }, 240_000);
 });
