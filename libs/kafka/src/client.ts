@@ -21,9 +21,16 @@ export const TOO_LARGE_ERROR_TYPES: ReadonlySet<string> = new Set([
   'RECORD_LIST_TOO_LARGE',
 ]);
 
-/** Whether a send failed because the broker refused a record or batch as too large ({@link TOO_LARGE_ERROR_TYPES}). */
+/** The `code` of keyflow's own refusal of a record no codec brings under a limit (RecordTooLargeError, dlq.ts). */
+export const RECORD_TOO_LARGE = 'RECORD_TOO_LARGE';
+
+/**
+ * Whether a send failed because the broker refused a record or batch as too large ({@link TOO_LARGE_ERROR_TYPES}), or
+ * keyflow refused to send it for that reason (code {@link RECORD_TOO_LARGE}).
+ */
 export const isTooLarge = (e: unknown): boolean =>
-  TOO_LARGE_ERROR_TYPES.has((e as { type?: string })?.type ?? '');
+  TOO_LARGE_ERROR_TYPES.has((e as { type?: string })?.type ?? '') ||
+  (e as { code?: string })?.code === RECORD_TOO_LARGE;
 
 // kafkajs's error table (its protocol/error module) has no type declarations.
 // eslint-disable-next-line @typescript-eslint/no-require-imports

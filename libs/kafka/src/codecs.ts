@@ -244,7 +244,7 @@ function startedZstdWasm(): Promise<ZstdWasm> {
  * build. @throws ZstdCompressionError when the WebAssembly build cannot start, or the input is over
  * {@link ZSTD_WASM_MAX_INPUT_BYTES} on that path.
  */
-async function zstdCompress(buf: Buffer): Promise<Buffer> {
+export async function zstdCompress(buf: Buffer): Promise<Buffer> {
   if (nodeZstdCompress)
     return new Promise((resolve, reject) =>
       nodeZstdCompress(buf, { params: { [ZSTD_C_COMPRESSION_LEVEL]: ZSTD_LEVEL } }, (err, out) =>

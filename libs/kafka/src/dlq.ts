@@ -1,4 +1,7 @@
 import { hostname } from 'node:os';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
+import { KeyflowError } from '@keyflow/errors';
 import {
   CompressionTypes,
   ConfigResourceTypes,
@@ -21,7 +24,9 @@ import {
 } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
 import { retryWhileTopicsSettle } from './topics';
-import { isTooLarge } from './client';
+import { isTooLarge, RECORD_TOO_LARGE } from './client';
+import { messageBytes } from './batching-producer';
+import { ZstdCompressionError, zstdCompress } from './codecs';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
 export const DLQ_HEADERS = {
@@ -38,6 +43,12 @@ export const DLQ_HEADERS = {
   consumerGroup: 'x-dlq-consumer-group',
   host: 'x-dlq-host',
   redriveCount: 'x-dlq-redrive-count',
+  /**
+   * On a stand-in DLQ record only: the original's value (and its own headers) could not be carried by any request
+   * (see {@link sendToDlq}); says how many bytes it had. The original stays at its topic, partition and offset
+   * (the headers above) until its retention ends. Such a record is never redriven.
+   */
+  omitted: 'x-dlq-omitted',
 } as const;
 
 const OURS = new Set<string>(Object.values(DLQ_HEADERS));
@@ -148,36 +159,167 @@ export function dlqMessage(
 
 /**
  * Publishes the original bytes and key to `<topic>.dlq` with triage headers (see {@link dlqMessage}), uncompressed,
- * or gzip-compressed when the DLQ refuses it as too large (see {@link sendWithinLimit}; the DLQ's own limit is
+ * or compressed when the DLQ refuses it as too large (see {@link sendWithinLimit}); a record no codec carries goes as
+ * a stand-in ({@link dlqStandIn}: no value, header {@link DLQ_HEADERS.omitted}), never retried for ever (the DLQ's own limit is
  * raised by {@link alignDlqLimits}). acks=all: it returns only once the DLQ record is durable, so the caller may then
  * commit past the original.
  */
 export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: DeadLetter): Promise<void> {
-  await sendWithinLimit(producer, dlqTopicFor(m.topic), dlqMessage(m, dl));
+  const topic = dlqTopicFor(m.topic);
+  const record = dlqMessage(m, dl);
+  try {
+    await sendWithinLimit(producer, topic, record);
+  } catch (e) {
+    if (!(e instanceof RecordTooLargeError)) throw e;
+    // No codec carries the original: the DLQ gets a stand-in that says so and where the original is, so that its
+    // partition goes on and the operator learns of it (its value is lost once its topic's retention ends).
+    await producer.send({ topic, acks: -1, messages: [dlqStandIn(record, e)] });
+  }
+}
+
+/**
+ * Kafka's default broker `socket.request.max.bytes`, in bytes (Kafka docs, broker configs): a broker closes the
+ * connection of a larger request instead of answering it, which kafkajs reports as a closed connection (EPIPE), not as
+ * MESSAGE_TOO_LARGE, and retries for ever. A record that came compressed by its producer may be larger than this once
+ * decompressed (a few hundred KB of zstd can hold gigabytes of repeats).
+ */
+export const SOCKET_REQUEST_MAX_BYTES = 104_857_600;
+
+/**
+ * Largest record ({@link messageBytes}, after compression) keyflow puts in a request that the broker has not refused
+ * yet, in bytes: {@link SOCKET_REQUEST_MAX_BYTES} less 1 MiB for the request's other parts. Larger ones are measured
+ * compressed first and go only in a codec that brings them under this.
+ */
+export const REQUEST_RECORD_MAX_BYTES = SOCKET_REQUEST_MAX_BYTES - 1024 * 1024;
+
+/**
+ * No codec brings a record under its topic's limit (the broker refused each one as too large) or under
+ * {@link REQUEST_RECORD_MAX_BYTES}. Not retryable: the same record fails the same way. {@link isTooLarge} is true of it.
+ */
+export class RecordTooLargeError extends KeyflowError {
+  readonly code = RECORD_TOO_LARGE;
+  readonly retryable = false;
+  /**
+   * @param bytes the record's size uncompressed ({@link messageBytes}).
+   * @param cause the broker's last refusal, if one was asked.
+   */
+  constructor(
+    readonly topic: string,
+    readonly bytes: number,
+    cause?: unknown,
+  ) {
+    super(
+      `a record of ${bytes} bytes fits no request to ${topic}, uncompressed, gzip or zstd` +
+        (cause ? ` (last refusal: ${(cause as Error).message})` : ''),
+      { cause },
+    );
+  }
+}
+
+const gzipped = promisify(gzip);
+
+/**
+ * The bytes `message` adds to a request once its value is compressed with `compression` (measured here: key and
+ * headers counted uncompressed, so at least what the broker will see). Infinity when zstd cannot compress it here.
+ * @throws ZstdCompressionError when the WebAssembly zstd build does not start (retryable).
+ */
+async function compressedBytes(
+  message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
+  compression: CompressionTypes,
+): Promise<number> {
+  if (compression === CompressionTypes.None || !message.value) return messageBytes(message);
+  try {
+    const value =
+      compression === CompressionTypes.GZIP
+        ? await gzipped(message.value)
+        : await zstdCompress(message.value);
+    return messageBytes({ ...message, value });
+  } catch (e) {
+    if (e instanceof ZstdCompressionError && !e.retryable) return Infinity;
+    throw e;
+  }
+}
+
+/**
+ * The codec that carries a DLQ record under `limitBytes` (after compression) and under {@link REQUEST_RECORD_MAX_BYTES},
+ * measured here, for a sender that cannot let the broker refuse one codec after another (in a transaction a refused
+ * send aborts it): gzip when the record fits as it is or gzipped, else zstd when that fits, else its stand-in
+ * ({@link dlqStandIn}) gzipped. Only records over the limit are compressed here to be measured.
+ * @param topic the DLQ topic (named in the stand-in's reason).
+ * @throws ZstdCompressionError (retryable) when the WebAssembly zstd build does not start.
+ */
+export async function fitDlqRecord<M extends { key: Buffer | null; value: Buffer | null; headers: IHeaders }>(
+  record: M,
+  topic: string,
+  limitBytes: number,
+): Promise<{ record: M | ReturnType<typeof dlqStandIn>; compression: CompressionTypes }> {
+  const limit = Math.min(limitBytes, REQUEST_RECORD_MAX_BYTES);
+  const bytes = messageBytes(record);
+  if (bytes <= limit || (await compressedBytes(record, CompressionTypes.GZIP)) <= limit)
+    return { record, compression: CompressionTypes.GZIP };
+  if ((await compressedBytes(record, CompressionTypes.ZSTD)) <= limit)
+    return { record, compression: CompressionTypes.ZSTD };
+  return {
+    record: dlqStandIn(record, new RecordTooLargeError(topic, bytes)),
+    compression: CompressionTypes.GZIP,
+  };
+}
+
+/** Longest key a stand-in DLQ record keeps, in bytes (a longer one is dropped with the value). */
+const STAND_IN_KEY_MAX_BYTES = 64 * 1024;
+
+/**
+ * The stand-in for a DLQ record no request can carry: its key (when at most 64 KiB), no value, and only the triage
+ * headers (bounded: about 3 KiB) plus {@link DLQ_HEADERS.omitted} naming what was left out and why.
+ */
+export function dlqStandIn(
+  record: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
+  why: RecordTooLargeError,
+): { key: Buffer | null; value: null; headers: IHeaders } {
+  const headers: IHeaders = Object.fromEntries(Object.entries(record.headers).filter(([k]) => OURS.has(k)));
+  const valueBytes = record.value?.length ?? 0;
+  headers[DLQ_HEADERS.omitted] = truncateUtf8(
+    `value of ${valueBytes} bytes and the original headers left out: ${why.message}`,
+    DLQ_ERROR_MESSAGE_MAX_BYTES,
+  );
+  const key = record.key && record.key.length <= STAND_IN_KEY_MAX_BYTES ? record.key : null;
+  return { key, value: null, headers };
 }
 
 /**
  * Sends one record (acks=all) uncompressed; when the broker refuses it as larger than the topic's limit, gzip-
  * compressed; when refused again, zstd-compressed. A record that came compressed by its producer may exceed the limit
  * uncompressed, incompressible bytes near the limit grow under gzip, and repeats further apart than gzip's 32 KiB
- * window (RFC 1951) shrink only under zstd. Used for DLQ records and for redriven ones.
- * @throws the last refusal (a KafkaJSProtocolError of type MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE), or any other
- *   error of the send (kafkajs errors).
+ * window (RFC 1951) shrink only under zstd. A record over {@link REQUEST_RECORD_MAX_BYTES} skips the codecs that do not
+ * bring it under that (measured here). Used for DLQ records and for redriven ones.
+ * @throws RecordTooLargeError (not retryable; its cause the broker's last refusal, a KafkaJSProtocolError of type
+ *   MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE, if one was asked) when no codec fits; ZstdCompressionError
+ *   (retryable) when the WebAssembly zstd build does not start; any other error of the send (kafkajs errors).
  */
 async function sendWithinLimit(
   producer: Producer,
   topic: string,
   message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
 ): Promise<void> {
-  const codecs = [CompressionTypes.None, CompressionTypes.GZIP, CompressionTypes.ZSTD];
-  for (let i = 0; ; i++) {
+  const bytes = messageBytes(message);
+  let refusal: unknown;
+  for (const compression of [CompressionTypes.None, CompressionTypes.GZIP, CompressionTypes.ZSTD]) {
+    // A request over the broker's socket limit is not refused but cut off (see SOCKET_REQUEST_MAX_BYTES): such a
+    // record goes only in a codec measured to bring it under.
+    if (
+      bytes > REQUEST_RECORD_MAX_BYTES &&
+      (await compressedBytes(message, compression)) > REQUEST_RECORD_MAX_BYTES
+    )
+      continue;
     try {
-      await producer.send({ topic, acks: -1, compression: codecs[i], messages: [message] });
+      await producer.send({ topic, acks: -1, compression, messages: [message] });
       return;
     } catch (e) {
-      if (!isTooLarge(e) || i === codecs.length - 1) throw e;
+      if (!isTooLarge(e)) throw e;
+      refusal = e;
     }
   }
+  throw new RecordTooLargeError(topic, bytes, refusal);
 }
 
 /** kafkajs's ConfigSource for a topic's own (dynamic) setting (DescribeConfigs, KIP-226). */
@@ -287,6 +429,11 @@ export interface RedriveReport {
    * topic's limit, then redrive again), the redrive goes on with the next record.
    */
   tooLarge: number;
+  /**
+   * Matching stand-in records (header x-dlq-omitted: no request could carry the original, see sendToDlq): there is
+   * nothing to send back, so a redrive leaves them pending (discard them once the original is dealt with).
+   */
+  omitted: number;
   dryRun: boolean;
   action: DlqAction;
 }
@@ -356,6 +503,7 @@ export async function redrive(
     noOriginalTopic: 0,
     alreadyHandled: 0,
     tooLarge: 0,
+    omitted: 0,
     dryRun,
     action,
   };
@@ -378,6 +526,10 @@ export async function redrive(
       }
       if (!original && action === 'REDRIVEN') {
         report.noOriginalTopic++;
+        return;
+      }
+      if (header(h, DLQ_HEADERS.omitted) !== undefined && action === 'REDRIVEN') {
+        report.omitted++;
         return;
       }
       if (opts.limit !== undefined && report.moved >= opts.limit) return false;

@@ -55,6 +55,11 @@ export {
   dlqTopicConfigs,
   alignDlqLimits,
   truncateUtf8,
+  dlqStandIn,
+  fitDlqRecord,
+  RecordTooLargeError,
+  REQUEST_RECORD_MAX_BYTES,
+  SOCKET_REQUEST_MAX_BYTES,
 } from './dlq';
 export {
   DLQ_LEDGER_TOPIC,

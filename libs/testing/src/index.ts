@@ -6,6 +6,7 @@ export { OwnRedisServer, freePort, REDIS_AOF_ARGS, REDIS_NO_PERSISTENCE_ARGS } f
 export {
   ensureKcat,
   produceWithKcat,
+  produceLargeWithKcat,
   javaKafkaClient,
   produceWithJavaClient,
   kcatLibrdkafkaVersion,

@@ -1,9 +1,17 @@
+import { randomBytes } from 'node:crypto';
+import { CompressionTypes } from 'kafkajs';
+import { longRangeRepeats } from '@keyflow/testing/src/kcat';
 import {
   DLQ_ERROR_MESSAGE_MAX_BYTES,
+  DLQ_HEADERS,
   DLQ_HEADROOM_BYTES,
   dlqLimitBytes,
   dlqMessage,
+  fitDlqRecord,
+  header,
   messageBytes,
+  REQUEST_RECORD_MAX_BYTES,
+  SOCKET_REQUEST_MAX_BYTES,
   truncateUtf8,
 } from '../../src';
 
@@ -69,5 +77,54 @@ describe('truncateUtf8', () => {
     for (const max of [0, 1, 2])
       expect(Buffer.byteLength(truncateUtf8('héllo', max))).toBeLessThanOrEqual(max);
     expect(truncateUtf8('héllo', 2)).toBe('h');
+  });
+});
+
+describe('fitting a DLQ record under its limit (fitDlqRecord)', () => {
+  const MIB = 1024 * 1024;
+  const record = (value: Buffer) =>
+    dlqMessage(
+      { topic: 't.wf.requests', partition: 0, offset: '7', key: Buffer.from('run-1'), value, headers: {} },
+      {
+        errorClass: 'MissingMagicByteError',
+        errorMessage: 'not Avro',
+        attempts: 1,
+        firstFailureAt: 1,
+        lastFailureAt: 1,
+        consumerGroup: 'g',
+      },
+    );
+  const measuredWith = async (value: Buffer, limit: number) =>
+    fitDlqRecord(record(value), 't.wf.requests.dlq', limit);
+
+  it('keeps a record under its limit as it is, gzip-compressed', async () => {
+    const fit = await measuredWith(Buffer.alloc(1000, 7), MIB);
+    expect(fit.compression).toBe(CompressionTypes.GZIP);
+    expect(fit.record.value).toEqual(Buffer.alloc(1000, 7));
+  });
+
+  it('sends zstd a record only zstd brings under its limit (repeats further apart than gzip’s 32 KiB window)', async () => {
+    const value = longRangeRepeats(300 * 1024, 20); // 6 MB: gzip ~6 MB, zstd ~300 KB
+    const fit = await measuredWith(value, MIB);
+    expect(fit.compression).toBe(CompressionTypes.ZSTD);
+    expect(fit.record.value).toBe(value);
+  });
+
+  it('replaces a record no codec brings under its limit by a stand-in naming its size and where the original is', async () => {
+    const value = randomBytes(2 * MIB);
+    const fit = await measuredWith(value, MIB);
+    expect(fit.record.value).toBeNull();
+    expect(fit.record.key).toEqual(Buffer.from('run-1'));
+    expect(header(fit.record.headers, DLQ_HEADERS.omitted)).toContain(`value of ${2 * MIB} bytes`);
+    expect(header(fit.record.headers, DLQ_HEADERS.originalOffset)).toBe('7');
+    expect(messageBytes(fit.record)).toBeLessThan(16 * 1024);
+  });
+
+  it('never measures a record against more than one request may carry (socket.request.max.bytes)', async () => {
+    expect(REQUEST_RECORD_MAX_BYTES).toBeLessThan(SOCKET_REQUEST_MAX_BYTES);
+    const value = randomBytes(2 * MIB);
+    // A limit above the socket's is cut down to REQUEST_RECORD_MAX_BYTES, which this record is under.
+    const fit = await measuredWith(value, 10 * SOCKET_REQUEST_MAX_BYTES);
+    expect(fit.record.value).toBe(value);
   });
 });

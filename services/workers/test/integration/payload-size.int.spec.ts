@@ -5,7 +5,14 @@ import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
 import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
-import { Collector, eventually, kcatMissing, longRangeRepeats, produceWithKcat } from '@keyflow/testing';
+import {
+  Collector,
+  eventually,
+  kcatMissing,
+  longRangeRepeats,
+  produceLargeWithKcat,
+  produceWithKcat,
+} from '@keyflow/testing';
 import type { StoredOutcome } from '../../src/runtime/task-executor';
 import { POSTGRES_URL, WorkerHarness } from './support';
 
@@ -222,11 +229,12 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     // socket.request.max.bytes (104,857,600) refuses any request carrying it uncompressed by closing the connection,
     // which kafkajs reports as a closed connection, not as a record too large.
     const bomb = Buffer.alloc(110 * MB, 'not avro ');
-    await produceWithKcat({
+    await produceLargeWithKcat({
       brokers: h.ns.infra.kafkaBrokers,
       topic,
       codec: 'zstd',
-      records: [{ key: 'bomb', value: bomb }],
+      key: 'bomb',
+      value: bomb,
       config: { 'message.max.bytes': String(200 * MB) },
     });
     const next = h.command('seq', 'bomb', { entity: 'bomb', seq: 1 });
@@ -248,6 +256,57 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     } finally {
       await reader.disconnect();
     }
+    expect((await health()).status).toBe(200);
+  }, 240_000);
+
+  it('a command that no codec brings under what one request may carry reaches the DLQ as a stand-in naming where the original is; a redrive leaves it pending', async () => {
+    const noKcat = await kcatMissing();
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
+    const topic = h.codec.physical('task.seq');
+    // 110 MiB of a 300 KiB block repeated: zstd (librdkafka, a 2 MiB+ window) keeps one block, gzip (a 32 KiB window)
+    // keeps all of it, and the WebAssembly zstd build here takes at most 64 MiB.
+    const huge = longRangeRepeats(300 * 1024, 375);
+    await produceLargeWithKcat({
+      brokers: h.ns.infra.kafkaBrokers,
+      topic,
+      codec: 'zstd',
+      key: 'stand-in',
+      value: huge,
+      config: { 'message.max.bytes': String(200 * MB) },
+    });
+    const next = h.command('seq', 'stand-in', { entity: 'stand-in', seq: 1 });
+    await h.send([next]);
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-stand-in') });
+    await reader.connect();
+    try {
+      await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
+      await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
+      const [record] = await eventually(
+        'the DLQ record of key stand-in',
+        () => dlq.items.filter((r) => r.key?.toString() === 'stand-in'),
+        { until: (rs) => rs.length > 0, timeoutMs: 60_000 },
+      );
+      expect(record.value).toBeNull();
+      expect(header(record.headers, DLQ_HEADERS.omitted)).toContain(`value of ${huge.length} bytes`);
+      expect(header(record.headers, DLQ_HEADERS.originalTopic)).toBe(topic);
+      expect(header(record.headers, DLQ_HEADERS.originalOffset)).toMatch(/^\d+$/);
+      expect(header(record.headers, DLQ_HEADERS.errorClass)).toBe('MissingMagicByteError');
+    } finally {
+      await reader.disconnect();
+    }
+    // Nothing to send back: a redrive leaves it pending and says why.
+    const producer = h.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    const report = await redrive(h.ns.kafka, {
+      dlqTopic: `${topic}.dlq`,
+      filter: { key: 'stand-in' },
+      producer,
+      logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec: h.codec, handledBy: 'payload-size-test' },
+    }).finally(() => producer.disconnect());
+    expect(report).toMatchObject({ moved: 0, omitted: 1 });
     expect((await health()).status).toBe(200);
   }, 240_000);
 });
