@@ -10,6 +10,7 @@ import {
   eventually,
   kcatMissing,
   longRangeRepeats,
+  produceLargeWithKcat,
   produceWithKcat,
 } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
@@ -125,6 +126,43 @@ describe('the orchestrator reading zstd-compressed records', () => {
     );
     expect(h.processes.every((p) => p.proc.exitCode === null)).toBe(true);
   });
+
+  it('requests that decompress past what one request may carry go to wf.requests.dlq, whole when a codec brings them under, else as a stand-in; the run key goes on', async () => {
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
+    const topic = h.codec.physical('wf.requests');
+    const runId = `bomb-${h.ns.prefix}`;
+    // 110 MiB each, over the broker's socket.request.max.bytes: a 9-byte pattern gzip brings to ~110 KB, and a
+    // 300 KiB block repeated that only zstd shrinks, which the WebAssembly zstd build here (at most 64 MiB) cannot.
+    const gzipable = Buffer.alloc(110 * 1024 * 1024, 'not avro ');
+    const noCodec = longRangeRepeats(300 * 1024, 375);
+    for (const value of [gzipable, noCodec])
+      await produceLargeWithKcat({
+        brokers: h.ns.infra.kafkaBrokers,
+        topic,
+        codec: 'zstd',
+        key: runId,
+        value,
+        config: { 'message.max.bytes': String(200 * 1024 * 1024) },
+      });
+    await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }));
+    expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
+    await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'));
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-bomb') });
+    await reader.connect();
+    await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
+    const records = await eventually(
+      'the DLQ records of the run key',
+      () => dlq.items.filter((r) => r.key?.toString() === runId),
+      { until: (rs) => rs.length >= 2, timeoutMs: 60_000 },
+    ).finally(() => reader.disconnect());
+    expect(records.some((r) => r.value?.equals(gzipable))).toBe(true);
+    const standIn = records.find((r) => r.value === null);
+    expect(header(standIn?.headers, DLQ_HEADERS.omitted)).toContain(`value of ${noCodec.length} bytes`);
+    expect(header(standIn?.headers, DLQ_HEADERS.originalTopic)).toBe(topic);
+    expect(h.processes.every((p) => p.proc.exitCode === null)).toBe(true);
+  }, 180_000);
 });
 
 describe('the orchestrator meeting an input batch it cannot decode', () => {
