@@ -37,6 +37,8 @@ import {
   taskTopicOf,
   alignDlqLimits,
   dlqTopicConfigs,
+  fitDlqRecord,
+  dlqLimitBytes,
 } from '@keyflow/kafka';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
@@ -774,10 +776,12 @@ export class Engine {
         if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
         add(r.topic, { key: r.key, value: r.value, partition: r.partition, headers: r.headers });
       });
-      // DLQ records go in order, after the rest; gzip-compressed unless one of them is over the source topic's limit
-      // (it came compressed by its producer, zstd from librdkafka or Java, which may shrink repeats further apart than
-      // gzip's 32 KiB window): then all of them zstd, so that one fits its DLQ's limit too.
-      const dead: Msg[] = [];
+      // DLQ records go in order, after the rest, each in the codec measured to fit its DLQ (fitDlqRecord, against the
+      // limit DLQs are created and aligned with for KEYFLOW_MAX_MESSAGE_BYTES): gzip, or zstd for one that gzip does
+      // not bring under (it came compressed by its producer, zstd from librdkafka or Java, which may shrink repeats
+      // further apart than gzip's 32 KiB window), or a stand-in without its value when no codec does (a few KB of zstd
+      // may hold more than any request carries).
+      const dead: Array<ReturnType<typeof dlqMessage>> = [];
       for (const { m, err } of dlq) {
         const now = Date.now();
         const record = dlqMessage(
@@ -806,11 +810,21 @@ export class Engine {
       // exceeds what the broker accepts.
       for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
         await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
-      const deadCodec = dead.some((d) => messageBytes(d) > this.cfg.KEYFLOW_MAX_MESSAGE_BYTES)
-        ? CompressionTypes.ZSTD
-        : CompressionTypes.GZIP;
-      for (const part of splitBySize([[dlqTopicFor(batch.topic), dead]], this.claim.thresholdBytes))
-        await tx.sendBatch({ compression: deadCodec, topicMessages: part });
+      const dlqTopic = dlqTopicFor(batch.topic);
+      const fitted: Array<{ compression: CompressionTypes; records: Msg[] }> = [];
+      for (const d of dead) {
+        const { record, compression } = await fitDlqRecord(
+          d,
+          dlqTopic,
+          dlqLimitBytes(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES),
+        );
+        const run = fitted.at(-1);
+        if (run?.compression === compression) run.records.push(record);
+        else fitted.push({ compression, records: [record] });
+      }
+      for (const { compression, records: run } of fitted)
+        for (const part of splitBySize([[dlqTopic, run]], this.claim.thresholdBytes))
+          await tx.sendBatch({ compression, topicMessages: part });
       const next = (BigInt(lastOffset) + 1n).toString();
       await tx.sendOffsets({
         consumerGroupId: this.cfg.ORCHESTRATOR_GROUP_ID,
