@@ -26,6 +26,11 @@ export interface DlqRecord {
   host: string | null;
   redriveCount: number;
   /**
+   * On a stand-in (x-dlq-omitted): what was left out and why (no request could carry the original; it stays at its
+   * original topic, partition and offset until its retention ends); null on a record that carries its original.
+   */
+  omitted: string | null;
+  /**
    * The decoded event (`{ event, value }`) read with its original topic's schema; `{ undecodable, text }` when no
    * schema decodes it; the bytes as UTF-8 text when no codec was given.
    */
@@ -88,6 +93,7 @@ export async function describeDlqRecord(
     consumerGroup: h(DLQ_HEADERS.consumerGroup),
     host: h(DLQ_HEADERS.host),
     redriveCount: Number(h(DLQ_HEADERS.redriveCount) ?? 0),
+    omitted: h(DLQ_HEADERS.omitted),
     value,
     handled: handledEntryOf(o.handled, at.topic, at.partition, m) ?? null,
   };

@@ -605,7 +605,13 @@ async function dlqView(view, topic) {
         r.handled ? `${r.handled.action.toLowerCase()} by ${r.handled.handledBy}` : 'pending',
         r.redriveCount ? h('div', { class: 'muted' }, `redriven ${r.redriveCount}x before`) : '',
       ),
-      h('td', {}, h('pre', {}, JSON.stringify(readable(r.value), null, 2))),
+      h(
+        'td',
+        {},
+        r.omitted
+          ? h('div', { class: 'muted' }, `stand-in: ${r.omitted}`)
+          : h('pre', {}, JSON.stringify(readable(r.value), null, 2)),
+      ),
       h(
         'td',
         {},

@@ -102,7 +102,7 @@ export function dlqCommand(ctx: CliContext): Command {
                 `${topic} ${r.partition}@${r.offset}  key ${r.key ?? '-'}  from ${r.originalTopic ?? '-'} ${r.originalPartition ?? '-'}@${r.originalOffset ?? '-'}\n` +
                 `  ${r.errorClass}: ${r.errorMessage}  (attempts ${r.attempts ?? '-'}, last failure ${iso(r.lastFailureAt)}, group ${r.consumerGroup ?? '-'}, host ${r.host ?? '-'}${r.redriveCount ? `, dead-lettered again after ${r.redriveCount} redrive(s)` : ''})\n` +
                 `  ${r.handled ? `${r.handled.action.toLowerCase()} by ${r.handled.handledBy} at ${iso(r.handled.at)}` : 'pending'}\n` +
-                `  ${JSON.stringify(r.value).slice(0, 2_000)}`,
+                `  ${r.omitted ? `stand-in: ${r.omitted}` : JSON.stringify(r.value).slice(0, 2_000)}`,
             )
             .join('\n\n') || '(none)',
       );

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { KafkaMessage } from 'kafkajs';
 import { IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
-import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
+import { describeDlqRecord, DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {
@@ -293,6 +293,14 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
       expect(header(record.headers, DLQ_HEADERS.originalTopic)).toBe(topic);
       expect(header(record.headers, DLQ_HEADERS.originalOffset)).toMatch(/^\d+$/);
       expect(header(record.headers, DLQ_HEADERS.errorClass)).toBe('MissingMagicByteError');
+      // What the CLI and the ops console show of it.
+      const shown = await describeDlqRecord(
+        record,
+        { topic: `${topic}.dlq`, partition: 0 },
+        { codec: h.codec },
+      );
+      expect(shown).toMatchObject({ value: null, originalTopic: topic });
+      expect(shown.omitted).toContain(`value of ${huge.length} bytes`);
     } finally {
       await reader.disconnect();
     }
