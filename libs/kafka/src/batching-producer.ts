@@ -25,15 +25,16 @@ const RECORD_OVERHEAD_BYTES = 64;
 export function messageBytes(m: {
   key?: string | Buffer | null;
   value: string | Buffer | null;
-  headers?: Record<string, string | Buffer | Array<string | Buffer> | undefined>;
+  headers?: Record<string, string | Buffer | null | Array<string | Buffer | null> | undefined>;
 }): number {
   let n = RECORD_OVERHEAD_BYTES;
   if (m.key != null) n += bytesOf(m.key);
   if (m.value != null) n += bytesOf(m.value);
   if (m.headers)
     for (const [k, v] of Object.entries(m.headers)) {
-      if (v === undefined) continue;
-      for (const one of Array.isArray(v) ? v : [v]) n += Buffer.byteLength(k) + bytesOf(one) + 8;
+      if (v === undefined) continue; // kafkajs writes no header for undefined, one with a null value for null
+      for (const one of Array.isArray(v) ? v : [v])
+        n += Buffer.byteLength(k) + (one == null ? 0 : bytesOf(one)) + 8;
     }
   return n;
 }

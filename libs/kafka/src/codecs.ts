@@ -260,6 +260,23 @@ export async function zstdCompress(buf: Buffer): Promise<Buffer> {
   return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
 }
 
+/** Whether node:zlib has zstd here (Node >= 22.15 / 23.8); without it zstd compression is the WebAssembly build's. */
+export const NODE_HAS_ZSTD = nodeZstdCompress !== undefined;
+
+/**
+ * Bytes kept free below {@link ZSTD_WASM_MAX_INPUT_BYTES} for what kafkajs compresses besides a record's key, value and
+ * headers (the record's varints and the batch's other records), in bytes.
+ */
+const ZSTD_INPUT_MARGIN_BYTES = 64 * 1024;
+
+/**
+ * Whether zstd compression here takes `bytes` of records (as messageBytes counts them): always with node:zlib's zstd,
+ * up to {@link ZSTD_WASM_MAX_INPUT_BYTES} less a margin with the WebAssembly build. Ask before sending zstd: a refusal
+ * inside kafkajs's send is not retryable, and a watched producer takes it for a failed producer.
+ */
+export const zstdTakes = (bytes: number): boolean =>
+  NODE_HAS_ZSTD || bytes + ZSTD_INPUT_MARGIN_BYTES <= ZSTD_WASM_MAX_INPUT_BYTES;
+
 /** Kafka codec 3: LZ4 frame format, via lz4_flex (lz4-napi). */
 export const lz4Codec = (): KafkaCodec => ({
   compress: async (encoder) => lz4CompressFrame(encoder.buffer),

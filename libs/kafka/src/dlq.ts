@@ -26,7 +26,7 @@ import { lastStableOffsets, scanRanges } from './scan';
 import { retryWhileTopicsSettle } from './topics';
 import { isTooLarge, RECORD_TOO_LARGE } from './client';
 import { messageBytes } from './batching-producer';
-import { ZstdCompressionError, zstdCompress } from './codecs';
+import { ZstdCompressionError, zstdCompress, zstdTakes } from './codecs';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
 export const DLQ_HEADERS = {
@@ -91,13 +91,14 @@ export const DLQ_HEADROOM_BYTES = 16 * 1024;
 /**
  * The `max.message.bytes` a DLQ topic gets, in bytes: twice its source topic's limit plus {@link DLQ_HEADROOM_BYTES}.
  * A DLQ record is the original key, value and headers plus the triage headers, sent uncompressed or, when refused,
- * compressed (the worker: gzip, then zstd; the engine: gzip in its transactions, zstd when a DLQ record is over the
- * source's limit). The broker's limit applies to the (compressed) record batch (Kafka docs, topic config
- * `max.message.bytes`). Every record its source accepted uncompressed fits; one its producer compressed (zstd or lz4
- * from librdkafka or the Java client) fits when gzip or zstd at level 3 brings it within twice the source's limit
- * (gzip finds repeats only within 32 KiB, zstd across megabytes). One that still does not fit (a producer's zstd at a
- * higher level, or with a longer window, than level 3 reaches) is refused by the DLQ: its consumer retries it in place
- * and /health names it after 30 s; it is neither skipped nor dropped.
+ * compressed (the worker: gzip, then zstd; the engine: the codec {@link fitDlqRecord} measures to fit). The broker's
+ * limit applies to the (compressed) record batch (Kafka docs, topic config `max.message.bytes`). Every record its
+ * source accepted uncompressed fits; one its producer compressed (zstd or lz4 from librdkafka or the Java client) fits
+ * when gzip or zstd at level 3 brings it within twice the source's limit (gzip finds repeats only within 32 KiB, zstd
+ * across megabytes). One that still does not fit (a producer's zstd at a higher level, or with a longer window, than
+ * level 3 reaches; over 64 MiB where only the WebAssembly zstd build is there; or a DLQ whose limit could not be
+ * raised) goes to the DLQ as a stand-in without its value ({@link dlqStandIn}), so its partition goes on; the
+ * original stays at its topic until its retention ends.
  */
 export const dlqLimitBytes = (sourceMaxMessageBytes: number) =>
   2 * sourceMaxMessageBytes + DLQ_HEADROOM_BYTES;
@@ -227,7 +228,9 @@ async function compressedBytes(
   message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
   compression: CompressionTypes,
 ): Promise<number> {
-  if (compression === CompressionTypes.None || !message.value) return messageBytes(message);
+  const bytes = messageBytes(message);
+  if (compression === CompressionTypes.None || !message.value) return bytes;
+  if (compression === CompressionTypes.ZSTD && !zstdTakes(bytes)) return Infinity;
   try {
     const value =
       compression === CompressionTypes.GZIP
@@ -244,7 +247,7 @@ async function compressedBytes(
  * The codec that carries a DLQ record under `limitBytes` (after compression) and under {@link REQUEST_RECORD_MAX_BYTES},
  * measured here, for a sender that cannot let the broker refuse one codec after another (in a transaction a refused
  * send aborts it): gzip when the record fits as it is or gzipped, else zstd when that fits, else its stand-in
- * ({@link dlqStandIn}) gzipped. Only records over the limit are compressed here to be measured.
+ * ({@link dlqStandIn}) gzipped. Only records over half the limit are compressed here to be measured.
  * @param topic the DLQ topic (named in the stand-in's reason).
  * @throws ZstdCompressionError (retryable) when the WebAssembly zstd build does not start.
  */
@@ -255,7 +258,8 @@ export async function fitDlqRecord<M extends { key: Buffer | null; value: Buffer
 ): Promise<{ record: M | ReturnType<typeof dlqStandIn>; compression: CompressionTypes }> {
   const limit = Math.min(limitBytes, REQUEST_RECORD_MAX_BYTES);
   const bytes = messageBytes(record);
-  if (bytes <= limit || (await compressedBytes(record, CompressionTypes.GZIP)) <= limit)
+  // gzip may make incompressible bytes a little larger (RFC 1952 framing, stored blocks): measured unless far under.
+  if (bytes <= limit / 2 || (await compressedBytes(record, CompressionTypes.GZIP)) <= limit)
     return { record, compression: CompressionTypes.GZIP };
   if ((await compressedBytes(record, CompressionTypes.ZSTD)) <= limit)
     return { record, compression: CompressionTypes.ZSTD };
@@ -266,17 +270,28 @@ export async function fitDlqRecord<M extends { key: Buffer | null; value: Buffer
 }
 
 /** Longest key a stand-in DLQ record keeps, in bytes (a longer one is dropped with the value). */
-const STAND_IN_KEY_MAX_BYTES = 64 * 1024;
+const STAND_IN_KEY_MAX_BYTES = 16 * 1024;
 
 /**
- * The stand-in for a DLQ record no request can carry: its key (when at most 64 KiB), no value, and only the triage
- * headers (bounded: about 3 KiB) plus {@link DLQ_HEADERS.omitted} naming what was left out and why.
+ * The stand-in for a DLQ record no request can carry: its key (when at most 16 KiB), no value, and only the triage
+ * headers, rebuilt from their last values and each cut to its bound (the error message to
+ * {@link DLQ_ERROR_MESSAGE_MAX_BYTES}, the others to 255 bytes; a redrive count only when it is a number), plus
+ * {@link DLQ_HEADERS.omitted} naming what was left out and why: at most about 24 KiB whatever the original carried.
  */
 export function dlqStandIn(
   record: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
   why: RecordTooLargeError,
 ): { key: Buffer | null; value: null; headers: IHeaders } {
-  const headers: IHeaders = Object.fromEntries(Object.entries(record.headers).filter(([k]) => OURS.has(k)));
+  const headers: IHeaders = {};
+  for (const name of OURS) {
+    const v = header(record.headers, name);
+    if (v === undefined) continue;
+    if (name === DLQ_HEADERS.redriveCount && !/^\d{1,9}$/.test(v)) continue;
+    headers[name] = truncateUtf8(
+      v,
+      name === DLQ_HEADERS.errorMessage ? DLQ_ERROR_MESSAGE_MAX_BYTES : DLQ_NAME_MAX_BYTES,
+    );
+  }
   const valueBytes = record.value?.length ?? 0;
   headers[DLQ_HEADERS.omitted] = truncateUtf8(
     `value of ${valueBytes} bytes and the original headers left out: ${why.message}`,
@@ -305,7 +320,9 @@ async function sendWithinLimit(
   let refusal: unknown;
   for (const compression of [CompressionTypes.None, CompressionTypes.GZIP, CompressionTypes.ZSTD]) {
     // A request over the broker's socket limit is not refused but cut off (see SOCKET_REQUEST_MAX_BYTES): such a
-    // record goes only in a codec measured to bring it under.
+    // record goes only in a codec measured to bring it under. zstd only when this process can make it (a refusal
+    // inside kafkajs's send would not be retryable, and would count as a failed producer).
+    if (compression === CompressionTypes.ZSTD && !zstdTakes(bytes)) continue;
     if (
       bytes > REQUEST_RECORD_MAX_BYTES &&
       (await compressedBytes(message, compression)) > REQUEST_RECORD_MAX_BYTES
@@ -390,7 +407,7 @@ export async function alignDlqLimits(
     } catch (err) {
       logger.warn(
         { err, dlq, source, have, want },
-        `cannot raise ${dlq}'s max.message.bytes to ${want}: a record near ${source}'s limit cannot be dead-lettered and is retried in place; set it on the topic`,
+        `cannot raise ${dlq}'s max.message.bytes to ${want}: a record near ${source}'s limit may reach the DLQ only as a stand-in without its value; set it on the topic`,
       );
     }
   }

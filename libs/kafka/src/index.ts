@@ -101,6 +101,7 @@ export {
   undecodableBatchError,
   ZstdCompressionError,
   ZSTD_WASM_MAX_INPUT_BYTES,
+  NODE_HAS_ZSTD,
   KAFKA_CODEC_IDS,
   type KafkaCodecName,
   type KafkaCodec,

@@ -512,8 +512,13 @@ async function act(topic, body) {
   const dry = await call(path, { method: 'POST', body: JSON.stringify({ ...body, dryRun: true }) });
   if (dry.moved === 0)
     return setStatus(
-      dry.noOriginalTopic
-        ? `${dry.noOriginalTopic} record(s) have no original topic: discard them instead`
+      dry.noOriginalTopic || dry.omitted
+        ? [
+            dry.noOriginalTopic && `${dry.noOriginalTopic} record(s) have no original topic`,
+            dry.omitted && `${dry.omitted} stand-in(s) without their value (too large for any request)`,
+          ]
+            .filter(Boolean)
+            .join('; ') + ': discard them instead'
         : `nothing to ${body.action}: no pending record matches`,
     );
   const verb = body.action === 'discard' ? 'Discard' : 'Redrive';
@@ -521,7 +526,8 @@ async function act(topic, body) {
   const done = await call(path, { method: 'POST', body: JSON.stringify({ ...body, limit: dry.moved }) });
   setStatus(
     `${body.action === 'discard' ? 'discarded' : 'redriven'}: ${done.moved} record(s)` +
-      (done.tooLarge ? `; ${done.tooLarge} too large for their original topic, left pending` : ''),
+      (done.tooLarge ? `; ${done.tooLarge} too large for their original topic, left pending` : '') +
+      (done.omitted ? `; ${done.omitted} stand-in(s) without their value, left pending` : ''),
   );
   await render();
 }

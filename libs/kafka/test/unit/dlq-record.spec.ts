@@ -120,11 +120,44 @@ describe('fitting a DLQ record under its limit (fitDlqRecord)', () => {
     expect(messageBytes(fit.record)).toBeLessThan(16 * 1024);
   });
 
-  it('never measures a record against more than one request may carry (socket.request.max.bytes)', async () => {
+  it('never fits a record against more than one request may carry (socket.request.max.bytes), whatever the limit', async () => {
     expect(REQUEST_RECORD_MAX_BYTES).toBeLessThan(SOCKET_REQUEST_MAX_BYTES);
-    const value = randomBytes(2 * MIB);
-    // A limit above the socket's is cut down to REQUEST_RECORD_MAX_BYTES, which this record is under.
+    // Incompressible and over REQUEST_RECORD_MAX_BYTES: under the limit given, but no request carries it.
+    const value = randomBytes(REQUEST_RECORD_MAX_BYTES + MIB);
     const fit = await measuredWith(value, 10 * SOCKET_REQUEST_MAX_BYTES);
-    expect(fit.record.value).toBe(value);
+    expect(fit.record.value).toBeNull();
+    expect(header(fit.record.headers, DLQ_HEADERS.omitted)).toContain(`value of ${value.length} bytes`);
+  }, 60_000);
+
+  it('is a stand-in of bounded size whatever triage-like headers, key and values the original carried', async () => {
+    const big = dlqMessage(
+      {
+        topic: 't.wf.requests',
+        partition: 0,
+        offset: '9',
+        key: Buffer.alloc(100 * 1024, 'k'),
+        value: randomBytes(2 * MIB),
+        headers: {
+          [DLQ_HEADERS.redriveCount]: 'x'.repeat(MIB),
+          [DLQ_HEADERS.errorCode]: Array.from({ length: 1000 }, () => 'c'.repeat(1000)),
+          traceparent: 'y'.repeat(MIB),
+          nothing: null as unknown as string,
+        },
+      },
+      {
+        errorClass: 'E'.repeat(10_000),
+        errorMessage: 'm'.repeat(100_000),
+        attempts: 1,
+        firstFailureAt: 1,
+        lastFailureAt: 1,
+        consumerGroup: 'g',
+      },
+    );
+    const fit = await fitDlqRecord(big, 't.wf.requests.dlq', MIB);
+    expect(fit.record.value).toBeNull();
+    expect(fit.record.key).toBeNull(); // over 16 KiB: left out with the value
+    expect(header(fit.record.headers, DLQ_HEADERS.redriveCount)).toBeUndefined(); // not a number
+    expect(fit.record.headers.traceparent).toBeUndefined();
+    expect(messageBytes(fit.record)).toBeLessThan(24 * 1024);
   });
 });

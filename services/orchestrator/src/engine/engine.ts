@@ -761,26 +761,11 @@ export class Engine {
       trace.setSpan(ROOT_CONTEXT, spans.batch),
     );
     try {
-      tx = await o.producer.transaction();
-      const byTopic = new Map<string, Msg[]>();
-      // Within one transaction only the last snapshot of a run matters: earlier ones are superseded at once.
-      const snapshotTopic = this.codec.physical('wf.state');
-      const lastSnapshot = new Map<string, number>();
-      records.forEach((r, i) => r.topic === snapshotTopic && lastSnapshot.set(r.key, i));
-      const add = (topic: string, m: Msg) => {
-        const messages = byTopic.get(topic);
-        if (messages) messages.push(m);
-        else byTopic.set(topic, [m]);
-      };
-      records.forEach((r, i) => {
-        if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
-        add(r.topic, { key: r.key, value: r.value, partition: r.partition, headers: r.headers });
-      });
-      // DLQ records go in order, after the rest, each in the codec measured to fit its DLQ (fitDlqRecord, against the
-      // limit DLQs are created and aligned with for KEYFLOW_MAX_MESSAGE_BYTES): gzip, or zstd for one that gzip does
-      // not bring under (it came compressed by its producer, zstd from librdkafka or Java, which may shrink repeats
-      // further apart than gzip's 32 KiB window), or a stand-in without its value when no codec does (a few KB of zstd
-      // may hold more than any request carries).
+      // DLQ records go in order, after the rest, each in the codec measured to fit its DLQ (fitDlqRecord, against
+      // twice KEYFLOW_MAX_MESSAGE_BYTES plus headroom, the limit DLQs are created with): gzip, or zstd for one that gzip
+      // does not bring under (it came compressed by its producer, zstd from librdkafka or Java, which may shrink
+      // repeats further apart than gzip's 32 KiB window), or a stand-in without its value when no codec does (a few
+      // KB of zstd may hold more than any request carries).
       const dead: Array<ReturnType<typeof dlqMessage>> = [];
       for (const { m, err } of dlq) {
         const now = Date.now();
@@ -806,10 +791,7 @@ export class Engine {
         );
         dead.push(record);
       }
-      // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
-      // exceeds what the broker accepts.
-      for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
-        await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
+      // Fitted before the transaction opens: measuring a large record takes a while.
       const dlqTopic = dlqTopicFor(batch.topic);
       const fitted: Array<{ compression: CompressionTypes; records: Msg[] }> = [];
       for (const d of dead) {
@@ -822,6 +804,25 @@ export class Engine {
         if (run?.compression === compression) run.records.push(record);
         else fitted.push({ compression, records: [record] });
       }
+      tx = await o.producer.transaction();
+      const byTopic = new Map<string, Msg[]>();
+      // Within one transaction only the last snapshot of a run matters: earlier ones are superseded at once.
+      const snapshotTopic = this.codec.physical('wf.state');
+      const lastSnapshot = new Map<string, number>();
+      records.forEach((r, i) => r.topic === snapshotTopic && lastSnapshot.set(r.key, i));
+      const add = (topic: string, m: Msg) => {
+        const messages = byTopic.get(topic);
+        if (messages) messages.push(m);
+        else byTopic.set(topic, [m]);
+      };
+      records.forEach((r, i) => {
+        if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
+        add(r.topic, { key: r.key, value: r.value, partition: r.partition, headers: r.headers });
+      });
+      // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
+      // exceeds what the broker accepts.
+      for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
+        await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
       for (const { compression, records: run } of fitted)
         for (const part of splitBySize([[dlqTopic, run]], this.claim.thresholdBytes))
           await tx.sendBatch({ compression, topicMessages: part });

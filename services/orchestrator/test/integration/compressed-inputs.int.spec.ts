@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Partitioners, type KafkaMessage } from 'kafkajs';
 import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES } from '@keyflow/blobs';
 import { newMetadata } from '@keyflow/contracts';
-import { DLQ_HEADERS, header } from '@keyflow/kafka';
+import { DLQ_HEADERS, header, NODE_HAS_ZSTD } from '@keyflow/kafka';
 import type { RunSnapshot } from '@keyflow/schemas';
 import {
   Collector,
@@ -158,9 +158,14 @@ describe('the orchestrator reading zstd-compressed records', () => {
       { until: (rs) => rs.length >= 2, timeoutMs: 60_000 },
     ).finally(() => reader.disconnect());
     expect(records.some((r) => r.value?.equals(gzipable))).toBe(true);
-    const standIn = records.find((r) => r.value === null);
-    expect(header(standIn?.headers, DLQ_HEADERS.omitted)).toContain(`value of ${noCodec.length} bytes`);
-    expect(header(standIn?.headers, DLQ_HEADERS.originalTopic)).toBe(topic);
+    if (NODE_HAS_ZSTD) {
+      // node:zlib's zstd takes any size: the second one goes whole too.
+      expect(records.some((r) => r.value?.equals(noCodec))).toBe(true);
+    } else {
+      const standIn = records.find((r) => r.value === null);
+      expect(header(standIn?.headers, DLQ_HEADERS.omitted)).toContain(`value of ${noCodec.length} bytes`);
+      expect(header(standIn?.headers, DLQ_HEADERS.originalTopic)).toBe(topic);
+    }
     expect(h.processes.every((p) => p.proc.exitCode === null)).toBe(true);
   }, 180_000);
 });

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { KafkaMessage } from 'kafkajs';
 import { IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
-import { describeDlqRecord, DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
+import { describeDlqRecord, DLQ_HEADERS, header, NODE_HAS_ZSTD, redrive } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {
@@ -262,18 +262,23 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
   it('a command that no codec brings under what one request may carry reaches the DLQ as a stand-in naming where the original is; a redrive leaves it pending', async () => {
     const noKcat = await kcatMissing();
     if (noKcat) return console.warn(`skipped: ${noKcat}`);
+    // Where node:zlib has zstd, zstd carries the value below whole (the test above covers that path).
+    if (NODE_HAS_ZSTD) return console.warn('skipped: this Node compresses zstd of any size');
     const topic = h.codec.physical('task.seq');
     // 110 MiB of a 300 KiB block repeated: zstd (librdkafka, a 2 MiB+ window) keeps one block, gzip (a 32 KiB window)
-    // keeps all of it, and the WebAssembly zstd build here takes at most 64 MiB.
+    // keeps all of it, and the WebAssembly zstd build here takes at most 64 MiB. And 80 MiB of the same: under what a
+    // request carries, so the broker refuses it (too large) uncompressed and gzipped, and zstd cannot be tried here.
     const huge = longRangeRepeats(300 * 1024, 375);
-    await produceLargeWithKcat({
-      brokers: h.ns.infra.kafkaBrokers,
-      topic,
-      codec: 'zstd',
-      key: 'stand-in',
-      value: huge,
-      config: { 'message.max.bytes': String(200 * MB) },
-    });
+    const between = longRangeRepeats(300 * 1024, 273);
+    for (const value of [huge, between])
+      await produceLargeWithKcat({
+        brokers: h.ns.infra.kafkaBrokers,
+        topic,
+        codec: 'zstd',
+        key: 'stand-in',
+        value,
+        config: { 'message.max.bytes': String(200 * MB) },
+      });
     const next = h.command('seq', 'stand-in', { entity: 'stand-in', seq: 1 });
     await h.send([next]);
     expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
@@ -283,13 +288,15 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     try {
       await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
       await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
-      const [record] = await eventually(
-        'the DLQ record of key stand-in',
+      const [record, second] = await eventually(
+        'the DLQ records of key stand-in',
         () => dlq.items.filter((r) => r.key?.toString() === 'stand-in'),
-        { until: (rs) => rs.length > 0, timeoutMs: 60_000 },
+        { until: (rs) => rs.length >= 2, timeoutMs: 60_000 },
       );
       expect(record.value).toBeNull();
       expect(header(record.headers, DLQ_HEADERS.omitted)).toContain(`value of ${huge.length} bytes`);
+      expect(second.value).toBeNull();
+      expect(header(second.headers, DLQ_HEADERS.omitted)).toContain(`value of ${between.length} bytes`);
       expect(header(record.headers, DLQ_HEADERS.originalTopic)).toBe(topic);
       expect(header(record.headers, DLQ_HEADERS.originalOffset)).toMatch(/^\d+$/);
       expect(header(record.headers, DLQ_HEADERS.errorClass)).toBe('MissingMagicByteError');
@@ -314,7 +321,7 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
       logger: createLogger('redrive', { level: 'silent' }),
       ledger: { codec: h.codec, handledBy: 'payload-size-test' },
     }).finally(() => producer.disconnect());
-    expect(report).toMatchObject({ moved: 0, omitted: 1 });
+    expect(report).toMatchObject({ moved: 0, omitted: 2 });
     expect((await health()).status).toBe(200);
   }, 240_000);
 });
