@@ -36,6 +36,26 @@ describe('the orchestrator reading zstd-compressed records', () => {
   });
   afterAll(() => h.teardown());
 
+  /**
+   * Runs `runId` three-step to completion (an echo worker answering), then reads wf.requests.dlq in group `group`
+   * until `count` records of that key are there.
+   */
+  const runThenDlqRecords = async (runId: string, group: string, count: number) => {
+    await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }));
+    expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
+    await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'));
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId(group) });
+    await reader.connect();
+    await reader.subscribe({ topic: `${h.codec.physical('wf.requests')}.dlq`, fromBeginning: true });
+    await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
+    return eventually(
+      'the DLQ records of the run key',
+      () => dlq.items.filter((r) => r.key?.toString() === runId),
+      { until: (rs) => rs.length >= count, timeoutMs: 60_000 },
+    ).finally(() => reader.disconnect());
+  };
+
   it('a zstd StartRun on wf.requests and zstd TaskCompleted results run three-step to completion, and a zstd wf.state snapshot is served by the read model', async () => {
     if (noKcat) return console.warn(`skipped: ${noKcat}`);
     await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }), { publish: zstd });
@@ -107,19 +127,7 @@ describe('the orchestrator reading zstd-compressed records', () => {
         records: [{ key: runId, value }],
         config: { 'message.max.bytes': String(8 * 1024 * 1024) },
       });
-    await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }));
-    expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
-    await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'));
-    const dlq = new Collector<KafkaMessage>();
-    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-huge') });
-    await reader.connect();
-    await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
-    await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
-    const records = await eventually(
-      'the DLQ records of the run key',
-      () => dlq.items.filter((r) => r.key?.toString() === runId),
-      { until: (rs) => rs.length >= sent.length, timeoutMs: 60_000 },
-    ).finally(() => reader.disconnect());
+    const records = await runThenDlqRecords(runId, 'dlq-huge', sent.length);
     for (const value of sent) expect(records.some((r) => r.value!.equals(value))).toBe(true);
     expect(new Set(records.map((r) => header(r.headers, DLQ_HEADERS.originalTopic)))).toEqual(
       new Set([topic]),
@@ -144,19 +152,7 @@ describe('the orchestrator reading zstd-compressed records', () => {
         value,
         config: { 'message.max.bytes': String(200 * 1024 * 1024) },
       });
-    await h.simulateWorker(['echo'], (cmd) => ({ output: { echoed: cmd.stepId } }));
-    expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
-    await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'));
-    const dlq = new Collector<KafkaMessage>();
-    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-bomb') });
-    await reader.connect();
-    await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
-    await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
-    const records = await eventually(
-      'the DLQ records of the run key',
-      () => dlq.items.filter((r) => r.key?.toString() === runId),
-      { until: (rs) => rs.length >= 2, timeoutMs: 60_000 },
-    ).finally(() => reader.disconnect());
+    const records = await runThenDlqRecords(runId, 'dlq-bomb', 2);
     expect(records.some((r) => r.value?.equals(gzipable))).toBe(true);
     if (NODE_HAS_ZSTD) {
       // node:zlib's zstd takes any size: the second one goes whole too.
