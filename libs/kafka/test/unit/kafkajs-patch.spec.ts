@@ -37,3 +37,34 @@ describe('the kafkajs patch', () => {
     expect(group({ topic: 't', partitionMetadata: [], messages, partitioner: () => 0 })).toEqual({});
   });
 });
+
+describe('kafkajs encoding a record whose header has a null value (Kafka allows it: KIP-82)', () => {
+  it('writes the header with a null value instead of throwing, so such a record can be dead-lettered or redriven', () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const Record = require('kafkajs/src/protocol/recordBatch/record/v0') as (r: {
+      key: Buffer | null;
+      value: Buffer | null;
+      headers: Record<string, Buffer | null>;
+    }) => { buffer: Buffer };
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const Decoder = require('kafkajs/src/protocol/decoder') as new (b: Buffer) => unknown;
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const decodeRecord = require('kafkajs/src/protocol/recordBatch/record/v0/decoder') as (
+      d: unknown,
+      batch: { firstOffset: string; firstTimestamp: string; magicByte: number },
+    ) => { headers: Record<string, Buffer | null>; value: Buffer | null };
+    const encoded = Record({
+      key: Buffer.from('k'),
+      value: Buffer.from('v'),
+      headers: { absent: null, present: Buffer.from('x') },
+    }).buffer;
+    // The record's length (one varint byte here) is read by the batch decoder before the record's own decoder.
+    const decoded = decodeRecord(new Decoder(encoded.subarray(1)), {
+      firstOffset: '0',
+      firstTimestamp: '0',
+      magicByte: 2,
+    });
+    expect(decoded.headers).toEqual({ absent: null, present: Buffer.from('x') });
+    expect(decoded.value).toEqual(Buffer.from('v'));
+  });
+});
