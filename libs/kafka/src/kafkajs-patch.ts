@@ -34,6 +34,7 @@ export const KAFKAJS_PATCHES = {
   'consumer/filterAbortedMessages.js': 'keyflow patch (kafkajs read_committed)',
   'producer/groupMessagesPerPartition.js': 'keyflow patch (kafkajs PR 1576)',
   'protocol/requests/produce/v3/response.js': 'keyflow patch (produce partial)',
+  'protocol/recordBatch/record/v0/index.js': 'keyflow patch (null header value)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
