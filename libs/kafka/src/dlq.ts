@@ -141,8 +141,13 @@ export function dlqMessage(
   dl: DeadLetter,
   host = `${hostname()}/${process.pid}`,
 ): { key: Buffer | null; value: Buffer | null; headers: IHeaders } {
+  // The original's own x-dlq-* headers are not kept (a producer's, or a stand-in's omitted, would be read as this
+  // record's triage), but for the redrive count, which redrive increments, when it is a number.
+  const kept: IHeaders = {};
+  for (const [k, v] of Object.entries(m.headers ?? {}))
+    if (!OURS.has(k) || (k === DLQ_HEADERS.redriveCount && isCount(header(m.headers, k)))) kept[k] = v;
   const headers: IHeaders = {
-    ...m.headers,
+    ...kept,
     [DLQ_HEADERS.originalTopic]: m.topic,
     [DLQ_HEADERS.originalPartition]: String(m.partition),
     [DLQ_HEADERS.originalOffset]: m.offset,
@@ -174,7 +179,15 @@ export async function sendToDlq(producer: Producer, m: ConsumedMessage, dl: Dead
     if (!(e instanceof RecordTooLargeError)) throw e;
     // No codec carries the original: the DLQ gets a stand-in that says so and where the original is, so that its
     // partition goes on and the operator learns of it (its value is lost once its topic's retention ends).
-    await producer.send({ topic, acks: -1, messages: [dlqStandIn(record, e)] });
+    const standIn = dlqStandIn(record, e);
+    await producer
+      .send({ topic, acks: -1, compression: CompressionTypes.GZIP, messages: [standIn] })
+      .catch(async (refused: unknown) => {
+        if (!isTooLarge(refused)) throw refused;
+        // A DLQ whose limit is tiny (it could not be raised: see alignDlqLimits) refuses even that.
+        const note = `the DLQ refused even a stand-in: raise ${topic}'s max.message.bytes`;
+        await producer.send({ topic, acks: -1, messages: [minimalDlqStandIn(record, note)] });
+      });
   }
 }
 
@@ -210,7 +223,7 @@ export class RecordTooLargeError extends KeyflowError {
     cause?: unknown,
   ) {
     super(
-      `a record of ${bytes} bytes fits no request to ${topic}, uncompressed, gzip or zstd` +
+      `a record of ${bytes} bytes fits no request to ${topic} in any codec tried here (none, gzip, zstd)` +
         (cause ? ` (last refusal: ${(cause as Error).message})` : ''),
       { cause },
     );
@@ -263,10 +276,42 @@ export async function fitDlqRecord<M extends { key: Buffer | null; value: Buffer
     return { record, compression: CompressionTypes.GZIP };
   if ((await compressedBytes(record, CompressionTypes.ZSTD)) <= limit)
     return { record, compression: CompressionTypes.ZSTD };
+  const standIn = dlqStandIn(record, new RecordTooLargeError(topic, bytes));
   return {
-    record: dlqStandIn(record, new RecordTooLargeError(topic, bytes)),
+    record:
+      messageBytes(standIn) <= limit
+        ? standIn
+        : minimalDlqStandIn(record, `no codec fits ${topic}'s limit of ${limitBytes} bytes`),
     compression: CompressionTypes.GZIP,
   };
+}
+
+/** Whether a redrive count header's value is one (digits, at most 9). */
+const isCount = (v: string | undefined): boolean => v !== undefined && /^\d{1,9}$/.test(v);
+
+/**
+ * The smallest stand-in: no key, the original's topic, partition and offset, the error class and a short
+ * x-dlq-omitted (well under 2 KiB). For a DLQ whose limit is too small even for {@link dlqStandIn}'s.
+ */
+export function minimalDlqStandIn(
+  record: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
+  limitNote: string,
+): { key: null; value: null; headers: IHeaders } {
+  const headers: IHeaders = {};
+  for (const name of [
+    DLQ_HEADERS.originalTopic,
+    DLQ_HEADERS.originalPartition,
+    DLQ_HEADERS.originalOffset,
+    DLQ_HEADERS.errorClass,
+  ]) {
+    const v = header(record.headers, name);
+    if (v !== undefined) headers[name] = truncateUtf8(v, DLQ_NAME_MAX_BYTES);
+  }
+  headers[DLQ_HEADERS.omitted] = truncateUtf8(
+    `value of ${record.value?.length ?? 0} bytes, key and headers left out: ${limitNote}`,
+    DLQ_NAME_MAX_BYTES,
+  );
+  return { key: null, value: null, headers };
 }
 
 /** Longest key a stand-in DLQ record keeps, in bytes (a longer one is dropped with the value). */
@@ -286,7 +331,7 @@ export function dlqStandIn(
   for (const name of OURS) {
     const v = header(record.headers, name);
     if (v === undefined) continue;
-    if (name === DLQ_HEADERS.redriveCount && !/^\d{1,9}$/.test(v)) continue;
+    if (name === DLQ_HEADERS.redriveCount && !isCount(v)) continue;
     headers[name] = truncateUtf8(
       v,
       name === DLQ_HEADERS.errorMessage ? DLQ_ERROR_MESSAGE_MAX_BYTES : DLQ_NAME_MAX_BYTES,

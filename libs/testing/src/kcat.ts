@@ -68,6 +68,8 @@ export async function produceWithKcat(opts: {
   records: Array<{ key: string | Buffer; value: Buffer }>;
   partition?: number;
   config?: Record<string, string>;
+  /** Headers on every record: `[name, value]`, a null value written as a null header value (KIP-82). */
+  headers?: Array<[string, string | null]>;
 }): Promise<void> {
   const parts: Buffer[] = [];
   for (const r of opts.records) {
@@ -77,9 +79,10 @@ export async function produceWithKcat(opts: {
         throw new Error('a record contains a kcat delimiter; produceWithKcat cannot send it');
     parts.push(key, Buffer.from(KEY_DELIMITER), r.value, Buffer.from(MESSAGE_DELIMITER));
   }
+  const headers = (opts.headers ?? []).flatMap(([k, v]) => ['-H', v === null ? k : `${k}=${v}`]);
   await runKcatProducer(
     opts,
-    ['-K', KEY_DELIMITER, '-D', MESSAGE_DELIMITER],
+    [...headers, '-K', KEY_DELIMITER, '-D', MESSAGE_DELIMITER],
     (stdin) => void stdin.end(Buffer.concat(parts)),
   );
 }

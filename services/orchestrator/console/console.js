@@ -515,7 +515,7 @@ async function act(topic, body) {
       dry.noOriginalTopic || dry.omitted
         ? [
             dry.noOriginalTopic && `${dry.noOriginalTopic} record(s) have no original topic`,
-            dry.omitted && `${dry.omitted} stand-in(s) without their value (too large for any request)`,
+            dry.omitted && `${dry.omitted} stand-in(s) without their value (too large for the DLQ)`,
           ]
             .filter(Boolean)
             .join('; ') + ': discard them instead'

@@ -148,7 +148,7 @@ export function dlqCommand(ctx: CliContext): Command {
                   ? `, ${r.tooLarge} too large for their original topic: left pending, raise its max.message.bytes`
                   : '') +
                 (r.omitted
-                  ? `, ${r.omitted} stand-ins without their value (too large for any request): left pending, discard them`
+                  ? `, ${r.omitted} stand-ins without their value (too large for the DLQ): left pending, discard them`
                   : '') +
                 ')',
               ...Object.entries(r.byTopic).map(([t, n]) => `  -> ${ctx.logical(t) ?? t}: ${n}`),

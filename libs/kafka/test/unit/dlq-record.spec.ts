@@ -161,3 +161,52 @@ describe('fitting a DLQ record under its limit (fitDlqRecord)', () => {
     expect(messageBytes(fit.record)).toBeLessThan(24 * 1024);
   });
 });
+
+describe("a DLQ record's triage headers", () => {
+  const failure = {
+    errorClass: 'MissingMagicByteError',
+    errorMessage: 'not Avro',
+    attempts: 1,
+    firstFailureAt: 1,
+    lastFailureAt: 1,
+    consumerGroup: 'g',
+  };
+  const at = { topic: 't.task.x', partition: 0, offset: '3', key: Buffer.from('k'), value: Buffer.from('v') };
+
+  it('are its own: x-dlq-* headers the original carried are dropped, but a numeric redrive count', () => {
+    const r = dlqMessage(
+      {
+        ...at,
+        headers: {
+          [DLQ_HEADERS.omitted]: 'forged',
+          [DLQ_HEADERS.errorCode]: 'FORGED',
+          [DLQ_HEADERS.redriveCount]: '2',
+          traceparent: 't',
+        },
+      },
+      failure,
+    );
+    expect(header(r.headers, DLQ_HEADERS.omitted)).toBeUndefined();
+    expect(header(r.headers, DLQ_HEADERS.errorCode)).toBeUndefined();
+    expect(header(r.headers, DLQ_HEADERS.redriveCount)).toBe('2');
+    expect(header(r.headers, 'traceparent')).toBe('t');
+    const bad = dlqMessage({ ...at, headers: { [DLQ_HEADERS.redriveCount]: 'x'.repeat(1000) } }, failure);
+    expect(header(bad.headers, DLQ_HEADERS.redriveCount)).toBeUndefined();
+  });
+
+  it('shrink to the original coordinates when even a stand-in is over the limit', async () => {
+    const r = dlqMessage(
+      { ...at, value: randomBytes(64 * 1024), headers: {} },
+      {
+        ...failure,
+        errorMessage: 'm'.repeat(5_000),
+      },
+    );
+    const fit = await fitDlqRecord(r, 't.task.x.dlq', 2 * 1024);
+    expect(fit.record.value).toBeNull();
+    expect(fit.record.key).toBeNull();
+    expect(header(fit.record.headers, DLQ_HEADERS.originalOffset)).toBe('3');
+    expect(header(fit.record.headers, DLQ_HEADERS.omitted)).toContain('left out');
+    expect(messageBytes(fit.record)).toBeLessThanOrEqual(2 * 1024);
+  });
+});

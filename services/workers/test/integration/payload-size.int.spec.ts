@@ -221,6 +221,43 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     expect((await health()).status).toBe(200);
   }, 240_000);
 
+  it('an undecodable command carrying a null header value (KIP-82, from librdkafka) goes to the DLQ with that header; its key goes on', async () => {
+    const noKcat = await kcatMissing();
+    if (noKcat) return console.warn(`skipped: ${noKcat}`);
+    const topic = h.codec.physical('task.seq');
+    await produceWithKcat({
+      brokers: h.ns.infra.kafkaBrokers,
+      topic,
+      codec: 'gzip',
+      records: [{ key: 'null-header', value: Buffer.from('not avro') }],
+      headers: [
+        ['absent', null],
+        ['present', 'x'],
+      ],
+    });
+    const next = h.command('seq', 'null-header', { entity: 'null-header', seq: 1 });
+    await h.send([next]);
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+    const dlq = new Collector<KafkaMessage>();
+    const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-null-header') });
+    await reader.connect();
+    try {
+      await reader.subscribe({ topic: `${topic}.dlq`, fromBeginning: true });
+      await reader.run({ eachMessage: async ({ message }) => void dlq.push(message) });
+      const [record] = await eventually(
+        'the DLQ record of key null-header',
+        () => dlq.items.filter((r) => r.key?.toString() === 'null-header'),
+        { until: (rs) => rs.length > 0, timeoutMs: 60_000 },
+      );
+      expect(record.value!.toString()).toBe('not avro');
+      expect(record.headers).toHaveProperty('absent', null);
+      expect(header(record.headers, 'present')).toBe('x');
+    } finally {
+      await reader.disconnect();
+    }
+    expect((await health()).status).toBe(200);
+  });
+
   it('a command that decompresses past what one produce request may carry (socket.request.max.bytes) goes to the DLQ whole; its key goes on', async () => {
     const noKcat = await kcatMissing();
     if (noKcat) return console.warn(`skipped: ${noKcat}`);
