@@ -26,7 +26,7 @@ import { lastStableOffsets, scanRanges } from './scan';
 import { retryWhileTopicsSettle } from './topics';
 import { isTooLarge, RECORD_TOO_LARGE } from './client';
 import { messageBytes } from './batching-producer';
-import { ZstdCompressionError, zstdCompress, zstdTakes } from './codecs';
+import { zstdCompress, zstdTakes } from './codecs';
 
 /** Triage headers on every DLQ record (values are UTF-8 strings; times are ms since epoch). */
 export const DLQ_HEADERS = {
@@ -243,17 +243,11 @@ async function compressedBytes(
 ): Promise<number> {
   const bytes = messageBytes(message);
   if (compression === CompressionTypes.None || !message.value) return bytes;
+  // zstdTakes leaves out every input the WebAssembly build would refuse.
   if (compression === CompressionTypes.ZSTD && !zstdTakes(bytes)) return Infinity;
-  try {
-    const value =
-      compression === CompressionTypes.GZIP
-        ? await gzipped(message.value)
-        : await zstdCompress(message.value);
-    return messageBytes({ ...message, value });
-  } catch (e) {
-    if (e instanceof ZstdCompressionError && !e.retryable) return Infinity;
-    throw e;
-  }
+  const value =
+    compression === CompressionTypes.GZIP ? await gzipped(message.value) : await zstdCompress(message.value);
+  return messageBytes({ ...message, value });
 }
 
 /**
@@ -297,21 +291,34 @@ export function minimalDlqStandIn(
   record: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
   limitNote: string,
 ): { key: null; value: null; headers: IHeaders } {
-  const headers: IHeaders = {};
-  for (const name of [
+  const headers = boundedTriage(record.headers, [
     DLQ_HEADERS.originalTopic,
     DLQ_HEADERS.originalPartition,
     DLQ_HEADERS.originalOffset,
     DLQ_HEADERS.errorClass,
-  ]) {
-    const v = header(record.headers, name);
-    if (v !== undefined) headers[name] = truncateUtf8(v, DLQ_NAME_MAX_BYTES);
-  }
+  ]);
   headers[DLQ_HEADERS.omitted] = truncateUtf8(
     `value of ${record.value?.length ?? 0} bytes, key and headers left out: ${limitNote}`,
     DLQ_NAME_MAX_BYTES,
   );
   return { key: null, value: null, headers };
+}
+
+/**
+ * The triage headers `names` of `from`, each its last value cut to its bound (the error message to
+ * {@link DLQ_ERROR_MESSAGE_MAX_BYTES}, the others to 255 bytes), a redrive count only when it is a number.
+ */
+function boundedTriage(from: IHeaders, names: Iterable<string>): IHeaders {
+  const headers: IHeaders = {};
+  for (const name of names) {
+    const v = header(from, name);
+    if (v === undefined || (name === DLQ_HEADERS.redriveCount && !isCount(v))) continue;
+    headers[name] = truncateUtf8(
+      v,
+      name === DLQ_HEADERS.errorMessage ? DLQ_ERROR_MESSAGE_MAX_BYTES : DLQ_NAME_MAX_BYTES,
+    );
+  }
+  return headers;
 }
 
 /** Longest key a stand-in DLQ record keeps, in bytes (a longer one is dropped with the value). */
@@ -327,16 +334,7 @@ export function dlqStandIn(
   record: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
   why: RecordTooLargeError,
 ): { key: Buffer | null; value: null; headers: IHeaders } {
-  const headers: IHeaders = {};
-  for (const name of OURS) {
-    const v = header(record.headers, name);
-    if (v === undefined) continue;
-    if (name === DLQ_HEADERS.redriveCount && !isCount(v)) continue;
-    headers[name] = truncateUtf8(
-      v,
-      name === DLQ_HEADERS.errorMessage ? DLQ_ERROR_MESSAGE_MAX_BYTES : DLQ_NAME_MAX_BYTES,
-    );
-  }
+  const headers = boundedTriage(record.headers, OURS);
   const valueBytes = record.value?.length ?? 0;
   headers[DLQ_HEADERS.omitted] = truncateUtf8(
     `value of ${valueBytes} bytes and the original headers left out: ${why.message}`,

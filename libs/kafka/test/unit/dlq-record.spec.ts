@@ -80,19 +80,22 @@ describe('truncateUtf8', () => {
   });
 });
 
+/** The dead letter of an undecodable record, as the worker and the engine write it. */
+const NOT_AVRO = {
+  errorClass: 'MissingMagicByteError',
+  errorMessage: 'not Avro',
+  attempts: 1,
+  firstFailureAt: 1,
+  lastFailureAt: 1,
+  consumerGroup: 'g',
+};
+
 describe('fitting a DLQ record under its limit (fitDlqRecord)', () => {
   const MIB = 1024 * 1024;
   const record = (value: Buffer) =>
     dlqMessage(
       { topic: 't.wf.requests', partition: 0, offset: '7', key: Buffer.from('run-1'), value, headers: {} },
-      {
-        errorClass: 'MissingMagicByteError',
-        errorMessage: 'not Avro',
-        attempts: 1,
-        firstFailureAt: 1,
-        lastFailureAt: 1,
-        consumerGroup: 'g',
-      },
+      NOT_AVRO,
     );
   const measuredWith = async (value: Buffer, limit: number) =>
     fitDlqRecord(record(value), 't.wf.requests.dlq', limit);
@@ -163,14 +166,7 @@ describe('fitting a DLQ record under its limit (fitDlqRecord)', () => {
 });
 
 describe("a DLQ record's triage headers", () => {
-  const failure = {
-    errorClass: 'MissingMagicByteError',
-    errorMessage: 'not Avro',
-    attempts: 1,
-    firstFailureAt: 1,
-    lastFailureAt: 1,
-    consumerGroup: 'g',
-  };
+  const failure = NOT_AVRO;
   const at = { topic: 't.task.x', partition: 0, offset: '3', key: Buffer.from('k'), value: Buffer.from('v') };
 
   it('are its own: x-dlq-* headers the original carried are dropped, but a numeric redrive count', () => {
