@@ -99,6 +99,8 @@ export async function produceLargeWithKcat(opts: {
   codec: KcatCodec;
   key: string;
   value: Buffer;
+  /** The partition to write to (default: the key's, murmur2 as kafkajs's default partitioner). */
+  partition?: number;
   config?: Record<string, string>;
 }): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'kcat-'));

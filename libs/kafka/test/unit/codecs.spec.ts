@@ -7,6 +7,8 @@ import {
   registerCompressionCodecs,
   ZstdCompressionError,
   ZSTD_WASM_MAX_INPUT_BYTES,
+  MAX_DECOMPRESSED_BYTES_SETTING,
+  maxDecompressedBytes,
 } from '../../src';
 import * as zlib from 'node:zlib';
 
@@ -29,9 +31,9 @@ const ATTRIBUTES_LOW_BYTE = 22; // record batch v2: attributes int16 at byte 21
 const RECORDS_START = 61; // record batch v2 header length: the compressed records follow it
 const BASE_OFFSET = 100;
 
-async function batch(compression: CompressionTypes): Promise<Buffer> {
+async function batch(compression: CompressionTypes, valueBytes = 300): Promise<Buffer> {
   const records = [0, 1, 2].map((i) =>
-    Record({ offsetDelta: i, key: Buffer.from(`k${i}`), value: Buffer.alloc(300, i) }),
+    Record({ offsetDelta: i, key: Buffer.from(`k${i}`), value: Buffer.alloc(valueBytes, i) }),
   );
   const b = await RecordBatch({
     compression,
@@ -130,5 +132,97 @@ describe('compression codecs registered with kafkajs', () => {
     expect(err).toBeInstanceOf(UndecodableBatchError);
     expect(err).toMatchObject({ code: 'UNDECODABLE_BATCH', retryable: false, codecId: KAFKA_CODEC_IDS.lz4 });
     expect(err).toBeInstanceOf(KafkaJSNotImplemented);
+  });
+});
+
+describe('a record batch that decompresses past the limit (KEYFLOW_MAX_DECOMPRESSED_BYTES)', () => {
+  const LIMIT = 1024 * 1024;
+  beforeEach(() => {
+    process.env[MAX_DECOMPRESSED_BYTES_SETTING] = String(LIMIT);
+  });
+  afterEach(() => {
+    delete process.env[MAX_DECOMPRESSED_BYTES_SETTING];
+  });
+
+  const codec = (id: number) =>
+    (CompressionCodecs as Record<number, () => { decompress(b: Buffer): Promise<Buffer> }>)[id]();
+
+  it.each([
+    ['gzip', CompressionTypes.GZIP],
+    ['snappy', CompressionTypes.Snappy],
+    ['lz4', CompressionTypes.LZ4],
+    ['zstd', CompressionTypes.ZSTD],
+  ] as const)(
+    'a %s batch over the limit decodes to stand-ins naming the limit, and one under it reads back',
+    async (_name, type) => {
+      // Three records of 400 KB: 1.2 MB of records, over the 1 MiB limit; a few KB once compressed.
+      const { records } = await decode(await batch(type, 400_000));
+      expect(undecodableAt(records)).toEqual({
+        index: 0,
+        batch: expect.objectContaining({
+          codecId: type,
+          baseOffset: '100',
+          lastOffset: '102',
+          reason: expect.stringContaining(`${MAX_DECOMPRESSED_BYTES_SETTING} (${LIMIT} bytes)`),
+        }),
+      });
+      const under = await decode(await batch(type, 300_000));
+      expect(under.records.map((r) => r.value.length)).toEqual([300_000, 300_000, 300_000]);
+    },
+  );
+
+  // zstd frame header (RFC 8878 3.1.1): magic, descriptor (8-byte content size, single segment), content size.
+  const zstdFrame = (contentSize: bigint, body: Buffer) => {
+    const h = Buffer.alloc(4 + 1 + 8);
+    h.writeUInt32LE(0xfd2fb528, 0);
+    h[4] = 0xe0;
+    h.writeBigUInt64LE(contentSize, 5);
+    return Buffer.concat([h, body]);
+  };
+  // One last raw block of one byte (block header: last bit, type 0, size 1).
+  const oneRawBlock = Buffer.from([0b1001, 0, 0, 0x61]);
+
+  it('a zstd frame declaring a content size over the limit is refused before its output is allocated', async () => {
+    const before = process.memoryUsage().arrayBuffers;
+    const out = await codec(CompressionTypes.ZSTD)
+      .decompress(zstdFrame(2_000_000_000n, oneRawBlock))
+      .catch((e: unknown) => e);
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect((out as Error).message).toContain(MAX_DECOMPRESSED_BYTES_SETTING);
+    // fzstd allocates a frame's declared content size up front: 2 GB, had the frame reached it.
+    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(100 * 1024 * 1024);
+  });
+
+  it('zstd blocks that repeat one byte past the limit (RLE blocks) are refused by their declared sizes', async () => {
+    // 16 RLE blocks of 128 KiB: 2 MiB out of 60 bytes, no content size in the frame header.
+    const h = Buffer.from([0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x38]); // descriptor 0, window 8 MiB
+    const rle = (last: boolean) => {
+      const header = ((128 * 1024) << 3) | (1 << 1) | (last ? 1 : 0);
+      return Buffer.from([header & 0xff, (header >> 8) & 0xff, (header >> 16) & 0xff, 0x62]);
+    };
+    const frame = Buffer.concat([h, ...Array.from({ length: 16 }, (_, i) => rle(i === 15))]);
+    process.env[MAX_DECOMPRESSED_BYTES_SETTING] = String(4 * 1024 * 1024);
+    expect((await codec(CompressionTypes.ZSTD).decompress(frame)).length).toBe(2 * 1024 * 1024);
+    process.env[MAX_DECOMPRESSED_BYTES_SETTING] = String(LIMIT);
+    const out = await codec(CompressionTypes.ZSTD)
+      .decompress(frame)
+      .catch((e: unknown) => e);
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect((out as Error).message).toContain(MAX_DECOMPRESSED_BYTES_SETTING);
+  });
+
+  it('a snappy block declaring a length over the limit is refused before its output is allocated', async () => {
+    // Raw snappy: the uncompressed length as a varint (here 0xFFFFFFF0), then elements.
+    const bomb = Buffer.from([0xf0, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x61]);
+    const out = await codec(CompressionTypes.Snappy)
+      .decompress(bomb)
+      .catch((e: unknown) => e);
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect((out as Error).message).toContain(MAX_DECOMPRESSED_BYTES_SETTING);
+  });
+
+  it('a limit that is not a positive integer is refused by name, not taken as no limit', () => {
+    process.env[MAX_DECOMPRESSED_BYTES_SETTING] = 'lots';
+    expect(() => maxDecompressedBytes()).toThrow(MAX_DECOMPRESSED_BYTES_SETTING);
   });
 });

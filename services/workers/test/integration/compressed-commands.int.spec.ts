@@ -1,5 +1,13 @@
 import type { TaskCompleted } from '@keyflow/schemas';
-import { KCAT_CODECS, degradedWith, eventually, kcatMissing, produceWithKcat } from '@keyflow/testing';
+import {
+  KCAT_CODECS,
+  degradedWith,
+  eventually,
+  kcatMissing,
+  produceLargeWithKcat,
+  produceWithKcat,
+} from '@keyflow/testing';
+import { MAX_DECOMPRESSED_BYTES_SETTING } from '@keyflow/kafka';
 import { WorkerHarness } from './support';
 
 jest.setTimeout(60_000);
@@ -90,5 +98,61 @@ describe('a worker meeting a batch it cannot decode', () => {
     expect(ran).not.toContain(bad.idempotencyKey);
     expect(ran).not.toContain(after.idempotencyKey);
     expect(w.proc.exitCode).toBeNull();
+  });
+});
+
+describe('a worker meeting a compression bomb (a batch that decompresses past KEYFLOW_MAX_DECOMPRESSED_BYTES)', () => {
+  const h = new WorkerHarness('bomb');
+  beforeAll(() => h.setup(['seq'], 2));
+  afterAll(() => h.teardown());
+
+  it('pauses only its partition, names the limit in /health, never exits, and reads it in order once the limit is raised', async () => {
+    const missing = await kcatMissing();
+    if (missing) return console.warn(`skipped: ${missing}`);
+    const limit = 1024 * 1024;
+    const w = await h.startWorker({ [MAX_DECOMPRESSED_BYTES_SETTING]: String(limit) });
+    const url = await w.ready;
+    const topic = h.codec.physical('task.seq');
+    const brokers = h.ns.infra.kafkaBrokers;
+    // 16 MiB of zeros: a few hundred bytes of zstd, within every topic's max.message.bytes.
+    await produceLargeWithKcat({
+      brokers,
+      topic,
+      codec: 'zstd',
+      partition: 0,
+      key: 'bomb',
+      value: Buffer.alloc(16 * limit),
+      config: { 'message.max.bytes': String(32 * limit) },
+    });
+    const after = h.command('seq', 'after-bomb', { entity: 'after-bomb', seq: 1 });
+    const other = h.command('seq', 'beside-bomb', { entity: 'beside-bomb', seq: 2 });
+    const rec = (c: typeof after) => ({ key: c.metadata.key, value: h.codec.encode('task.seq', 'TaskCommand', c) });
+    await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 0, records: [rec(after)] });
+    await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 1, records: [rec(other)] });
+
+    await eventually('the command on the other partition completes', () =>
+      h.results.items.find((x) => x.value.idempotencyKey === other.idempotencyKey),
+    );
+    const health = await degradedWith(url, 'UNDECODABLE_BATCH');
+    expect(health.body.degraded).toEqual([
+      expect.objectContaining({
+        code: 'UNDECODABLE_BATCH',
+        error: expect.stringMatching(
+          new RegExp(`${topic}:0 .*offsets 0\\.\\.0.*${MAX_DECOMPRESSED_BYTES_SETTING} \\(${limit} bytes\\)`),
+        ),
+      }),
+    ]);
+    expect(h.results.items.map((x) => x.value.idempotencyKey)).not.toContain(after.idempotencyKey);
+    expect(w.proc.exitCode).toBeNull();
+
+    // The operator raises the limit (here: back to the default) and restarts: the batch is read, in order.
+    w.kill('SIGTERM');
+    await w.exited;
+    await h.startWorker();
+    await eventually(
+      'the command behind the bomb completes',
+      () => h.results.items.find((x) => x.value.idempotencyKey === after.idempotencyKey),
+      { timeoutMs: 60_000 },
+    );
   });
 });
