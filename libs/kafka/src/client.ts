@@ -3,6 +3,7 @@ import type { Logger } from '@keyflow/observability';
 // For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
 import './codecs';
 import { assertKafkajsPatched } from './kafkajs-patch';
+import { maxDecompressedBytes } from './decompression-limit';
 import type { KafkaSecurity } from './security';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -73,6 +74,7 @@ export function createKafka(
   } & Partial<KafkaConfig>,
 ): Kafka {
   assertKafkajsPatched();
+  maxDecompressedBytes(); // a bad KEYFLOW_MAX_DECOMPRESSED_BYTES refuses the client, not every batch later
   const { brokers, clientId, logger, level, security, ...rest } = opts;
   return new Kafka({
     ...(security?.ssl ? { ssl: security.ssl } : {}),

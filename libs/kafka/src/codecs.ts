@@ -34,19 +34,26 @@
  * compressed bytes (kafkajs did not hand a view of the fetch response) does the codec throw UndecodableBatchError.
  */
 import * as zlib from 'node:zlib';
+import { promisify } from 'node:util';
+import { constants } from 'node:buffer';
 import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
 import { decompress as zstdDecompress } from 'fzstd';
 import { KeyflowError } from '@keyflow/errors';
 import { UNDECODABLE_CODE, standInRecords } from './undecodable';
+import { maxDecompressedBytes, overDecompressionLimit, overLimitReason } from './decompression-limit';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
 // kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const snappyCodec = require('kafkajs-snappy') as () => KafkaCodec;
 
-/** kafkajs's codec shape: `compress` gets kafkajs's Encoder (its bytes are `encoder.buffer`). */
+/**
+ * kafkajs's codec shape: `compress` gets kafkajs's Encoder (its bytes are `encoder.buffer`). kafkajs calls
+ * `decompress` with the bytes only; {@link guardedCodec} also passes the decompression limit (bytes), which a codec
+ * that can stop while it inflates (gzip) honours.
+ */
 export interface KafkaCodec {
   compress(encoder: { buffer: Buffer }): Promise<Buffer>;
-  decompress(buffer: Buffer): Promise<Buffer>;
+  decompress(buffer: Buffer, limitBytes?: number): Promise<Buffer>;
 }
 
 /** Kafka's codec ids (record batch attributes & 0x07), by the name `compression.type` uses. */
@@ -134,7 +141,10 @@ function standInOrThrow(codecId: number, compressed: Buffer, reason: string): Bu
 
 /**
  * Wraps a codec factory so a decompression failure yields stand-in records naming the codec id (Kafka's, 1-7), the
- * batch and the reason (see ./undecodable), never a failed fetch. Every codec registerCompressionCodecs installs is wrapped so.
+ * batch and the reason (see ./undecodable), never a failed fetch. Every codec registerCompressionCodecs installs is
+ * wrapped so. A batch that would decompress past KEYFLOW_MAX_DECOMPRESSED_BYTES (./decompression-limit) is such a
+ * failure: refused by its framing's declared sizes before anything is allocated, by the codec while it inflates
+ * (gzip), and in any case by the length of what the codec returns.
  */
 export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => KafkaCodec {
   return () => {
@@ -143,7 +153,13 @@ export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => Ka
       compress: (encoder) => c.compress(encoder),
       decompress: async (buffer) => {
         try {
-          return await c.decompress(buffer);
+          const limit = maxDecompressedBytes();
+          const over = overDecompressionLimit(codecId, buffer, limit);
+          if (over) return standInOrThrow(codecId, buffer, over);
+          const out = await c.decompress(buffer, limit);
+          if (out.length > limit)
+            return standInOrThrow(codecId, buffer, overLimitReason(`decompressed to ${out.length} bytes`, limit));
+          return out;
         } catch (err) {
           return standInOrThrow(codecId, buffer, (err as Error).message);
         }
@@ -277,6 +293,28 @@ const ZSTD_INPUT_MARGIN_BYTES = 64 * 1024;
 export const zstdTakes = (bytes: number): boolean =>
   NODE_HAS_ZSTD || bytes + ZSTD_INPUT_MARGIN_BYTES <= ZSTD_WASM_MAX_INPUT_BYTES;
 
+/** The largest Buffer this Node makes (zlib refuses a greater `maxOutputLength`), in bytes. */
+const MAX_BUFFER_BYTES = constants.MAX_LENGTH;
+const gzip = promisify(zlib.gzip);
+const unzip = promisify(zlib.unzip) as (buf: Buffer, opts: zlib.ZlibOptions) => Promise<Buffer>;
+
+/**
+ * Kafka codec 1: gzip, as kafkajs's own codec (zlib's gzip and unzip), except that inflating stops at `limitBytes`
+ * (zlib's `maxOutputLength`) instead of growing its output without end.
+ */
+export const gzipCodec = (): KafkaCodec => ({
+  compress: (encoder) => gzip(encoder.buffer),
+  decompress: async (buffer, limitBytes = maxDecompressedBytes()) => {
+    try {
+      return await unzip(buffer, { maxOutputLength: Math.min(limitBytes, MAX_BUFFER_BYTES) });
+    } catch (e) {
+      if ((e as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE')
+        throw new Error(overLimitReason('gzip inflates past the limit', limitBytes), { cause: e });
+      throw e;
+    }
+  },
+});
+
 /** Kafka codec 3: LZ4 frame format, via lz4_flex (lz4-napi). */
 export const lz4Codec = (): KafkaCodec => ({
   compress: async (encoder) => lz4CompressFrame(encoder.buffer),
@@ -294,11 +332,11 @@ export const zstdCodec = (): KafkaCodec => ({
 
 let registered = false;
 
-/** Registers snappy (2), lz4 (3), zstd (4) and failing codecs for 5-7 with kafkajs, and guards gzip (1). Idempotent; runs when this module is first imported. */
+/** Registers gzip (1), snappy (2), lz4 (3), zstd (4) and failing codecs for 5-7 with kafkajs, all guarded. Idempotent; runs when this module is first imported. */
 export function registerCompressionCodecs(): void {
   if (registered) return;
   const codecs = CompressionCodecs as Record<number, () => KafkaCodec>;
-  codecs[CompressionTypes.GZIP] = guardedCodec(KAFKA_CODEC_IDS.gzip, codecs[CompressionTypes.GZIP]);
+  codecs[CompressionTypes.GZIP] = guardedCodec(KAFKA_CODEC_IDS.gzip, gzipCodec);
   codecs[CompressionTypes.Snappy] = guardedCodec(KAFKA_CODEC_IDS.snappy, snappyCodec);
   codecs[CompressionTypes.LZ4] = guardedCodec(KAFKA_CODEC_IDS.lz4, lz4Codec);
   codecs[CompressionTypes.ZSTD] = guardedCodec(KAFKA_CODEC_IDS.zstd, zstdCodec);

@@ -107,6 +107,12 @@ export {
   type KafkaCodec,
 } from './codecs';
 export {
+  MAX_DECOMPRESSED_BYTES_SETTING,
+  DEFAULT_MAX_DECOMPRESSED_BYTES,
+  DecompressionLimitConfigError,
+  maxDecompressedBytes,
+} from './decompression-limit';
+export {
   PartitionQuarantine,
   undecodableAt,
   undecodableBatchOf,
