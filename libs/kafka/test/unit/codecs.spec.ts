@@ -23,6 +23,15 @@ const decodeBatch = require('kafkajs/src/protocol/recordBatch/v0/decoder') as (d
 }>;
 const Decoder = require('kafkajs/src/protocol/decoder') as new (b: Buffer) => unknown;
 const Long = require('kafkajs/src/utils/long') as { fromValue(v: number): unknown };
+// The fetch response's per-partition record set parser (fetch v4 to v11).
+const decodeMessages = require('kafkajs/src/protocol/requests/fetch/v4/decodeMessages') as (
+  d: unknown,
+) => Promise<Array<{ offset: string; value: Buffer }>>;
+const Encoder = require('kafkajs/src/protocol/encoder') as new () => {
+  writeInt32(n: number): unknown;
+  writeBuffer(b: Buffer): unknown;
+  buffer: Buffer;
+};
 /* eslint-enable @typescript-eslint/no-require-imports */
 
 registerCompressionCodecs();
@@ -31,13 +40,17 @@ const ATTRIBUTES_LOW_BYTE = 22; // record batch v2: attributes int16 at byte 21
 const RECORDS_START = 61; // record batch v2 header length: the compressed records follow it
 const BASE_OFFSET = 100;
 
-async function batch(compression: CompressionTypes, valueBytes = 300): Promise<Buffer> {
+async function batch(
+  compression: CompressionTypes,
+  valueBytes = 300,
+  baseOffset = BASE_OFFSET,
+): Promise<Buffer> {
   const records = [0, 1, 2].map((i) =>
     Record({ offsetDelta: i, key: Buffer.from(`k${i}`), value: Buffer.alloc(valueBytes, i) }),
   );
   const b = await RecordBatch({
     compression,
-    firstOffset: Long.fromValue(BASE_OFFSET),
+    firstOffset: Long.fromValue(baseOffset),
     lastOffsetDelta: 2,
     records,
   });
@@ -219,6 +232,23 @@ describe('a record batch that decompresses past the limit (KEYFLOW_MAX_DECOMPRES
       .catch((e: unknown) => e);
     expect(out).toBeInstanceOf(UndecodableBatchError);
     expect((out as Error).message).toContain(MAX_DECOMPRESSED_BYTES_SETTING);
+  });
+
+  it("one fetch decodes a partition's batches only until they hold the limit: small bombs are not all held at once", async () => {
+    // Four zstd batches of 3 x 200 KB (600 KB each, a few KB compressed), one partition's record set of a fetch
+    // response (int32 size, then the batches): under a 1 MiB limit the first two are decoded, the rest is left to
+    // the next fetch (as a tail cut by maxBytes), which starts at offset 106.
+    const batches = await Promise.all(
+      [0, 1, 2, 3].map((i) => batch(CompressionTypes.ZSTD, 200_000, 100 + 3 * i)),
+    );
+    const set = Buffer.concat(batches);
+    const e = new Encoder();
+    e.writeInt32(set.length);
+    e.writeBuffer(set);
+    const records = await decodeMessages(new Decoder(e.buffer));
+    expect(records.map((r) => r.offset)).toEqual(['100', '101', '102', '103', '104', '105']);
+    delete process.env[MAX_DECOMPRESSED_BYTES_SETTING];
+    expect(await decodeMessages(new Decoder(e.buffer))).toHaveLength(12);
   });
 
   it('a limit that is not a positive integer is refused by name, not taken as no limit', () => {
