@@ -40,7 +40,12 @@ import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafk
 import { decompress as zstdDecompress } from 'fzstd';
 import { KeyflowError } from '@keyflow/errors';
 import { UNDECODABLE_CODE, standInRecords } from './undecodable';
-import { maxDecompressedBytes, overDecompressionLimit, overLimitReason } from './decompression-limit';
+import {
+  DEFAULT_MAX_DECOMPRESSED_BYTES,
+  maxDecompressedBytes,
+  overDecompressionLimit,
+  overLimitReason,
+} from './decompression-limit';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
 // kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -330,6 +335,12 @@ export const zstdCodec = (): KafkaCodec => ({
   },
 });
 
+/** kafkajs's parser of a partition's record set in a fetch response (fetch v4 to v11), with the project's patch. */
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const fetchRecordSetParser = require('kafkajs/src/protocol/requests/fetch/v4/decodeMessages') as {
+  setDecodedBudget?: (budget: () => number) => void;
+};
+
 let registered = false;
 
 /** Registers gzip (1), snappy (2), lz4 (3), zstd (4) and failing codecs for 5-7 with kafkajs, all guarded. Idempotent; runs when this module is first imported. */
@@ -341,6 +352,16 @@ export function registerCompressionCodecs(): void {
   codecs[CompressionTypes.LZ4] = guardedCodec(KAFKA_CODEC_IDS.lz4, lz4Codec);
   codecs[CompressionTypes.ZSTD] = guardedCodec(KAFKA_CODEC_IDS.zstd, zstdCodec);
   for (let id = KAFKA_CODEC_IDS.zstd + 1; id <= CODEC_MASK; id++) codecs[id] = undefinedCodec(id);
+  // One fetch holds at most about twice the limit per partition: batches are decoded while what is decoded is under
+  // it (patches/kafkajs+2.2.4.patch, "decoded budget"). A setting made invalid after startup falls back to the
+  // default here: a throw inside the fetch parser would fail every fetch.
+  fetchRecordSetParser.setDecodedBudget?.(() => {
+    try {
+      return maxDecompressedBytes();
+    } catch {
+      return DEFAULT_MAX_DECOMPRESSED_BYTES;
+    }
+  });
   registered = true;
 }
 

@@ -28,6 +28,11 @@ import { KeyflowError } from '@keyflow/errors';
  *   (`[...current, message]`), so a send of n messages to one partition cost n²/2 copies: 12.5 million element
  *   copies for the 5,000 messages of one request, a large share of the CPU and allocation of every batched send
  *   (kafkajs PR 1576, open upstream). Patched: one pass appending in place; the groups and their order are the same.
+ * - protocol/requests/fetch/v4/decodeMessages.js: every record batch of a partition in a fetch response was
+ *   decoded at once, and the broker's fetch limits count compressed bytes, so one fetch of small compression bombs
+ *   held their whole decompressed size. Patched: batches after the first are decoded only while the records decoded
+ *   so far hold less than a budget (./codecs sets it to KEYFLOW_MAX_DECOMPRESSED_BYTES); the rest is fetched again
+ *   from the next offset, as a tail cut by maxBytes is.
  */
 export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
@@ -35,6 +40,7 @@ export const KAFKAJS_PATCHES = {
   'producer/groupMessagesPerPartition.js': 'keyflow patch (kafkajs PR 1576)',
   'protocol/requests/produce/v3/response.js': 'keyflow patch (produce partial)',
   'protocol/recordBatch/record/v0/index.js': 'keyflow patch (null header value)',
+  'protocol/requests/fetch/v4/decodeMessages.js': 'keyflow patch (decoded budget)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
