@@ -163,7 +163,11 @@ export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => Ka
           if (over) return standInOrThrow(codecId, buffer, over);
           const out = await c.decompress(buffer, limit);
           if (out.length > limit)
-            return standInOrThrow(codecId, buffer, overLimitReason(`decompressed to ${out.length} bytes`, limit));
+            return standInOrThrow(
+              codecId,
+              buffer,
+              overLimitReason(`decompressed to ${out.length} bytes`, limit),
+            );
           return out;
         } catch (err) {
           return standInOrThrow(codecId, buffer, (err as Error).message);

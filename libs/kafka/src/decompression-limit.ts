@@ -117,7 +117,7 @@ function zstdBound(buf: Buffer, b: Bound): void {
     b.allocation = Math.max(b.allocation, contentSize || window);
     const blockMax = Math.min(window, ZSTD_MAX_BLOCK_BYTES);
     const before = b.output;
-    for (let last = 0; !last; ) {
+    for (let last = 0; !last;) {
       if (p + 3 > buf.length) throw new Malformed('truncated zstd block header');
       const h = buf[p] | (buf[p + 1] << 8) | (buf[p + 2] << 16);
       p += 3;
@@ -209,7 +209,7 @@ function snappyBound(buf: Buffer, b: Bound): void {
     b.output = b.allocation = snappyLength(buf, 0, buf.length);
     return;
   }
-  for (let at = XERIAL_CHUNKS_AT; at + 4 <= buf.length; ) {
+  for (let at = XERIAL_CHUNKS_AT; at + 4 <= buf.length;) {
     const size = buf.readUInt32BE(at);
     at += 4;
     const n = snappyLength(buf, at, Math.min(buf.length, at + size));
@@ -232,7 +232,11 @@ const BOUNDS: Record<number, { name: string; bound: (buf: Buffer, b: Bound) => v
  * that cannot be followed is judged by the sizes declared before the fault, and otherwise left to the codec, which
  * rejects it with its own reason.
  */
-export function overDecompressionLimit(codecId: number, compressed: Buffer, limit: number): string | undefined {
+export function overDecompressionLimit(
+  codecId: number,
+  compressed: Buffer,
+  limit: number,
+): string | undefined {
   const f = BOUNDS[codecId];
   if (!f) return undefined;
   const b: Bound = { output: 0, allocation: 0 };
@@ -242,9 +246,7 @@ export function overDecompressionLimit(codecId: number, compressed: Buffer, limi
     // Judged by what was declared before the fault: the codec may allocate that much before it meets the fault.
     if (!(e instanceof Malformed)) throw e;
   }
-  if (b.allocation > limit)
-    return overLimitReason(`${f.name} framing declares ${b.allocation} bytes`, limit);
-  if (b.output > limit)
-    return overLimitReason(`${f.name} blocks may decompress to ${b.output} bytes`, limit);
+  if (b.allocation > limit) return overLimitReason(`${f.name} framing declares ${b.allocation} bytes`, limit);
+  if (b.output > limit) return overLimitReason(`${f.name} blocks may decompress to ${b.output} bytes`, limit);
   return undefined;
 }

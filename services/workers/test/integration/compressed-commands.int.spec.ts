@@ -126,7 +126,10 @@ describe('a worker meeting a compression bomb (a batch that decompresses past KE
     });
     const after = h.command('seq', 'after-bomb', { entity: 'after-bomb', seq: 1 });
     const other = h.command('seq', 'beside-bomb', { entity: 'beside-bomb', seq: 2 });
-    const rec = (c: typeof after) => ({ key: c.metadata.key, value: h.codec.encode('task.seq', 'TaskCommand', c) });
+    const rec = (c: typeof after) => ({
+      key: c.metadata.key,
+      value: h.codec.encode('task.seq', 'TaskCommand', c),
+    });
     await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 0, records: [rec(after)] });
     await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 1, records: [rec(other)] });
 
