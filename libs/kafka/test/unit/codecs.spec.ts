@@ -9,6 +9,7 @@ import {
   ZSTD_WASM_MAX_INPUT_BYTES,
   MAX_DECOMPRESSED_BYTES_SETTING,
   maxDecompressedBytes,
+  type KafkaCodec,
 } from '../../src';
 import * as zlib from 'node:zlib';
 
@@ -157,8 +158,7 @@ describe('a record batch that decompresses past the limit (KEYFLOW_MAX_DECOMPRES
     delete process.env[MAX_DECOMPRESSED_BYTES_SETTING];
   });
 
-  const codec = (id: number) =>
-    (CompressionCodecs as Record<number, () => { decompress(b: Buffer): Promise<Buffer> }>)[id]();
+  const codec = (id: number) => (CompressionCodecs as Record<number, () => KafkaCodec>)[id]();
 
   it.each([
     ['gzip', CompressionTypes.GZIP],
@@ -224,14 +224,144 @@ describe('a record batch that decompresses past the limit (KEYFLOW_MAX_DECOMPRES
     expect((out as Error).message).toContain(MAX_DECOMPRESSED_BYTES_SETTING);
   });
 
-  it('a snappy block declaring a length over the limit is refused before its output is allocated', async () => {
-    // Raw snappy: the uncompressed length as a varint (here 0xFFFFFFF0), then elements.
-    const bomb = Buffer.from([0xf0, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x61]);
-    const out = await codec(CompressionTypes.Snappy)
-      .decompress(bomb)
+  /** Decodes `bytes` with codec `id`, measuring what was allocated meanwhile (ArrayBuffers, bytes). */
+  const decodeMeasured = async (id: number, bytes: Buffer) => {
+    const before = process.memoryUsage().arrayBuffers;
+    const out = await codec(id)
+      .decompress(bytes)
       .catch((e: unknown) => e);
+    return { out, grew: process.memoryUsage().arrayBuffers - before };
+  };
+  const HUNDRED_MB = 100 * 1024 * 1024;
+
+  it('a snappy block declaring a length over the limit is refused before its output is allocated', async () => {
+    // Raw snappy: the uncompressed length as a varint (here 0xFFFFFFF0), then one literal of one byte.
+    const { out, grew } = await decodeMeasured(
+      CompressionTypes.Snappy,
+      Buffer.from([0xf0, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x61]),
+    );
     expect(out).toBeInstanceOf(UndecodableBatchError);
-    expect((out as Error).message).toContain(MAX_DECOMPRESSED_BYTES_SETTING);
+    expect((out as Error).message).toContain('malformed snappy framing');
+    expect(grew).toBeLessThan(HUNDRED_MB);
+  });
+
+  it('a snappy literal whose 4-byte length is negative to snappyjs is refused, not decoded for ever', async () => {
+    // Declared length 0, then a literal tag with a 4-byte length of 0xFFFFFFFA: snappyjs reads it signed (-5) and
+    // steps back onto the same tag without end.
+    const { out } = await decodeMeasured(
+      CompressionTypes.Snappy,
+      Buffer.from([0x00, 0xfc, 0xfa, 0xff, 0xff, 0xff]),
+    );
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+  });
+
+  it('snappy-java chunks that each declare 1 GiB behind an empty chunk are refused before any is allocated', async () => {
+    const chunk = Buffer.from([0x00, 0x00, 0x00, 0x05, 0x80, 0x80, 0x80, 0x80, 0x04]);
+    const xerial = Buffer.concat([
+      Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00, 0, 0, 0, 1, 0, 0, 0, 1]),
+      Buffer.alloc(4),
+      chunk,
+      chunk,
+      chunk,
+      chunk,
+    ]);
+    const { out, grew } = await decodeMeasured(CompressionTypes.Snappy, xerial);
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect(grew).toBeLessThan(HUNDRED_MB);
+  });
+
+  it('snappy-java framing from another client reads back, chunk by chunk', async () => {
+    const raw = codec(CompressionTypes.Snappy);
+    const data = Buffer.from(Array.from({ length: 5000 }, (_, i) => `record ${i};`).join(''));
+    const chunks = [];
+    for (let at = 0; at < data.length; at += 1000) {
+      const c = await raw.compress({ buffer: data.subarray(at, at + 1000) });
+      const size = Buffer.alloc(4);
+      size.writeUInt32BE(c.length);
+      chunks.push(size, c);
+    }
+    const xerial = Buffer.concat([
+      Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00, 0, 0, 0, 1, 0, 0, 0, 1]),
+      ...chunks,
+    ]);
+    expect((await codec(CompressionTypes.Snappy).decompress(xerial)).equals(data)).toBe(true);
+  });
+
+  const zstdRle = (size: number, last: boolean) => {
+    const h = (size << 3) | (1 << 1) | (last ? 1 : 0);
+    return Buffer.from([h & 0xff, (h >> 8) & 0xff, (h >> 16) & 0xff, 0x41]);
+  };
+
+  it('a zstd frame declaring a content size of 0 is judged by its blocks, which fzstd decodes regardless', async () => {
+    // Not single-segment, window 1 MiB, a 4-byte content size of 0, then 48 RLE blocks of 1 MiB: fzstd returns 48 MiB.
+    const frame = Buffer.concat([
+      Buffer.from([0x28, 0xb5, 0x2f, 0xfd, 0x80, 0x50, 0, 0, 0, 0]),
+      ...Array.from({ length: 48 }, (_, i) => zstdRle(1 << 20, i === 47)),
+    ]);
+    const { out, grew } = await decodeMeasured(CompressionTypes.ZSTD, frame);
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    // Refused by what its blocks make (50,331,648 bytes), before fzstd decoded them.
+    expect((out as Error).message).toContain('zstd blocks decompress to 50331648 bytes');
+    expect(grew).toBeLessThan(HUNDRED_MB / 4);
+  });
+
+  it('zstd frames that each declare a size they do not hold count in full (fzstd returns the declared size)', async () => {
+    // 64 frames (768 bytes) declaring 1 MiB each, one empty last block each: fzstd returned 64 MiB of zeros.
+    const frame = Buffer.from([0x28, 0xb5, 0x2f, 0xfd, 0xa0, 0, 0, 0x10, 0, 0x01, 0, 0]);
+    const { out, grew } = await decodeMeasured(CompressionTypes.ZSTD, Buffer.concat(Array(64).fill(frame)));
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect(grew).toBeLessThan(HUNDRED_MB / 4);
+  });
+
+  it.each([
+    ['an 8-byte content size cut short', [0x28, 0xb5, 0x2f, 0xfd, 0xe0, 0x00, 0x00, 0xe0, 0x7f]],
+    ['a window of 1.875 GiB with its content size missing', [0x28, 0xb5, 0x2f, 0xfd, 0xc0, 0xa7]],
+  ])(
+    'a zstd frame header with %s is refused before fzstd allocates what it declares',
+    async (_what, bytes) => {
+      const { out, grew } = await decodeMeasured(CompressionTypes.ZSTD, Buffer.from(bytes));
+      expect(out).toBeInstanceOf(UndecodableBatchError);
+      expect((out as Error).message).toContain('malformed zstd framing');
+      expect(grew).toBeLessThan(HUNDRED_MB);
+    },
+  );
+
+  it('an LZ4 legacy frame is judged by its blocks as well', async () => {
+    const lz4 = require('lz4-napi') as { compress(b: Buffer): Promise<Buffer> }; // eslint-disable-line @typescript-eslint/no-require-imports
+    // lz4-napi's block format prefixes the decompressed size (4 bytes); a legacy block is the bare block.
+    const block = (await lz4.compress(Buffer.alloc(8 << 20, 0x41))).subarray(4);
+    const size = Buffer.alloc(4);
+    size.writeUInt32LE(block.length);
+    const legacy = Buffer.concat([Buffer.from([0x02, 0x21, 0x4c, 0x18]), size, block]);
+    const { out } = await decodeMeasured(CompressionTypes.LZ4, legacy);
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect((out as Error).message).toContain('LZ4 blocks decompress to 8388608 bytes');
+  });
+
+  it('an LZ4 frame with one 4 MiB block is judged by what its sequences make, not by its block maximum', async () => {
+    // lz4-napi writes one block of up to 4 MiB: 1.5 MB of text under a 2 MiB limit reads back.
+    process.env[MAX_DECOMPRESSED_BYTES_SETTING] = String(2 * LIMIT);
+    const text = Buffer.from(
+      Array.from({ length: 60_000 }, (_, i) => `{"id":${i},"name":"city ${i % 977}"}`).join('\n'),
+    );
+    const frame = await codec(CompressionTypes.LZ4).compress({ buffer: text });
+    expect(text.length).toBeGreaterThan(LIMIT);
+    expect((await codec(CompressionTypes.LZ4).decompress(frame)).equals(text)).toBe(true);
+  });
+
+  it('a batch of many tiny records counts the parsed records against the limit', async () => {
+    // 20,000 records of a null value: 0.5 MB of records, 2 MB of parsed record objects (100 bytes each).
+    const records = Array.from({ length: 20_000 }, (_, i) =>
+      Record({ offsetDelta: i, key: null, value: null }),
+    );
+    const b = await RecordBatch({
+      compression: CompressionTypes.ZSTD,
+      firstOffset: Long.fromValue(BASE_OFFSET),
+      lastOffsetDelta: records.length - 1,
+      records,
+    });
+    const { records: read } = await decode(Buffer.concat([Buffer.alloc(7), b.buffer]).subarray(7));
+    expect(undecodableAt(read)?.batch.reason).toContain('20000 records parse to more than 2000000 bytes');
   });
 
   it("one fetch decodes a partition's batches only until they hold the limit: small bombs are not all held at once", async () => {
