@@ -41,10 +41,14 @@ import { decompress as zstdDecompress } from 'fzstd';
 import { KeyflowError } from '@keyflow/errors';
 import { UNDECODABLE_CODE, standInRecords } from './undecodable';
 import {
-  DEFAULT_MAX_DECOMPRESSED_BYTES,
+  OutputLimitError,
+  PARSED_RECORD_BYTES,
+  XERIAL_HEADER,
+  decompressionLimitOrDefault,
   maxDecompressedBytes,
   overDecompressionLimit,
   overLimitReason,
+  xerialChunks,
 } from './decompression-limit';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
 // kafkajs-snappy has no type declarations: a factory returning kafkajs's codec shape.
@@ -147,9 +151,10 @@ function standInOrThrow(codecId: number, compressed: Buffer, reason: string): Bu
 /**
  * Wraps a codec factory so a decompression failure yields stand-in records naming the codec id (Kafka's, 1-7), the
  * batch and the reason (see ./undecodable), never a failed fetch. Every codec registerCompressionCodecs installs is
- * wrapped so. A batch that would decompress past KEYFLOW_MAX_DECOMPRESSED_BYTES (./decompression-limit) is such a
- * failure: refused by its framing's declared sizes before anything is allocated, by the codec while it inflates
- * (gzip), and in any case by the length of what the codec returns.
+ * wrapped so. A batch that would decompress past KEYFLOW_MAX_DECOMPRESSED_BYTES (./decompression-limit), its parsed
+ * records' objects counted, is such a failure: refused before decoding by what its framing says (zstd, LZ4,
+ * snappy; framing that cannot be followed too), by the codec while it inflates (gzip), and in any case by the length
+ * of what the codec returns.
  */
 export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => KafkaCodec {
   return () => {
@@ -157,21 +162,34 @@ export function guardedCodec(codecId: number, codec: () => KafkaCodec): () => Ka
     return {
       compress: (encoder) => c.compress(encoder),
       decompress: async (buffer) => {
+        let reason: string;
         try {
-          const limit = maxDecompressedBytes();
-          const over = overDecompressionLimit(codecId, buffer, limit);
-          if (over) return standInOrThrow(codecId, buffer, over);
-          const out = await c.decompress(buffer, limit);
-          if (out.length > limit)
+          // What kafkajs's parsed records cost besides their bytes counts against the limit too.
+          const records = batchAround(buffer, codecId)?.records ?? 0;
+          const limit = decompressionLimitOrDefault();
+          const room = limit - records * PARSED_RECORD_BYTES;
+          if (room < 0)
             return standInOrThrow(
               codecId,
               buffer,
-              overLimitReason(`decompressed to ${out.length} bytes`, limit),
+              overLimitReason(
+                `${records} records parse to more than ${records * PARSED_RECORD_BYTES} bytes`,
+                limit,
+              ),
             );
-          return out;
+          const over = overDecompressionLimit(codecId, buffer, room, limit);
+          if (over) return standInOrThrow(codecId, buffer, over);
+          const out = await c.decompress(buffer, room);
+          if (out.length <= room) return out;
+          reason = overLimitReason(`decompressed to ${out.length} bytes for ${records} records`, limit);
         } catch (err) {
-          return standInOrThrow(codecId, buffer, (err as Error).message);
+          if (err instanceof UndecodableBatchError) throw err;
+          reason =
+            err instanceof OutputLimitError
+              ? overLimitReason(err.message, decompressionLimitOrDefault())
+              : (err as Error).message;
         }
+        return standInOrThrow(codecId, buffer, reason);
       },
     };
   };
@@ -318,11 +336,30 @@ export const gzipCodec = (): KafkaCodec => ({
       return await unzip(buffer, { maxOutputLength: Math.min(limitBytes, MAX_BUFFER_BYTES) });
     } catch (e) {
       if ((e as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE')
-        throw new Error(overLimitReason('gzip inflates past the limit', limitBytes), { cause: e });
+        throw new OutputLimitError(`gzip inflates past ${limitBytes} bytes`, { cause: e });
       throw e;
     }
   },
 });
+
+/**
+ * Kafka codec 2: kafkajs-snappy (snappyjs), except that snappy-java's xerial framing is read here: chunk by chunk,
+ * joined once (kafkajs-snappy joins each chunk onto all before it, quadratic in the chunks: seconds of blocked event
+ * loop for a batch of small chunks), with the chunks found by ./decompression-limit, which has checked them.
+ */
+export const snappyXerialCodec = (): KafkaCodec => {
+  const raw = snappyCodec();
+  return {
+    compress: (encoder) => raw.compress(encoder),
+    decompress: async (buffer) => {
+      if (!buffer.subarray(0, XERIAL_HEADER.length).equals(XERIAL_HEADER)) return raw.decompress(buffer);
+      const parts: Buffer[] = [];
+      for (const [start, end] of xerialChunks(buffer))
+        parts.push(await raw.decompress(buffer.subarray(start, end)));
+      return Buffer.concat(parts);
+    },
+  };
+};
 
 /** Kafka codec 3: LZ4 frame format, via lz4_flex (lz4-napi). */
 export const lz4Codec = (): KafkaCodec => ({
@@ -342,7 +379,7 @@ export const zstdCodec = (): KafkaCodec => ({
 /** kafkajs's parser of a partition's record set in a fetch response (fetch v4 to v11), with the project's patch. */
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const fetchRecordSetParser = require('kafkajs/src/protocol/requests/fetch/v4/decodeMessages') as {
-  setDecodedBudget?: (budget: () => number) => void;
+  setDecodedBudget?: (budget: () => number, perRecordBytes: number) => void;
 };
 
 let registered = false;
@@ -352,20 +389,13 @@ export function registerCompressionCodecs(): void {
   if (registered) return;
   const codecs = CompressionCodecs as Record<number, () => KafkaCodec>;
   codecs[CompressionTypes.GZIP] = guardedCodec(KAFKA_CODEC_IDS.gzip, gzipCodec);
-  codecs[CompressionTypes.Snappy] = guardedCodec(KAFKA_CODEC_IDS.snappy, snappyCodec);
+  codecs[CompressionTypes.Snappy] = guardedCodec(KAFKA_CODEC_IDS.snappy, snappyXerialCodec);
   codecs[CompressionTypes.LZ4] = guardedCodec(KAFKA_CODEC_IDS.lz4, lz4Codec);
   codecs[CompressionTypes.ZSTD] = guardedCodec(KAFKA_CODEC_IDS.zstd, zstdCodec);
   for (let id = KAFKA_CODEC_IDS.zstd + 1; id <= CODEC_MASK; id++) codecs[id] = undefinedCodec(id);
-  // One fetch holds at most about twice the limit per partition: batches are decoded while what is decoded is under
-  // it (patches/kafkajs+2.2.4.patch, "decoded budget"). A setting made invalid after startup falls back to the
-  // default here: a throw inside the fetch parser would fail every fetch.
-  fetchRecordSetParser.setDecodedBudget?.(() => {
-    try {
-      return maxDecompressedBytes();
-    } catch {
-      return DEFAULT_MAX_DECOMPRESSED_BYTES;
-    }
-  });
+  // A fetch decodes a partition's batches only while what it decoded is under the limit, each parsed record counted
+  // with its object (patches/kafkajs+2.2.4.patch, "decoded budget").
+  fetchRecordSetParser.setDecodedBudget?.(decompressionLimitOrDefault, PARSED_RECORD_BYTES);
   registered = true;
 }
 

@@ -3,25 +3,31 @@
  * anything is decompressed.
  *
  * Kafka's `max.message.bytes` counts compressed bytes, and the broker accepts any batch its codec can read, so a
- * few hundred KB of gzip (deflate reaches about 1032:1) or zstd (unbounded: RLE blocks, long-distance matches) may
- * hold gigabytes. A consumer that decompresses such a batch whole runs out of memory and, restarted, meets it again:
- * a crash loop. The codecs (./codecs) therefore refuse a batch whose output would pass the limit, before allocating
- * it where the framing declares sizes (zstd's frame content size, window and block sizes; snappy's lengths; the
- * LZ4 frame's block maximum and content size) and by zlib's `maxOutputLength` for gzip. A refused batch is an
- * undecodable batch (./undecodable): its partition is paused and named in /health, nothing is skipped.
+ * batch within the default 1 MiB may hold about 1 GiB of gzip (deflate reaches about 1032:1), 255 MiB of LZ4 or 32
+ * GiB of zstd (an RLE block of 4 bytes makes 128 KiB), and a lax decoder makes more of framing that declares sizes
+ * it does not hold. A consumer that decompresses such a batch whole runs out of memory and, restarted, meets it
+ * again: a crash loop. The codecs (./codecs) therefore refuse a batch whose output would pass the limit before
+ * decompressing it: the walkers below read zstd's frame and block headers, LZ4's block sequences and raw snappy's
+ * elements (so the LZ4 and snappy figures are exact), and refuse framing they cannot follow (the decoders would
+ * reject it too, but some allocate a declared size first, and snappyjs loops for ever on a negative literal
+ * length). gzip inflates with zlib's `maxOutputLength`. Each parsed record also costs kafkajs an object of about
+ * {@link PARSED_RECORD_BYTES} bytes, which counts against the limit too. A refused batch is an undecodable batch
+ * (./undecodable): its partition is paused and named in /health, nothing is skipped.
  *
  * Formats: zstd RFC 8878 section 3.1; LZ4 frame format 1.6.x (lz4/doc/lz4_Frame_format.md); snappy
  * format_description.txt and snappy-java's xerial stream header; gzip RFC 1952.
  */
-import { SettingsError } from '@keyflow/errors';
+import { KeyflowError, SettingsError } from '@keyflow/errors';
 
 /** The environment variable that sets the limit (bytes, a positive integer). Process-wide, read at each batch. */
 export const MAX_DECOMPRESSED_BYTES_SETTING = 'KEYFLOW_MAX_DECOMPRESSED_BYTES';
 
 /**
  * Default limit: 256 MiB of records per batch. Above the 100 MiB a single produce request may carry
- * (`socket.request.max.bytes`), so every record another client could send uncompressed is read; zstd decoding may
- * hold the frame's window besides its output, so a process peaks at about twice this per batch being decoded.
+ * (`socket.request.max.bytes`), so every record another client could send uncompressed is read, and above the
+ * largest zstd window (128 MiB, level 22), which fzstd allocates for a frame that does not declare its size. The
+ * decoders hold their output, their window or parts and a joined copy at once: a process peaks at up to three times
+ * this per batch being decoded.
  */
 export const DEFAULT_MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024;
 
@@ -49,22 +55,50 @@ export function maxDecompressedBytes(env: NodeJS.ProcessEnv = process.env): numb
   return n;
 }
 
+/**
+ * What kafkajs's parsed record costs besides its bytes, in bytes (its object, the key and value views and the
+ * headers object: about 94 measured on Node 20), counted against the limit per record.
+ */
+export const PARSED_RECORD_BYTES = 100;
+
+/**
+ * The limit, or the default when KEYFLOW_MAX_DECOMPRESSED_BYTES was made invalid after startup (createKafka refuses
+ * an invalid one): inside the fetch parser a throw would fail every fetch or quarantine every compressed partition.
+ */
+export function decompressionLimitOrDefault(): number {
+  try {
+    return maxDecompressedBytes();
+  } catch {
+    return DEFAULT_MAX_DECOMPRESSED_BYTES;
+  }
+}
+
 /** The reason text of a batch refused for the limit (names the setting, so an operator knows what to raise). */
 export function overLimitReason(what: string, limit: number): string {
   return `${what}, over ${MAX_DECOMPRESSED_BYTES_SETTING} (${limit} bytes); raise it if the batch is legitimate, or commit past it`;
 }
 
-/** Thrown by the bound walkers below for framing they cannot follow (the codec would reject it too). */
+/**
+ * A codec's output would pass the room it was given (gzip's `maxOutputLength`), in bytes. Not retryable: the same
+ * bytes inflate the same way. The codecs turn it into an undecodable batch naming the limit.
+ */
+export class OutputLimitError extends KeyflowError {
+  readonly code = 'DECOMPRESSED_TOO_LARGE';
+  readonly retryable = false;
+}
+
+/** Thrown by the walkers below for framing they cannot follow: the batch is refused. */
 class Malformed extends Error {}
 
-/**
- * What a walker learnt, updated as it goes, so framing that turns out malformed past a declared size is still
- * judged by that size (a decoder may allocate it before it meets the fault). Bytes.
- */
+const need = (ok: boolean, what: string): void => {
+  if (!ok) throw new Malformed(what);
+};
+
+/** What a walker found, in bytes. */
 interface Bound {
-  /** The most bytes the blocks seen so far decompress to. */
+  /** The most bytes the decoder returns. */
   output: number;
-  /** The most bytes one frame or block makes a decoder allocate up front. */
+  /** The most bytes one frame makes the decoder allocate up front (a declared size or a window). */
   allocation: number;
 }
 
@@ -74,179 +108,280 @@ const ZSTD_MAX_BLOCK_BYTES = 128 * 1024;
 const isSkippable = (magic: number) => magic >>> 4 === 0x184d2a5;
 
 /**
- * The most bytes zstd frames (one or more, with skippable frames) decompress to, from their headers and block
- * headers alone, and the most one frame makes a decoder allocate up front (fzstd allocates a frame's declared content
- * size, else its window). A compressed block counts as the block maximum (min(window, 128 KiB)), an RLE or raw
- * block as its size. @throws Malformed on framing a decoder would reject.
+ * zstd frames (one or more, with skippable frames), RFC 8878 section 3.1, as fzstd 0.1.1 decodes them: a frame that
+ * declares a non-zero content size returns exactly that many bytes (padded or cut, and allocated up front); otherwise
+ * its blocks' (raw and RLE blocks their size, which fzstd does not check against 128 KiB; a compressed block at most
+ * min(window, 128 KiB)), with the window allocated up front.
  */
-function zstdBound(buf: Buffer, b: Bound): void {
+function zstdBound(buf: Buffer): Bound {
+  const b: Bound = { output: 0, allocation: 0 };
   let at = 0;
   while (at < buf.length) {
-    if (at + 4 > buf.length) throw new Malformed('truncated zstd frame magic');
+    need(at + 4 <= buf.length, 'truncated zstd frame magic');
     const magic = buf.readUInt32LE(at);
     if (isSkippable(magic)) {
-      if (at + 8 > buf.length) throw new Malformed('truncated skippable frame');
+      need(at + 8 <= buf.length, 'truncated skippable frame');
       at += 8 + buf.readUInt32LE(at + 4);
+      need(at <= buf.length, 'truncated skippable frame');
       continue;
     }
-    if (magic !== ZSTD_MAGIC) throw new Malformed('not a zstd frame');
+    need(magic === ZSTD_MAGIC, 'not a zstd frame');
+    need(at + 5 <= buf.length, 'truncated zstd frame header');
     const fhd = buf[at + 4];
-    if (fhd === undefined) throw new Malformed('truncated zstd frame header');
     const fcsFlag = fhd >> 6;
     const single = (fhd >> 5) & 1;
     const checksum = (fhd >> 2) & 1;
-    const dictFlag = fhd & 3;
     let p = at + 5;
     let window = 0;
     if (!single) {
+      need(p < buf.length, 'truncated zstd window descriptor');
       const wd = buf[p++];
-      if (wd === undefined) throw new Malformed('truncated zstd window descriptor');
       const base = 2 ** (10 + (wd >> 3));
       window = base + (base / 8) * (wd & 7);
     }
-    p += [0, 1, 2, 4][dictFlag];
-    const fcsBytes = fcsFlag === 0 ? single : 1 << fcsFlag;
-    if (p + fcsBytes > buf.length) throw new Malformed('truncated zstd frame header');
-    let contentSize: number | undefined;
-    if (fcsBytes === 1) contentSize = buf[p];
-    else if (fcsBytes === 2) contentSize = buf.readUInt16LE(p) + 256;
-    else if (fcsBytes === 4) contentSize = buf.readUInt32LE(p);
-    else if (fcsBytes === 8) contentSize = Number(buf.readBigUInt64LE(p));
+    p += [0, 1, 2, 4][fhd & 3]; // dictionary id
+    const fcsBytes = fcsFlag === 0 ? single : 2 ** fcsFlag;
+    need(p + fcsBytes <= buf.length, 'truncated zstd frame content size');
+    let declared = 0;
+    if (fcsBytes === 1) declared = buf[p];
+    else if (fcsBytes === 2) declared = buf.readUInt16LE(p) + 256;
+    else if (fcsBytes === 4) declared = buf.readUInt32LE(p);
+    else if (fcsBytes === 8) declared = Number(buf.readBigUInt64LE(p));
     p += fcsBytes;
-    if (single) window = contentSize ?? 0;
-    b.allocation = Math.max(b.allocation, contentSize || window);
+    if (single) window = declared;
+    b.allocation = Math.max(b.allocation, declared || window);
     const blockMax = Math.min(window, ZSTD_MAX_BLOCK_BYTES);
-    const before = b.output;
+    let blocks = 0;
     for (let last = 0; !last;) {
-      if (p + 3 > buf.length) throw new Malformed('truncated zstd block header');
+      need(p + 3 <= buf.length, 'truncated zstd block header');
       const h = buf[p] | (buf[p + 1] << 8) | (buf[p + 2] << 16);
       p += 3;
       last = h & 1;
       const type = (h >> 1) & 3;
       const size = h >>> 3;
-      if (type === 3) throw new Malformed('reserved zstd block type');
-      b.output += type === 0 || type === 1 ? size : blockMax;
+      need(type !== 3, 'reserved zstd block type');
+      blocks += type === 2 ? blockMax : size;
       p += type === 1 ? 1 : size;
+      need(p <= buf.length, 'truncated zstd block');
     }
-    // A frame that declares its content size decodes to exactly that (RFC 8878 3.1.1.4) or fails.
-    if (contentSize !== undefined) b.output = Math.min(b.output, before + contentSize);
+    b.output += declared || blocks;
     at = p + 4 * checksum;
+    need(at <= buf.length, 'truncated zstd checksum');
+  }
+  return b;
+}
+
+/** Reads an LZ4 length extension (bytes of 255 until one below) from `p`; returns [added length, next position]. */
+function lz4Extension(buf: Buffer, p: number, end: number): [number, number] {
+  let n = 0;
+  for (;;) {
+    need(p < end, 'truncated LZ4 length');
+    const x = buf[p++];
+    n += x;
+    if (x !== 255) return [n, p];
   }
 }
 
+/** The exact bytes an LZ4 block (buf[start, end)) decodes to, from its sequences' tokens and lengths. */
+function lz4BlockOutput(buf: Buffer, start: number, end: number): number {
+  let p = start;
+  let out = 0;
+  while (p < end) {
+    const token = buf[p++];
+    let literals = token >> 4;
+    if (literals === 15) {
+      const [more, q] = lz4Extension(buf, p, end);
+      literals += more;
+      p = q;
+    }
+    p += literals;
+    out += literals;
+    need(p <= end, 'LZ4 literals past the block');
+    if (p === end) break; // the last sequence has literals only
+    need(p + 2 <= end, 'truncated LZ4 match offset');
+    p += 2;
+    let match = token & 15;
+    if (match === 15) {
+      const [more, q] = lz4Extension(buf, p, end);
+      match += more;
+      p = q;
+    }
+    out += match + 4;
+  }
+  return out;
+}
+
 const LZ4_MAGIC = 0x184d2204;
+const LZ4_LEGACY_MAGIC = 0x184c2102;
 const LZ4_BLOCK_MAX = [0, 0, 0, 0, 64 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024];
-/**
- * LZ4's greatest expansion: a sequence's match length grows by 255 per extra length byte, so n compressed bytes
- * never make more than 255 n (plus a sequence's fixed 19 bytes: counted generously as 255 n for n >= 1).
- */
-const LZ4_MAX_RATIO = 255;
 
 /**
- * The most bytes LZ4 frames decompress to, from their frame and block headers: a compressed block counts as the
- * frame's block maximum or 255 times its size, whichever is less, an uncompressed one as its size, and a declared
- * content size must fit too.
- * @throws Malformed on framing a decoder would reject.
+ * LZ4 frames (lz4/doc/lz4_Frame_format.md), legacy frames included: the exact bytes their blocks decode to; a
+ * declared content size is an allocation.
  */
-function lz4Bound(buf: Buffer, b: Bound): void {
+function lz4Bound(buf: Buffer): Bound {
+  const b: Bound = { output: 0, allocation: 0 };
   let at = 0;
   while (at < buf.length) {
-    if (at + 4 > buf.length) throw new Malformed('truncated LZ4 frame magic');
+    need(at + 4 <= buf.length, 'truncated LZ4 frame magic');
     const magic = buf.readUInt32LE(at);
     if (isSkippable(magic)) {
-      if (at + 8 > buf.length) throw new Malformed('truncated skippable frame');
+      need(at + 8 <= buf.length, 'truncated skippable frame');
       at += 8 + buf.readUInt32LE(at + 4);
+      need(at <= buf.length, 'truncated skippable frame');
       continue;
     }
-    if (magic !== LZ4_MAGIC) throw new Malformed('not an LZ4 frame');
-    if (at + 7 > buf.length) throw new Malformed('truncated LZ4 frame header');
+    if (magic === LZ4_LEGACY_MAGIC) {
+      // Blocks of a 4-byte size until the input ends or the next frame's magic.
+      let p = at + 4;
+      while (p + 4 <= buf.length) {
+        const size = buf.readUInt32LE(p);
+        if (size === LZ4_MAGIC || size === LZ4_LEGACY_MAGIC || isSkippable(size)) break;
+        need(p + 4 + size <= buf.length, 'truncated LZ4 legacy block');
+        b.output += lz4BlockOutput(buf, p + 4, p + 4 + size);
+        p += 4 + size;
+      }
+      need(p === buf.length || p + 4 <= buf.length, 'truncated LZ4 legacy block');
+      at = p;
+      continue;
+    }
+    need(magic === LZ4_MAGIC, 'not an LZ4 frame');
+    need(at + 7 <= buf.length, 'truncated LZ4 frame header');
     const flg = buf[at + 4];
-    const blockMax = LZ4_BLOCK_MAX[(buf[at + 5] >> 4) & 7];
-    if (!blockMax) throw new Malformed('reserved LZ4 block maximum size');
+    need(LZ4_BLOCK_MAX[(buf[at + 5] >> 4) & 7] > 0, 'reserved LZ4 block maximum size');
     const blockChecksum = (flg >> 4) & 1;
-    const hasContentSize = (flg >> 3) & 1;
     const contentChecksum = (flg >> 2) & 1;
     let p = at + 6;
-    if (hasContentSize) {
-      if (p + 8 > buf.length) throw new Malformed('truncated LZ4 frame header');
+    if ((flg >> 3) & 1) {
+      need(p + 8 <= buf.length, 'truncated LZ4 content size');
       b.allocation = Math.max(b.allocation, Number(buf.readBigUInt64LE(p)));
       p += 8;
     }
     p += 4 * (flg & 1) + 1; // dictionary id, header checksum
     for (;;) {
-      if (p + 4 > buf.length) throw new Malformed('truncated LZ4 block');
+      need(p + 4 <= buf.length, 'truncated LZ4 block');
       const word = buf.readUInt32LE(p);
       p += 4;
       if (word === 0) break; // end mark
       const size = word & 0x7fffffff;
-      b.output += word & 0x80000000 ? size : Math.min(blockMax, LZ4_MAX_RATIO * size);
+      need(p + size <= buf.length, 'truncated LZ4 block');
+      b.output += word & 0x80000000 ? size : lz4BlockOutput(buf, p, p + size);
       p += size + 4 * blockChecksum;
     }
     at = p + 4 * contentChecksum;
+    need(at <= buf.length, 'truncated LZ4 checksum');
   }
-}
-
-const XERIAL_HEADER = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
-const XERIAL_CHUNKS_AT = 16;
-
-/** Raw snappy's preamble: the uncompressed length as a little-endian base-128 varint (at most 32 bits). */
-function snappyLength(buf: Buffer, at: number, end: number): number {
-  let n = 0;
-  for (let shift = 0, p = at; shift <= 28; shift += 7, p++) {
-    if (p >= end) throw new Malformed('truncated snappy length');
-    n += (buf[p] & 0x7f) * 2 ** shift;
-    if (buf[p] < 0x80) return n;
-  }
-  throw new Malformed('snappy length longer than 32 bits');
+  return b;
 }
 
 /**
- * The bytes raw snappy or snappy-java's xerial framing (4-byte big-endian chunk lengths after a 16-byte header)
- * declares: each block states its uncompressed length, which the decoder allocates.
+ * The exact bytes raw snappy (buf[start, end)) decodes to (snappy format_description.txt): its preamble's length,
+ * checked against the elements (literals and copies), whose lengths are read unsigned. @throws Malformed.
  */
-function snappyBound(buf: Buffer, b: Bound): void {
-  if (!buf.subarray(0, XERIAL_HEADER.length).equals(XERIAL_HEADER)) {
-    b.output = b.allocation = snappyLength(buf, 0, buf.length);
-    return;
+function snappyRawOutput(buf: Buffer, start: number, end: number): number {
+  let declared = 0;
+  let p = start;
+  for (let shift = 0; ; shift += 7) {
+    need(p < end && shift <= 28, 'bad snappy length');
+    const x = buf[p++];
+    declared += (x & 0x7f) * 2 ** shift;
+    if (x < 0x80) break;
   }
-  for (let at = XERIAL_CHUNKS_AT; at + 4 <= buf.length;) {
-    const size = buf.readUInt32BE(at);
-    at += 4;
-    const n = snappyLength(buf, at, Math.min(buf.length, at + size));
-    b.output += n;
-    b.allocation = Math.max(b.allocation, n);
-    at += size;
+  let out = 0;
+  while (p < end) {
+    const tag = buf[p++];
+    const kind = tag & 3;
+    let len: number;
+    if (kind === 0) {
+      len = tag >> 2;
+      if (len >= 60) {
+        const n = len - 59;
+        need(p + n <= end, 'truncated snappy literal length');
+        len = buf.readUIntLE(p, n);
+        p += n;
+      }
+      len += 1;
+      p += len;
+    } else if (kind === 1) {
+      len = ((tag >> 2) & 7) + 4;
+      p += 1;
+    } else {
+      len = (tag >> 2) + 1;
+      p += kind === 2 ? 2 : 4;
+    }
+    need(p <= end, 'snappy element past the block');
+    out += len;
+    need(out <= declared, 'snappy elements longer than the declared length');
   }
+  need(out === declared, 'snappy elements shorter than the declared length');
+  return declared;
 }
 
-/** Kafka codec ids (see ./codecs KAFKA_CODEC_IDS) whose framing declares sizes: 2 snappy, 3 lz4, 4 zstd. */
-const BOUNDS: Record<number, { name: string; bound: (buf: Buffer, b: Bound) => void }> = {
+/** snappy-java's xerial stream header; chunks (a 4-byte big-endian length, then raw snappy) start at byte 16. */
+export const XERIAL_HEADER = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00]);
+export const XERIAL_CHUNKS_AT = 16;
+
+/** The [start, end) of each raw snappy chunk of a xerial stream. @throws Malformed on a chunk past the end. */
+export function xerialChunks(buf: Buffer): Array<[number, number]> {
+  const chunks: Array<[number, number]> = [];
+  for (let at = XERIAL_CHUNKS_AT; at < buf.length;) {
+    need(at + 4 <= buf.length, 'truncated xerial chunk length');
+    const end = at + 4 + buf.readUInt32BE(at);
+    need(end <= buf.length, 'truncated xerial chunk');
+    chunks.push([at + 4, end]);
+    at = end;
+  }
+  return chunks;
+}
+
+/** Raw snappy, or snappy-java's xerial framing: the exact bytes each block declares and decodes to. */
+function snappyBound(buf: Buffer): Bound {
+  if (!buf.subarray(0, XERIAL_HEADER.length).equals(XERIAL_HEADER)) {
+    const n = snappyRawOutput(buf, 0, buf.length);
+    return { output: n, allocation: n };
+  }
+  const b: Bound = { output: 0, allocation: 0 };
+  for (const [start, end] of xerialChunks(buf)) {
+    const n = snappyRawOutput(buf, start, end);
+    b.output += n;
+    b.allocation = Math.max(b.allocation, n);
+  }
+  return b;
+}
+
+/** Kafka codec ids (see ./codecs KAFKA_CODEC_IDS) whose framing the walkers read: 2 snappy, 3 lz4, 4 zstd. */
+const BOUNDS: Record<number, { name: string; bound: (buf: Buffer) => Bound }> = {
   2: { name: 'snappy', bound: snappyBound },
   3: { name: 'LZ4', bound: lz4Bound },
   4: { name: 'zstd', bound: zstdBound },
 };
 
 /**
- * Why `compressed` (codec `codecId`'s bytes) must not be decompressed under `limit`, or undefined when its framing
- * keeps it within the limit (or the codec has no declared sizes: gzip is bounded while it inflates instead). Framing
- * that cannot be followed is judged by the sizes declared before the fault, and otherwise left to the codec, which
- * rejects it with its own reason.
+ * Why `compressed` (codec `codecId`'s bytes) must not be decompressed into `room` bytes (what `limit` leaves after
+ * the batch's parsed records; the reason names `limit`), or undefined when its
+ * framing keeps it within the limit (gzip has no such framing: it is bounded while it inflates instead). Framing the
+ * walker cannot follow is refused too: a batch from a Kafka producer is never cut short, and a decoder meeting it
+ * may allocate what it declares, or not end.
  */
 export function overDecompressionLimit(
   codecId: number,
   compressed: Buffer,
-  limit: number,
+  room: number,
+  limit = room,
 ): string | undefined {
   const f = BOUNDS[codecId];
   if (!f) return undefined;
-  const b: Bound = { output: 0, allocation: 0 };
+  let b: Bound;
   try {
-    f.bound(compressed, b);
+    b = f.bound(compressed);
   } catch (e) {
-    // Judged by what was declared before the fault: the codec may allocate that much before it meets the fault.
-    if (!(e instanceof Malformed)) throw e;
+    if (e instanceof Malformed) return `malformed ${f.name} framing (${e.message}), refused before decoding`;
+    throw e;
   }
-  if (b.allocation > limit) return overLimitReason(`${f.name} framing declares ${b.allocation} bytes`, limit);
-  if (b.output > limit) return overLimitReason(`${f.name} blocks may decompress to ${b.output} bytes`, limit);
+  const records = room < limit ? ` (room left by the parsed records: ${room})` : '';
+  if (b.allocation > room)
+    return overLimitReason(`${f.name} framing declares ${b.allocation} bytes${records}`, limit);
+  if (b.output > room)
+    return overLimitReason(`${f.name} blocks decompress to ${b.output} bytes${records}`, limit);
   return undefined;
 }
