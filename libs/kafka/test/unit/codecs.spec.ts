@@ -362,6 +362,7 @@ describe('a record batch that decompresses past the limit (KEYFLOW_MAX_DECOMPRES
     });
     const { records: read } = await decode(Buffer.concat([Buffer.alloc(7), b.buffer]).subarray(7));
     expect(undecodableAt(read)?.batch.reason).toContain('20000 records parse to more than 2000000 bytes');
+    expect(read).toHaveLength(1); // one stand-in, not 20,000
   });
 
   it("one fetch decodes a partition's batches only until they hold the limit: small bombs are not all held at once", async () => {
@@ -379,6 +380,48 @@ describe('a record batch that decompresses past the limit (KEYFLOW_MAX_DECOMPRES
     expect(records.map((r) => r.offset)).toEqual(['100', '101', '102', '103', '104', '105']);
     delete process.env[MAX_DECOMPRESSED_BYTES_SETTING];
     expect(await decodeMessages(new Decoder(e.buffer))).toHaveLength(12);
+  });
+
+  it('a snappy-java chunk that is itself a snappy-java stream is refused (kafkajs-snappy would read it nested)', async () => {
+    // A chunk starting with the xerial magic: kafkajs-snappy reads it as a nested stream whose chunks each make as
+    // many zero bytes as they declare, though as raw snappy it declares 10,626 bytes with exact elements.
+    const magic = Buffer.from([0x82, 0x53, 0x4e, 0x41, 0x50, 0x50, 0x59, 0x00, 0, 0, 0, 1, 0, 0, 0, 1]);
+    const nested = Buffer.alloc(10_616);
+    magic.copy(nested);
+    nested.writeUInt32BE(11, 16);
+    Buffer.from([0x80, 0x80, 0x40, 0x18]).copy(nested, 20); // declares 1 MiB, then a snappyjs literal
+    nested[27] = 0xf8; // as raw snappy: one literal of 10,585 bytes
+    nested.writeUIntLE(10_584, 28, 3);
+    const size = Buffer.alloc(4);
+    size.writeUInt32BE(nested.length);
+    const { out } = await decodeMeasured(CompressionTypes.Snappy, Buffer.concat([magic, size, nested]));
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect((out as Error).message).toContain('malformed snappy framing');
+  });
+
+  it('a zstd frame without a content size whose many small blocks would each slide a large window is refused', async () => {
+    // No content size, a 128 MiB window, 100,000 raw blocks of one byte: fzstd moves its whole window after every
+    // block (about 10 ms each here), though the output is 20 KB.
+    const blocks = Array.from({ length: 20_000 }, (_, i) =>
+      Buffer.from([i === 19_999 ? 0x09 : 0x08, 0, 0, 0x41]),
+    );
+    const frame = Buffer.concat([Buffer.from([0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x88]), ...blocks]);
+    delete process.env[MAX_DECOMPRESSED_BYTES_SETTING];
+    const { out } = await decodeMeasured(CompressionTypes.ZSTD, frame);
+    expect(out).toBeInstanceOf(UndecodableBatchError);
+    expect((out as Error).message).toContain('window');
+  });
+
+  it('a batch counting more records than the limit can hold parsed is one stand-in, whatever the count', async () => {
+    // A real zstd batch whose header says 1,500,000 records (over the 1,000,000 stand-ins a batch may have): one
+    // stand-in record, without decompressing, instead of a failed fetch.
+    const bytes = Buffer.from(await batch(CompressionTypes.ZSTD));
+    bytes.writeInt32BE(1_500_000, RECORDS_START - 4);
+    const { records } = await decode(bytes);
+    expect(records).toHaveLength(1);
+    expect(undecodableAt(records)?.batch.reason).toContain(
+      '1500000 records parse to more than 150000000 bytes',
+    );
   });
 
   it('a limit that is not a positive integer is refused by name, not taken as no limit', () => {
