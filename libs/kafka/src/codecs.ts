@@ -39,7 +39,7 @@ import { constants } from 'node:buffer';
 import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
 import { decompress as zstdDecompress } from 'fzstd';
 import { KeyflowError } from '@keyflow/errors';
-import { UNDECODABLE_CODE, standInRecords } from './undecodable';
+import { UNDECODABLE_CODE, isStandInRecords, standInRecords } from './undecodable';
 import {
   OutputLimitError,
   PARSED_RECORD_BYTES,
@@ -345,7 +345,8 @@ export const gzipCodec = (): KafkaCodec => ({
 /**
  * Kafka codec 2: kafkajs-snappy (snappyjs), except that snappy-java's xerial framing is read here: chunk by chunk,
  * joined once (kafkajs-snappy joins each chunk onto all before it, quadratic in the chunks: seconds of blocked event
- * loop for a batch of small chunks), with the chunks found by ./decompression-limit, which has checked them.
+ * loop for a batch of small chunks), with the chunks found by ./decompression-limit, which has checked each (one that
+ * is itself a xerial stream, which kafkajs-snappy would read nested, is refused there).
  */
 export const snappyXerialCodec = (): KafkaCodec => {
   const raw = snappyCodec();
@@ -382,6 +383,22 @@ const fetchRecordSetParser = require('kafkajs/src/protocol/requests/fetch/v4/dec
   setDecodedBudget?: (budget: () => number, perRecordBytes: number) => void;
 };
 
+/** kafkajs's record batch parser (message format v2), with the project's patch. */
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const recordBatchParser = require('kafkajs/src/protocol/recordBatch/v0/decoder') as {
+  setRecordCountGuard?: (
+    budget: () => number,
+    perRecordBytes: number,
+    standIn: (batch: {
+      codecId: number;
+      baseOffset: string;
+      lastOffset: string;
+      records: number;
+    }) => Buffer | undefined,
+    isStandIn: (decompressed: Buffer) => boolean,
+  ) => void;
+};
+
 let registered = false;
 
 /** Registers gzip (1), snappy (2), lz4 (3), zstd (4) and failing codecs for 5-7 with kafkajs, all guarded. Idempotent; runs when this module is first imported. */
@@ -396,6 +413,22 @@ export function registerCompressionCodecs(): void {
   // A fetch decodes a partition's batches only while what it decoded is under the limit, each parsed record counted
   // with its object (patches/kafkajs+2.2.4.patch, "decoded budget").
   fetchRecordSetParser.setDecodedBudget?.(decompressionLimitOrDefault, PARSED_RECORD_BYTES);
+  // A compressed batch counting more records than the limit holds parsed becomes one stand-in record, before it is
+  // decompressed ("record count guard"): its stand-ins would cost as much as its records.
+  recordBatchParser.setRecordCountGuard?.(
+    decompressionLimitOrDefault,
+    PARSED_RECORD_BYTES,
+    (batch) =>
+      standInRecords({
+        ...batch,
+        records: 1,
+        reason: overLimitReason(
+          `${batch.records} records parse to more than ${batch.records * PARSED_RECORD_BYTES} bytes`,
+          decompressionLimitOrDefault(),
+        ),
+      }),
+    isStandInRecords,
+  );
   registered = true;
 }
 

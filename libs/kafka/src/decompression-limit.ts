@@ -100,7 +100,16 @@ interface Bound {
   output: number;
   /** The most bytes one frame makes the decoder allocate up front (a declared size or a window). */
   allocation: number;
+  /** Bytes the decoder moves besides its output: fzstd slides a frame's window after each block (zstd only). */
+  moved?: number;
 }
+
+/**
+ * How many times the limit fzstd may move while sliding windows (bytes): a frame of full 128 KiB blocks moves its
+ * window once per block, 16 times its output with the 2 MiB window of level 3 and 64 times with an 8 MiB one, while
+ * a frame of one-byte blocks and a 128 MiB window moved 10 ms per byte of output here.
+ */
+export const ZSTD_MOVED_PER_LIMIT = 64;
 
 const ZSTD_MAGIC = 0xfd2fb528;
 const ZSTD_MAX_BLOCK_BYTES = 128 * 1024;
@@ -109,12 +118,13 @@ const isSkippable = (magic: number) => magic >>> 4 === 0x184d2a5;
 
 /**
  * zstd frames (one or more, with skippable frames), RFC 8878 section 3.1, as fzstd 0.1.1 decodes them: a frame that
- * declares a non-zero content size returns exactly that many bytes (padded or cut, and allocated up front); otherwise
- * its blocks' (raw and RLE blocks their size, which fzstd does not check against 128 KiB; a compressed block at most
- * min(window, 128 KiB)), with the window allocated up front.
+ * declares a non-zero content size returns that many bytes (allocated up front; zero-filled where its blocks fall
+ * short, an error where they run over); otherwise its blocks' (raw and RLE blocks their size, which fzstd does not
+ * check against 128 KiB; a compressed block at most min(window, 128 KiB)), with the window allocated up front and
+ * slid once per block (`moved`).
  */
 function zstdBound(buf: Buffer): Bound {
-  const b: Bound = { output: 0, allocation: 0 };
+  const b: Bound = { output: 0, allocation: 0, moved: 0 };
   let at = 0;
   while (at < buf.length) {
     need(at + 4 <= buf.length, 'truncated zstd frame magic');
@@ -162,6 +172,8 @@ function zstdBound(buf: Buffer): Bound {
       need(type !== 3, 'reserved zstd block type');
       blocks += type === 2 ? blockMax : size;
       p += type === 1 ? 1 : size;
+      // Without a declared size fzstd decodes into its window and then slides all of it (copyWithin) per block.
+      if (!declared) b.moved! += window;
       need(p <= buf.length, 'truncated zstd block');
     }
     b.output += declared || blocks;
@@ -328,6 +340,8 @@ export function xerialChunks(buf: Buffer): Array<[number, number]> {
     need(at + 4 <= buf.length, 'truncated xerial chunk length');
     const end = at + 4 + buf.readUInt32BE(at);
     need(end <= buf.length, 'truncated xerial chunk');
+    // kafkajs-snappy reads a chunk that starts with the stream header as a nested stream, not as raw snappy.
+    need(!buf.subarray(at + 4, at + 4 + XERIAL_HEADER.length).equals(XERIAL_HEADER), 'nested xerial stream');
     chunks.push([at + 4, end]);
     at = end;
   }
@@ -383,5 +397,10 @@ export function overDecompressionLimit(
     return overLimitReason(`${f.name} framing declares ${b.allocation} bytes${records}`, limit);
   if (b.output > room)
     return overLimitReason(`${f.name} blocks decompress to ${b.output} bytes${records}`, limit);
+  if ((b.moved ?? 0) > ZSTD_MOVED_PER_LIMIT * room)
+    return overLimitReason(
+      `zstd frames without a content size slide their window over ${b.moved} bytes while decoding (more than ${ZSTD_MOVED_PER_LIMIT} times the limit)`,
+      limit,
+    );
   return undefined;
 }

@@ -33,6 +33,11 @@ import { KeyflowError } from '@keyflow/errors';
  *   held their whole decompressed size. Patched: batches after the first are decoded only while the records decoded
  *   so far hold less than a budget (./codecs sets it to KEYFLOW_MAX_DECOMPRESSED_BYTES); the rest is fetched again
  *   from the next offset, as a tail cut by maxBytes is.
+ * - protocol/recordBatch/v0/decoder.js: a compressed batch's records were parsed whatever their count, so a few KB
+ *   of zstd holding millions of empty records made millions of record objects (about 94 bytes each). Patched: a
+ *   batch counting more records than the budget holds parsed is not decompressed; a hook (./codecs) returns one
+ *   stand-in record marking it undecodable. And a codec's stand-in for a batch it could not decode is parsed as its
+ *   one record (it held as many stand-ins as the header counted, up to a million, and threw above).
  */
 export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
@@ -41,6 +46,7 @@ export const KAFKAJS_PATCHES = {
   'protocol/requests/produce/v3/response.js': 'keyflow patch (produce partial)',
   'protocol/recordBatch/record/v0/index.js': 'keyflow patch (null header value)',
   'protocol/requests/fetch/v4/decodeMessages.js': 'keyflow patch (decoded budget)',
+  'protocol/recordBatch/v0/decoder.js': 'keyflow patch (record count guard)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */

@@ -3,13 +3,13 @@
  *
  * kafkajs 2.2.4 decompresses a record batch inside its fetch-response parser, which knows no topic or partition: a
  * codec that throws there fails the whole fetch (every partition led by that broker), again on every refetch. So the
- * guarded codecs (./codecs) do not throw: they hand kafkajs a stand-in for the batch, `records` records (the count in
- * the batch header, which kafkajs's decoder loops over) that carry no key or value and one header,
- * {@link UNDECODABLE_HEADER}, whose value names the codec, the batch's offsets and the reason, with a nonce of this
- * process (so a producer cannot forge the marker). Every stand-in record sits at the batch's last offset, which is
- * never below the fetch offset (the broker returns a batch only when its last offset is at or past it), so kafkajs
- * never filters them all out and moves past the batch. The stand-ins inherit the batch's producer id and
- * transactional flags, so a batch of an aborted transaction is still filtered out under read_committed.
+ * guarded codecs (./codecs) do not throw: they hand kafkajs a stand-in for the batch, one record (kafkajs's parser,
+ * patched, takes a stand-in's one record instead of looping over the count in the batch header) that carries no key
+ * or value and one header, {@link UNDECODABLE_HEADER}, whose value names the codec, the batch's offsets and the
+ * reason, with a nonce of this process (so a producer cannot forge the marker). The stand-in record sits at the
+ * batch's last offset, which is never below the fetch offset (the broker returns a batch only when its last offset is
+ * at or past it), so kafkajs never filters it out and moves past the batch. The stand-in inherits the batch's
+ * producer id and transactional flags, so a batch of an aborted transaction is still filtered out under read_committed.
  *
  * The consumers (OrderedConsumer, the orchestrator's engine and read model) look for the marker with
  * {@link undecodableAt}: they work the messages before it, resolve and commit nothing from it on, and quarantine the
@@ -37,8 +37,15 @@ export const UNDECODABLE_CODE = 'UNDECODABLE_BATCH';
  */
 export const UNDECODABLE_RETRY_MS = Number(process.env.KEYFLOW_UNDECODABLE_RETRY_MS ?? 60_000);
 
-/** A stand-in batch bigger than this many records is refused (the fetch fails as before): a corrupt header. */
-const MAX_STAND_IN_RECORDS = 1_000_000;
+/** The stand-in buffers this process made, which kafkajs's record batch parser (patched) takes as one record. */
+const standIns = new WeakSet<Buffer>();
+
+/**
+ * Whether `decompressed` is a stand-in from {@link standInRecords}: the patched kafkajs parser ("record count guard")
+ * then decodes its one record instead of the batch header's count, so a stand-in costs one record however many the
+ * batch held.
+ */
+export const isStandInRecords = (decompressed: Buffer): boolean => standIns.has(decompressed);
 
 const PROCESS_NONCE = randomUUID();
 
@@ -62,13 +69,14 @@ function varint(out: number[], n: number): void {
 }
 
 /**
- * The decompressed bytes kafkajs gets instead of `batch`'s: `batch.records` records (message format v2 record
- * layout: length, attributes, timestamp delta, offset delta, key, value, headers), each at offset delta
- * `lastOffset - baseOffset`, null key and value, and the {@link UNDECODABLE_HEADER} header.
- * @returns undefined when the batch has no records or more than a sane number (then the codec throws instead).
+ * The decompressed bytes kafkajs gets instead of `batch`'s: one record (message format v2 record layout: length,
+ * attributes, timestamp delta, offset delta, key, value, headers) at offset delta `lastOffset - baseOffset`, null
+ * key and value, and the {@link UNDECODABLE_HEADER} header; kafkajs's parser, patched, takes it alone
+ * ({@link isStandInRecords}).
+ * @returns undefined when the batch has no records (kafkajs then parses nothing).
  */
 export function standInRecords(batch: UndecodableBatch): Buffer | undefined {
-  if (batch.records <= 0 || batch.records > MAX_STAND_IN_RECORDS) return undefined;
+  if (batch.records <= 0) return undefined;
   const delta = Number(BigInt(batch.lastOffset) - BigInt(batch.baseOffset));
   const key = Buffer.from(UNDECODABLE_HEADER);
   const value = Buffer.from(
@@ -93,9 +101,8 @@ export function standInRecords(batch: UndecodableBatch): Buffer | undefined {
   const len: number[] = [];
   varint(len, record.length);
   const one = Buffer.concat([Buffer.from(len), record]);
-  const out = Buffer.allocUnsafe(one.length * batch.records);
-  for (let i = 0; i < batch.records; i++) one.copy(out, i * one.length);
-  return out;
+  standIns.add(one);
+  return one;
 }
 
 /** The batch a stand-in record stands for, or undefined for any other record (including a forged header). */

@@ -104,13 +104,9 @@ describe('compression codecs registered with kafkajs', () => {
     const bytes = Buffer.from(await batch(CompressionTypes.LZ4));
     bytes.fill(0xab, RECORDS_START + 4, RECORDS_START + 40); // inside the LZ4 frame, past its magic number
     const { records } = await decode(bytes);
-    // kafkajs's decoder reads as many records as the batch header counts: one stand-in each, none before the fetch
-    // offset could be (the broker returns a batch only when its last offset is at or past the fetch offset).
-    expect(records.map((r) => [r.offset, r.key, r.value])).toEqual([
-      ['102', null, null],
-      ['102', null, null],
-      ['102', null, null],
-    ]);
+    // One stand-in for the batch, whatever its header counts (the patched parser takes it alone), at its last offset
+    // (the broker returns a batch only when its last offset is at or past the fetch offset).
+    expect(records.map((r) => [r.offset, r.key, r.value])).toEqual([['102', null, null]]);
     expect(undecodableAt(records)).toEqual({
       index: 0,
       batch: expect.objectContaining({
@@ -400,7 +396,7 @@ describe('a record batch that decompresses past the limit (KEYFLOW_MAX_DECOMPRES
   });
 
   it('a zstd frame without a content size whose many small blocks would each slide a large window is refused', async () => {
-    // No content size, a 128 MiB window, 100,000 raw blocks of one byte: fzstd moves its whole window after every
+    // No content size, a 128 MiB window, 20,000 raw blocks of one byte: fzstd moves its whole window after every
     // block (about 10 ms each here), though the output is 20 KB.
     const blocks = Array.from({ length: 20_000 }, (_, i) =>
       Buffer.from([i === 19_999 ? 0x09 : 0x08, 0, 0, 0x41]),
