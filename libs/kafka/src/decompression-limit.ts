@@ -116,6 +116,21 @@ const ZSTD_MAX_BLOCK_BYTES = 128 * 1024;
 /** Skippable frames (zstd and LZ4 share them): magic 0x184D2A50-0x184D2A5F, a 4-byte size, that many bytes. */
 const isSkippable = (magic: number) => magic >>> 4 === 0x184d2a5;
 
+/** The 4-byte little-endian magic number of the frame (`codec`'s, or a skippable one) at `at`. @throws Malformed. */
+function frameMagic(buf: Buffer, at: number, codec: string): number {
+  need(at + 4 <= buf.length, `truncated ${codec} frame magic`);
+  return buf.readUInt32LE(at);
+}
+
+/** Where the skippable frame at `at` ends, or undefined when `magic` is not a skippable frame's. @throws Malformed. */
+function skippableEnd(buf: Buffer, at: number, magic: number): number | undefined {
+  if (!isSkippable(magic)) return undefined;
+  need(at + 8 <= buf.length, 'truncated skippable frame');
+  const end = at + 8 + buf.readUInt32LE(at + 4);
+  need(end <= buf.length, 'truncated skippable frame');
+  return end;
+}
+
 /**
  * zstd frames (one or more, with skippable frames), RFC 8878 section 3.1, as fzstd 0.1.1 decodes them: a frame that
  * declares a non-zero content size returns that many bytes (allocated up front; zero-filled where its blocks fall
@@ -127,12 +142,10 @@ function zstdBound(buf: Buffer): Bound {
   const b: Bound = { output: 0, allocation: 0, moved: 0 };
   let at = 0;
   while (at < buf.length) {
-    need(at + 4 <= buf.length, 'truncated zstd frame magic');
-    const magic = buf.readUInt32LE(at);
-    if (isSkippable(magic)) {
-      need(at + 8 <= buf.length, 'truncated skippable frame');
-      at += 8 + buf.readUInt32LE(at + 4);
-      need(at <= buf.length, 'truncated skippable frame');
+    const magic = frameMagic(buf, at, 'zstd');
+    const skipped = skippableEnd(buf, at, magic);
+    if (skipped !== undefined) {
+      at = skipped;
       continue;
     }
     need(magic === ZSTD_MAGIC, 'not a zstd frame');
@@ -235,12 +248,10 @@ function lz4Bound(buf: Buffer): Bound {
   const b: Bound = { output: 0, allocation: 0 };
   let at = 0;
   while (at < buf.length) {
-    need(at + 4 <= buf.length, 'truncated LZ4 frame magic');
-    const magic = buf.readUInt32LE(at);
-    if (isSkippable(magic)) {
-      need(at + 8 <= buf.length, 'truncated skippable frame');
-      at += 8 + buf.readUInt32LE(at + 4);
-      need(at <= buf.length, 'truncated skippable frame');
+    const magic = frameMagic(buf, at, 'LZ4');
+    const skipped = skippableEnd(buf, at, magic);
+    if (skipped !== undefined) {
+      at = skipped;
       continue;
     }
     if (magic === LZ4_LEGACY_MAGIC) {
