@@ -73,6 +73,12 @@ export class WorkerConfigError extends SettingsError {
   }
 }
 
+/**
+ * The worker's settings from `env`, every default applied (README "Settings" lists them; times in ms). Public so that
+ * tools measuring a worker (bench/) use its defaults instead of copies.
+ * @throws WorkerConfigError listing every bad or missing variable (KAFKA_BROKERS, SCHEMA_REGISTRY_URL and REDIS_URL
+ * are required).
+ */
 export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerConfig {
   const parsed = Schema.safeParse(env);
   if (!parsed.success)

@@ -15,7 +15,7 @@ export {
   type WorkerRuntime,
 } from './module';
 export { BLOB_STORE } from './runtime/blob-store';
-export { WorkerConfigError } from './config';
+export { loadWorkerConfig, WorkerConfigError, type WorkerConfig } from './config';
 export { TaskHandler, type ContractHandlerMethod } from './transport/task-handler.decorator';
 export type { TaskContext } from './runtime/task-executor';
 export {
