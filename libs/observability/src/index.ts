@@ -9,15 +9,18 @@ export {
   Histogram,
 } from './metrics';
 export {
+  activeContextFollowsCalls,
   activeTraceIds,
   contextFromRecord,
   headersWithTrace,
   startTracing,
   traceContextOf,
   traceHeaders,
+  traceIdsOf,
   tracer,
   TRACER_NAME,
   type TraceContext,
+  type Tracing,
 } from './trace';
 export {
   ComponentHealth,

@@ -94,20 +94,42 @@ export function traceHeaders(t: TraceContext | undefined): Record<string, string
   return { traceparent: t.traceparent, ...(t.tracestate ? { tracestate: t.tracestate } : {}) };
 }
 
-/** trace_id / span_id of the active span, for log lines (OpenTelemetry's log correlation field names). */
-export function activeTraceIds(): { trace_id?: string; span_id?: string } {
-  const s = trace.getSpanContext(context.active());
+/** trace_id / span_id of the span of `ctx`, for log lines (OpenTelemetry's log correlation field names). */
+export function traceIdsOf(ctx: Context): { trace_id?: string; span_id?: string } {
+  const s = trace.getSpanContext(ctx);
   return s && isSpanContextValid(s) ? { trace_id: s.traceId, span_id: s.spanId } : {};
 }
 
-let started: { exporting: boolean; shutdown: () => Promise<void> } | undefined;
+/** trace_id / span_id of the active span, for log lines (see {@link traceIdsOf}). */
+export function activeTraceIds(): { trace_id?: string; span_id?: string } {
+  return traceIdsOf(context.active());
+}
+
+/** What {@link startTracing} started. */
+export interface Tracing {
+  /** Spans are exported (an OTLP endpoint is set). */
+  exporting: boolean;
+  /**
+   * The active context follows async calls (AsyncLocalStorage): code may read it (`context.active()`, log lines'
+   * trace ids). When false, a caller passes contexts explicitly and `context.with` only calls its function.
+   */
+  activeContext: boolean;
+  /** Flushes what is queued (call it before the process exits). */
+  shutdown: () => Promise<void>;
+}
+
+/** Whether the active context follows async calls in this process ({@link Tracing.activeContext}; false before startTracing). */
+export const activeContextFollowsCalls = (): boolean => started?.activeContext ?? false;
+
+let started: Tracing | undefined;
 
 /** Longest a shutdown waits for the last spans to be exported, in ms. */
 const SHUTDOWN_FLUSH_MS = 5_000;
 
 /**
- * Starts OpenTelemetry tracing in this process (once; later calls return the first result): a tracer provider whose
- * resource names `service` (OTEL_SERVICE_NAME wins), AsyncLocalStorage context, the W3C Trace Context propagator.
+ * Starts OpenTelemetry tracing in this process (once; later calls return the first result, but a later call that
+ * needs the active context installs it): a tracer provider whose resource names `service` (OTEL_SERVICE_NAME wins),
+ * AsyncLocalStorage context, the W3C Trace Context propagator.
  * Spans are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
  * and OTEL_TRACES_EXPORTER is unset or `otlp` (the exporter reads those and OTEL_EXPORTER_OTLP_HEADERS from
  * process.env itself: OTel spec
@@ -115,12 +137,26 @@ const SHUTDOWN_FLUSH_MS = 5_000;
  * provider is registered: spans are no-ops that pass their parent's context on, so a caller's trace still reaches
  * Kafka headers, metadata and log lines, and tracing costs nothing per task.
  * `shutdown` flushes what is queued (call it before the process exits).
+ *
+ * `opts.activeContext`: `always` (default) installs the AsyncLocalStorage context manager whether or not spans are
+ * exported; `when-exporting` installs it only with an exporter. Without it there is no active context to read: the
+ * caller passes contexts explicitly (the worker's executor does), and no promise hook runs (on Node 20,
+ * AsyncLocalStorage runs one for every promise: about a fifth of the worker's CPU per task, BENCHMARKS.md).
  */
 export function startTracing(
   service: string,
   env: NodeJS.ProcessEnv = process.env,
-): { exporting: boolean; shutdown: () => Promise<void> } {
-  if (started) return started;
+  opts: { activeContext?: 'always' | 'when-exporting' } = {},
+): Tracing {
+  if (started) {
+    // One process may hold both services (an application embedding both modules): the one that needs the active
+    // context gets it, whichever started first.
+    if (!started.activeContext && (opts.activeContext ?? 'always') === 'always') {
+      context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+      started.activeContext = true;
+    }
+    return started;
+  }
   const exporter = env.OTEL_TRACES_EXPORTER?.trim() || 'otlp';
   const exporting =
     exporter === 'otlp' &&
@@ -128,9 +164,10 @@ export function startTracing(
   if (!exporting) {
     // No tracer provider: spans are no-ops that carry their parent's context, so an incoming trace still flows
     // through (headers, metadata, log lines) at no cost per task.
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    const activeContext = (opts.activeContext ?? 'always') === 'always';
+    if (activeContext) context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     propagation.setGlobalPropagator(w3c);
-    started = { exporting, shutdown: async () => undefined };
+    started = { exporting, activeContext, shutdown: async () => undefined };
     return started;
   }
   const provider = new NodeTracerProvider({
@@ -142,6 +179,7 @@ export function startTracing(
   diag.setLogger(new DiagConsoleLogger(), DiagLogLevel.WARN);
   started = {
     exporting,
+    activeContext: true, // provider.register installs the AsyncLocalStorage context manager
     // A collector that is down must not make a clean shutdown fail or hang: the last flush gets 5 s, then is dropped.
     shutdown: () =>
       Promise.race([

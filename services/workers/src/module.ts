@@ -57,7 +57,8 @@ const OPTIONS = Symbol('keyflow.WorkerOptions');
 function createWorkerRuntime(env: NodeJS.ProcessEnv): WorkerRuntime {
   const cfg = loadWorkerConfig(env);
   // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
-  const tracing = startTracing('keyflow-worker', env);
+  // Without an exporter, no AsyncLocalStorage: the executor passes trace contexts explicitly (README "Tracing").
+  const tracing = startTracing('keyflow-worker', env, { activeContext: 'when-exporting' });
   const logger = createLogger('workers');
   const registry = createMetricsRegistry('workers');
   const publisher = new EventPublisher();

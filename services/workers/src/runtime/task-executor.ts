@@ -12,12 +12,15 @@ import {
 } from '@keyflow/kafka';
 import { context, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
+  activeContextFollowsCalls,
   contextFromRecord,
   headersWithTrace,
   traceContextOf,
+  traceIdsOf,
   tracer,
   type Logger,
 } from '@keyflow/observability';
+import type { Context } from '@opentelemetry/api';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {
   DEAD_LETTERED,
@@ -153,7 +156,8 @@ export class TaskExecutor {
     }
     // The task's span continues the command's trace (its headers, else its metadata); everything below runs in it,
     // so the attempts' and the handler's spans are its children, the result carries its context, and log lines
-    // carry its ids.
+    // carry its ids. The context is also passed explicitly: where the active context does not follow async calls
+    // (the worker without a trace exporter, see startTracing), it is the only way it gets there.
     const parent = contextFromRecord(m.headers, cmd.metadata);
     const span = tracer().startSpan(
       `keyflow.task ${cmd.taskType}`,
@@ -173,8 +177,9 @@ export class TaskExecutor {
       },
       parent,
     );
+    const taskContext = trace.setSpan(parent, span);
     try {
-      await context.with(trace.setSpan(parent, span), () => this.handleCommand(cmd, m, hc));
+      await context.with(taskContext, () => this.handleCommand(cmd, m, hc, taskContext));
     } catch (e) {
       failSpan(span, e);
       throw e;
@@ -184,7 +189,12 @@ export class TaskExecutor {
   }
 
   /** The rest of {@link handle}, for a decoded command, inside its task span. */
-  private async handleCommand(cmd: TaskCommand, m: ConsumedMessage, hc: HandleContext): Promise<void> {
+  private async handleCommand(
+    cmd: TaskCommand,
+    m: ConsumedMessage,
+    hc: HandleContext,
+    taskContext: Context,
+  ): Promise<void> {
     const loc = { topic: m.topic, partition: m.partition, offset: m.offset };
     // Built on first use: most tasks log nothing, and a pino child serialises its bindings when it is made.
     let child: Logger | undefined;
@@ -194,11 +204,20 @@ export class TaskExecutor {
       taskType: cmd.taskType,
       stepId: cmd.stepId,
       ...loc,
+      // Log lines get the active span's ids from the logger's mixin; without an active context, the task span's.
+      ...(activeContextFollowsCalls() ? {} : traceIdsOf(taskContext)),
     };
     const log = (): Logger => (child ??= this.o.logger.child(bindings));
     const handler = this.o.handlers.get(cmd.taskType);
     if (!handler)
-      return this.deadLetterCommand(cmd, m, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
+      return this.deadLetterCommand(
+        cmd,
+        m,
+        new UnknownTaskTypeError(cmd.taskType),
+        1,
+        Date.now(),
+        taskContext,
+      );
 
     let begin: Awaited<ReturnType<IdempotencyStore<StoredOutcome>['begin']>>;
     try {
@@ -210,7 +229,8 @@ export class TaskExecutor {
       begin = await this.o.store.begin(cmd.idempotencyKey, cmd.attempt);
     } catch (e) {
       // A value this store did not write sits on the key: no retry fixes that, the command goes to the DLQ.
-      if (e instanceof ForeignRecordError) return this.deadLetterCommand(cmd, m, e, 0, Date.now());
+      if (e instanceof ForeignRecordError)
+        return this.deadLetterCommand(cmd, m, e, 0, Date.now(), taskContext);
       throw e;
     }
     if (begin.state === 'fenced') {
@@ -218,7 +238,13 @@ export class TaskExecutor {
       const err = new StepCompensatedError(cmd.idempotencyKey, begin.by);
       log().warn({ idempotencyKey: cmd.idempotencyKey, by: begin.by }, err.message);
       const now = Date.now();
-      return this.publish(cmd, m, { kind: 'failed', error: failure(err, false, 1, now, now) }, false);
+      return this.publish(
+        cmd,
+        m,
+        { kind: 'failed', error: failure(err, false, 1, now, now) },
+        false,
+        taskContext,
+      );
     }
     if (begin.state === 'completed') {
       this.o.metrics.replayed.inc({ type: cmd.taskType });
@@ -226,7 +252,7 @@ export class TaskExecutor {
         { idempotencyKey: cmd.idempotencyKey },
         'redelivered command already completed: re-publishing the stored result',
       );
-      return this.publish(cmd, m, begin.result, true);
+      return this.publish(cmd, m, begin.result, true, taskContext);
     }
     if (begin.state === 'running') throw new LeaseHeldError(cmd.idempotencyKey, begin.expiresInMs);
 
@@ -245,7 +271,7 @@ export class TaskExecutor {
     const unlink = onAbort(hc.signal, () => stop.stop(hc.signal.reason));
     let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
     try {
-      outcome = await this.runAttempts(cmd, handler, stop, log);
+      outcome = await this.runAttempts(cmd, handler, stop, log, taskContext);
     } catch (e) {
       unwatch();
       unlink();
@@ -259,7 +285,14 @@ export class TaskExecutor {
     if (outcome.kind === 'dlq') {
       unwatch();
       await this.o.store.release(lease).catch(() => undefined);
-      return this.deadLetterCommand(cmd, m, outcome.error, outcome.attempts, outcome.firstFailureAt);
+      return this.deadLetterCommand(
+        cmd,
+        m,
+        outcome.error,
+        outcome.attempts,
+        outcome.firstFailureAt,
+        taskContext,
+      );
     }
     // The lease stays renewed until the record is written (a Redis outage must not let it lapse into a re-run),
     // and a revoked partition does not stop the write: the step ran, its record must exist for the new owner.
@@ -276,7 +309,7 @@ export class TaskExecutor {
       this.o.metrics.leaseLost.inc({ type: cmd.taskType });
       throw new LeaseLostError(cmd.idempotencyKey, 'another holder took it before the record was written');
     }
-    return this.publish(cmd, m, outcome, false);
+    return this.publish(cmd, m, outcome, false, taskContext);
   }
 
   private async runAttempts(
@@ -284,6 +317,7 @@ export class TaskExecutor {
     handler: TaskHandlerFn,
     stop: AttemptSignals,
     log: () => Logger,
+    taskContext: Context,
   ) {
     const input = await this.parseInput(cmd);
     if (input instanceof Error)
@@ -299,19 +333,18 @@ export class TaskExecutor {
       );
       const counters = this.countersOf(cmd.taskType);
       const end = counters.handlerSeconds.startTimer();
-      const attemptSpan = tracer().startSpan('keyflow.task.attempt', {
-        attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs },
-      });
-      const handlerSpan = tracer().startSpan(
-        `keyflow.handler ${cmd.taskType}`,
-        {},
-        trace.setSpan(context.active(), attemptSpan),
+      const attemptSpan = tracer().startSpan(
+        'keyflow.task.attempt',
+        { attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs } },
+        taskContext,
       );
+      const attemptContext = trace.setSpan(taskContext, attemptSpan);
+      const handlerSpan = tracer().startSpan(`keyflow.handler ${cmd.taskType}`, {}, attemptContext);
       try {
         // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
         // the lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler
         // that ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
-        const result = await context.with(trace.setSpan(context.active(), handlerSpan), () =>
+        const result = await context.with(trace.setSpan(attemptContext, handlerSpan), () =>
           handler(input, {
             runId: cmd.runId,
             stepId: cmd.stepId,
@@ -404,6 +437,7 @@ export class TaskExecutor {
     m: ConsumedMessage,
     outcome: StoredOutcome,
     replayed: boolean,
+    taskContext: Context,
   ): Promise<void> {
     let checked = { inline: '', ref: null as string | null };
     if (outcome.kind === 'completed') {
@@ -425,8 +459,8 @@ export class TaskExecutor {
         outcome = { kind: 'failed', error: failure(e, false, 1, now, now) };
       }
     }
-    // The task span's context (the active one): the engine's next step continues from it.
-    const traceContext = traceContextOf();
+    // The task span's context: the engine's next step continues from it.
+    const traceContext = traceContextOf(taskContext);
     // A stable event id per (command, outcome kind): a re-published result is recognisably the same fact.
     const meta = newMetadata(outcome.kind === 'completed' ? 'TaskCompleted' : 'TaskFailed', {
       key: cmd.runId,
@@ -463,7 +497,7 @@ export class TaskExecutor {
     await this.o.results.send(this.o.codec.physical('task.results'), {
       key: cmd.runId,
       value,
-      headers: headersWithTrace(),
+      headers: headersWithTrace({}, taskContext),
     });
   }
 
@@ -478,10 +512,11 @@ export class TaskExecutor {
     err: Error,
     attempts: number,
     firstFailureAt: number,
+    taskContext: Context,
   ): Promise<void> {
     await this.deadLetter(m, err, attempts, firstFailureAt, cmd.taskType);
     const error = failure(err, false, attempts, firstFailureAt, Date.now(), DEAD_LETTERED);
-    await this.publish(cmd, m, { kind: 'failed', error }, false);
+    await this.publish(cmd, m, { kind: 'failed', error }, false, taskContext);
   }
 
   private async deadLetter(

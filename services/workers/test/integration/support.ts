@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { Pool } from 'pg';
-import type { Consumer, Producer } from 'kafkajs';
+import type { Consumer, IHeaders, Producer } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { TestNamespace, Collector } from '@keyflow/testing';
@@ -60,6 +60,8 @@ export class WorkerHarness {
   readonly results = new Collector<{
     event: 'TaskCompleted' | 'TaskFailed';
     value: TaskCompleted | TaskFailed;
+    /** The result record's Kafka headers. */
+    headers: IHeaders;
   }>();
   private producer?: Producer;
   private resultConsumer?: Consumer;
@@ -99,7 +101,7 @@ export class WorkerHarness {
           partition,
           offset: message.offset,
         });
-        this.results.push(d as never);
+        this.results.push({ ...d, headers: message.headers ?? {} } as never);
       },
     });
   }
@@ -164,7 +166,8 @@ export class WorkerHarness {
     };
   }
 
-  async send(commands: TaskCommand[], batch = 500): Promise<void> {
+  /** Sends `commands` to their task topics, `headers` on every record. */
+  async send(commands: TaskCommand[], batch = 500, headers?: IHeaders): Promise<void> {
     for (let i = 0; i < commands.length; i += batch) {
       const slice = commands.slice(i, i + batch);
       const byTopic = new Map<string, TaskCommand[]>();
@@ -176,6 +179,7 @@ export class WorkerHarness {
           messages: cs.map((c) => ({
             key: c.metadata.key,
             value: this.codec.encode(`task.${type}`, 'TaskCommand', c),
+            headers,
           })),
         })),
       });

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { toWireFormat } from '@keyflow/contracts';
 import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
@@ -36,6 +37,31 @@ describe('a worker process', () => {
     expect(v.metadata.key).toBe(cmd.runId);
     expect(v.metadata.correlationId).toBe(cmd.runId);
     expect(v.replayed).toBe(false);
+  });
+
+  it("without a trace exporter, a command's trace reaches its result's headers and metadata and its task's log lines", async () => {
+    // The worker runs without OpenTelemetry's context manager then (no AsyncLocalStorage): the executor passes the
+    // task's context on explicitly.
+    const traceId = randomBytes(16).toString('hex');
+    const traceparent = `00-${traceId}-${randomBytes(8).toString('hex')}-01`;
+    const cmd = h.command('flaky', 'e-trace', { failTimes: 1 }, { maxAttempts: 3 });
+    await h.send([cmd], 500, { traceparent });
+    const r = await resultFor(cmd.idempotencyKey);
+    expect(r.event).toBe('TaskCompleted');
+    expect(r.value.metadata.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
+    expect(String(r.headers.traceparent)).toBe(r.value.metadata.traceparent);
+    const retried = await eventually('the log line of the retried attempt', () =>
+      h.workers[0].logs
+        .map((l) => {
+          try {
+            return JSON.parse(l) as { msg?: string; correlationId?: string; trace_id?: string };
+          } catch {
+            return undefined;
+          }
+        })
+        .find((l) => l?.msg === 'task attempt failed; retrying' && l.correlationId === cmd.runId),
+    );
+    expect(retried?.trace_id).toBe(traceId);
   });
 
   it('fails twice then succeeds: completed on attempt 3, with delays inside the backoff bounds', async () => {
