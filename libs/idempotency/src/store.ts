@@ -232,6 +232,22 @@ interface CompleteRequest {
   record: string;
 }
 
+/** A begin request for `key`: a fresh lease value (a random token) for `attempt`. */
+const beginRequest = (key: string, attempt: number): BeginRequest => ({
+  key,
+  lease: JSON.stringify({ s: 'running', t: randomUUID(), a: attempt }),
+  attempt,
+});
+/** A complete request: the record a completion writes, fenced by the lease's token. */
+const completeRequest = <R>(lease: Lease, result: R, ok: boolean): CompleteRequest => ({
+  key: lease.key,
+  token: lease.token,
+  record: JSON.stringify({ s: 'done', ok, a: lease.attempt, r: result }),
+});
+/** A request's two ARGV entries in the many-keys scripts. */
+const beginArgs = (r: BeginRequest): [string, number] => [r.lease, r.attempt];
+const completeArgs = (r: CompleteRequest): [string, string] => [r.token, r.record];
+
 export class IdempotencyStore<R = unknown> {
   readonly leaseMs: number;
   readonly completionTtlMs: number;
@@ -252,14 +268,8 @@ export class IdempotencyStore<R = unknown> {
           (MANY_KEYS as readonly string[]).includes(name) ? { lua } : { numberOfKeys: 1, lua },
         );
     this.scripts = redis as unknown as ScriptCommands;
-    this.begins = this.manyKeys('keyflowIdemBeginMany', this.leaseMs, (r: BeginRequest) => [
-      r.lease,
-      r.attempt,
-    ]);
-    this.completes = this.manyKeys('keyflowIdemCompleteMany', this.completionTtlMs, (r: CompleteRequest) => [
-      r.token,
-      r.record,
-    ]);
+    this.begins = this.manyKeys('keyflowIdemBeginMany', this.leaseMs, beginArgs);
+    this.completes = this.manyKeys('keyflowIdemCompleteMany', this.completionTtlMs, completeArgs);
   }
 
   /**
@@ -272,16 +282,41 @@ export class IdempotencyStore<R = unknown> {
     first: number,
     args: (request: Q) => [string, string | number],
   ): DataLoader<Q, A> {
-    return new DataLoader<Q, A>(
-      async (rs) =>
-        (await this.scripts[script](
-          rs.length,
-          ...rs.map((r) => this.k(r.key)),
-          first,
-          ...rs.flatMap(args),
-        )) as A[],
-      { cache: false, maxBatchSize: BATCH_MAX_KEYS },
-    );
+    return new DataLoader<Q, A>((rs) => this.runMany<Q, A>(script, first, rs, args), {
+      cache: false,
+      maxBatchSize: BATCH_MAX_KEYS,
+    });
+  }
+
+  /** One call of a many-keys script for `rs` (at most BATCH_MAX_KEYS), in the layout {@link manyKeys} describes. */
+  private async runMany<Q extends { key: string }, A>(
+    script: (typeof MANY_KEYS)[number],
+    first: number,
+    rs: readonly Q[],
+    args: (request: Q) => [string, string | number],
+  ): Promise<A[]> {
+    return (await this.scripts[script](
+      rs.length,
+      ...rs.map((r) => this.k(r.key)),
+      first,
+      ...rs.flatMap(args),
+    )) as A[];
+  }
+
+  /** `rs` in script calls of at most BATCH_MAX_KEYS keys each, one after another; the replies in `rs`'s order. */
+  private async runChunked<Q extends { key: string }, A>(
+    operation: string,
+    script: (typeof MANY_KEYS)[number],
+    first: number,
+    rs: readonly Q[],
+    args: (request: Q) => [string, string | number],
+  ): Promise<A[]> {
+    const replies: A[] = [];
+    for (let i = 0; i < rs.length; i += BATCH_MAX_KEYS) {
+      const chunk = rs.slice(i, i + BATCH_MAX_KEYS);
+      replies.push(...(await this.call(operation, () => this.runMany<Q, A>(script, first, chunk, args))));
+    }
+    return replies;
   }
 
   private k(key: string): string {
@@ -325,9 +360,41 @@ export class IdempotencyStore<R = unknown> {
    * another Redis type).
    */
   async begin(key: string, attempt = 1): Promise<BeginResult<R>> {
-    const token = randomUUID();
-    const lease = JSON.stringify({ s: 'running', t: token, a: attempt });
-    const [state, value, pttl] = await this.call('begin', () => this.begins.load({ key, lease, attempt }));
+    const request = beginRequest(key, attempt);
+    return this.beginResult(request, await this.call('begin', () => this.begins.load(request)));
+  }
+
+  /**
+   * {@link begin} for many keys at once (the tasks of a fetched batch): one script call per BATCH_MAX_KEYS keys,
+   * without a promise per key. Each answer is in its request's place; where begin would throw ForeignRecordError,
+   * that error is the answer.
+   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer: leases of keys in a call that
+   *   Redis ran before the connection failed are held until they expire (leaseMs), as with begin.
+   */
+  async beginMany(
+    requests: ReadonlyArray<{ key: string; attempt: number }>,
+  ): Promise<Array<BeginResult<R> | ForeignRecordError>> {
+    const rs = requests.map((r) => beginRequest(r.key, r.attempt));
+    const replies = await this.runChunked<BeginRequest, BeginReply>(
+      'begin',
+      'keyflowIdemBeginMany',
+      this.leaseMs,
+      rs,
+      beginArgs,
+    );
+    return rs.map((r, i) => {
+      try {
+        return this.beginResult(r, replies[i]);
+      } catch (e) {
+        if (e instanceof ForeignRecordError) return e;
+        throw e;
+      }
+    });
+  }
+
+  /** What a BEGIN script reply means for `r` (see {@link begin}). @throws ForeignRecordError */
+  private beginResult(r: BeginRequest, [state, value, pttl]: BeginReply): BeginResult<R> {
+    const { key, lease, attempt } = r;
     if (state === 'acquired') return { state: 'acquired', lease: { key, token: lease, attempt } };
     if (state === 'foreign') throw new ForeignRecordError(this.k(key));
     const parsed = parseRecord<R>(this.k(key), value);
@@ -375,12 +442,25 @@ export class IdempotencyStore<R = unknown> {
    * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer.
    */
   async complete(lease: Lease, result: R, ok = true): Promise<boolean> {
-    const record = JSON.stringify({ s: 'done', ok, a: lease.attempt, r: result });
-    return (
-      (await this.call('complete', () =>
-        this.completes.load({ key: lease.key, token: lease.token, record }),
-      )) === 1
+    const request = completeRequest(lease, result, ok);
+    return (await this.call('complete', () => this.completes.load(request))) === 1;
+  }
+
+  /**
+   * {@link complete} for many leases at once: one script call per BATCH_MAX_KEYS keys, without a promise per key.
+   * @returns for each item in its place, false when its lease was lost (nothing written for it).
+   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer (records of a call Redis ran
+   *   before the connection failed are written; completing them again finds the record and returns false).
+   */
+  async completeMany(items: ReadonlyArray<{ lease: Lease; result: R; ok: boolean }>): Promise<boolean[]> {
+    const replies = await this.runChunked<CompleteRequest, number>(
+      'complete',
+      'keyflowIdemCompleteMany',
+      this.completionTtlMs,
+      items.map((i) => completeRequest(i.lease, i.result, i.ok)),
+      completeArgs,
     );
+    return replies.map((r) => r === 1);
   }
 
   /** Gives the lease up without a record (the task will be redelivered and run again). */

@@ -168,6 +168,53 @@ describe('the Redis idempotency store', () => {
     dead.disconnect();
   });
 
+  it('beginMany and completeMany answer each key in its place as begin and complete would, in one script call per BATCH_MAX_KEYS keys', async () => {
+    const server = await OwnRedisServer.start(REDIS_NO_PERSISTENCE_ARGS);
+    const redis = new Redis(server.url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
+    try {
+      await new Promise((r) => redis.once('ready', r));
+      const s = new IdempotencyStore<{ out: number }>(redis, { keyPrefix: 'many:', leaseMs: 5_000 });
+      const done = await s.begin('done');
+      if (done.state !== 'acquired') throw new Error('expected the lease');
+      await s.complete(done.lease, { out: 7 });
+      await s.begin('running');
+      await s.fence('fenced', 'comp');
+      await redis.hset('many:foreign', 'f', 'v');
+      const calls = async () =>
+        Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0) +
+        Number(/cmdstat_eval:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0);
+      const fresh = Array.from({ length: BATCH_MAX_KEYS + 10 }, (_, i) => `fresh-${i}`);
+      const keys = ['done', 'running', 'fenced', 'foreign', ...fresh];
+      const before = await calls();
+      const begun = await s.beginMany(keys.map((key) => ({ key, attempt: 1 })));
+      expect(await calls()).toBe(before + 2);
+      expect(begun.slice(0, 4)).toEqual([
+        { state: 'completed', result: { out: 7 } },
+        { state: 'running', expiresInMs: expect.any(Number) },
+        { state: 'fenced', by: 'comp' },
+        expect.any(ForeignRecordError),
+      ]);
+      const leases = begun.slice(4).map((b) => {
+        if (b instanceof Error || b.state !== 'acquired')
+          throw new Error(`expected a lease, got ${String(b)}`);
+        return b.lease;
+      });
+      // One lease is lost before its record is written: another holder took the key over.
+      await redis.set('many:fresh-3', JSON.stringify({ s: 'running', t: 'other', a: 1 }), 'PX', 5_000);
+      const written = await s.completeMany(
+        leases.map((lease, i) => ({ lease, result: { out: i }, ok: true })),
+      );
+      expect(written.filter((w) => !w)).toHaveLength(1);
+      expect(written[3]).toBe(false);
+      expect(await calls()).toBe(before + 4);
+      await expect(s.begin('fresh-4')).resolves.toEqual({ state: 'completed', result: { out: 4 } });
+      await expect(s.begin('fresh-3')).resolves.toMatchObject({ state: 'running' });
+    } finally {
+      redis.disconnect();
+      await server.remove();
+    }
+  });
+
   it('the begins and completes of one event-loop turn share one script call each (up to BATCH_MAX_KEYS keys)', async () => {
     const server = await OwnRedisServer.start(REDIS_NO_PERSISTENCE_ARGS);
     // The worker's client settings (kafka-task.transport.ts): auto-pipelining on, no offline queue.
