@@ -31,6 +31,11 @@ export class ClaimCheck {
     this.thresholdBytes = Math.floor(o.maxMessageBytes / 2);
   }
 
+  /** Whether `text` travels inline (at most {@link thresholdBytes} in UTF-8): {@link offload} then stores nothing. */
+  fitsInline(text: string): boolean {
+    return Buffer.byteLength(text, 'utf8') <= this.thresholdBytes;
+  }
+
   /**
    * `text` inline when it fits, else stored under `key` (expiring per `retentionMs`, null = kept until superseded).
    * @param what names the payload in errors (e.g. `output of run/step`).
@@ -44,8 +49,8 @@ export class ClaimCheck {
     text: string,
     retentionMs: number | null,
   ): Promise<Checked> {
+    if (this.fitsInline(text)) return { inline: text, ref: null };
     const bytes = Buffer.byteLength(text, 'utf8');
-    if (bytes <= this.thresholdBytes) return { inline: text, ref: null };
     if (!this.store)
       throw new PayloadTooLargeError(what, bytes, this.thresholdBytes, 'no blob store is configured');
     if (bytes > this.o.maxBlobBytes)

@@ -363,12 +363,44 @@ export class EventCodec {
    *         when the writer id is not cached and the registry does not give it.
    */
   async decode(logicalTopic: string, value: Buffer | null, location: MessageLocation): Promise<DecodedEvent> {
+    const { t, schemaId, body } = this.framed(logicalTopic, value, location);
+    const writer = this.writersReady.get(schemaId) ?? (await this.writerType(schemaId, location));
+    return this.read(logicalTopic, t, schemaId, writer, body, location);
+  }
+
+  /**
+   * {@link decode} without a turn of the event loop, when the writer's schema is already known here (every record
+   * after the first of a schema id): `undefined` when it is not (call decode, which fetches it). Throws what decode
+   * throws, but for the registry's errors (it never calls the registry).
+   */
+  decodeIfKnown(
+    logicalTopic: string,
+    value: Buffer | null,
+    location: MessageLocation,
+  ): DecodedEvent | undefined {
+    const { t, schemaId, body } = this.framed(logicalTopic, value, location);
+    const writer = this.writersReady.get(schemaId);
+    return writer && this.read(logicalTopic, t, schemaId, writer, body, location);
+  }
+
+  /** The registered topic, schema id and Avro body of a record value. @throws as {@link decode} */
+  private framed(logicalTopic: string, value: Buffer | null, location: MessageLocation) {
     const t = this.topics.get(logicalTopic);
     if (!t) throw new TopicNotRegisteredError(logicalTopic);
     if (value === null)
       throw new TombstoneError(location, 'null value (tombstone) where an event is required');
-    const { schemaId, body } = parseWireFormat(value, location);
-    const writer = this.writersReady.get(schemaId) ?? (await this.writerType(schemaId, location));
+    return { t, ...parseWireFormat(value, location) };
+  }
+
+  /** The event of an Avro body written with `writer`, read with the topic's reader schema. @throws as {@link decode} */
+  private read(
+    logicalTopic: string,
+    t: NonNullable<ReturnType<typeof this.topics.get>>,
+    schemaId: number,
+    writer: avsc.Type,
+    body: Buffer,
+    location: MessageLocation,
+  ): DecodedEvent {
     const resolver = this.resolver(t, schemaId, writer, location);
     let datum: unknown;
     try {

@@ -133,5 +133,5 @@ export { connectionSettingsFromEnv, type ConnectionSettings } from './connection
  * published @keyflow/kafka bundles the patched copy; `instanceof KafkaJSError` holds only within one copy).
  */
 export { CompressionTypes, KafkaJSError, Partitioners } from 'kafkajs';
-export type { Consumer, EachBatchPayload, IHeaders, Kafka, Producer } from 'kafkajs';
+export type { Consumer, EachBatchPayload, IHeaders, Kafka, Message, Producer } from 'kafkajs';
 export { unsetWhenEmpty } from './settings';

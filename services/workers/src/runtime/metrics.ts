@@ -10,9 +10,13 @@ export interface WorkerMetrics {
   leaseLost: Counter<'type'>;
   dlq: Counter<'type' | 'error_class'>;
   handlerSeconds: Histogram<'type'>;
+  waveTasks: Histogram;
   inFlight: Gauge;
   pausedPartitions: Gauge;
 }
+
+/** Buckets of the wave size histogram: powers of two up to the largest in-flight bound worth telling apart. */
+const WAVE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
 export function workerMetrics(r: Registry): WorkerMetrics {
   return {
@@ -59,6 +63,13 @@ export function workerMetrics(r: Registry): WorkerMetrics {
       'Handler time per attempt, seconds.',
       ['type'],
     ) as Histogram<'type'>,
+    waveTasks: metric.histogram(
+      r,
+      'worker_wave_tasks',
+      'Task commands handled together in one wave (handed over in one event-loop turn: one lease call for all).',
+      [],
+      WAVE_BUCKETS,
+    ) as Histogram,
     inFlight: metric.gauge(r, 'worker_in_flight', 'Messages dispatched and not completed.'),
     pausedPartitions: metric.gauge(
       r,

@@ -2,13 +2,19 @@ import { hostname } from 'node:os';
 import type { Producer } from '@keyflow/kafka';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
-import { ForeignRecordError, type IdempotencyStore } from '@keyflow/idempotency';
+import {
+  ForeignRecordError,
+  type BeginResult,
+  type IdempotencyStore,
+  type Lease,
+} from '@keyflow/idempotency';
 import {
   abortableSleep,
   sendToDlq,
   type BatchingProducer,
   type ConsumedMessage,
   type HandleContext,
+  type Message,
 } from '@keyflow/kafka';
 import { context, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
@@ -142,8 +148,92 @@ export class TaskExecutor {
     return this.o.codec.logical(topic) ?? topic;
   }
 
-  /** Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place). */
-  async handle(m: ConsumedMessage, hc: HandleContext): Promise<void> {
+  /**
+   * Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place).
+   *
+   * Messages handed over in one turn of the event loop (the ordered consumer dispatches a fetched batch's messages,
+   * up to its in-flight bounds, in one turn) are handled as a wave: decoded without a turn each, one begin script
+   * call for all their leases, their handlers run side by side, one complete script call for the records of those
+   * that finish together, and their results in one send. Each message still resolves on its own, once its result
+   * is acknowledged, so the ordered consumer's per-key order and prefix commits are unchanged; whatever is not the
+   * common case (a redelivery, a schema not yet fetched, a compensation, an input behind a claim check, a lease
+   * not taken, an output too large to go inline, a Redis error while recording) takes the one-by-one path, which
+   * keeps every rule stated on the class.
+   */
+  handle(m: ConsumedMessage, hc: HandleContext): Promise<void> {
+    if (hc.redeliveries > 0) return this.handleOne(m, hc);
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ m, hc, resolve, reject });
+      if (this.waiting.length === 1) setImmediate(() => void this.runWave());
+    });
+  }
+
+  /** Messages handed to {@link handle} in this turn of the event loop, handled together at its end. */
+  private waiting: Waiting[] = [];
+  /** Tasks whose attempts ended, waiting for the next shared complete call (see {@link recordWave}). */
+  private recording: Recorded[] = [];
+
+  /** Handles the messages of one turn (see {@link handle}). Never rejects: every message settles on its own. */
+  private async runWave(): Promise<void> {
+    const wave = this.waiting;
+    this.waiting = [];
+    this.o.metrics.waveTasks.observe(wave.length);
+    const leasing: Task[] = [];
+    for (const w of wave) {
+      try {
+        const cmd = this.decodedIfKnown(w.m);
+        if (!cmd) settle(w, this.handleOne(w.m, w.hc));
+        else if (!this.o.handlers.has(cmd.taskType) || cmd.compensates || cmd.inputRef)
+          settle(w, this.handleDecoded(cmd, w.m, w.hc));
+        else leasing.push(this.task(cmd, w.m, w.hc, w));
+      } catch (e) {
+        w.reject(e); // not started: retried in place by the ordered consumer
+      }
+    }
+    if (leasing.length === 0) return;
+    let begun: Array<BeginResult<StoredOutcome> | ForeignRecordError>;
+    try {
+      begun = await this.o.store.beginMany(
+        leasing.map((t) => ({ key: t.cmd.idempotencyKey, attempt: t.cmd.attempt })),
+      );
+    } catch (e) {
+      for (const t of leasing) this.finish(t, Promise.reject(e));
+      return;
+    }
+    leasing.forEach((t, i) => {
+      const b = begun[i];
+      if (b instanceof ForeignRecordError) this.finish(t, this.deadLetterTask(t, b, 0, Date.now()));
+      else if (b.state !== 'acquired')
+        this.finish(
+          t,
+          context.with(t.context, () => this.afterBegin(t, b)),
+        );
+      else
+        this.finish(
+          t,
+          context
+            .with(t.context, () => this.runLeased(t, b.lease))
+            .then((ran) => ran && this.queueRecord(ran)),
+        );
+    });
+  }
+
+  /** The command of `m` when its writer schema is known here (no registry call), else undefined. */
+  private decodedIfKnown(m: ConsumedMessage): TaskCommand | undefined {
+    try {
+      const decoded = this.o.codec.decodeIfKnown(this.logical(m.topic), m.value, {
+        topic: m.topic,
+        partition: m.partition,
+        offset: m.offset,
+      });
+      return decoded?.value as TaskCommand | undefined;
+    } catch {
+      return undefined; // the one-by-one path decodes it again and sends it to the DLQ
+    }
+  }
+
+  /** One message on its own: decode (fetching its writer schema when needed), then {@link handleDecoded}. */
+  private async handleOne(m: ConsumedMessage, hc: HandleContext): Promise<void> {
     const loc = { topic: m.topic, partition: m.partition, offset: m.offset };
     let cmd: TaskCommand;
     try {
@@ -154,10 +244,30 @@ export class TaskExecutor {
         return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
       throw e;
     }
-    // The task's span continues the command's trace (its headers, else its metadata); everything below runs in it,
-    // so the attempts' and the handler's spans are its children, the result carries its context, and log lines
-    // carry its ids. The context is also passed explicitly: where the active context does not follow async calls
-    // (the worker without a trace exporter, see startTracing), it is the only way it gets there.
+    return this.handleDecoded(cmd, m, hc);
+  }
+
+  /** A decoded command on its own, inside its task span. */
+  private async handleDecoded(cmd: TaskCommand, m: ConsumedMessage, hc: HandleContext): Promise<void> {
+    const t = this.task(cmd, m, hc);
+    try {
+      await context.with(t.context, () => this.handleCommand(t));
+    } catch (e) {
+      failSpan(t.span, e);
+      throw e;
+    } finally {
+      t.span.end();
+    }
+  }
+
+  /**
+   * A task's span, context and logger. The task's span continues the command's trace (its headers, else its
+   * metadata); everything below runs in it, so the attempts' and the handler's spans are its children, the result
+   * carries its context, and log lines carry its ids. The context is also passed explicitly: where the active
+   * context does not follow async calls (the worker without a trace exporter, see startTracing), it is the only
+   * way it gets there.
+   */
+  private task(cmd: TaskCommand, m: ConsumedMessage, hc: HandleContext, waiting?: Waiting): Task {
     const parent = contextFromRecord(m.headers, cmd.metadata);
     const span = tracer().startSpan(
       `keyflow.task ${cmd.taskType}`,
@@ -178,48 +288,44 @@ export class TaskExecutor {
       parent,
     );
     const taskContext = trace.setSpan(parent, span);
-    try {
-      await context.with(taskContext, () => this.handleCommand(cmd, m, hc, taskContext));
-    } catch (e) {
-      failSpan(span, e);
-      throw e;
-    } finally {
-      span.end();
-    }
-  }
-
-  /** The rest of {@link handle}, for a decoded command, inside its task span. */
-  private async handleCommand(
-    cmd: TaskCommand,
-    m: ConsumedMessage,
-    hc: HandleContext,
-    taskContext: Context,
-  ): Promise<void> {
-    const loc = { topic: m.topic, partition: m.partition, offset: m.offset };
     // Built on first use: most tasks log nothing, and a pino child serialises its bindings when it is made.
     let child: Logger | undefined;
-    const bindings = {
-      correlationId: cmd.runId,
-      causationId: cmd.metadata.eventId,
-      taskType: cmd.taskType,
-      stepId: cmd.stepId,
-      ...loc,
-      // Log lines get the active span's ids from the logger's mixin; without an active context, the task span's.
-      ...(activeContextFollowsCalls() ? {} : traceIdsOf(taskContext)),
-    };
-    const log = (): Logger => (child ??= this.o.logger.child(bindings));
-    const handler = this.o.handlers.get(cmd.taskType);
-    if (!handler)
-      return this.deadLetterCommand(
-        cmd,
-        m,
-        new UnknownTaskTypeError(cmd.taskType),
-        1,
-        Date.now(),
-        taskContext,
-      );
+    const log = (): Logger =>
+      (child ??= this.o.logger.child({
+        correlationId: cmd.runId,
+        causationId: cmd.metadata.eventId,
+        taskType: cmd.taskType,
+        stepId: cmd.stepId,
+        topic: m.topic,
+        partition: m.partition,
+        offset: m.offset,
+        // Log lines get the active span's ids from the logger's mixin; without an active context, the task span's.
+        ...(activeContextFollowsCalls() ? {} : traceIdsOf(taskContext)),
+      }));
+    return { cmd, m, hc, span, context: taskContext, log, waiting };
+  }
 
-    let begin: Awaited<ReturnType<IdempotencyStore<StoredOutcome>['begin']>>;
+  /** Settles a wave task's message with `done`, ending its span (failed when `done` rejects). */
+  private finish(t: Task, done: Promise<unknown>): void {
+    done.then(
+      () => {
+        t.span.end();
+        t.waiting!.resolve();
+      },
+      (e: unknown) => {
+        failSpan(t.span, e);
+        t.span.end();
+        t.waiting!.reject(e);
+      },
+    );
+  }
+
+  /** The one-by-one path of a decoded command: lease, attempts, record, result. */
+  private async handleCommand(t: Task): Promise<void> {
+    const { cmd } = t;
+    if (!this.o.handlers.has(cmd.taskType))
+      return this.deadLetterTask(t, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
+    let begin: BeginResult<StoredOutcome>;
     try {
       if (cmd.compensates) {
         // Fence the undone step first: after this no command of it runs (a running one finishes first).
@@ -229,49 +335,61 @@ export class TaskExecutor {
       begin = await this.o.store.begin(cmd.idempotencyKey, cmd.attempt);
     } catch (e) {
       // A value this store did not write sits on the key: no retry fixes that, the command goes to the DLQ.
-      if (e instanceof ForeignRecordError)
-        return this.deadLetterCommand(cmd, m, e, 0, Date.now(), taskContext);
+      if (e instanceof ForeignRecordError) return this.deadLetterTask(t, e, 0, Date.now());
       throw e;
     }
+    if (begin.state !== 'acquired') return this.afterBegin(t, begin);
+    const ran = await this.runLeased(t, begin.lease);
+    if (ran) await this.recordAndPublish(ran);
+  }
+
+  /** A begin that took no lease: the step was fenced, completed (re-published), or runs elsewhere (retried). */
+  private async afterBegin(
+    t: Task,
+    begin: Exclude<BeginResult<StoredOutcome>, { state: 'acquired' }>,
+  ): Promise<void> {
+    const { cmd } = t;
     if (begin.state === 'fenced') {
       this.o.metrics.fenced.inc({ type: cmd.taskType });
       const err = new StepCompensatedError(cmd.idempotencyKey, begin.by);
-      log().warn({ idempotencyKey: cmd.idempotencyKey, by: begin.by }, err.message);
+      t.log().warn({ idempotencyKey: cmd.idempotencyKey, by: begin.by }, err.message);
       const now = Date.now();
-      return this.publish(
-        cmd,
-        m,
-        { kind: 'failed', error: failure(err, false, 1, now, now) },
-        false,
-        taskContext,
-      );
+      return this.publish(t, { kind: 'failed', error: failure(err, false, 1, now, now) }, false);
     }
     if (begin.state === 'completed') {
       this.o.metrics.replayed.inc({ type: cmd.taskType });
-      log().info(
+      t.log().info(
         { idempotencyKey: cmd.idempotencyKey },
         'redelivered command already completed: re-publishing the stored result',
       );
-      return this.publish(cmd, m, begin.result, true, taskContext);
+      return this.publish(t, begin.result, true);
     }
-    if (begin.state === 'running') throw new LeaseHeldError(cmd.idempotencyKey, begin.expiresInMs);
+    throw new LeaseHeldError(cmd.idempotencyKey, begin.expiresInMs);
+  }
 
-    const lease = begin.lease;
+  /**
+   * Runs the attempts under `lease`, renewed meanwhile. Resolves with the outcome to record (the lease still
+   * renewed until `unwatch`), or undefined when the command went to the DLQ (lease released). Rejects when
+   * shutdown, revocation or a lost lease interrupted the attempts (lease released if still ours).
+   */
+  private async runLeased(t: Task, lease: Lease): Promise<Recorded | undefined> {
+    const { cmd } = t;
+    const handler = this.o.handlers.get(cmd.taskType)!;
     // Shutdown, revocation (hc.signal) and a lost lease stop the attempts; each attempt has its own signal.
     const stop = new AttemptSignals();
     const unwatch = this.renewer.watch(lease, (reason) => {
       // Counted and logged also after a stop: a handler that ignores its signal may now run beside a new holder.
       this.o.metrics.leaseLost.inc({ type: cmd.taskType });
-      log().warn(
+      t.log().warn(
         { idempotencyKey: cmd.idempotencyKey, reason },
         'lease lost while running: aborting the handler',
       );
       stop.stop(new LeaseLostError(cmd.idempotencyKey, reason));
     });
-    const unlink = onAbort(hc.signal, () => stop.stop(hc.signal.reason));
+    const unlink = onAbort(t.hc.signal, () => stop.stop(t.hc.signal.reason));
     let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
     try {
-      outcome = await this.runAttempts(cmd, handler, stop, log, taskContext);
+      outcome = await this.runAttempts(cmd, handler, stop, t.log, t.context);
     } catch (e) {
       unwatch();
       unlink();
@@ -281,35 +399,81 @@ export class TaskExecutor {
       throw e;
     }
     unlink();
-
     if (outcome.kind === 'dlq') {
       unwatch();
       await this.o.store.release(lease).catch(() => undefined);
-      return this.deadLetterCommand(
-        cmd,
-        m,
-        outcome.error,
-        outcome.attempts,
-        outcome.firstFailureAt,
-        taskContext,
-      );
+      await this.deadLetterTask(t, outcome.error, outcome.attempts, outcome.firstFailureAt);
+      return undefined;
     }
-    // The lease stays renewed until the record is written (a Redis outage must not let it lapse into a re-run),
-    // and a revoked partition does not stop the write: the step ran, its record must exist for the new owner.
+    return { t, lease, outcome, unwatch };
+  }
+
+  /**
+   * Writes the completion record, then publishes the result, one task alone. The lease stays renewed until the
+   * record is written (a Redis outage must not let it lapse into a re-run), and a revoked partition does not stop
+   * the write: the step ran, its record must exist for the new owner.
+   */
+  private async recordAndPublish(r: Recorded): Promise<void> {
+    const { t, lease, outcome } = r;
     let held = true;
     try {
-      await this.untilDone('store the completion record', hc.shutdown, log, async () => {
-        held = await this.o.store.complete(lease, outcome as StoredOutcome, outcome.kind === 'completed');
+      await this.untilDone('store the completion record', t.hc.shutdown, t.log, async () => {
+        held = await this.o.store.complete(lease, outcome, outcome.kind === 'completed');
       });
     } finally {
-      unwatch();
+      r.unwatch();
     }
-    if (!held) {
-      // Someone else may hold the step now: publish nothing of ours; the in-place retry finds its outcome.
-      this.o.metrics.leaseLost.inc({ type: cmd.taskType });
-      throw new LeaseLostError(cmd.idempotencyKey, 'another holder took it before the record was written');
+    if (!held) throw this.recordRefused(t);
+    return this.publish(t, outcome, false);
+  }
+
+  /** Someone else may hold the step now: nothing of ours is published; the in-place retry finds its outcome. */
+  private recordRefused(t: Task): LeaseLostError {
+    this.o.metrics.leaseLost.inc({ type: t.cmd.taskType });
+    return new LeaseLostError(t.cmd.idempotencyKey, 'another holder took it before the record was written');
+  }
+
+  /** Queues a wave task's outcome for the next shared complete call; resolves when its result is acknowledged. */
+  private queueRecord(r: Recorded): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.recording.push({ ...r, resolve, reject });
+      if (this.recording.length === 1) setImmediate(() => void this.recordWave());
+    });
+  }
+
+  /**
+   * The completion records of the tasks whose attempts ended in this turn, in one complete call, then their results
+   * in one send. A Redis error sends each task the one-by-one way (it retries the write); an output too large to go
+   * inline is published alone (the claim check stores it).
+   */
+  private async recordWave(): Promise<void> {
+    const batch = this.recording;
+    this.recording = [];
+    const settleWith = (r: Recorded, done: Promise<void>) => done.then(r.resolve, r.reject);
+    let held: boolean[];
+    try {
+      held = await this.o.store.completeMany(
+        batch.map((r) => ({ lease: r.lease, result: r.outcome, ok: r.outcome.kind === 'completed' })),
+      );
+    } catch {
+      for (const r of batch) settleWith(r, this.recordAndPublish(r));
+      return;
     }
-    return this.publish(cmd, m, outcome, false, taskContext);
+    const inline: Recorded[] = [];
+    const messages: Message[] = [];
+    batch.forEach((r, i) => {
+      r.unwatch();
+      if (!held[i]) r.reject!(this.recordRefused(r.t));
+      else if (r.outcome.kind === 'completed' && !this.o.claimCheck.fitsInline(r.outcome.output))
+        settleWith(r, this.publish(r.t, r.outcome, false));
+      else {
+        const output = r.outcome.kind === 'completed' ? r.outcome.output : '';
+        messages.push(this.resultMessage(r.t, r.outcome, false, { inline: output, ref: null }));
+        inline.push(r);
+      }
+    });
+    const sent = this.o.results.sendAll(this.o.codec.physical('task.results'), messages);
+    for (const r of inline) settleWith(r, sent);
   }
 
   private async runAttempts(
@@ -432,13 +596,8 @@ export class TaskExecutor {
    * over KEYFLOW_BLOB_MAX_BYTES) is published as a non-retryable TaskFailed with code PAYLOAD_TOO_LARGE, so the
    * command is answered and its partition goes on. A blob store that does not answer is retried in place.
    */
-  private async publish(
-    cmd: TaskCommand,
-    m: ConsumedMessage,
-    outcome: StoredOutcome,
-    replayed: boolean,
-    taskContext: Context,
-  ): Promise<void> {
+  private async publish(t: Task, outcome: StoredOutcome, replayed: boolean): Promise<void> {
+    const { cmd } = t;
     let checked = { inline: '', ref: null as string | null };
     if (outcome.kind === 'completed') {
       try {
@@ -459,9 +618,25 @@ export class TaskExecutor {
         outcome = { kind: 'failed', error: failure(e, false, 1, now, now) };
       }
     }
-    // The task span's context: the engine's next step continues from it.
-    const traceContext = traceContextOf(taskContext);
-    // A stable event id per (command, outcome kind): a re-published result is recognisably the same fact.
+    await this.o.results.send(
+      this.o.codec.physical('task.results'),
+      this.resultMessage(t, outcome, replayed, checked),
+    );
+  }
+
+  /**
+   * The result record of a task (TaskCompleted or TaskFailed on task.results, keyed by run id), its output as the
+   * claim check left it (`checked`), carrying the task span's trace context: the engine's next step continues from
+   * it. A stable event id per (command, outcome kind): a re-published result is recognisably the same fact.
+   */
+  private resultMessage(
+    t: Task,
+    outcome: StoredOutcome,
+    replayed: boolean,
+    checked: { inline: string; ref: string | null },
+  ): Message {
+    const { cmd } = t;
+    const traceContext = traceContextOf(t.context);
     const meta = newMetadata(outcome.kind === 'completed' ? 'TaskCompleted' : 'TaskFailed', {
       key: cmd.runId,
       correlationId: cmd.metadata.correlationId,
@@ -494,11 +669,7 @@ export class TaskExecutor {
             error: outcome.error,
             workerId,
           } satisfies TaskFailed);
-    await this.o.results.send(this.o.codec.physical('task.results'), {
-      key: cmd.runId,
-      value,
-      headers: headersWithTrace({}, taskContext),
-    });
+    return { key: cmd.runId, value, headers: headersWithTrace({}, t.context) };
   }
 
   /**
@@ -506,17 +677,10 @@ export class TaskExecutor {
    * non-retryable TaskFailed (code DEAD_LETTERED) so the run does not wait for its step timeout. A redriven command
    * that then completes is a late result for the orchestrator; retry the run (POST /runs/:id/retry) to use it.
    */
-  private async deadLetterCommand(
-    cmd: TaskCommand,
-    m: ConsumedMessage,
-    err: Error,
-    attempts: number,
-    firstFailureAt: number,
-    taskContext: Context,
-  ): Promise<void> {
-    await this.deadLetter(m, err, attempts, firstFailureAt, cmd.taskType);
+  private async deadLetterTask(t: Task, err: Error, attempts: number, firstFailureAt: number): Promise<void> {
+    await this.deadLetter(t.m, err, attempts, firstFailureAt, t.cmd.taskType);
     const error = failure(err, false, attempts, firstFailureAt, Date.now(), DEAD_LETTERED);
-    await this.publish(cmd, m, { kind: 'failed', error }, false, taskContext);
+    await this.publish(t, { kind: 'failed', error }, false);
   }
 
   private async deadLetter(
@@ -562,6 +726,40 @@ export class TaskExecutor {
     }
   }
 }
+
+/** A message handed to {@link TaskExecutor.handle}, waiting for its wave. */
+interface Waiting {
+  m: ConsumedMessage;
+  hc: HandleContext;
+  resolve: () => void;
+  reject: (e: unknown) => void;
+}
+
+/** One command being handled: its message, task span, the span's context and the task's logger. */
+interface Task {
+  cmd: TaskCommand;
+  m: ConsumedMessage;
+  hc: HandleContext;
+  span: Span;
+  context: Context;
+  log: () => Logger;
+  /** Set for a task of a wave: its message's settlement. */
+  waiting?: Waiting;
+}
+
+/** A task whose attempts ended with an outcome to record; its lease is renewed until `unwatch` is called. */
+interface Recorded {
+  t: Task;
+  lease: Lease;
+  outcome: StoredOutcome;
+  unwatch: () => void;
+  /** Set while queued for a shared complete call (see TaskExecutor.recordWave). */
+  resolve?: () => void;
+  reject?: (e: unknown) => void;
+}
+
+/** Settles a waiting message with `done`. */
+const settle = (w: Waiting, done: Promise<void>): void => void done.then(w.resolve, w.reject);
 
 /** Labelled metric children of one task type (see TaskExecutor.countersOf). */
 interface TypeCounters {
