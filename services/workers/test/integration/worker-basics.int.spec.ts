@@ -12,7 +12,7 @@ jest.setTimeout(120_000);
 describe('a worker process', () => {
   const h = new WorkerHarness('worker');
   beforeAll(async () => {
-    await h.setup(['seq', 'flaky', 'refuse', 'poison', 'slow', 'typed']);
+    await h.setup(['seq', 'flaky', 'refuse', 'poison', 'slow', 'typed', 'odd']);
     await h.startWorker({ WORKER_RETRY_INITIAL_MS: '200', WORKER_RETRY_MAX_MS: '1000' });
   });
   afterAll(() => h.teardown());
@@ -98,6 +98,34 @@ describe('a worker process', () => {
     expect(
       await h.rows('select * from {t}_exec where idempotency_key = $1', [cmd.idempotencyKey]),
     ).toHaveLength(1);
+  });
+
+  it('a handler error whose code is not a string fails the step with that code as text, and its key goes on', async () => {
+    const failing = h.command('odd', 'e-code', { throwCode: 11000 }, { maxAttempts: 1 });
+    const next = h.command('odd', 'e-code', {});
+    await h.send([failing, next]);
+    const r = await resultFor(failing.idempotencyKey);
+    expect(r.event).toBe('TaskFailed');
+    expect((r.value as TaskFailed).error).toMatchObject({ code: '11000', attempts: 1 });
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+  });
+
+  it('an output JSON cannot hold fails the step once with OUTPUT_NOT_JSON (not retried), and its key goes on', async () => {
+    const bad = (['function', 'circular', 'bigint'] as const).map((output) =>
+      h.command('odd', 'e-json', { output }, { maxAttempts: 3 }),
+    );
+    const next = h.command('odd', 'e-json', {});
+    await h.send([...bad, next]);
+    for (const cmd of bad) {
+      const r = await resultFor(cmd.idempotencyKey);
+      expect(r.event).toBe('TaskFailed');
+      expect((r.value as TaskFailed).error).toMatchObject({
+        code: 'OUTPUT_NOT_JSON',
+        attempts: 1,
+        retryable: false,
+      });
+    }
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
   });
 
   it('an attempt that times out is retried', async () => {
