@@ -303,18 +303,27 @@ export class IdempotencyStore<R = unknown> {
     )) as A[];
   }
 
-  /** `rs` in script calls of at most BATCH_MAX_KEYS keys each, one after another; the replies in `rs`'s order. */
+  /**
+   * `rs` in script calls of at most BATCH_MAX_KEYS keys each, one after another; the replies in `rs`'s order. A call
+   * Redis did not answer gives each of its requests the error, and the next calls are still made: what the calls
+   * before it did stands, and their callers act on it.
+   */
   private async runChunked<Q extends { key: string }, A>(
     operation: string,
     script: (typeof MANY_KEYS)[number],
     first: number,
     rs: readonly Q[],
     args: (request: Q) => [string, string | number],
-  ): Promise<A[]> {
-    const replies: A[] = [];
+  ): Promise<Array<A | IdempotencyStoreUnavailableError>> {
+    const replies: Array<A | IdempotencyStoreUnavailableError> = [];
     for (let i = 0; i < rs.length; i += BATCH_MAX_KEYS) {
       const chunk = rs.slice(i, i + BATCH_MAX_KEYS);
-      replies.push(...(await this.call(operation, () => this.runMany<Q, A>(script, first, chunk, args))));
+      try {
+        replies.push(...(await this.call(operation, () => this.runMany<Q, A>(script, first, chunk, args))));
+      } catch (e) {
+        if (!(e instanceof IdempotencyStoreUnavailableError)) throw e;
+        for (let j = 0; j < chunk.length; j++) replies.push(e);
+      }
     }
     return replies;
   }
@@ -366,14 +375,14 @@ export class IdempotencyStore<R = unknown> {
 
   /**
    * {@link begin} for many keys at once (the tasks of a fetched batch): one script call per BATCH_MAX_KEYS keys,
-   * without a promise per key. Each answer is in its request's place; where begin would throw ForeignRecordError,
-   * that error is the answer.
-   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer: leases of keys in a call that
-   *   Redis ran before the connection failed are held until they expire (leaseMs), as with begin.
+   * without a promise per key. Each answer is in its request's place; where begin would throw, its error is the
+   * answer: ForeignRecordError, or IdempotencyStoreUnavailableError (retryable) for the keys of a call Redis did not
+   * answer (leases such a call took before the connection failed are held until they expire, leaseMs, as with
+   * begin). Never rejects for one key's sake.
    */
   async beginMany(
     requests: ReadonlyArray<{ key: string; attempt: number }>,
-  ): Promise<Array<BeginResult<R> | ForeignRecordError>> {
+  ): Promise<Array<BeginResult<R> | ForeignRecordError | IdempotencyStoreUnavailableError>> {
     const rs = requests.map((r) => beginRequest(r.key, r.attempt));
     const replies = await this.runChunked<BeginRequest, BeginReply>(
       'begin',
@@ -383,8 +392,10 @@ export class IdempotencyStore<R = unknown> {
       beginArgs,
     );
     return rs.map((r, i) => {
+      const reply = replies[i];
+      if (reply instanceof IdempotencyStoreUnavailableError) return reply;
       try {
-        return this.beginResult(r, replies[i]);
+        return this.beginResult(r, reply);
       } catch (e) {
         if (e instanceof ForeignRecordError) return e;
         throw e;
@@ -448,11 +459,14 @@ export class IdempotencyStore<R = unknown> {
 
   /**
    * {@link complete} for many leases at once: one script call per BATCH_MAX_KEYS keys, without a promise per key.
-   * @returns for each item in its place, false when its lease was lost (nothing written for it).
-   * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer (records of a call Redis ran
-   *   before the connection failed are written; completing them again finds the record and returns false).
+   * @returns for each item in its place: true when its record was written, false when its lease was lost (nothing
+   *   written for it), IdempotencyStoreUnavailableError (retryable) for the items of a call Redis did not answer
+   *   (records of such a call Redis ran before the connection failed are written; completing them again finds the
+   *   record and returns false). Never rejects for one item's sake.
    */
-  async completeMany(items: ReadonlyArray<{ lease: Lease; result: R; ok: boolean }>): Promise<boolean[]> {
+  async completeMany(
+    items: ReadonlyArray<{ lease: Lease; result: R; ok: boolean }>,
+  ): Promise<Array<boolean | IdempotencyStoreUnavailableError>> {
     const replies = await this.runChunked<CompleteRequest, number>(
       'complete',
       'keyflowIdemCompleteMany',
@@ -460,7 +474,7 @@ export class IdempotencyStore<R = unknown> {
       items.map((i) => completeRequest(i.lease, i.result, i.ok)),
       completeArgs,
     );
-    return replies.map((r) => r === 1);
+    return replies.map((r) => (r instanceof IdempotencyStoreUnavailableError ? r : r === 1));
   }
 
   /** Gives the lease up without a record (the task will be redelivered and run again). */

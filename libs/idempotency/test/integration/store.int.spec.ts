@@ -165,6 +165,15 @@ describe('the Redis idempotency store', () => {
     const err = await s.begin('k').catch((e) => e);
     expect(err).toBeInstanceOf(IdempotencyStoreUnavailableError);
     expect(err.retryable).toBe(true);
+    // The many-keys forms answer each key with the error instead of rejecting (what other calls did stands).
+    const many = await s.beginMany(
+      Array.from({ length: BATCH_MAX_KEYS + 1 }, (_, i) => ({ key: `k${i}`, attempt: 1 })),
+    );
+    expect(many).toHaveLength(BATCH_MAX_KEYS + 1);
+    expect(many.every((b) => b instanceof IdempotencyStoreUnavailableError)).toBe(true);
+    const lease = { key: 'k', token: 't', attempt: 1 };
+    const completed = await s.completeMany([{ lease, result: null, ok: true }]);
+    expect(completed[0]).toBeInstanceOf(IdempotencyStoreUnavailableError);
     dead.disconnect();
   });
 

@@ -35,6 +35,15 @@ export class TaskInputError extends TaskError {
   static override readonly defaultCode: string = 'TASK_INPUT';
 }
 
+/**
+ * A handler returned something JSON cannot hold (a function, a circular object, a BigInt): the step fails with one
+ * attempt (another attempt of the same code returns the same kind of value). Code OUTPUT_NOT_JSON.
+ */
+export class OutputNotJsonError extends TaskError {
+  readonly retryable = false;
+  static override readonly defaultCode: string = 'OUTPUT_NOT_JSON';
+}
+
 /** An attempt ran past the command's timeoutMs. Retryable. Code TASK_TIMEOUT. */
 export class TaskTimeoutError extends TaskError {
   readonly retryable = true;

@@ -25,6 +25,7 @@ import {
   traceIdsOf,
   tracer,
   type Logger,
+  type TraceContext,
 } from '@keyflow/observability';
 import type { Context } from '@opentelemetry/api';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
@@ -39,6 +40,7 @@ import {
 import {
   LeaseHeldError,
   LeaseLostError,
+  OutputNotJsonError,
   StepCompensatedError,
   TaskInputError,
   TaskTimeoutError,
@@ -68,6 +70,12 @@ export interface TaskContext {
   signal: AbortSignal;
   correlationId: string;
   logger: Logger;
+  /**
+   * The W3C trace context of the handler's span (`traceparent`, `tracestate`; nulls when the run carries no trace):
+   * put it on downstream calls (an HTTP `traceparent` header) to continue the run's trace there. Set with or without
+   * a trace exporter; without one, a worker does not carry the active context into handlers (README "Tracing").
+   */
+  readonly trace: TraceContext;
 }
 
 /** A task handler: input parsed from the command's JSON; the result is serialised to JSON. */
@@ -191,7 +199,7 @@ export class TaskExecutor {
       }
     }
     if (leasing.length === 0) return;
-    let begun: Array<BeginResult<StoredOutcome> | ForeignRecordError>;
+    let begun: Awaited<ReturnType<IdempotencyStore<StoredOutcome>['beginMany']>>;
     try {
       begun = await this.o.store.beginMany(
         leasing.map((t) => ({ key: t.cmd.idempotencyKey, attempt: t.cmd.attempt })),
@@ -202,7 +210,14 @@ export class TaskExecutor {
     }
     leasing.forEach((t, i) => {
       const b = begun[i];
-      if (b instanceof ForeignRecordError) this.finish(t, this.deadLetterTask(t, b, 0, Date.now()));
+      // A value this store did not write sits on the key: no retry fixes that, the command goes to the DLQ.
+      if (b instanceof ForeignRecordError)
+        this.finish(
+          t,
+          context.with(t.context, () => this.deadLetterTask(t, b, 0, Date.now())),
+        );
+      else if (b instanceof Error)
+        this.finish(t, Promise.reject(b)); // Redis did not answer: retried in place
       else if (b.state !== 'acquired')
         this.finish(
           t,
@@ -450,28 +465,43 @@ export class TaskExecutor {
     const batch = this.recording;
     this.recording = [];
     const settleWith = (r: Recorded, done: Promise<void>) => done.then(r.resolve, r.reject);
-    let held: boolean[];
+    // Whatever happens to one task (a record refused, a result that cannot be encoded) settles that task alone.
+    const oneByOne = (r: Recorded) =>
+      settleWith(
+        r,
+        context.with(r.t.context, () => this.recordAndPublish(r)),
+      );
+    let held: Awaited<ReturnType<IdempotencyStore<StoredOutcome>['completeMany']>>;
     try {
       held = await this.o.store.completeMany(
         batch.map((r) => ({ lease: r.lease, result: r.outcome, ok: r.outcome.kind === 'completed' })),
       );
     } catch {
-      for (const r of batch) settleWith(r, this.recordAndPublish(r));
+      for (const r of batch) oneByOne(r);
       return;
     }
     const inline: Recorded[] = [];
     const messages: Message[] = [];
     batch.forEach((r, i) => {
+      const written = held[i];
+      // Redis did not answer this call: the one-by-one way retries the write (the lease is still renewed).
+      if (written instanceof Error) return oneByOne(r);
       r.unwatch();
-      if (!held[i]) r.reject!(this.recordRefused(r.t));
-      else if (r.outcome.kind === 'completed' && !this.o.claimCheck.fitsInline(r.outcome.output))
-        settleWith(r, this.publish(r.t, r.outcome, false));
-      else {
+      try {
+        if (!written) throw this.recordRefused(r.t);
+        if (r.outcome.kind === 'completed' && !this.o.claimCheck.fitsInline(r.outcome.output))
+          return settleWith(
+            r,
+            context.with(r.t.context, () => this.publish(r.t, r.outcome, false)),
+          );
         const output = r.outcome.kind === 'completed' ? r.outcome.output : '';
         messages.push(this.resultMessage(r.t, r.outcome, false, { inline: output, ref: null }));
         inline.push(r);
+      } catch (e) {
+        r.reject!(e); // retried in place, as when its one-by-one publish fails
       }
     });
+    if (inline.length === 0) return;
     const sent = this.o.results.sendAll(this.o.codec.physical('task.results'), messages);
     for (const r of inline) settleWith(r, sent);
   }
@@ -508,7 +538,8 @@ export class TaskExecutor {
         // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
         // the lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler
         // that ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
-        const result = await context.with(trace.setSpan(attemptContext, handlerSpan), () =>
+        const handlerContext = trace.setSpan(attemptContext, handlerSpan);
+        const result = await context.with(handlerContext, () =>
           handler(input, {
             runId: cmd.runId,
             stepId: cmd.stepId,
@@ -525,16 +556,17 @@ export class TaskExecutor {
             get logger() {
               return log();
             },
+            get trace() {
+              return traceContextOf(handlerContext);
+            },
           }),
         );
+        // Serialised here, so an output JSON cannot hold fails this attempt (not retried) instead of the record.
+        const output = outputJson(result, cmd.idempotencyKey);
         end();
         counters.attemptsOk.inc();
         counters.completed.inc();
-        return {
-          kind: 'completed' as const,
-          output: JSON.stringify(result ?? null),
-          durationMs: Date.now() - started,
-        };
+        return { kind: 'completed' as const, output, durationMs: Date.now() - started };
       } catch (raw) {
         end();
         failSpan(handlerSpan, raw);
@@ -610,7 +642,7 @@ export class TaskExecutor {
       } catch (e) {
         if (!(e instanceof PayloadTooLargeError)) throw e;
         this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'too_large' });
-        this.o.logger.warn(
+        t.log().warn(
           { idempotencyKey: cmd.idempotencyKey, code: e.code, err: e.message },
           'output too large for its topic and the claim check: the step fails',
         );
@@ -678,7 +710,7 @@ export class TaskExecutor {
    * that then completes is a late result for the orchestrator; retry the run (POST /runs/:id/retry) to use it.
    */
   private async deadLetterTask(t: Task, err: Error, attempts: number, firstFailureAt: number): Promise<void> {
-    await this.deadLetter(t.m, err, attempts, firstFailureAt, t.cmd.taskType);
+    await this.deadLetter(t.m, err, attempts, firstFailureAt, t.cmd.taskType, t.log());
     const error = failure(err, false, attempts, firstFailureAt, Date.now(), DEAD_LETTERED);
     await this.publish(t, { kind: 'failed', error }, false);
   }
@@ -689,6 +721,8 @@ export class TaskExecutor {
     attempts: number,
     firstFailureAt: number,
     type: string,
+    /** The task's logger when there is a task (its ids on the line), else the worker's. */
+    log: Logger = this.o.logger,
   ): Promise<void> {
     await sendToDlq(this.o.producer, m, {
       errorClass: err.name,
@@ -700,7 +734,7 @@ export class TaskExecutor {
       consumerGroup: this.o.groupId,
     });
     this.o.metrics.dlq.inc({ type, error_class: err.name });
-    this.o.logger.warn(
+    log.warn(
       { topic: m.topic, partition: m.partition, offset: m.offset, errorClass: err.name, err: err.message },
       'message sent to the DLQ',
     );
@@ -778,6 +812,23 @@ function failSpan(span: Span, e: unknown): void {
 /** Longest error message a TaskFailed carries, in characters (UTF-16 units; at most 4x as many bytes). */
 const MAX_ERROR_MESSAGE_CHARS = 8_000;
 
+/**
+ * A handler's output as JSON text (`undefined` as null).
+ * @throws OutputNotJsonError when JSON.stringify throws (a circular object, a BigInt) or gives nothing (a function,
+ *   a symbol).
+ */
+function outputJson(result: unknown, idempotencyKey: string): string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(result ?? null);
+  } catch (e) {
+    throw new OutputNotJsonError(`output of ${idempotencyKey} is not JSON: ${(e as Error).message}`);
+  }
+  if (text === undefined)
+    throw new OutputNotJsonError(`output of ${idempotencyKey} is not JSON (a ${typeof result})`);
+  return text;
+}
+
 /** A TaskFailed error record for `err` (its own `code` unless one is given). */
 function failure(
   err: Error,
@@ -787,23 +838,27 @@ function failure(
   lastFailureAt: number,
   code?: string,
 ): TaskFailed['error'] {
+  // What a handler threw may carry anything in name and message: the record holds their text.
+  const message = String(err.message ?? '');
   return {
-    errorClass: err.name,
+    errorClass: String(err.name),
     // Bounded, so a handler's huge error message cannot make the result record too large for its topic.
     message:
-      err.message.length > MAX_ERROR_MESSAGE_CHARS
-        ? `${err.message.slice(0, MAX_ERROR_MESSAGE_CHARS)}…`
-        : err.message,
+      message.length > MAX_ERROR_MESSAGE_CHARS ? `${message.slice(0, MAX_ERROR_MESSAGE_CHARS)}…` : message,
     retryable,
-    code: code ?? (err as { code?: string }).code ?? null,
+    code: code ?? codeOf(err),
     attempts: Math.max(1, attempts),
     firstFailureAt,
     lastFailureAt,
   };
 }
 
-/** An error's machine-readable `code`, when it carries a string one (TaskError, ContractError, EtlError). */
+/**
+ * An error's machine-readable `code` as text: a string one (TaskError, ContractError, EtlError, Node's `ECONNRESET`)
+ * as it is, a number (database drivers' and gRPC's codes) in decimal; null for anything else.
+ */
 function codeOf(err: Error): string | null {
   const code: unknown = (err as Error & { code?: unknown }).code;
-  return typeof code === 'string' ? code : null;
+  if (typeof code === 'string') return code;
+  return typeof code === 'number' || typeof code === 'bigint' ? String(code) : null;
 }

@@ -45,7 +45,13 @@ describe('a worker process', () => {
     const traceId = randomBytes(16).toString('hex');
     const traceparent = `00-${traceId}-${randomBytes(8).toString('hex')}-01`;
     const cmd = h.command('flaky', 'e-trace', { failTimes: 1 }, { maxAttempts: 3 });
-    await h.send([cmd], 500, { traceparent });
+    const handlerReads = h.command('odd', 'e-trace-2', {});
+    await h.send([cmd, handlerReads], 500, { traceparent });
+    // A handler gets the run's trace context to pass on downstream (ctx.trace).
+    const read = await resultFor(handlerReads.idempotencyKey);
+    expect(JSON.parse((read.value as TaskCompleted).output).traceparent).toMatch(
+      new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`),
+    );
     const r = await resultFor(cmd.idempotencyKey);
     expect(r.event).toBe('TaskCompleted');
     expect(r.value.metadata.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
