@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { toWireFormat } from '@keyflow/contracts';
 import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
+import { idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { Collector, eventually } from '@keyflow/testing';
@@ -132,6 +133,67 @@ describe('a worker process', () => {
       });
     }
     expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+  });
+
+  it('a thrown value that is no Error and cannot be printed fails the step within its attempts, and its key goes on', async () => {
+    const bare = h.command('odd', 'e-bare', { throwBare: true }, { maxAttempts: 2 });
+    const next = h.command('odd', 'e-bare', {});
+    await h.send([bare, next]);
+    const r = await resultFor(bare.idempotencyKey);
+    expect(r.event).toBe('TaskFailed');
+    expect((r.value as TaskFailed).error.attempts).toBe(2);
+    expect((await resultFor(next.idempotencyKey)).event).toBe('TaskCompleted');
+    const runs = await h.rows('select * from {t}_exec where idempotency_key = $1', [bare.idempotencyKey]);
+    expect(runs).toHaveLength(2);
+  });
+
+  it('a completion record written before codes were text, or without an output, is re-published as a valid result', async () => {
+    // As an earlier version stored them: a numeric code; a completed outcome whose output JSON made nothing of.
+    const coded = h.command('odd', 'e-old-1', {});
+    const noOutput = h.command('odd', 'e-old-2', {});
+    const redis = h.ns.redis();
+    const at = Date.now();
+    await redis.set(
+      `${idempotencyKeyPrefix(h.prefix)}${coded.idempotencyKey}`,
+      JSON.stringify({
+        s: 'done',
+        ok: false,
+        a: 1,
+        r: {
+          kind: 'failed',
+          error: {
+            errorClass: 'Error',
+            message: 'unavailable',
+            retryable: false,
+            code: 14,
+            attempts: 1,
+            firstFailureAt: at,
+            lastFailureAt: at,
+          },
+        },
+      }),
+      'PX',
+      60_000,
+    );
+    await redis.set(
+      `${idempotencyKeyPrefix(h.prefix)}${noOutput.idempotencyKey}`,
+      JSON.stringify({ s: 'done', ok: true, a: 1, r: { kind: 'completed', durationMs: 3 } }),
+      'PX',
+      60_000,
+    );
+    await h.send([coded, noOutput]);
+    const failed = await resultFor(coded.idempotencyKey);
+    expect(failed.event).toBe('TaskFailed');
+    expect((failed.value as TaskFailed).error).toMatchObject({ code: '14', message: 'unavailable' });
+    const empty = await resultFor(noOutput.idempotencyKey);
+    expect(empty.event).toBe('TaskFailed');
+    expect((empty.value as TaskFailed).error.code).toBe('OUTPUT_NOT_JSON');
+    // Neither ran again: the record answered.
+    expect(
+      await h.rows('select * from {t}_exec where idempotency_key = any($1)', [
+        [coded.idempotencyKey, noOutput.idempotencyKey],
+      ]),
+    ).toHaveLength(0);
   });
 
   it('an attempt that times out is retried', async () => {
