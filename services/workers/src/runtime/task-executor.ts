@@ -377,7 +377,7 @@ export class TaskExecutor {
         { idempotencyKey: cmd.idempotencyKey },
         'redelivered command already completed: re-publishing the stored result',
       );
-      return this.publish(t, begin.result, true);
+      return this.publish(t, storedOutcome(begin.result, cmd.idempotencyKey), true);
     }
     throw new LeaseHeldError(cmd.idempotencyKey, begin.expiresInMs);
   }
@@ -572,7 +572,7 @@ export class TaskExecutor {
         failSpan(handlerSpan, raw);
         failSpan(attemptSpan, raw);
         if (stop.stopped) throw stop.reason ?? raw;
-        const err = raw instanceof Error ? raw : new Error(String(raw));
+        const err = raw instanceof Error ? raw : new Error(asText(raw));
         const now = Date.now();
         firstFailureAt ||= now;
         this.o.metrics.attempts.inc({ type: cmd.taskType, result: err.name });
@@ -804,7 +804,7 @@ interface TypeCounters {
 
 /** Marks a span failed with `e` (OpenTelemetry: status ERROR and an exception event). */
 function failSpan(span: Span, e: unknown): void {
-  const err = e instanceof Error ? e : new Error(String(e));
+  const err = e instanceof Error ? e : new Error(asText(e));
   span.recordException(err);
   span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
 }
@@ -838,13 +838,12 @@ function failure(
   lastFailureAt: number,
   code?: string,
 ): TaskFailed['error'] {
-  // What a handler threw may carry anything in name and message: the record holds their text.
-  const message = String(err.message ?? '');
+  // What a handler threw may carry anything in name, message and code: the record holds their text, bounded.
+  const message = asText(err.message ?? '');
   return {
-    errorClass: String(err.name),
+    errorClass: bounded(asText(err.name), MAX_ERROR_CLASS_CHARS),
     // Bounded, so a handler's huge error message cannot make the result record too large for its topic.
-    message:
-      message.length > MAX_ERROR_MESSAGE_CHARS ? `${message.slice(0, MAX_ERROR_MESSAGE_CHARS)}…` : message,
+    message: bounded(message, MAX_ERROR_MESSAGE_CHARS),
     retryable,
     code: code ?? codeOf(err),
     attempts: Math.max(1, attempts),
@@ -855,10 +854,56 @@ function failure(
 
 /**
  * An error's machine-readable `code` as text: a string one (TaskError, ContractError, EtlError, Node's `ECONNRESET`)
- * as it is, a number (database drivers' and gRPC's codes) in decimal; null for anything else.
+ * as it is, a number (database drivers' and gRPC's codes) in decimal; null for anything else. At most
+ * MAX_ERROR_CLASS_CHARS characters.
  */
-function codeOf(err: Error): string | null {
-  const code: unknown = (err as Error & { code?: unknown }).code;
-  if (typeof code === 'string') return code;
+function codeOf(err: object): string | null {
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string') return bounded(code, MAX_ERROR_CLASS_CHARS);
   return typeof code === 'number' || typeof code === 'bigint' ? String(code) : null;
+}
+
+/** Longest error class name and code a TaskFailed carries, in characters (names and codes are short; a bound all the same). */
+const MAX_ERROR_CLASS_CHARS = 256;
+
+/** `s`, cut to `max` characters (an ellipsis marks the cut). */
+const bounded = (s: string, max: number): string => (s.length > max ? `${s.slice(0, max)}…` : s);
+
+/** Text of any thrown value: String() of it, or its type tag when String() throws (an object without a prototype). */
+function asText(v: unknown): string {
+  if (typeof v === 'string') return v;
+  try {
+    return String(v);
+  } catch {
+    return Object.prototype.toString.call(v);
+  }
+}
+
+/**
+ * A stored outcome as this version writes it, whatever an earlier version (or another writer) stored: a failure's
+ * fields as text (an earlier version kept a numeric code as it was, which TaskFailed cannot carry), a completion
+ * without a textual output as the failure OUTPUT_NOT_JSON (its output was something JSON made nothing of). Without
+ * this, such a record would be re-published for ever without ever encoding (the key wedged until it expires).
+ */
+function storedOutcome(raw: StoredOutcome, idempotencyKey: string): StoredOutcome {
+  if (raw?.kind === 'completed' && typeof raw.output === 'string')
+    return { ...raw, durationMs: Number(raw.durationMs) || 0 };
+  const now = Date.now();
+  if (raw?.kind !== 'failed' || typeof raw.error !== 'object' || raw.error === null) {
+    const err = new OutputNotJsonError(`the stored output of ${idempotencyKey} is not JSON text`);
+    return { kind: 'failed', error: failure(err, false, 1, now, now) };
+  }
+  const e = raw.error as Partial<Record<keyof TaskFailed['error'], unknown>>;
+  const stored = Object.assign(new Error(asText(e.message ?? '')), { name: asText(e.errorClass ?? 'Error') });
+  return {
+    kind: 'failed',
+    error: failure(
+      stored,
+      e.retryable === true,
+      Number(e.attempts) || 1,
+      Number(e.firstFailureAt) || now,
+      Number(e.lastFailureAt) || now,
+      codeOf(e) ?? undefined,
+    ),
+  };
 }
