@@ -179,7 +179,7 @@ export class TaskExecutor {
   /** Messages handed to {@link handle} in this turn of the event loop, handled together at its end. */
   private waiting: Waiting[] = [];
   /** Tasks whose attempts ended, waiting for the next shared complete call (see {@link recordWave}). */
-  private recording: Recorded[] = [];
+  private recording: Array<Recorded & Settlement> = [];
 
   /** Handles the messages of one turn (see {@link handle}). Never rejects: every message settles on its own. */
   private async runWave(): Promise<void> {
@@ -464,10 +464,9 @@ export class TaskExecutor {
   private async recordWave(): Promise<void> {
     const batch = this.recording;
     this.recording = [];
-    const settleWith = (r: Recorded, done: Promise<void>) => done.then(r.resolve, r.reject);
     // Whatever happens to one task (a record refused, a result that cannot be encoded) settles that task alone.
-    const oneByOne = (r: Recorded) =>
-      settleWith(
+    const oneByOne = (r: Recorded & Settlement) =>
+      settle(
         r,
         context.with(r.t.context, () => this.recordAndPublish(r)),
       );
@@ -480,7 +479,7 @@ export class TaskExecutor {
       for (const r of batch) oneByOne(r);
       return;
     }
-    const inline: Recorded[] = [];
+    const inline: Array<Recorded & Settlement> = [];
     const messages: Message[] = [];
     batch.forEach((r, i) => {
       const written = held[i];
@@ -490,7 +489,7 @@ export class TaskExecutor {
       try {
         if (!written) throw this.recordRefused(r.t);
         if (r.outcome.kind === 'completed' && !this.o.claimCheck.fitsInline(r.outcome.output))
-          return settleWith(
+          return settle(
             r,
             context.with(r.t.context, () => this.publish(r.t, r.outcome, false)),
           );
@@ -498,12 +497,12 @@ export class TaskExecutor {
         messages.push(this.resultMessage(r.t, r.outcome, false, { inline: output, ref: null }));
         inline.push(r);
       } catch (e) {
-        r.reject!(e); // retried in place, as when its one-by-one publish fails
+        r.reject(e); // retried in place, as when its one-by-one publish fails
       }
     });
     if (inline.length === 0) return;
     const sent = this.o.results.sendAll(this.o.codec.physical('task.results'), messages);
-    for (const r of inline) settleWith(r, sent);
+    for (const r of inline) settle(r, sent);
   }
 
   private async runAttempts(
@@ -761,12 +760,16 @@ export class TaskExecutor {
   }
 }
 
-/** A message handed to {@link TaskExecutor.handle}, waiting for its wave. */
-interface Waiting {
-  m: ConsumedMessage;
-  hc: HandleContext;
+/** How a queued message or outcome is answered: its promise's resolve and reject. */
+interface Settlement {
   resolve: () => void;
   reject: (e: unknown) => void;
+}
+
+/** A message handed to {@link TaskExecutor.handle}, waiting for its wave. */
+interface Waiting extends Settlement {
+  m: ConsumedMessage;
+  hc: HandleContext;
 }
 
 /** One command being handled: its message, task span, the span's context and the task's logger. */
@@ -787,13 +790,10 @@ interface Recorded {
   lease: Lease;
   outcome: StoredOutcome;
   unwatch: () => void;
-  /** Set while queued for a shared complete call (see TaskExecutor.recordWave). */
-  resolve?: () => void;
-  reject?: (e: unknown) => void;
 }
 
-/** Settles a waiting message with `done`. */
-const settle = (w: Waiting, done: Promise<void>): void => void done.then(w.resolve, w.reject);
+/** Settles a queued message or outcome with `done`. */
+const settle = (to: Settlement, done: Promise<void>): void => void done.then(to.resolve, to.reject);
 
 /** Labelled metric children of one task type (see TaskExecutor.countersOf). */
 interface TypeCounters {
