@@ -34,6 +34,7 @@ describe('worker configuration', () => {
           ...base,
           REDIS_URL: 'localhost',
           WORKER_MAX_IN_FLIGHT: '0',
+          WORKER_MAX_CONCURRENT_HANDLERS: '0',
           SCHEMA_REGISTRY_URL: 'nope',
         });
       } catch (e) {
@@ -43,6 +44,7 @@ describe('worker configuration', () => {
     expect(err).toBeInstanceOf(WorkerConfigError);
     expect(err!.message).toMatch(/REDIS_URL/);
     expect(err!.message).toMatch(/WORKER_MAX_IN_FLIGHT/);
+    expect(err!.message).toMatch(/WORKER_MAX_CONCURRENT_HANDLERS/);
     expect(err!.message).toMatch(/SCHEMA_REGISTRY_URL/);
     expect(err!.retryable).toBe(false);
   });
