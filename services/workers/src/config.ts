@@ -24,8 +24,20 @@ const Schema = z.object({
   /** Task types to consume (comma-separated); default: every registered handler. */
   WORKER_TASK_TYPES: z.string().default(''),
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
-  WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(128),
-  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.coerce.number().int().min(1).default(32),
+  /**
+   * Commands dispatched and not yet answered, per process: running, waiting for a handler slot, or waiting for their
+   * completion record and result to be acknowledged. Bounds the memory of commands and results held (at most this
+   * many results, each under half of max.message.bytes). Deep enough that Redis and produce round trips do not
+   * limit throughput (BENCHMARKS.md "Workers"); handlers themselves are bounded by WORKER_MAX_CONCURRENT_HANDLERS.
+   */
+  WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(512),
+  /** The same, per partition, so that one partition's batch cannot take every slot. */
+  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.coerce.number().int().min(1).default(128),
+  /**
+   * Handler calls running at once, per process (what downstream systems see). A task waiting for a slot holds its
+   * lease, and its attempt timeout starts when its handler does.
+   */
+  WORKER_MAX_CONCURRENT_HANDLERS: z.coerce.number().int().min(1).default(128),
   WORKER_PARTITIONS_CONCURRENTLY: z.coerce.number().int().min(1).default(4),
   /**
    * Longest a task fetch waits at the broker, in ms. A partition paused while its batch runs is left out of the fetch

@@ -12,6 +12,8 @@ export interface WorkerMetrics {
   handlerSeconds: Histogram<'type'>;
   waveTasks: Histogram;
   inFlight: Gauge;
+  handlersRunning: Gauge;
+  handlersWaiting: Gauge;
   pausedPartitions: Gauge;
 }
 
@@ -71,6 +73,12 @@ export function workerMetrics(r: Registry): WorkerMetrics {
       WAVE_BUCKETS,
     ) as Histogram,
     inFlight: metric.gauge(r, 'worker_in_flight', 'Messages dispatched and not completed.'),
+    handlersRunning: metric.gauge(r, 'worker_handlers_running', 'Handler calls running now.'),
+    handlersWaiting: metric.gauge(
+      r,
+      'worker_handlers_waiting',
+      'Task attempts waiting for a handler slot (WORKER_MAX_CONCURRENT_HANDLERS are running).',
+    ),
     pausedPartitions: metric.gauge(
       r,
       'worker_paused_partitions',

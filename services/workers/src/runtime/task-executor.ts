@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import type { Producer } from '@keyflow/kafka';
+import { Semaphore, type Producer } from '@keyflow/kafka';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
@@ -102,6 +102,11 @@ export interface ExecutorOptions {
   groupId: string;
   /** Backoff between in-process attempts; maxAttempts comes from each command. */
   retry?: RetryPolicyInput;
+  /**
+   * Handler calls running at once (WORKER_MAX_CONCURRENT_HANDLERS). Attempts past it wait, lease held, for a slot;
+   * an attempt's timeout starts when its handler does.
+   */
+  maxConcurrentHandlers: number;
   /** Source of randomness for jitter (tests). */
   random?: () => number;
 }
@@ -129,9 +134,21 @@ export class TaskExecutor {
   private readonly policy: RetryPolicy;
   private readonly renewer: LeaseRenewer;
 
+  /** Slots of handler calls (see ExecutorOptions.maxConcurrentHandlers). */
+  private readonly handlerSlots: Semaphore;
+
   constructor(private readonly o: ExecutorOptions) {
     this.policy = retryPolicy(o.retry ?? { initialDelayMs: 100, maxDelayMs: 5_000 });
     this.renewer = new LeaseRenewer(o.store, o.logger);
+    this.handlerSlots = new Semaphore(o.maxConcurrentHandlers);
+  }
+
+  /** Handler calls running now, and attempts waiting for a slot (for the gauges). */
+  handlerStats(): { running: number; waiting: number } {
+    return {
+      running: this.o.maxConcurrentHandlers - this.handlerSlots.free,
+      waiting: this.handlerSlots.waiting,
+    };
   }
 
   /** The metric children of the hot path, per task type (prom-client hashes the labels on every labelled call). */
@@ -520,6 +537,18 @@ export class TaskExecutor {
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
       if (stop.stopped) throw stop.reason ?? new Error('stopping');
+      // A handler slot first (without a turn when one is free): the attempt's timeout and spans start with its
+      // handler. Given back as soon as the handler settles, before any backoff.
+      if (!this.handlerSlots.tryAcquire()) await this.handlerSlots.acquire();
+      let holding = true;
+      const release = () => {
+        if (holding) this.handlerSlots.release();
+        holding = false;
+      };
+      if (stop.stopped) {
+        release();
+        throw stop.reason ?? new Error('stopping');
+      }
       const attemptSignal = stop.attempt(
         cmd.timeoutMs,
         () => new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`),
@@ -560,6 +589,7 @@ export class TaskExecutor {
             },
           }),
         );
+        release();
         // Serialised here, so an output JSON cannot hold fails this attempt (not retried) instead of the record.
         const output = outputJson(result, cmd.idempotencyKey);
         end();
@@ -567,6 +597,7 @@ export class TaskExecutor {
         counters.completed.inc();
         return { kind: 'completed' as const, output, durationMs: Date.now() - started };
       } catch (raw) {
+        release();
         end();
         failSpan(handlerSpan, raw);
         failSpan(attemptSpan, raw);
@@ -596,6 +627,7 @@ export class TaskExecutor {
           error: failure(err, retryable, attempt, firstFailureAt, now),
         };
       } finally {
+        release();
         attemptSignal.dispose();
         handlerSpan.end();
         attemptSpan.end();

@@ -257,6 +257,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       metrics: this.metrics,
       groupId: this.cfg.WORKER_GROUP_ID,
       retry: { initialDelayMs: this.cfg.WORKER_RETRY_INITIAL_MS, maxDelayMs: this.cfg.WORKER_RETRY_MAX_MS },
+      maxConcurrentHandlers: this.cfg.WORKER_MAX_CONCURRENT_HANDLERS,
     });
     this.consumer = new OrderedConsumer({
       kafka: this.kafka,
@@ -283,6 +284,9 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       if (!s) return;
       this.metrics.inFlight.set(s.inFlight);
       this.metrics.pausedPartitions.set(s.pausedPartitions);
+      const handlers = executor.handlerStats();
+      this.metrics.handlersRunning.set(handlers.running);
+      this.metrics.handlersWaiting.set(handlers.waiting);
     }, 1_000);
     this.gaugeTimer.unref();
     await this.consumer.start();
