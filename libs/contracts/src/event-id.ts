@@ -27,5 +27,6 @@ export const DERIVED_EVENT_ID_LENGTH = 36;
  * @returns a lower-case UUID string, 36 characters
  */
 export function derivedEventId(cause: string, name: string | number): string {
-  return uuidv5(`${cause}\u0000${String(name)}`, NAMESPACE_BYTES);
+  // As bytes: uuid's v5 turns a string into UTF-8 with a JavaScript loop per character.
+  return uuidv5(Buffer.from(`${cause}\u0000${String(name)}`, 'utf8'), NAMESPACE_BYTES);
 }

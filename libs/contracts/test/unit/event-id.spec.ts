@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { validate, version } from 'uuid';
-import { DERIVED_EVENT_ID_LENGTH, derivedEventId } from '../../src';
+import { v5, validate, version } from 'uuid';
+import { DERIVED_EVENT_ID_LENGTH, derivedEventId, KEYFLOW_EVENT_ID_NAMESPACE } from '../../src';
 
 describe('derived event ids', () => {
   it('stay 36 characters along a chain of 10,000 derivations, each distinct from all before it', () => {
@@ -24,6 +24,13 @@ describe('derived event ids', () => {
     // pinned: a change of namespace or of the name encoding would re-key every stored event
     expect(derivedEventId('cause', 0)).toBe(derivedEventId('cause', '0'));
     expect(derivedEventId('cause', 0)).toMatchInlineSnapshot(`"0309fe10-ce66-5517-bea6-b84b11760c97"`);
+    // names outside ASCII are hashed as their UTF-8 bytes, as uuid's v5 does with a string name
+    for (const [cause, name] of [
+      ['Zürich', 'naïve'],
+      ['東京/😀', 'ok'],
+      [randomUUID(), 'é'.repeat(300)],
+    ])
+      expect(derivedEventId(cause, name)).toBe(v5(`${cause}\u0000${name}`, KEYFLOW_EVENT_ID_NAMESPACE));
   });
 
   it('are distinct for distinct causes and names, also where plain concatenation would collide', () => {

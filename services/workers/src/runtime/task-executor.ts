@@ -16,7 +16,14 @@ import {
   type HandleContext,
   type Message,
 } from '@keyflow/kafka';
-import { context, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import {
+  context,
+  INVALID_SPAN_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Span,
+} from '@opentelemetry/api';
 import {
   activeContextFollowsCalls,
   contextFromRecord,
@@ -533,6 +540,7 @@ export class TaskExecutor {
     if (input instanceof Error)
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
     const maxAttempts = Math.max(1, cmd.maxAttempts);
+    const traced = trace.getSpan(taskContext)?.isRecording() === true;
     const started = Date.now();
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
@@ -555,18 +563,25 @@ export class TaskExecutor {
       );
       const counters = this.countersOf(cmd.taskType);
       const end = counters.handlerSeconds.startTimer();
-      const attemptSpan = tracer().startSpan(
-        'keyflow.task.attempt',
-        { attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs } },
-        taskContext,
-      );
-      const attemptContext = trace.setSpan(taskContext, attemptSpan);
-      const handlerSpan = tracer().startSpan(`keyflow.handler ${cmd.taskType}`, {}, attemptContext);
+      // The attempt's and the handler's spans are children of the task span, made only when it is recorded: with
+      // no trace exporter, or the task not sampled (every standard sampler then drops its children too), the
+      // handler runs in the task's context, whose trace context is the one the children would have passed on.
+      const attemptSpan = traced
+        ? tracer().startSpan(
+            'keyflow.task.attempt',
+            { attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs } },
+            taskContext,
+          )
+        : UNRECORDED_SPAN;
+      const attemptContext = traced ? trace.setSpan(taskContext, attemptSpan) : taskContext;
+      const handlerSpan = traced
+        ? tracer().startSpan(`keyflow.handler ${cmd.taskType}`, {}, attemptContext)
+        : UNRECORDED_SPAN;
       try {
         // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
         // the lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler
         // that ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
-        const handlerContext = trace.setSpan(attemptContext, handlerSpan);
+        const handlerContext = traced ? trace.setSpan(attemptContext, handlerSpan) : taskContext;
         const result = await context.with(handlerContext, () =>
           handler(input, {
             runId: cmd.runId,
@@ -835,6 +850,9 @@ interface TypeCounters {
 }
 
 /** Marks a span failed with `e` (OpenTelemetry: status ERROR and an exception event). */
+/** Stands in for the spans not made for a task that is not recorded (see runAttempts): every call a no-op. */
+const UNRECORDED_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
 function failSpan(span: Span, e: unknown): void {
   const err = e instanceof Error ? e : new Error(asText(e));
   span.recordException(err);
