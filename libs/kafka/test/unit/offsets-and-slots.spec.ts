@@ -48,4 +48,26 @@ describe('the semaphore', () => {
     s.release();
     expect(s.free).toBe(1);
   });
+
+  it('a waiter whose signal aborts leaves the queue with its reason, and the slot goes to the next waiter', async () => {
+    const s = new Semaphore(1);
+    s.tryAcquire();
+    const ac = new AbortController();
+    const gone = s.acquire(ac.signal);
+    const next = s.acquire();
+    ac.abort(new Error('stopping'));
+    await expect(gone).rejects.toThrow('stopping');
+    expect(s.waiting).toBe(1);
+    s.release();
+    await next; // the aborted waiter took nothing
+    s.release();
+    expect(s.free).toBe(1);
+  });
+
+  it('an already aborted signal is refused at once, without a slot, even when one is free', async () => {
+    const s = new Semaphore(1);
+    await expect(s.acquire(AbortSignal.abort(new Error('gone')))).rejects.toThrow('gone');
+    expect(s.free).toBe(1);
+    expect(s.waiting).toBe(0);
+  });
 });

@@ -1,4 +1,5 @@
 import type { TaskCompleted } from '@keyflow/schemas';
+import { eventually } from '@keyflow/testing';
 import { WorkerHarness } from './support';
 
 jest.setTimeout(120_000);
@@ -32,5 +33,74 @@ describe('handler concurrency', () => {
     );
     // Reached (the tasks did run side by side) and never passed.
     expect(Math.max(...running)).toBe(LIMIT);
+  });
+});
+
+describe('handler slots and other partitions, with the default bounds', () => {
+  const h = new WorkerHarness('handler-share');
+  beforeAll(async () => {
+    await h.setup(['slow'], 2);
+    await h.startWorker(); // WORKER_MAX_CONCURRENT_HANDLERS and the in-flight bounds left at their defaults
+  });
+  afterAll(() => h.teardown());
+
+  it("a partition whose handlers all hang never takes every handler slot: another partition's task still runs", async () => {
+    // More hanging tasks on partition 0 than the default handler bound (128), each on its own key, so that all
+    // of them are dispatched at once as far as partition 0's in-flight bound lets them.
+    const hanging = Array.from({ length: 160 }, (_, i) =>
+      h.command('slow', `stuck-${i}`, { ms: 600_000 }, { timeoutMs: 600_000, maxAttempts: 1 }),
+    );
+    await h.sendToPartition(0, hanging);
+    await eventually(
+      'the hanging handlers to start',
+      async () => Number((await h.rows<{ n: string }>('select count(*) n from {t}_exec'))[0].n) >= 32,
+      { timeoutMs: 30_000 },
+    );
+    const other = h.command('slow', 'free', { ms: 10 }, { timeoutMs: 10_000, maxAttempts: 1 });
+    await h.sendToPartition(1, [other]);
+    const r = await eventually(
+      'a result for the task on partition 1',
+      () => h.results.items.find((x) => x.value.idempotencyKey === other.idempotencyKey),
+      { timeoutMs: 20_000 },
+    );
+    expect(r!.event).toBe('TaskCompleted');
+  });
+});
+
+describe('handler slots at shutdown', () => {
+  const h = new WorkerHarness('handler-drain');
+  beforeAll(() => h.setup(['slow'], 1));
+  afterAll(() => h.teardown());
+
+  it('tasks waiting for a handler slot when SIGTERM comes do not start; they run once each after a restart', async () => {
+    const w = await h.startWorker({
+      WORKER_MAX_CONCURRENT_HANDLERS: '1',
+      WORKER_MAX_IN_FLIGHT: '16',
+      WORKER_MAX_IN_FLIGHT_PER_PARTITION: '16',
+      WORKER_DRAIN_DEADLINE_MS: '20000',
+    });
+    const commands = Array.from({ length: 6 }, (_, i) =>
+      h.command(
+        'slow',
+        `d${i}`,
+        { ms: 1_500, entity: `d${i}`, seq: i },
+        { timeoutMs: 10_000, maxAttempts: 1 },
+      ),
+    );
+    await h.send(commands);
+    const started = async () => Number((await h.rows<{ n: string }>('select count(*) n from {t}_exec'))[0].n);
+    await eventually('the first handler to start', async () => (await started()) >= 1, { timeoutMs: 30_000 });
+    w.kill('SIGTERM');
+    expect(await w.exited).toBe(0);
+    // The running handler finished; none of those waiting for its slot started during the drain.
+    expect(await started()).toBe(1);
+    await h.startWorker({ WORKER_MAX_CONCURRENT_HANDLERS: '1' });
+    const results = await h.results.wait(commands.length, 60_000);
+    expect(new Set(results.map((r) => r.value.idempotencyKey)).size).toBe(commands.length);
+    expect(results.every((r) => r.event === 'TaskCompleted')).toBe(true);
+    const effects = await h.rows<{ idempotency_key: string; n: string }>(
+      'select idempotency_key, count(*) n from {t}_exec group by idempotency_key',
+    );
+    expect(effects.map((e) => Number(e.n))).toEqual(commands.map(() => 1));
   });
 });

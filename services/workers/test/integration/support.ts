@@ -186,6 +186,21 @@ export class WorkerHarness {
     }
   }
 
+  /** Sends `commands` (of one task type) to `partition` of its task topic, whatever their keys. */
+  async sendToPartition(partition: number, commands: TaskCommand[]): Promise<void> {
+    if (commands.length === 0) return;
+    const type = commands[0].taskType;
+    await this.producer!.send({
+      topic: this.codec.physical(`task.${type}`),
+      acks: -1,
+      messages: commands.map((c) => ({
+        key: c.metadata.key,
+        partition,
+        value: this.codec.encode(`task.${type}`, 'TaskCommand', c),
+      })),
+    });
+  }
+
   async sendRaw(taskType: string, key: string, value: Buffer): Promise<void> {
     await this.producer!.send({
       topic: this.codec.physical(`task.${taskType}`),
