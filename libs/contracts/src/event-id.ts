@@ -15,7 +15,8 @@ export const DERIVED_EVENT_ID_LENGTH = 36;
 /**
  * The id of an event derived from another one: a name-based UUID version 5 (SHA-1) of `<cause>\u0000<name>` in
  * {@link KEYFLOW_EVENT_ID_NAMESPACE}, RFC 9562 section 5.5 (https://www.rfc-editor.org/rfc/rfc9562#section-5.5),
- * computed by the `uuid` package's `v5`.
+ * computed by the `uuid` package's `v5` over the name's UTF-8 bytes (a lone surrogate, which is not text, counts as
+ * U+FFFD, as in the UTF-8 of a Kafka key or an Avro string).
  *
  * Deterministic (re-processing one input after an aborted transaction, or a redelivered task, yields the same ids,
  * so readers can deduplicate), always {@link DERIVED_EVENT_ID_LENGTH} characters however long a chain of derivations

@@ -18,7 +18,7 @@ export {
   taskTopicOf,
   taskTypeOfTopic,
 } from './topics';
-export { OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
+export { ConsumerStoppingError, OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
 export {
   assignCoPartitioned,
   planCoPartitions,

@@ -27,6 +27,18 @@ export class PartitionRevokedError extends KeyflowError {
   }
 }
 
+/**
+ * The consumer is stopping (stop() was called): work not started yet should not start. Retryable: the message is not
+ * committed, and its next owner (or this process after a restart) handles it.
+ */
+export class ConsumerStoppingError extends KeyflowError {
+  readonly retryable = true;
+  readonly code = 'CONSUMER_STOPPING';
+  constructor(readonly groupId: string) {
+    super(`consumer of group ${groupId} is stopping; work not started yet is left for redelivery`);
+  }
+}
+
 /** A batch ended with an error (not a handler's: those are retried): `firstOpen` is its first offset not done. */
 class BatchFailedError extends KeyflowError {
   readonly code = 'BATCH_FAILED';
@@ -72,6 +84,12 @@ export interface HandleContext {
    * even for a revoked partition (writing the record of a step that ran) stops on this one.
    */
   shutdown: AbortSignal;
+  /**
+   * Aborted as soon as stop() is called (reason: ConsumerStoppingError), before the drain deadline: work already
+   * running goes on, work not started yet (e.g. waiting for a slot of its own) should not start. A handler that
+   * rejects once this is aborted is not retried in place: the message stays uncommitted and is redelivered.
+   */
+  draining: AbortSignal;
   /** Which infrastructure retry this is (0 on first delivery to the handler in this process). */
   redeliveries: number;
 }
@@ -174,14 +192,17 @@ export interface ConsumerStats {
  *   a revoked partition's in-flight work finishes without commit (its new owner redelivers it, and the
  *   idempotency lease keeps the two from running one task at once).
  * - The member heartbeats while batches run, so a handler longer than the session timeout causes no rebalance.
- * - stop(deadlineMs) stops taking batches, lets in-flight work finish until the deadline, then aborts it
- *   (uncommitted work is redelivered), commits what completed, and leaves the group.
+ * - stop(deadlineMs) stops taking batches, aborts each handler's `draining` signal (work not started yet stays
+ *   unstarted; a handler rejecting from then on is not retried in place), lets in-flight work finish until the
+ *   deadline, then aborts it (uncommitted work is redelivered), commits what completed, and leaves the group.
  */
 export class OrderedConsumer {
   private readonly o: Resolved;
   private consumer?: Consumer;
   private readonly processSlots: Semaphore;
   private readonly stopController = new AbortController();
+  /** Aborted when stop() is called (see HandleContext.draining). */
+  private readonly drainController = new AbortController();
   private inFlight = 0;
   private readonly blocked = new Set<string>();
   private assigned = 0;
@@ -491,6 +512,7 @@ export class OrderedConsumer {
   async stop(deadlineMs = 30_000): Promise<void> {
     if (!this.consumer) return;
     this.stopping = true;
+    this.drainController.abort(new ConsumerStoppingError(this.o.groupId));
     const timer = setTimeout(
       () => this.stopController.abort(new Error(`drain deadline of ${deadlineMs} ms passed`)),
       deadlineMs,
@@ -625,10 +647,17 @@ export class OrderedConsumer {
       for (let failures = 0; ; failures++) {
         if (signal.aborted || isStale()) return false;
         try {
-          await this.o.handle(m, { signal, shutdown: this.stopController.signal, redeliveries: failures });
+          await this.o.handle(m, {
+            signal,
+            shutdown: this.stopController.signal,
+            draining: this.drainController.signal,
+            redeliveries: failures,
+          });
           if (failures > 0) this.blocked.delete(tp);
           return true;
         } catch (err) {
+          // Stopping: not retried in place; left uncommitted, so it is redelivered (see HandleContext.draining).
+          if (this.stopping) return false;
           this.blocked.add(tp);
           const delay = backoffDelayMs(this.o.infraRetry, Math.min(failures + 1, 30));
           const e = err as Error & { code?: string };

@@ -19,12 +19,29 @@ export class Semaphore {
     return true;
   }
 
-  async acquire(): Promise<void> {
+  /**
+   * Takes a slot, waiting in line when none is free. With `signal`: an abort while waiting leaves the line without a
+   * slot and rejects with the signal's reason; a signal already aborted is refused at once (even with a slot free).
+   */
+  async acquire(signal?: AbortSignal): Promise<void> {
+    signal?.throwIfAborted();
     if (this.available > 0) {
       this.available--;
       return;
     }
-    await new Promise<void>((resolve) => this.waiters.push(resolve));
+    await new Promise<void>((resolve, reject) => {
+      const granted = () => {
+        signal?.removeEventListener('abort', aborted);
+        resolve();
+      };
+      const aborted = () => {
+        const i = this.waiters.indexOf(granted);
+        if (i >= 0) this.waiters.splice(i, 1);
+        reject(signal!.reason);
+      };
+      this.waiters.push(granted);
+      signal?.addEventListener('abort', aborted, { once: true });
+    });
   }
 
   release(): void {

@@ -25,19 +25,26 @@ const Schema = z.object({
   WORKER_TASK_TYPES: z.string().default(''),
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
   /**
-   * Commands dispatched and not yet answered, per process: running, waiting for a handler slot, or waiting for their
-   * completion record and result to be acknowledged. Bounds the memory of commands and results held (at most this
-   * many results, each under half of max.message.bytes). Deep enough that Redis and produce round trips do not
-   * limit throughput (BENCHMARKS.md "Workers"); handlers themselves are bounded by WORKER_MAX_CONCURRENT_HANDLERS.
+   * Commands dispatched and not yet answered, per process: waiting for a handler slot, running, or waiting for their
+   * completion record and result to be acknowledged. Bounds the commands and results held in memory (at most this
+   * many results, each under half of max.message.bytes) and the leases held. Deep enough that the Redis and produce
+   * round trips do not set the pace (BENCHMARKS.md "Workers", 2026-12-03 08:00-08:20 UTC).
    */
   WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(512),
-  /** The same, per partition, so that one partition's batch cannot take every slot. */
-  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.coerce.number().int().min(1).default(128),
+  /**
+   * The same, per partition. Kept below WORKER_MAX_CONCURRENT_HANDLERS, so that a partition whose handlers hang never
+   * holds every handler slot (the worker warns at startup when it does not).
+   */
+  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.coerce.number().int().min(1).default(64),
   /**
    * Handler calls running at once, per process (what downstream systems see). A task waiting for a slot holds its
-   * lease, and its attempt timeout starts when its handler does.
+   * lease, and its attempt timeout starts when its handler does. Unset: WORKER_MAX_IN_FLIGHT when that is set (it
+   * bounded handlers before this setting existed), else 128.
    */
-  WORKER_MAX_CONCURRENT_HANDLERS: z.coerce.number().int().min(1).default(128),
+  WORKER_MAX_CONCURRENT_HANDLERS: z.preprocess(
+    (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
+    z.coerce.number().int().min(1).optional(),
+  ),
   WORKER_PARTITIONS_CONCURRENTLY: z.coerce.number().int().min(1).default(4),
   /**
    * Longest a task fetch waits at the broker, in ms. A partition paused while its batch runs is left out of the fetch
@@ -68,14 +75,21 @@ const Schema = z.object({
   ...BlobConfigSchema,
 });
 
-export type WorkerConfig = Omit<z.infer<typeof Schema>, 'WORKER_GROUP_ID'> & {
+export type WorkerConfig = Omit<
+  z.infer<typeof Schema>,
+  'WORKER_GROUP_ID' | 'WORKER_MAX_CONCURRENT_HANDLERS'
+> & {
   WORKER_GROUP_ID: string;
+  WORKER_MAX_CONCURRENT_HANDLERS: number;
   brokers: string[];
   taskTypes: string[];
   kafkaSecurity: KafkaSecurity;
   registry: RegistryConnection;
   redis: RedisConnection;
 };
+
+/** Handler calls at once when neither WORKER_MAX_CONCURRENT_HANDLERS nor WORKER_MAX_IN_FLIGHT is set. */
+const DEFAULT_MAX_CONCURRENT_HANDLERS = 128;
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
 export class WorkerConfigError extends SettingsError {
@@ -109,6 +123,11 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
   return {
     ...c,
     WORKER_GROUP_ID: c.WORKER_GROUP_ID ?? defaultGroupId('workers', c.KEYFLOW_TOPIC_PREFIX),
+    WORKER_MAX_CONCURRENT_HANDLERS:
+      c.WORKER_MAX_CONCURRENT_HANDLERS ??
+      (unsetWhenEmpty.parse(env.WORKER_MAX_IN_FLIGHT) === undefined
+        ? DEFAULT_MAX_CONCURRENT_HANDLERS
+        : c.WORKER_MAX_IN_FLIGHT),
     ...connections,
     redis: connections.redis!, // REDIS_URL is required above
     brokers: c.KAFKA_BROKERS.split(',')

@@ -1,5 +1,4 @@
 import { hostname } from 'node:os';
-import { Semaphore, type Producer } from '@keyflow/kafka';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
@@ -10,8 +9,11 @@ import {
 } from '@keyflow/idempotency';
 import {
   abortableSleep,
+  linkSignals,
+  Semaphore,
   sendToDlq,
   type BatchingProducer,
+  type Producer,
   type ConsumedMessage,
   type HandleContext,
   type Message,
@@ -53,7 +55,7 @@ import {
   TaskTimeoutError,
   UnknownTaskTypeError,
 } from './errors';
-import { AttemptSignals, LeaseRenewer, onAbort } from './lease-renewer';
+import { AttemptSignals, LeaseRenewer, onAbort, type AttemptSignal } from './lease-renewer';
 import type { WorkerMetrics } from './metrics';
 
 /** What a handler gets besides its input. */
@@ -80,7 +82,8 @@ export interface TaskContext {
   /**
    * The W3C trace context of the handler's span (`traceparent`, `tracestate`; nulls when the run carries no trace):
    * put it on downstream calls (an HTTP `traceparent` header) to continue the run's trace there. Set with or without
-   * a trace exporter; without one, a worker does not carry the active context into handlers (README "Tracing").
+   * a trace exporter; without one, a worker does not carry the active context into handlers (README "Tracing"), and
+   * for a task not recorded (no exporter, not sampled) it is the task span's, since no handler span is made.
    */
   readonly trace: TraceContext;
 }
@@ -428,7 +431,7 @@ export class TaskExecutor {
     const unlink = onAbort(t.hc.signal, () => stop.stop(t.hc.signal.reason));
     let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
     try {
-      outcome = await this.runAttempts(cmd, handler, stop, t.log, t.context);
+      outcome = await this.runAttempts(cmd, handler, stop, t.hc.draining, t.log, t.context);
     } catch (e) {
       unwatch();
       unlink();
@@ -533,6 +536,7 @@ export class TaskExecutor {
     cmd: TaskCommand,
     handler: TaskHandlerFn,
     stop: AttemptSignals,
+    draining: AbortSignal,
     log: () => Logger,
     taskContext: Context,
   ) {
@@ -541,47 +545,48 @@ export class TaskExecutor {
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
     const maxAttempts = Math.max(1, cmd.maxAttempts);
     const traced = trace.getSpan(taskContext)?.isRecording() === true;
-    const started = Date.now();
+    /** Handler time across attempts (TaskCompleted.durationMs): not the waits for a slot, nor the backoffs. */
+    let handlerMs = 0;
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
-      if (stop.stopped) throw stop.reason ?? new Error('stopping');
-      // A handler slot first (without a turn when one is free): the attempt's timeout and spans start with its
-      // handler. Given back as soon as the handler settles, before any backoff.
-      if (!this.handlerSlots.tryAcquire()) await this.handlerSlots.acquire();
+      await this.handlerSlot(stop, draining);
+      // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
+      // soon as the handler settles (before any backoff), at most once.
       let holding = true;
       const release = () => {
         if (holding) this.handlerSlots.release();
         holding = false;
       };
-      if (stop.stopped) {
-        release();
-        throw stop.reason ?? new Error('stopping');
-      }
-      const attemptSignal = stop.attempt(
-        cmd.timeoutMs,
-        () => new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`),
-      );
-      const counters = this.countersOf(cmd.taskType);
-      const end = counters.handlerSeconds.startTimer();
-      // The attempt's and the handler's spans are children of the task span, made only when it is recorded: with
-      // no trace exporter, or the task not sampled (every standard sampler then drops its children too), the
-      // handler runs in the task's context, whose trace context is the one the children would have passed on.
-      const attemptSpan = traced
-        ? tracer().startSpan(
+      let attemptSignal: AttemptSignal | undefined;
+      let end: (() => void) | undefined;
+      let attemptSpan = UNRECORDED_SPAN;
+      let handlerSpan = UNRECORDED_SPAN;
+      let handlerStarted = 0;
+      try {
+        // The attempt's timeout and spans start with its handler, not with its wait for a slot.
+        attemptSignal = stop.attempt(
+          cmd.timeoutMs,
+          () => new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`),
+        );
+        const counters = this.countersOf(cmd.taskType);
+        end = counters.handlerSeconds.startTimer();
+        // The attempt's and the handler's spans are children of the task span, made only when it is recorded: with
+        // no trace exporter, or the task not sampled (every standard sampler then drops its children too), the
+        // handler runs in the task's context, whose trace context is the one the children would have passed on.
+        if (traced)
+          attemptSpan = tracer().startSpan(
             'keyflow.task.attempt',
             { attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs } },
             taskContext,
-          )
-        : UNRECORDED_SPAN;
-      const attemptContext = traced ? trace.setSpan(taskContext, attemptSpan) : taskContext;
-      const handlerSpan = traced
-        ? tracer().startSpan(`keyflow.handler ${cmd.taskType}`, {}, attemptContext)
-        : UNRECORDED_SPAN;
-      try {
+          );
+        const attemptContext = traced ? trace.setSpan(taskContext, attemptSpan) : taskContext;
+        if (traced) handlerSpan = tracer().startSpan(`keyflow.handler ${cmd.taskType}`, {}, attemptContext);
         // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
         // the lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler
         // that ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
         const handlerContext = traced ? trace.setSpan(attemptContext, handlerSpan) : taskContext;
+        const signals = attemptSignal;
+        handlerStarted = Date.now();
         const result = await context.with(handlerContext, () =>
           handler(input, {
             runId: cmd.runId,
@@ -592,7 +597,7 @@ export class TaskExecutor {
             idempotencyKey: cmd.idempotencyKey,
             // Made when the handler first reads it (most never do): see AttemptSignals.attempt.
             get signal() {
-              return attemptSignal.signal;
+              return signals.signal;
             },
             correlationId: cmd.metadata.correlationId,
             // The task's child logger, made when the handler first reads it.
@@ -604,16 +609,18 @@ export class TaskExecutor {
             },
           }),
         );
+        handlerMs += Date.now() - handlerStarted;
         release();
         // Serialised here, so an output JSON cannot hold fails this attempt (not retried) instead of the record.
         const output = outputJson(result, cmd.idempotencyKey);
         end();
         counters.attemptsOk.inc();
         counters.completed.inc();
-        return { kind: 'completed' as const, output, durationMs: Date.now() - started };
+        return { kind: 'completed' as const, output, durationMs: handlerMs };
       } catch (raw) {
+        if (holding && handlerStarted > 0) handlerMs += Date.now() - handlerStarted;
         release();
-        end();
+        end?.();
         failSpan(handlerSpan, raw);
         failSpan(attemptSpan, raw);
         if (stop.stopped) throw stop.reason ?? raw;
@@ -643,10 +650,28 @@ export class TaskExecutor {
         };
       } finally {
         release();
-        attemptSignal.dispose();
+        attemptSignal?.dispose();
         handlerSpan.end();
         attemptSpan.end();
       }
+    }
+  }
+
+  /**
+   * Takes a handler slot (ExecutorOptions.maxConcurrentHandlers), without a turn when one is free. Rejects, taking
+   * none, when the attempts stop (shutdown deadline, revocation, a lost lease: their reason) or the consumer is
+   * draining (ConsumerStoppingError: a handler not started by then does not start, and the message is redelivered),
+   * also while waiting in line.
+   */
+  private async handlerSlot(stop: AttemptSignals, draining: AbortSignal): Promise<void> {
+    if (stop.stopped) throw stop.reason ?? new Error('stopping');
+    draining.throwIfAborted();
+    if (this.handlerSlots.tryAcquire()) return;
+    const link = linkSignals([stop.next().signal, draining]);
+    try {
+      await this.handlerSlots.acquire(link.signal);
+    } finally {
+      link.dispose();
     }
   }
 
@@ -849,10 +874,10 @@ interface TypeCounters {
   completed: ReturnType<WorkerMetrics['tasks']['labels']>;
 }
 
-/** Marks a span failed with `e` (OpenTelemetry: status ERROR and an exception event). */
 /** Stands in for the spans not made for a task that is not recorded (see runAttempts): every call a no-op. */
 const UNRECORDED_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
 
+/** Marks a span failed with `e` (OpenTelemetry: status ERROR and an exception event). */
 function failSpan(span: Span, e: unknown): void {
   const err = e instanceof Error ? e : new Error(asText(e));
   span.recordException(err);

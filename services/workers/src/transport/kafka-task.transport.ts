@@ -246,6 +246,14 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
             ? this.log.warn({ err }, 'blob sweep failed; trying again at the next period')
             : keys.length && this.log.info({ deleted: keys.length }, 'expired blobs deleted'),
       });
+    if (this.cfg.WORKER_MAX_IN_FLIGHT_PER_PARTITION >= this.cfg.WORKER_MAX_CONCURRENT_HANDLERS)
+      this.log.warn(
+        {
+          WORKER_MAX_IN_FLIGHT_PER_PARTITION: this.cfg.WORKER_MAX_IN_FLIGHT_PER_PARTITION,
+          WORKER_MAX_CONCURRENT_HANDLERS: this.cfg.WORKER_MAX_CONCURRENT_HANDLERS,
+        },
+        'one partition can hold every handler slot: a partition whose handlers hang stalls the others (set the per-partition bound lower)',
+      );
     const executor = new TaskExecutor({
       codec,
       producer: this.producer,

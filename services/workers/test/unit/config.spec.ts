@@ -49,6 +49,24 @@ describe('worker configuration', () => {
     expect(err!.retryable).toBe(false);
   });
 
+  it('bounds handlers by WORKER_MAX_CONCURRENT_HANDLERS, else by a WORKER_MAX_IN_FLIGHT that is set (as before the setting), else 128', () => {
+    const d = loadWorkerConfig(base);
+    expect(d.WORKER_MAX_CONCURRENT_HANDLERS).toBe(128);
+    // The defaults keep one partition from holding every handler slot.
+    expect(d.WORKER_MAX_IN_FLIGHT_PER_PARTITION).toBeLessThan(d.WORKER_MAX_CONCURRENT_HANDLERS);
+    expect(d.WORKER_MAX_IN_FLIGHT).toBeGreaterThan(d.WORKER_MAX_CONCURRENT_HANDLERS);
+    expect(loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT: '1000' }).WORKER_MAX_CONCURRENT_HANDLERS).toBe(
+      1000,
+    );
+    expect(
+      loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT: '1000', WORKER_MAX_CONCURRENT_HANDLERS: '50' })
+        .WORKER_MAX_CONCURRENT_HANDLERS,
+    ).toBe(50);
+    expect(
+      loadWorkerConfig({ ...base, WORKER_MAX_CONCURRENT_HANDLERS: ' ' }).WORKER_MAX_CONCURRENT_HANDLERS,
+    ).toBe(128);
+  });
+
   it('keeps heartbeats well inside the session timeout', () => {
     expect(() =>
       loadWorkerConfig({ ...base, WORKER_SESSION_TIMEOUT_MS: '6000', WORKER_HEARTBEAT_INTERVAL_MS: '3000' }),
