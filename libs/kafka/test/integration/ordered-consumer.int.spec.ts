@@ -75,6 +75,45 @@ describe('the ordered consumer', () => {
     });
   });
 
+  it('a message given up because the consumer stops holds back the rest of its key: none of them runs, none is committed', async () => {
+    const [topic] = await ns.createTopics({ name: 'drain-order', numPartitions: 1 });
+    await produce(topic, [
+      { key: 'k', value: 'first' },
+      { key: 'k', value: 'second' },
+      { key: 'other', value: 'free' },
+    ]);
+    const groupId = ns.groupId('drain-order');
+    const ran: string[] = [];
+    const firstStarted = new Collector<true>();
+    let giveUp: (e: Error) => void = () => undefined;
+    const c = new OrderedConsumer({
+      kafka: ns.kafka,
+      groupId,
+      topics: [topic],
+      logger,
+      handle: async (m, hc) => {
+        const v = m.value!.toString();
+        if (v === 'first') {
+          firstStarted.push(true);
+          // Fails once the consumer drains, as a task whose handler had not started does.
+          await new Promise<void>((_, reject) => {
+            giveUp = reject;
+            hc.draining.addEventListener('abort', () => reject(hc.draining.reason), { once: true });
+          });
+        }
+        ran.push(v);
+      },
+    });
+    await c.start();
+    await firstStarted.wait(1, 30_000);
+    await eventually('the other key to run', () => ran.includes('free'));
+    await c.stop(5_000);
+    giveUp(new Error('unused'));
+    // The second record of key k never ran ahead of the first, and nothing of key k was committed.
+    expect(ran).toEqual(['free']);
+    expect(await committed(groupId, topic)).toBe(0);
+  });
+
   it("fetches a partition's next record while its current batch runs, and starts it once that batch is done, in order", async () => {
     // The record a workflow's next step sends to the same partition must not wait for a fetch that left the
     // partition out because its previous batch was running (issue 12, latency).

@@ -69,7 +69,7 @@ describe('handler slots and other partitions, with the default bounds', () => {
 
 describe('handler slots at shutdown', () => {
   const h = new WorkerHarness('handler-drain');
-  beforeAll(() => h.setup(['slow'], 1));
+  beforeAll(() => h.setup(['slow', 'flaky'], 1));
   afterAll(() => h.teardown());
 
   it('tasks waiting for a handler slot when SIGTERM comes do not start; they run once each after a restart', async () => {
@@ -102,5 +102,30 @@ describe('handler slots at shutdown', () => {
       'select idempotency_key, count(*) n from {t}_exec group by idempotency_key',
     );
     expect(effects.map((e) => Number(e.n))).toEqual(commands.map(() => 1));
+  });
+
+  it('a task in its retry backoff when SIGTERM comes still gets its next attempt during the drain', async () => {
+    const w = await h.startWorker({
+      WORKER_RETRY_INITIAL_MS: '1500',
+      WORKER_RETRY_MAX_MS: '1500',
+      WORKER_DRAIN_DEADLINE_MS: '20000',
+    });
+    const cmd = h.command('flaky', 'retry-at-stop', { failTimes: 1 }, { maxAttempts: 3 });
+    await h.send([cmd]);
+    const attempts = () =>
+      h.rows<{ attempt: number }>('select attempt from {t}_attempt where idempotency_key = $1', [
+        cmd.idempotencyKey,
+      ]);
+    await eventually('the first attempt to fail', async () => (await attempts()).length >= 1, {
+      timeoutMs: 30_000,
+    });
+    w.kill('SIGTERM');
+    expect(await w.exited).toBe(0);
+    // Attempt 2 ran in the draining process and completed the step: attempts are not reset by a restart.
+    expect((await attempts()).map((a) => a.attempt).sort()).toEqual([1, 2]);
+    const r = await eventually('its result', () =>
+      h.results.items.find((x) => x.value.idempotencyKey === cmd.idempotencyKey),
+    );
+    expect(r!.event).toBe('TaskCompleted');
   });
 });
