@@ -55,6 +55,9 @@ class BatchFailedError extends KeyflowError {
   }
 }
 
+/** The start of every key's chain in a batch: nothing before it was given up. */
+const HANDLED = Promise.resolve(true);
+
 /** `topic:partition` back to its parts (topic names may hold ':' in a prefix; the partition never does). */
 const splitTp = (tp: string): [string, number] => {
   const i = tp.lastIndexOf(':');
@@ -188,7 +191,7 @@ export interface ConsumerStats {
  *   per partition (the running batch and the one waiting), and other partitions keep flowing.
  * - Only the contiguous completed prefix is committed (next offset to read), and only for a partition this member
  *   owns in the current generation, never during a rebalance. A handler rejection is retried with backoff and
- *   never skipped. After a rebalance, a partition whose old batch is still running stays paused until it is done;
+ *   never skipped (once stop() is called it is given up instead, with the rest of its key, uncommitted). After a rebalance, a partition whose old batch is still running stays paused until it is done;
  *   a revoked partition's in-flight work finishes without commit (its new owner redelivers it, and the
  *   idempotency lease keeps the two from running one task at once).
  * - The member heartbeats while batches run, so a handler longer than the session timeout causes no rebalance.
@@ -260,6 +263,8 @@ export class OrderedConsumer {
     this.processSlots = new Semaphore(this.o.maxInFlight);
     // One listener per batch in progress (one per assigned partition at most), each removed when its batch ends.
     setMaxListeners(0, this.stopController.signal);
+    // One listener per task waiting for a slot of its own (e.g. the worker's handler slots), each removed when it ends.
+    setMaxListeners(0, this.drainController.signal);
     this.quarantine = new PartitionQuarantine({
       component: this.o.component,
       logger: this.o.logger,
@@ -538,7 +543,7 @@ export class OrderedConsumer {
     const tp = `${batch.topic}:${batch.partition}`;
     const tracker = new OffsetTracker(messages.map((m) => m.offset));
     const partitionSlots = new Semaphore(this.o.maxInFlightPerPartition);
-    const chains = new Map<string, Promise<void>>();
+    const chains = new Map<string, Promise<boolean>>();
     let lastCommit = Date.now();
     let committing: Promise<void> = Promise.resolve();
 
@@ -601,13 +606,17 @@ export class OrderedConsumer {
           headers: m.headers ?? {},
           timestamp: m.timestamp,
         };
-        // A null key has no order to keep: it gets a chain of its own.
+        // A null key has no order to keep: it gets a chain of its own. Each link resolves true when its message was
+        // handled; a message given up (the consumer stops, the partition is lost) gives up the rest of its key, so
+        // none of them runs ahead of it.
         const key = m.key ? m.key.toString('latin1') : `\u0000offset:${m.offset}`;
-        const previous = chains.get(key) ?? Promise.resolve();
-        const run = previous.then(async () => {
+        const previous = chains.get(key) ?? HANDLED;
+        const run = previous.then(async (handledBefore) => {
           try {
+            if (!handledBefore) return false;
             const done = await this.handleWithRetry(message, tp, lost, signal);
             if (done && tracker.complete(m.offset) !== undefined) await commit(false);
+            return done;
           } finally {
             this.inFlight--;
             partitionSlots.release();

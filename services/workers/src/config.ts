@@ -33,9 +33,13 @@ const Schema = z.object({
   WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(512),
   /**
    * The same, per partition. Kept below WORKER_MAX_CONCURRENT_HANDLERS, so that a partition whose handlers hang never
-   * holds every handler slot (the worker warns at startup when it does not).
+   * holds every handler slot (the worker warns at startup when it does not). Unset: half the handler slots, at most
+   * 64.
    */
-  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.coerce.number().int().min(1).default(64),
+  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.preprocess(
+    (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
+    z.coerce.number().int().min(1).optional(),
+  ),
   /**
    * Handler calls running at once, per process (what downstream systems see). A task waiting for a slot holds its
    * lease, and its attempt timeout starts when its handler does. Unset: WORKER_MAX_IN_FLIGHT when that is set (it
@@ -77,10 +81,11 @@ const Schema = z.object({
 
 export type WorkerConfig = Omit<
   z.infer<typeof Schema>,
-  'WORKER_GROUP_ID' | 'WORKER_MAX_CONCURRENT_HANDLERS'
+  'WORKER_GROUP_ID' | 'WORKER_MAX_CONCURRENT_HANDLERS' | 'WORKER_MAX_IN_FLIGHT_PER_PARTITION'
 > & {
   WORKER_GROUP_ID: string;
   WORKER_MAX_CONCURRENT_HANDLERS: number;
+  WORKER_MAX_IN_FLIGHT_PER_PARTITION: number;
   brokers: string[];
   taskTypes: string[];
   kafkaSecurity: KafkaSecurity;
@@ -90,6 +95,8 @@ export type WorkerConfig = Omit<
 
 /** Handler calls at once when neither WORKER_MAX_CONCURRENT_HANDLERS nor WORKER_MAX_IN_FLIGHT is set. */
 const DEFAULT_MAX_CONCURRENT_HANDLERS = 128;
+/** Largest default of WORKER_MAX_IN_FLIGHT_PER_PARTITION (otherwise half the handler slots). */
+const MAX_DEFAULT_IN_FLIGHT_PER_PARTITION = 64;
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
 export class WorkerConfigError extends SettingsError {
@@ -118,16 +125,20 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     throw new WorkerConfigError([
       `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,
     ]);
+  const handlers =
+    c.WORKER_MAX_CONCURRENT_HANDLERS ??
+    (unsetWhenEmpty.parse(env.WORKER_MAX_IN_FLIGHT) === undefined
+      ? DEFAULT_MAX_CONCURRENT_HANDLERS
+      : c.WORKER_MAX_IN_FLIGHT);
   const connections = connectionSettingsFromEnv(env, c.REDIS_URL);
   if ('issues' in connections) throw new WorkerConfigError(connections.issues);
   return {
     ...c,
     WORKER_GROUP_ID: c.WORKER_GROUP_ID ?? defaultGroupId('workers', c.KEYFLOW_TOPIC_PREFIX),
-    WORKER_MAX_CONCURRENT_HANDLERS:
-      c.WORKER_MAX_CONCURRENT_HANDLERS ??
-      (unsetWhenEmpty.parse(env.WORKER_MAX_IN_FLIGHT) === undefined
-        ? DEFAULT_MAX_CONCURRENT_HANDLERS
-        : c.WORKER_MAX_IN_FLIGHT),
+    WORKER_MAX_CONCURRENT_HANDLERS: handlers,
+    WORKER_MAX_IN_FLIGHT_PER_PARTITION:
+      c.WORKER_MAX_IN_FLIGHT_PER_PARTITION ??
+      Math.max(1, Math.min(MAX_DEFAULT_IN_FLIGHT_PER_PARTITION, Math.floor(handlers / 2))),
     ...connections,
     redis: connections.redis!, // REDIS_URL is required above
     brokers: c.KAFKA_BROKERS.split(',')

@@ -184,7 +184,8 @@ export class TaskExecutor {
   }
 
   /**
-   * Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place).
+   * Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place), or
+   * when the consumer drains before the task's handler started (ConsumerStoppingError: given up, redelivered).
    *
    * Messages handed over in one turn of the event loop (the ordered consumer dispatches a fetched batch's messages,
    * up to its in-flight bounds, in one turn) are handled as a wave: decoded without a turn each, one begin script
@@ -549,7 +550,8 @@ export class TaskExecutor {
     let handlerMs = 0;
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
-      await this.handlerSlot(stop, draining);
+      // Draining stops only a task whose handler has not run yet; one between attempts goes on as before.
+      await this.handlerSlot(stop, attempt === 1 ? draining : undefined);
       // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
       // soon as the handler settles (before any backoff), at most once.
       let holding = true;
@@ -659,19 +661,28 @@ export class TaskExecutor {
 
   /**
    * Takes a handler slot (ExecutorOptions.maxConcurrentHandlers), without a turn when one is free. Rejects, taking
-   * none, when the attempts stop (shutdown deadline, revocation, a lost lease: their reason) or the consumer is
-   * draining (ConsumerStoppingError: a handler not started by then does not start, and the message is redelivered),
-   * also while waiting in line.
+   * none, when the attempts stop (shutdown deadline, revocation, a lost lease: their reason) or, given `draining`,
+   * when the consumer drains (ConsumerStoppingError: a handler not started by then does not start, and the message
+   * is redelivered), also while waiting in line; once a slot is granted, re-checks the same before the handler runs.
    */
-  private async handlerSlot(stop: AttemptSignals, draining: AbortSignal): Promise<void> {
-    if (stop.stopped) throw stop.reason ?? new Error('stopping');
-    draining.throwIfAborted();
+  private async handlerSlot(stop: AttemptSignals, draining?: AbortSignal): Promise<void> {
+    const check = () => {
+      if (stop.stopped) throw stop.reason ?? new Error('stopping');
+      draining?.throwIfAborted();
+    };
+    check();
     if (this.handlerSlots.tryAcquire()) return;
-    const link = linkSignals([stop.next().signal, draining]);
+    const link = linkSignals(draining ? [stop.next().signal, draining] : [stop.next().signal]);
     try {
       await this.handlerSlots.acquire(link.signal);
     } finally {
       link.dispose();
+    }
+    try {
+      check(); // granted in a turn where the attempts stopped or the drain began
+    } catch (e) {
+      this.handlerSlots.release();
+      throw e;
     }
   }
 

@@ -58,6 +58,19 @@ describe('worker configuration', () => {
     expect(loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT: '1000' }).WORKER_MAX_CONCURRENT_HANDLERS).toBe(
       1000,
     );
+    // Unset, the per-partition bound is half the handler slots (at most 64), so one partition never holds them all.
+    expect(d.WORKER_MAX_IN_FLIGHT_PER_PARTITION).toBe(64);
+    const small = loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT: '48' });
+    expect([small.WORKER_MAX_CONCURRENT_HANDLERS, small.WORKER_MAX_IN_FLIGHT_PER_PARTITION]).toEqual([
+      48, 24,
+    ]);
+    expect(
+      loadWorkerConfig({ ...base, WORKER_MAX_CONCURRENT_HANDLERS: '1' }).WORKER_MAX_IN_FLIGHT_PER_PARTITION,
+    ).toBe(1);
+    expect(
+      loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT_PER_PARTITION: '200' })
+        .WORKER_MAX_IN_FLIGHT_PER_PARTITION,
+    ).toBe(200);
     expect(
       loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT: '1000', WORKER_MAX_CONCURRENT_HANDLERS: '50' })
         .WORKER_MAX_CONCURRENT_HANDLERS,
