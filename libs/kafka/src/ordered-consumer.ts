@@ -191,9 +191,10 @@ export interface ConsumerStats {
  *   per partition (the running batch and the one waiting), and other partitions keep flowing.
  * - Only the contiguous completed prefix is committed (next offset to read), and only for a partition this member
  *   owns in the current generation, never during a rebalance. A handler rejection is retried with backoff and
- *   never skipped (once stop() is called it is given up instead, with the rest of its key, uncommitted). After a rebalance, a partition whose old batch is still running stays paused until it is done;
- *   a revoked partition's in-flight work finishes without commit (its new owner redelivers it, and the
- *   idempotency lease keeps the two from running one task at once).
+ *   never skipped (once stop() is called it is given up instead, with the rest of its key, uncommitted). After a
+ *   rebalance, a partition whose old batch is still running stays paused until it is done; a revoked partition's
+ *   in-flight work finishes without commit (its new owner redelivers it, and the idempotency lease keeps the two
+ *   from running one task at once).
  * - The member heartbeats while batches run, so a handler longer than the session timeout causes no rebalance.
  * - stop(deadlineMs) stops taking batches, aborts each handler's `draining` signal (work not started yet stays
  *   unstarted; a handler rejecting from then on is not retried in place), lets in-flight work finish until the
