@@ -134,4 +134,4 @@ export { connectionSettingsFromEnv, type ConnectionSettings } from './connection
  */
 export { CompressionTypes, KafkaJSError, Partitioners } from 'kafkajs';
 export type { Consumer, EachBatchPayload, IHeaders, Kafka, Message, Producer } from 'kafkajs';
-export { unsetWhenEmpty } from './settings';
+export { blankAsUnset, unsetWhenEmpty } from './settings';

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import {
   connectionSettingsFromEnv,
   defaultGroupId,
+  blankAsUnset,
   unsetWhenEmpty,
   type KafkaSecurity,
 } from '@keyflow/kafka';
@@ -28,27 +29,21 @@ const Schema = z.object({
    * Commands dispatched and not yet answered, per process: waiting for a handler slot, running, or waiting for their
    * completion record and result to be acknowledged. Bounds the commands and results held in memory (at most this
    * many results, each under half of max.message.bytes) and the leases held. Deep enough that the Redis and produce
-   * round trips do not set the pace (BENCHMARKS.md "Workers", 2026-12-03 08:00-08:20 UTC).
+   * round trips do not set the pace (BENCHMARKS.md "Workers", 2026-12-03 08:00-08:20 UTC). Unset: 512.
    */
-  WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).default(512),
+  WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).optional(),
   /**
    * The same, per partition. Kept below WORKER_MAX_CONCURRENT_HANDLERS, so that a partition whose handlers hang never
    * holds every handler slot (the worker warns at startup when it does not). Unset: half the handler slots, at most
    * 64.
    */
-  WORKER_MAX_IN_FLIGHT_PER_PARTITION: z.preprocess(
-    (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
-    z.coerce.number().int().min(1).optional(),
-  ),
+  WORKER_MAX_IN_FLIGHT_PER_PARTITION: blankAsUnset(z.coerce.number().int().min(1)),
   /**
    * Handler calls running at once, per process (what downstream systems see). A task waiting for a slot holds its
    * lease, and its attempt timeout starts when its handler does. Unset: WORKER_MAX_IN_FLIGHT when that is set (it
    * bounded handlers before this setting existed), else 128.
    */
-  WORKER_MAX_CONCURRENT_HANDLERS: z.preprocess(
-    (v) => (typeof v === 'string' && v.trim() === '' ? undefined : v),
-    z.coerce.number().int().min(1).optional(),
-  ),
+  WORKER_MAX_CONCURRENT_HANDLERS: blankAsUnset(z.coerce.number().int().min(1)),
   WORKER_PARTITIONS_CONCURRENTLY: z.coerce.number().int().min(1).default(4),
   /**
    * Longest a task fetch waits at the broker, in ms. A partition paused while its batch runs is left out of the fetch
@@ -81,9 +76,13 @@ const Schema = z.object({
 
 export type WorkerConfig = Omit<
   z.infer<typeof Schema>,
-  'WORKER_GROUP_ID' | 'WORKER_MAX_CONCURRENT_HANDLERS' | 'WORKER_MAX_IN_FLIGHT_PER_PARTITION'
+  | 'WORKER_GROUP_ID'
+  | 'WORKER_MAX_IN_FLIGHT'
+  | 'WORKER_MAX_CONCURRENT_HANDLERS'
+  | 'WORKER_MAX_IN_FLIGHT_PER_PARTITION'
 > & {
   WORKER_GROUP_ID: string;
+  WORKER_MAX_IN_FLIGHT: number;
   WORKER_MAX_CONCURRENT_HANDLERS: number;
   WORKER_MAX_IN_FLIGHT_PER_PARTITION: number;
   brokers: string[];
@@ -93,6 +92,8 @@ export type WorkerConfig = Omit<
   redis: RedisConnection;
 };
 
+/** Commands in flight per process when WORKER_MAX_IN_FLIGHT is unset. */
+const DEFAULT_MAX_IN_FLIGHT = 512;
 /** Handler calls at once when neither WORKER_MAX_CONCURRENT_HANDLERS nor WORKER_MAX_IN_FLIGHT is set. */
 const DEFAULT_MAX_CONCURRENT_HANDLERS = 128;
 /** Largest default of WORKER_MAX_IN_FLIGHT_PER_PARTITION (otherwise half the handler slots). */
@@ -126,15 +127,13 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
       `WORKER_HEARTBEAT_INTERVAL_MS (${c.WORKER_HEARTBEAT_INTERVAL_MS}) must be at most a third of WORKER_SESSION_TIMEOUT_MS`,
     ]);
   const handlers =
-    c.WORKER_MAX_CONCURRENT_HANDLERS ??
-    (unsetWhenEmpty.parse(env.WORKER_MAX_IN_FLIGHT) === undefined
-      ? DEFAULT_MAX_CONCURRENT_HANDLERS
-      : c.WORKER_MAX_IN_FLIGHT);
+    c.WORKER_MAX_CONCURRENT_HANDLERS ?? c.WORKER_MAX_IN_FLIGHT ?? DEFAULT_MAX_CONCURRENT_HANDLERS;
   const connections = connectionSettingsFromEnv(env, c.REDIS_URL);
   if ('issues' in connections) throw new WorkerConfigError(connections.issues);
   return {
     ...c,
     WORKER_GROUP_ID: c.WORKER_GROUP_ID ?? defaultGroupId('workers', c.KEYFLOW_TOPIC_PREFIX),
+    WORKER_MAX_IN_FLIGHT: c.WORKER_MAX_IN_FLIGHT ?? DEFAULT_MAX_IN_FLIGHT,
     WORKER_MAX_CONCURRENT_HANDLERS: handlers,
     WORKER_MAX_IN_FLIGHT_PER_PARTITION:
       c.WORKER_MAX_IN_FLIGHT_PER_PARTITION ??

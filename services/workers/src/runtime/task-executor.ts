@@ -553,17 +553,19 @@ export class TaskExecutor {
       // Draining stops only a task whose handler has not run yet; one between attempts goes on as before.
       await this.handlerSlot(stop, attempt === 1 ? draining : undefined);
       // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
-      // soon as the handler settles (before any backoff), at most once.
+      // soon as the handler settles (before any backoff), at most once, and the handler's time is counted then.
       let holding = true;
+      let handlerStarted = 0;
       const release = () => {
-        if (holding) this.handlerSlots.release();
+        if (!holding) return;
         holding = false;
+        this.handlerSlots.release();
+        if (handlerStarted > 0) handlerMs += Date.now() - handlerStarted;
       };
       let attemptSignal: AttemptSignal | undefined;
       let end: (() => void) | undefined;
       let attemptSpan = UNRECORDED_SPAN;
       let handlerSpan = UNRECORDED_SPAN;
-      let handlerStarted = 0;
       try {
         // The attempt's timeout and spans start with its handler, not with its wait for a slot.
         attemptSignal = stop.attempt(
@@ -611,7 +613,6 @@ export class TaskExecutor {
             },
           }),
         );
-        handlerMs += Date.now() - handlerStarted;
         release();
         // Serialised here, so an output JSON cannot hold fails this attempt (not retried) instead of the record.
         const output = outputJson(result, cmd.idempotencyKey);
@@ -620,7 +621,6 @@ export class TaskExecutor {
         counters.completed.inc();
         return { kind: 'completed' as const, output, durationMs: handlerMs };
       } catch (raw) {
-        if (holding && handlerStarted > 0) handlerMs += Date.now() - handlerStarted;
         release();
         end?.();
         failSpan(handlerSpan, raw);
