@@ -88,7 +88,9 @@ function connect(source: Readable, through: Duplex): Duplex {
  */
 export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
   const text = connect(createReadStream(path), markInvalidUtf8());
-  const items = connect(text, streamArray.withParserAsStream());
+  // Packed values only (no per-chunk string, key and number tokens): StreamArray assembles packed values, and
+  // the parser emits about a third of the tokens (stream-json's Parser options, "streamValues").
+  const items = connect(text, streamArray.withParserAsStream({ streamValues: false }));
   let count = 0;
   try {
     for await (const item of items as AsyncIterable<StreamArrayModule.StreamArrayItem>) {
@@ -132,10 +134,11 @@ function screen(record: RawRecord, where: string): RawRecord {
     } else if (Array.isArray(value)) {
       value.forEach(visit);
     } else if (typeof value === 'object' && value !== null) {
-      for (const [k, v] of Object.entries(value)) {
+      // for...in over a parsed object: own enumerable keys only (JSON.parse and stream-json make plain objects).
+      for (const k in value) {
         if (nulKey === undefined && k.includes('\u0000')) nulKey = k;
         visit(k);
-        visit(v);
+        visit((value as Record<string, unknown>)[k]);
       }
     }
   };
