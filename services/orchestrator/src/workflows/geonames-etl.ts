@@ -42,7 +42,7 @@ export const geonamesEtl = workflow('geonames-etl', 1, { input: geonamesEtlInput
     items: (c) => c.outputs.dedupe.chunks,
     input: (chunk, _index, c) => ({ ...chunk, sink: c.input.sink }),
     entityKey: (_chunk, index, c) => `${c.runId}/${index}`,
-    concurrency: 4,
+    concurrency: 16,
     timeoutMs: 120_000,
   })
   .task('report', etlReport, {
