@@ -92,15 +92,34 @@ export const blobJson = {
     records: readonly unknown[],
     opts?: PutOptions,
   ): Promise<string> {
-    const text = records.map((r) => JSON.stringify(r)).join('\n') + (records.length ? '\n' : '');
-    return (await store.put(key, text, opts)).ref;
+    return blobJson.putLineTexts(
+      store,
+      key,
+      records.map((r) => JSON.stringify(r)),
+      opts,
+    );
   },
   async getLines<T>(store: BlobStore, ref: string): Promise<T[]> {
+    return (await blobJson.getLineTexts(store, ref)).map((l) => JSON.parse(l) as T);
+  },
+  /**
+   * The lines of a JSON Lines blob as text, not parsed (empty lines left out): to keep some records as they were
+   * written, byte for byte, without stringifying them again (`putLineTexts`).
+   */
+  async getLineTexts(store: BlobStore, ref: string): Promise<string[]> {
     return (await store.get(ref))
       .toString('utf8')
       .split('\n')
-      .filter((l) => l.length > 0)
-      .map((l) => JSON.parse(l) as T);
+      .filter((l) => l.length > 0);
+  },
+  /** Writes lines read with `getLineTexts` (each one JSON text without a newline) as a JSON Lines blob. */
+  async putLineTexts(
+    store: BlobStore,
+    key: string,
+    lines: readonly string[],
+    opts?: PutOptions,
+  ): Promise<string> {
+    return (await store.put(key, lines.join('\n') + (lines.length ? '\n' : ''), opts)).ref;
   },
 };
 

@@ -175,7 +175,11 @@ export class EtlHandlers {
     };
   }
 
-  /** Removes records whose natural key an earlier chunk already had (chunks in index order), and counts per country and region. */
+  /**
+   * Removes records whose natural key an earlier chunk already had (chunks in index order), and counts per country
+   * and region. A chunk that loses nothing keeps its transform blob (the load reads that one); a chunk that does
+   * is written again with its kept lines as they were, so no record is stringified twice.
+   */
   @TaskHandler(etlDedupe)
   async dedupe(
     @Payload() input: ParsedTaskInputOf<typeof etlDedupe>,
@@ -187,24 +191,29 @@ export class EtlHandlers {
     const byRegion: Record<string, number> = {};
     let cross = 0;
     for (const c of [...input.chunks].sort((a, b) => a.index - b.index)) {
-      const records = await blobJson.getLines<EnrichedCity>(this.blobs, c.ref);
-      const unique = records.filter((r) => {
+      const lines = await blobJson.getLineTexts(this.blobs, c.ref);
+      const kept: string[] = [];
+      for (const line of lines) {
+        const r = JSON.parse(line) as EnrichedCity;
         const k = naturalKey(r);
-        if (seen.has(k)) return false;
+        if (seen.has(k)) continue;
         seen.add(k);
-        return true;
-      });
-      cross += records.length - unique.length;
-      for (const r of unique) {
+        kept.push(line);
         byCountry[r.country] = (byCountry[r.country] ?? 0) + 1;
         const region = regionLabel(r.region);
         byRegion[region] = (byRegion[region] ?? 0) + 1;
       }
-      const r = await this.putLines(
-        `runs/${ctx.runId}/unique/chunk-${String(c.index).padStart(5, '0')}.jsonl`,
-        unique,
-      );
-      chunks.push({ index: c.index, ref: r, count: unique.length });
+      cross += lines.length - kept.length;
+      const ref =
+        kept.length === lines.length
+          ? c.ref
+          : await blobJson.putLineTexts(
+              this.blobs,
+              `runs/${ctx.runId}/unique/chunk-${String(c.index).padStart(5, '0')}.jsonl`,
+              kept,
+              etlBlob(),
+            );
+      chunks.push({ index: c.index, ref, count: kept.length });
     }
     const statsRef = await this.putJson(`runs/${ctx.runId}/unique/counts.json`, {
       byCountry: sortKeys(byCountry),
