@@ -126,6 +126,28 @@ describe('readers', () => {
     expect(top.error).toBeInstanceOf(InputParseError);
   });
 
+  // The parser packs whole values (streamValues: false): a top-level string or number would be read whole into
+  // memory before "not an array" was noticed, so the reader looks at the first byte itself.
+  it('a JSON file whose top level is a string or a number is refused at its first value, unread', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'etl-readers-'));
+    try {
+      for (const [name, text, kind] of [
+        ['string.json', ` \n"${'a'.repeat(1 << 20)}`, 'a string'], // never closed: read whole, a syntax error
+        ['number.json', `-${'9'.repeat(1 << 20)}x`, 'a number'],
+      ] as const) {
+        writeFileSync(join(dir, name), text);
+        const top = await collectUntilError(readRecords(join(dir, name)));
+        expect(top.items).toHaveLength(0);
+        expect(top.error).toBeInstanceOf(InputParseError);
+        expect((top.error as Error).message).toMatch(
+          `the top-level value is ${kind}, not an array of objects`,
+        );
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('rejects a JSON line that is valid JSON but not an object', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'etl-readers-'));
     try {
