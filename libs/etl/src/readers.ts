@@ -1,4 +1,5 @@
 import { createReadStream } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { extname } from 'node:path';
 import { pipeline, type Duplex, type Readable } from 'node:stream';
 import { parse as parseCsv, CsvError } from 'csv-parse';
@@ -87,6 +88,8 @@ function connect(source: Readable, through: Duplex): Duplex {
  * `unreadable`), with the byte offset of the first bad byte in the file.
  */
 export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
+  const scalar = await topLevelScalar(path);
+  if (scalar) throw new InputParseError(path, 1, `the top-level value is ${scalar}, not an array of objects`);
   const text = connect(createReadStream(path), markInvalidUtf8());
   // Packed values only (no per-chunk string, key and number tokens): StreamArray assembles packed values, and
   // the parser emits about a third of the tokens (stream-json's Parser options, "streamValues").
@@ -117,6 +120,34 @@ export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
   }
 }
 
+/** How many leading bytes `topLevelScalar` looks at for the first value (after JSON whitespace). */
+const FIRST_VALUE_SCAN_BYTES = 64 * 1024;
+
+/**
+ * 'a string' or 'a number' when the file's first value (after JSON whitespace, RFC 8259 section 2) starts like
+ * one, else undefined (an array, an object, anything else: the parser decides). The parser packs whole values, so
+ * it would read such a top-level value to its end, into memory, before StreamArray refuses it.
+ */
+async function topLevelScalar(path: string): Promise<string | undefined> {
+  const file = await open(path, 'r');
+  try {
+    const { buffer, bytesRead } = await file.read(
+      Buffer.alloc(FIRST_VALUE_SCAN_BYTES),
+      0,
+      FIRST_VALUE_SCAN_BYTES,
+      0,
+    );
+    for (const byte of buffer.subarray(0, bytesRead)) {
+      if (byte === 0x20 || byte === 0x09 || byte === 0x0a || byte === 0x0d) continue;
+      if (byte === 0x22) return 'a string';
+      return byte === 0x2d || (byte >= 0x30 && byte <= 0x39) ? 'a number' : undefined;
+    }
+    return undefined;
+  } finally {
+    await file.close();
+  }
+}
+
 /**
  * `record` as parsed from JSON, or a stand-in for its reject: a key holding a NUL is NUL_CHARACTER (and so no
  * input can forge a stand-in); a string (key or value, at any depth) that is not well-formed Unicode is
@@ -134,8 +165,8 @@ function screen(record: RawRecord, where: string): RawRecord {
     } else if (Array.isArray(value)) {
       value.forEach(visit);
     } else if (typeof value === 'object' && value !== null) {
-      // for...in over a parsed object: own enumerable keys only (JSON.parse and stream-json make plain objects).
-      for (const k in value) {
+      // Own keys only, as Object.entries did, without its array of pairs per object.
+      for (const k of Object.keys(value)) {
         if (nulKey === undefined && k.includes('\u0000')) nulKey = k;
         visit(k);
         visit((value as Record<string, unknown>)[k]);
