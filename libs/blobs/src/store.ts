@@ -100,19 +100,19 @@ export const blobJson = {
     );
   },
   async getLines<T>(store: BlobStore, ref: string): Promise<T[]> {
-    return (await blobJson.getLineTexts(store, ref)).map((l) => JSON.parse(l) as T);
+    return blobJson.lines(await store.get(ref)).map((l) => JSON.parse(l) as T);
   },
   /**
-   * The lines of a JSON Lines blob as text, not parsed (empty lines left out): to keep some records as they were
-   * written, byte for byte, without stringifying them again (`putLineTexts`).
+   * The lines of JSON Lines bytes (a blob's, from `store.get`) as text, not parsed, empty lines left out: to keep
+   * some records as they were written, byte for byte, without stringifying them again (`putLineTexts`).
    */
-  async getLineTexts(store: BlobStore, ref: string): Promise<string[]> {
-    return (await store.get(ref))
+  lines(bytes: Buffer): string[] {
+    return bytes
       .toString('utf8')
       .split('\n')
       .filter((l) => l.length > 0);
   },
-  /** Writes lines read with `getLineTexts` (each one JSON text without a newline) as a JSON Lines blob. */
+  /** Writes lines split by `lines` (each one JSON text without a newline) as a JSON Lines blob. */
   async putLineTexts(
     store: BlobStore,
     key: string,

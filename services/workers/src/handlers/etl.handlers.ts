@@ -177,8 +177,9 @@ export class EtlHandlers {
 
   /**
    * Removes records whose natural key an earlier chunk already had (chunks in index order), and counts per country
-   * and region. A chunk that loses nothing keeps its transform blob (the load reads that one); a chunk that does
-   * is written again with its kept lines as they were, so no record is stringified twice.
+   * and region. Each chunk's unique records are written as a blob of this step (its expiry counts from now: the
+   * retention rule of `etlBlob`), from the bytes read: the same bytes when the chunk loses nothing, its kept lines
+   * as they were otherwise, so no record is stringified again.
    */
   @TaskHandler(etlDedupe)
   async dedupe(
@@ -191,7 +192,8 @@ export class EtlHandlers {
     const byRegion: Record<string, number> = {};
     let cross = 0;
     for (const c of [...input.chunks].sort((a, b) => a.index - b.index)) {
-      const lines = await blobJson.getLineTexts(this.blobs, c.ref);
+      const bytes = await this.blobs.get(c.ref);
+      const lines = blobJson.lines(bytes);
       const kept: string[] = [];
       for (const line of lines) {
         const r = JSON.parse(line) as EnrichedCity;
@@ -204,15 +206,11 @@ export class EtlHandlers {
         byRegion[region] = (byRegion[region] ?? 0) + 1;
       }
       cross += lines.length - kept.length;
+      const key = `runs/${ctx.runId}/unique/chunk-${String(c.index).padStart(5, '0')}.jsonl`;
       const ref =
         kept.length === lines.length
-          ? c.ref
-          : await blobJson.putLineTexts(
-              this.blobs,
-              `runs/${ctx.runId}/unique/chunk-${String(c.index).padStart(5, '0')}.jsonl`,
-              kept,
-              etlBlob(),
-            );
+          ? (await this.blobs.put(key, bytes, etlBlob())).ref
+          : await blobJson.putLineTexts(this.blobs, key, kept, etlBlob());
       chunks.push({ index: c.index, ref, count: kept.length });
     }
     const statsRef = await this.putJson(`runs/${ctx.runId}/unique/counts.json`, {
