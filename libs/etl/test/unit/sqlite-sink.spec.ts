@@ -5,6 +5,7 @@ import Database from 'better-sqlite3';
 import {
   createSqliteSink,
   loadReferenceData,
+  SinkBusyError,
   processChunk,
   type CitySink,
   type EnrichedCity,
@@ -88,6 +89,42 @@ describe('SQLite sink', () => {
     );
     expect(await sink.count()).toBe(2);
   });
+
+  // Another worker process loading into the same file holds SQLite's single writer lock. better-sqlite3 is
+  // synchronous: a busy wait inside SQLite (busy_timeout) would stop the whole worker (lease renewals, Kafka
+  // heartbeats) for as long as the other writer holds the lock.
+  it("an upsert waiting for another connection's write lock leaves the event loop free, then lands", async () => {
+    const other = new Database(path);
+    other.exec('BEGIN IMMEDIATE');
+    let settled = false;
+    const pending = sink.upsert(cities).finally(() => (settled = true));
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    expect(settled).toBe(false);
+    other.exec('COMMIT');
+    other.close();
+    await expect(pending).resolves.toEqual({ rows: 6, changed: 6 });
+    expect(await sink.count()).toBe(6);
+  }, 40_000);
+
+  it('an upsert still locked out after busyTimeoutMs fails with a retryable SinkBusyError and writes nothing', async () => {
+    const patient = createSqliteSink({ path, table: 'cities', busyTimeoutMs: 300 });
+    const other = new Database(path);
+    other.exec('BEGIN IMMEDIATE');
+    try {
+      const err = await patient.upsert(cities).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(SinkBusyError);
+      expect(err).toMatchObject({ code: 'SINK_BUSY', retryable: true });
+    } finally {
+      other.exec('ROLLBACK');
+      other.close();
+      await patient.close();
+    }
+    expect(await sink.count()).toBe(0);
+  }, 40_000);
 
   it('counts rows per country and region', async () => {
     await sink.upsert(cities);
