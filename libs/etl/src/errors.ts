@@ -1,6 +1,7 @@
 import { KeyflowError } from '@keyflow/errors';
 /** Machine-readable codes of the ETL library's errors. */
-export type EtlErrorCode = 'INPUT_PARSE' | 'UNSUPPORTED_FORMAT' | 'DUPLICATE_COLUMN' | 'EMPTY_COLUMN';
+export type EtlErrorCode =
+  'INPUT_PARSE' | 'UNSUPPORTED_FORMAT' | 'DUPLICATE_COLUMN' | 'EMPTY_COLUMN' | 'SINK_BUSY';
 
 /**
  * The one error base of the ETL library: a stable `code` and whether another attempt can help (`retryable`).
@@ -63,6 +64,26 @@ export class UnsupportedFormatError extends EtlError {
   constructor(readonly path: string) {
     super(
       `cannot tell the input format of ${path} from its extension: use .json, .jsonl, .ndjson or .csv, or pass a format`,
+    );
+  }
+}
+
+/**
+ * A sink's writer lock stayed taken by another connection (another worker process loading the same SQLite file)
+ * for `waitedMs` (the sink's `busyTimeoutMs`), and nothing was written. Retryable: the lock is released when the
+ * other writer commits.
+ */
+export class SinkBusyError extends EtlError {
+  readonly code = 'SINK_BUSY' as const;
+  readonly retryable = true;
+  constructor(
+    readonly table: string,
+    readonly waitedMs: number,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `sink table "${table}": the writer lock stayed taken by another connection for ${waitedMs} ms`,
+      options,
     );
   }
 }

@@ -11,7 +11,7 @@ export type {
   UnreadableRecord,
   ValidRecord,
 } from './types';
-export { EtlError, InputColumnError, InputParseError, UnsupportedFormatError } from './errors';
+export { EtlError, InputColumnError, InputParseError, SinkBusyError, UnsupportedFormatError } from './errors';
 export type { EtlErrorCode } from './errors';
 export { decodeUtf8, markInvalidUtf8, markedOffset } from './encoding';
 export type { Utf8Error, Utf8Result } from './encoding';

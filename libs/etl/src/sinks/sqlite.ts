@@ -1,4 +1,6 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
+import { SinkBusyError } from '../errors';
 import type { EnrichedCity } from '../types';
 import { COLUMNS, TableHasher, checkIdentifier, countsRecord, uniqueRows, type SinkRow } from './rows';
 import type { CitySink, UpsertResult } from './types';
@@ -9,20 +11,40 @@ export interface SqliteSinkOptions {
   readonly path: string;
   /** Table name; default "cities". */
   readonly table?: string;
+  /**
+   * How long, in ms, a write waits for another connection's writer lock before `SinkBusyError`; default
+   * `SQLITE_BUSY_TIMEOUT_MS`.
+   */
+  readonly busyTimeoutMs?: number;
 }
+
+/** Default of `SqliteSinkOptions.busyTimeoutMs`: 30 s. */
+export const SQLITE_BUSY_TIMEOUT_MS = 30_000;
+
+/**
+ * How long one try waits inside SQLite (its busy handler sleeps in the calling thread, which is the event loop):
+ * short, so that a worker keeps renewing its leases and heartbeating while another process writes.
+ */
+const SQLITE_BLOCKING_WAIT_MS = 20;
+/** Backoff between tries, ms: full jitter up to a cap doubling from the first to the last value. */
+const RETRY_FIRST_MS = 5;
+const RETRY_MAX_MS = 200;
 
 /**
  * A `CitySink` over a SQLite file with better-sqlite3 (synchronous calls behind the async interface). The file
- * is opened in WAL mode with synchronous=NORMAL: a committed chunk survives a process crash; a power loss may
+ * is put in WAL mode with synchronous=NORMAL: a committed chunk survives a process crash; a power loss may
  * drop the last chunks, which a re-run upserts again. Call `init()` before the other methods.
+ * Writers of one file take turns (SQLite has one writer lock): a write refused with SQLITE_BUSY is tried again
+ * after a jittered pause that does not block the event loop, for up to `busyTimeoutMs`, then `SinkBusyError`.
  */
 export function createSqliteSink(options: SqliteSinkOptions): CitySink {
   const table = checkIdentifier(options.table ?? 'cities');
   const db = new Database(options.path);
-  db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
-  // Several worker processes may load chunks into one file at once: wait for the writer lock, up to 30 s.
-  db.pragma('busy_timeout = 30000');
+  // Several worker processes may load chunks into one file at once. SQLite's own wait for the writer lock blocks
+  // the thread, so it is kept short; `whenFree` waits the rest between tries, without blocking.
+  db.pragma(`busy_timeout = ${SQLITE_BLOCKING_WAIT_MS}`);
+  const busyTimeoutMs = options.busyTimeoutMs ?? SQLITE_BUSY_TIMEOUT_MS;
   const q = `"${table}"`;
   const data = COLUMNS.slice(1);
 
@@ -39,23 +61,47 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
     return changed;
   });
 
+  /**
+   * Runs `write` (one statement or one `BEGIN IMMEDIATE` transaction, so a busy try has written nothing) until it
+   * is not refused with SQLITE_BUSY, waiting between tries without blocking.
+   * @throws SinkBusyError after `busyTimeoutMs`; any other error of `write` at once.
+   */
+  async function whenFree<T>(write: () => T): Promise<T> {
+    const started = Date.now();
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return write();
+      } catch (err) {
+        if (!isBusy(err)) throw err;
+        const waited = Date.now() - started;
+        if (waited >= busyTimeoutMs) throw new SinkBusyError(table, waited, { cause: err });
+        const cap = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** attempt, busyTimeoutMs - waited);
+        await sleep(Math.random() * cap);
+      }
+    }
+  }
+
   const sink: CitySink = {
     table,
     async init() {
-      db.exec(
-        `CREATE TABLE IF NOT EXISTS ${q} (
+      // Switching a new file to WAL takes the writer lock: another process may be creating the same file.
+      await whenFree(() => db.pragma('journal_mode = WAL'));
+      await whenFree(() =>
+        db.exec(
+          `CREATE TABLE IF NOT EXISTS ${q} (
            natural_key TEXT PRIMARY KEY NOT NULL,
            name TEXT NOT NULL, country TEXT NOT NULL, admin1 TEXT NOT NULL, admin2 TEXT NOT NULL,
            lat REAL NOT NULL, lng REAL NOT NULL,
            country_name TEXT NOT NULL, region TEXT NOT NULL, subregion TEXT NOT NULL, currencies TEXT NOT NULL,
            admin1_name TEXT, admin2_name TEXT
          ) WITHOUT ROWID`,
+        ),
       );
     },
     async upsert(cities: readonly EnrichedCity[]): Promise<UpsertResult> {
       const rows = uniqueRows(cities);
       if (rows.length === 0) return { rows: 0, changed: 0 };
-      return { rows: rows.length, changed: writeAll(rows) };
+      return { rows: rows.length, changed: await whenFree(() => writeAll.immediate(rows)) };
     },
     async count() {
       return (db.prepare(`SELECT count(*) AS n FROM ${q}`).get() as { n: number }).n;
@@ -85,4 +131,13 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
     },
   };
   return sink;
+}
+
+/**
+ * Whether `err` is SQLite's SQLITE_BUSY (or an extended code of it): by its `code`, not `instanceof SqliteError`,
+ * since better-sqlite3's native part keeps the class of the first module instance that loaded it.
+ */
+function isBusy(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
 }
