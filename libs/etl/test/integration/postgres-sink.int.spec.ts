@@ -3,6 +3,9 @@ import {
   chunkRecords,
   createPostgresSink,
   createSqliteSink,
+  POSTGRES_POOL_MAX,
+  POSTGRES_SINK_APPLICATION,
+  PostgresPools,
   loadReferenceData,
   processChunk,
   readDefaultCities,
@@ -96,5 +99,63 @@ describe('PostgreSQL sink', () => {
     expect(await own.count()).toBe(1);
     await own.close();
     expect(await sink.count()).toBe(1);
+  });
+});
+
+describe('PostgreSQL sinks of one process', () => {
+  const admin = new Pool({ connectionString: POSTGRES_URL, max: 1 });
+  const pools = new PostgresPools();
+  const tables: string[] = [];
+  afterAll(async () => {
+    for (const t of tables) await admin.query(`DROP TABLE IF EXISTS "${t}"`);
+    await pools.end();
+    await admin.end();
+  });
+
+  // Two worker processes start loading into a table that does not exist yet: every load's init() runs
+  // CREATE TABLE IF NOT EXISTS at once, which PostgreSQL can refuse with a unique violation on pg_type.
+  it('sinks created at once on a new table all initialise', async () => {
+    const table = `etl_race_${process.pid}_${Date.now().toString(36)}`;
+    tables.push(table);
+    const sinks = Array.from({ length: 8 }, () =>
+      createPostgresSink({ connectionString: POSTGRES_URL, table }),
+    );
+    const settled = await Promise.allSettled(sinks.map((s) => s.init()));
+    await Promise.all(sinks.map((s) => s.close()));
+    expect(settled.filter((r) => r.status === 'rejected')).toEqual([]);
+  });
+
+  it('sixteen loads at once share at most POSTGRES_POOL_MAX connections, named keyflow-etl-sink', async () => {
+    const table = `etl_pool_${process.pid}_${Date.now().toString(36)}`;
+    tables.push(table);
+    const pool = pools.get(POSTGRES_URL);
+    await createPostgresSink({ pool, table }).init();
+    const connections = async () =>
+      Number(
+        (
+          await admin.query<{ n: string }>(
+            `SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()`,
+            [POSTGRES_SINK_APPLICATION],
+          )
+        ).rows[0].n,
+      );
+    let most = 0;
+    let done = false;
+    const loads = Promise.all(
+      Array.from({ length: 16 }, async (_, i) => {
+        const sink = createPostgresSink({ pool: pools.get(POSTGRES_URL), table });
+        try {
+          await sink.upsert(fixtureCities.map((c) => ({ ...c, name: `${c.name} ${i}` })));
+        } finally {
+          await sink.close();
+        }
+      }),
+    ).finally(() => (done = true));
+    while (!done) most = Math.max(most, await connections());
+    await loads;
+    most = Math.max(most, await connections());
+    expect(most).toBeGreaterThan(0);
+    expect(most).toBeLessThanOrEqual(POSTGRES_POOL_MAX);
+    expect(await createPostgresSink({ pool, table }).count()).toBe(16 * fixtureCities.length);
   });
 });
