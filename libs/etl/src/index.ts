@@ -41,6 +41,11 @@ export { COLUMNS, toRow } from './sinks/rows';
 export type { SinkRow } from './sinks/rows';
 export { createSqliteSink } from './sinks/sqlite';
 export type { SqliteSinkOptions } from './sinks/sqlite';
-export { createPostgresSink } from './sinks/postgres';
+export {
+  createPostgresSink,
+  POSTGRES_POOL_MAX,
+  POSTGRES_SINK_APPLICATION,
+  PostgresPools,
+} from './sinks/postgres';
 export type { PostgresSinkOptions } from './sinks/postgres';
 export type { CitySink, UpsertResult } from './sinks/types';

@@ -26,6 +26,50 @@ const TYPES = [
   'text',
 ];
 
+/** Connections of one `PostgresPools` pool: what one worker process opens to one database, ETL loads included. */
+export const POSTGRES_POOL_MAX = 4;
+
+/** `application_name` of the connections `PostgresPools` opens (pg_stat_activity shows it). */
+export const POSTGRES_SINK_APPLICATION = 'keyflow-etl-sink';
+
+/**
+ * One node-postgres pool per connection string, for the sinks a process opens (each ETL load task opens one):
+ * the process holds at most `POSTGRES_POOL_MAX` connections per database however many loads run at once.
+ * An idle connection that fails (a server restart) is dropped by the pool and reported to `onError`; the next
+ * query opens a new one. `end()` closes them all (after the tasks using them are done).
+ */
+export class PostgresPools {
+  private readonly pools = new Map<string, Pool>();
+  constructor(private readonly onError: (err: Error) => void = () => undefined) {}
+
+  /** The pool of `connectionString`, opened on first use. */
+  get(connectionString: string): Pool {
+    let pool = this.pools.get(connectionString);
+    if (!pool) {
+      pool = new Pool({
+        connectionString,
+        max: POSTGRES_POOL_MAX,
+        application_name: POSTGRES_SINK_APPLICATION,
+      });
+      pool.on('error', this.onError);
+      this.pools.set(connectionString, pool);
+    }
+    return pool;
+  }
+
+  async end(): Promise<void> {
+    const pools = [...this.pools.values()];
+    this.pools.clear();
+    await Promise.all(pools.map((p) => p.end()));
+  }
+}
+
+/**
+ * SQLSTATEs of a CREATE TABLE IF NOT EXISTS that lost a race with another session creating the same table:
+ * 23505 (unique_violation, on pg_type's name index) and 42P07 (duplicate_table). The table exists either way.
+ */
+const CREATED_CONCURRENTLY = new Set(['23505', '42P07']);
+
 /** Rows fetched per round trip by `checksum`. */
 const PAGE = 5000;
 
@@ -64,15 +108,19 @@ export function createPostgresSink(options: PostgresSinkOptions): CitySink {
   const sink: CitySink = {
     table,
     async init() {
-      await pool.query(
-        `CREATE TABLE IF NOT EXISTS ${q} (
-           natural_key text COLLATE "C" PRIMARY KEY,
-           name text NOT NULL, country text NOT NULL, admin1 text NOT NULL, admin2 text NOT NULL,
-           lat float8 NOT NULL, lng float8 NOT NULL,
-           country_name text NOT NULL, region text NOT NULL, subregion text NOT NULL, currencies text NOT NULL,
-           admin1_name text, admin2_name text
-         )`,
-      );
+      try {
+        await pool.query(
+          `CREATE TABLE IF NOT EXISTS ${q} (
+             natural_key text COLLATE "C" PRIMARY KEY,
+             name text NOT NULL, country text NOT NULL, admin1 text NOT NULL, admin2 text NOT NULL,
+             lat float8 NOT NULL, lng float8 NOT NULL,
+             country_name text NOT NULL, region text NOT NULL, subregion text NOT NULL, currencies text NOT NULL,
+             admin1_name text, admin2_name text
+           )`,
+        );
+      } catch (err) {
+        if (!CREATED_CONCURRENTLY.has((err as { code?: string }).code ?? '')) throw err;
+      }
     },
     async upsert(cities: readonly EnrichedCity[]): Promise<UpsertResult> {
       const rows = uniqueRows(cities);

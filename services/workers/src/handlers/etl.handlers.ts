@@ -1,4 +1,4 @@
-import { Controller, Inject } from '@nestjs/common';
+import { Controller, Inject, type OnApplicationShutdown } from '@nestjs/common';
 import { Ctx, Payload } from '@nestjs/microservices';
 import {
   chunkRecords,
@@ -9,6 +9,7 @@ import {
   loadReferenceData,
   mergeStats,
   naturalKey,
+  PostgresPools,
   processChunk,
   readDefaultCities,
   readRecords,
@@ -22,6 +23,7 @@ import { derivedEventId, newMetadata } from '@keyflow/contracts';
 import type { CityEnriched } from '@keyflow/schemas';
 import { blobJson, blobRetentionMs, type BlobStore, type PutOptions } from '@keyflow/blobs';
 import { BLOB_STORE } from '../runtime/blob-store';
+import { WORKER_RUNTIME, type WorkerRuntime } from '../module';
 import { TaskInputError } from '../runtime/errors';
 import { EventPublisher } from '../runtime/event-publisher';
 import type { TaskContext } from '../runtime/task-executor';
@@ -58,12 +60,6 @@ export const ENRICHED_TOPIC = 'etl.cities.enriched';
 let reference: ReferenceData | undefined;
 const ref = () => (reference ??= loadReferenceData());
 
-export function openSink(spec: SinkSpec): CitySink {
-  return spec.kind === 'sqlite'
-    ? createSqliteSink({ path: spec.path, table: spec.table })
-    : createPostgresSink({ connectionString: spec.url, table: spec.table });
-}
-
 /**
  * Expiry of an ETL blob: its references travel in task results, commands and StepCompleted events, so it is kept
  * as long as the longest of those topics (README "Claim check"), then swept.
@@ -72,11 +68,30 @@ const etlBlob = (): PutOptions => ({ expiresAt: Date.now() + blobRetentionMs() +
 const DAY_MS = 24 * 3600 * 1000;
 
 @Controller()
-export class EtlHandlers {
+export class EtlHandlers implements OnApplicationShutdown {
+  /** One pool per PostgreSQL sink URL for this process's load and report tasks (at most POSTGRES_POOL_MAX each). */
+  private readonly pgPools: PostgresPools;
+
   constructor(
     @Inject(BLOB_STORE) private readonly blobs: BlobStore,
     @Inject(EventPublisher) private readonly events: EventPublisher,
-  ) {}
+    @Inject(WORKER_RUNTIME) rt: WorkerRuntime,
+  ) {
+    this.pgPools = new PostgresPools((err) =>
+      rt.logger.warn({ err }, 'an idle connection to a PostgreSQL sink failed; the next query opens another'),
+    );
+  }
+
+  /** After the transport drained (`app.close()`): no task uses the pools any more. */
+  onApplicationShutdown(): Promise<void> {
+    return this.pgPools.end();
+  }
+
+  private openSink(spec: SinkSpec): CitySink {
+    return spec.kind === 'sqlite'
+      ? createSqliteSink({ path: spec.path, table: spec.table })
+      : createPostgresSink({ pool: this.pgPools.get(spec.url), table: spec.table });
+  }
 
   private putLines(key: string, records: readonly unknown[]): Promise<string> {
     return blobJson.putLines(this.blobs, key, records, etlBlob());
@@ -224,7 +239,7 @@ export class EtlHandlers {
   @TaskHandler(etlLoad)
   async load(@Payload() input: ParsedTaskInputOf<typeof etlLoad>) {
     const records = await blobJson.getLines<EnrichedCity>(this.blobs, input.ref);
-    const sink = openSink(input.sink);
+    const sink = this.openSink(input.sink);
     try {
       await sink.init();
       const r = await sink.upsert(records);
@@ -253,7 +268,7 @@ export class EtlHandlers {
       byRegion: Record<string, number>;
     }>(this.blobs, input.dedupe.statsRef);
     const loaded = input.load.reduce((n, l) => n + l.loaded, 0);
-    const sink = openSink(input.sink);
+    const sink = this.openSink(input.sink);
     let summary;
     try {
       await sink.init();
