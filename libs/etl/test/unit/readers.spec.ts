@@ -1,4 +1,6 @@
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -134,6 +136,8 @@ describe('readers', () => {
       for (const [name, text, kind] of [
         ['string.json', ` \n"${'a'.repeat(1 << 20)}`, 'a string'], // never closed: read whole, a syntax error
         ['number.json', `-${'9'.repeat(1 << 20)}x`, 'a number'],
+        // stream-json skips what JavaScript's \s matches before a value: a BOM, a no-break space.
+        ['bom.json', `\uFEFF\u00A0"${'a'.repeat(1 << 20)}`, 'a string'],
       ] as const) {
         writeFileSync(join(dir, name), text);
         const top = await collectUntilError(readRecords(join(dir, name)));
@@ -143,6 +147,22 @@ describe('readers', () => {
           `the top-level value is ${kind}, not an array of objects`,
         );
       }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a JSON array read from a named pipe (FIFO) still streams', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'etl-readers-'));
+    try {
+      const fifo = join(dir, 'pipe.json');
+      execFileSync('mkfifo', [fifo]);
+      const writer = new Promise<void>((resolve, reject) =>
+        writeFile(fifo, JSON.stringify(FIXTURE_RECORDS)).then(resolve, reject),
+      );
+      const items = await collect(readRecords(fifo));
+      await writer;
+      expect(items).toHaveLength(FIXTURE_RECORDS.length);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
