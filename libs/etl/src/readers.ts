@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { extname } from 'node:path';
 import { pipeline, type Duplex, type Readable } from 'node:stream';
 import { parse as parseCsv, CsvError } from 'csv-parse';
@@ -124,11 +124,15 @@ export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
 const FIRST_VALUE_SCAN_BYTES = 64 * 1024;
 
 /**
- * 'a string' or 'a number' when the file's first value (after JSON whitespace, RFC 8259 section 2) starts like
- * one, else undefined (an array, an object, anything else: the parser decides). The parser packs whole values, so
- * it would read such a top-level value to its end, into memory, before StreamArray refuses it.
+ * 'a string' or 'a number' when the file's first value starts like one, else undefined (an array, an object,
+ * anything else: the parser decides). Before the value, what stream-json skips is skipped: whatever JavaScript's
+ * `\s` matches (JSON whitespace, a BOM, a no-break space). The parser packs whole values, so it would read such a
+ * top-level value to its end, into memory, before StreamArray refuses it. Only a regular file is looked at: a pipe
+ * cannot be read twice (its first bytes go to the parser).
  */
 async function topLevelScalar(path: string): Promise<string | undefined> {
+  // By path, before opening: opening a FIFO would wait for its writer, and closing it would break the pipe.
+  if (!(await stat(path)).isFile()) return undefined;
   const file = await open(path, 'r');
   try {
     const { buffer, bytesRead } = await file.read(
@@ -137,12 +141,9 @@ async function topLevelScalar(path: string): Promise<string | undefined> {
       FIRST_VALUE_SCAN_BYTES,
       0,
     );
-    for (const byte of buffer.subarray(0, bytesRead)) {
-      if (byte === 0x20 || byte === 0x09 || byte === 0x0a || byte === 0x0d) continue;
-      if (byte === 0x22) return 'a string';
-      return byte === 0x2d || (byte >= 0x30 && byte <= 0x39) ? 'a number' : undefined;
-    }
-    return undefined;
+    const first = /^\s*(\S)/.exec(buffer.toString('utf8', 0, bytesRead))?.[1];
+    if (first === '"') return 'a string';
+    return first !== undefined && /[-0-9]/.test(first) ? 'a number' : undefined;
   } finally {
     await file.close();
   }
