@@ -126,6 +126,26 @@ describe('SQLite sink', () => {
     expect(await sink.count()).toBe(0);
   }, 40_000);
 
+  // A worker stopping (SIGTERM) or losing its lease aborts the task's signal: a load waiting for the lock gives up.
+  it('an upsert waiting for the write lock gives up when its signal aborts, and writes nothing', async () => {
+    const other = new Database(path);
+    other.exec('BEGIN IMMEDIATE');
+    const stop = new AbortController();
+    try {
+      const pending = sink.upsert(cities, { signal: stop.signal }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      stop.abort(new Error('worker stopping'));
+      await expect(pending).resolves.toHaveProperty('message', 'worker stopping');
+    } finally {
+      other.exec('ROLLBACK');
+      other.close();
+    }
+    expect(await sink.count()).toBe(0);
+  }, 40_000);
+
   it('counts rows per country and region', async () => {
     await sink.upsert(cities);
     expect(await sink.countsBy()).toEqual({
