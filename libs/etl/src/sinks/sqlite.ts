@@ -64,11 +64,12 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
   /**
    * Runs `write` (one statement or one `BEGIN IMMEDIATE` transaction, so a busy try has written nothing) until it
    * is not refused with SQLITE_BUSY, waiting between tries without blocking.
-   * @throws SinkBusyError after `busyTimeoutMs`; any other error of `write` at once.
+   * @throws SinkBusyError after `busyTimeoutMs`; `signal`'s reason once it aborts; any other error of `write` at once.
    */
-  async function whenFree<T>(write: () => T): Promise<T> {
+  async function whenFree<T>(write: () => T, signal?: AbortSignal): Promise<T> {
     const started = Date.now();
     for (let attempt = 0; ; attempt += 1) {
+      signal?.throwIfAborted();
       try {
         return write();
       } catch (err) {
@@ -76,7 +77,9 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
         const waited = Date.now() - started;
         if (waited >= busyTimeoutMs) throw new SinkBusyError(table, waited, { cause: err });
         const cap = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** attempt, busyTimeoutMs - waited);
-        await sleep(Math.random() * cap);
+        await sleep(Math.random() * cap, undefined, { signal }).catch((e: unknown) => {
+          throw signal?.aborted ? signal.reason : e;
+        });
       }
     }
   }
@@ -98,10 +101,10 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
         ),
       );
     },
-    async upsert(cities: readonly EnrichedCity[]): Promise<UpsertResult> {
+    async upsert(cities: readonly EnrichedCity[], opts?: { signal?: AbortSignal }): Promise<UpsertResult> {
       const rows = uniqueRows(cities);
       if (rows.length === 0) return { rows: 0, changed: 0 };
-      return { rows: rows.length, changed: await whenFree(() => writeAll.immediate(rows)) };
+      return { rows: rows.length, changed: await whenFree(() => writeAll.immediate(rows), opts?.signal) };
     },
     async count() {
       return (db.prepare(`SELECT count(*) AS n FROM ${q}`).get() as { n: number }).n;

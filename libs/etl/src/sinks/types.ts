@@ -18,8 +18,11 @@ export interface CitySink {
   readonly table: string;
   /** Creates the table if it is missing (safe to call again). */
   init(): Promise<void>;
-  /** Inserts or updates the records by natural key, all in one transaction (all or nothing). */
-  upsert(cities: readonly EnrichedCity[]): Promise<UpsertResult>;
+  /**
+   * Inserts or updates the records by natural key, all in one transaction (all or nothing). `signal`: a wait for
+   * the sink (SQLite's writer lock) ends when it aborts, rejecting with its reason and writing nothing.
+   */
+  upsert(cities: readonly EnrichedCity[], options?: { signal?: AbortSignal }): Promise<UpsertResult>;
   /** Number of rows in the table. */
   count(): Promise<number>;
   /**

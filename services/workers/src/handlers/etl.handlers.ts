@@ -237,12 +237,12 @@ export class EtlHandlers implements OnApplicationShutdown {
 
   /** Upserts one chunk into the sink by natural key, in one transaction. */
   @TaskHandler(etlLoad)
-  async load(@Payload() input: ParsedTaskInputOf<typeof etlLoad>) {
+  async load(@Payload() input: ParsedTaskInputOf<typeof etlLoad>, @Ctx() ctx: TaskContext) {
     const records = await blobJson.getLines<EnrichedCity>(this.blobs, input.ref);
     const sink = this.openSink(input.sink);
     try {
       await sink.init();
-      const r = await sink.upsert(records);
+      const r = await sink.upsert(records, { signal: ctx.signal });
       return { index: input.index, loaded: r.rows, changed: r.changed };
     } finally {
       await sink.close();
