@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import Database from 'better-sqlite3';
+import { backoffDelayMs, retryPolicy } from '@keyflow/workflow';
 import { SinkBusyError } from '../errors';
 import type { EnrichedCity } from '../types';
 import { COLUMNS, TableHasher, checkIdentifier, countsRecord, uniqueRows, type SinkRow } from './rows';
@@ -26,9 +27,8 @@ export const SQLITE_BUSY_TIMEOUT_MS = 30_000;
  * short, so that a worker keeps renewing its leases and heartbeating while another process writes.
  */
 const SQLITE_BLOCKING_WAIT_MS = 20;
-/** Backoff between tries, ms: full jitter up to a cap doubling from the first to the last value. */
-const RETRY_FIRST_MS = 5;
-const RETRY_MAX_MS = 200;
+/** Pauses between tries: full jitter, the cap doubling from 5 ms up to 200 ms (libs/workflow's retry policy). */
+const BUSY_BACKOFF = retryPolicy({ initialDelayMs: 5, maxDelayMs: 200 });
 
 /**
  * A `CitySink` over a SQLite file with better-sqlite3 (synchronous calls behind the async interface). The file
@@ -68,7 +68,7 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
    */
   async function whenFree<T>(write: () => T, signal?: AbortSignal): Promise<T> {
     const started = Date.now();
-    for (let attempt = 0; ; attempt += 1) {
+    for (let attempt = 1; ; attempt += 1) {
       signal?.throwIfAborted();
       try {
         return write();
@@ -76,10 +76,9 @@ export function createSqliteSink(options: SqliteSinkOptions): CitySink {
         if (!isBusy(err)) throw err;
         const waited = Date.now() - started;
         if (waited >= busyTimeoutMs) throw new SinkBusyError(table, waited, { cause: err });
-        const cap = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** attempt, busyTimeoutMs - waited);
-        await sleep(Math.random() * cap, undefined, { signal }).catch((e: unknown) => {
-          throw signal?.aborted ? signal.reason : e;
-        });
+        const pause = Math.min(backoffDelayMs(BUSY_BACKOFF, attempt), busyTimeoutMs - waited);
+        // Rejects only when `signal` aborts: the check at the top of the loop then throws its reason.
+        await sleep(pause, undefined, { signal }).catch(() => undefined);
       }
     }
   }
