@@ -1,8 +1,9 @@
-import { Kafka, logLevel, Partitioners, type KafkaConfig, type LogEntry, type Producer } from 'kafkajs';
+import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 // For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
 import './codecs';
 import { assertKafkajsPatched } from './kafkajs-patch';
+import { JavaCompatiblePartitioner } from './partitioner';
 import { maxDecompressedBytes } from './decompression-limit';
 import type { KafkaSecurity } from './security';
 
@@ -101,7 +102,7 @@ export function createIdempotentProducer(kafka: Kafka, transactionalId?: string)
     maxInFlightRequests: 1,
     allowAutoTopicCreation: false,
     // murmur2 over the key, as the Java client: other clients put the same key in the same partition.
-    createPartitioner: Partitioners.DefaultPartitioner,
+    createPartitioner: JavaCompatiblePartitioner,
     // An idempotent producer keeps retrying while the broker is away (bounded waits, unbounded count).
     retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 5_000 },
     ...(transactionalId ? { transactionalId } : {}),

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import {
   CompressionTypes,
   KafkaJSError,
-  Partitioners,
+  JavaCompatiblePartitioner,
   messageBytes,
   type Consumer,
   type IHeaders,
@@ -360,7 +360,7 @@ export class Engine {
   private takeOver(partition: number, failures: OwnedPartition['failures'] = null): void {
     const producer = this.kafka.producer({
       transactionalId: `${this.cfg.ORCHESTRATOR_GROUP_ID}-p${partition}`,
-      createPartitioner: Partitioners.DefaultPartitioner, // murmur2, as Java: run-keyed topics stay co-partitioned
+      createPartitioner: JavaCompatiblePartitioner, // murmur2, as Java: run-keyed topics stay co-partitioned
       idempotent: true,
       maxInFlightRequests: 1,
       transactionTimeout: 30_000,
