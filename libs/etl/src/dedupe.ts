@@ -32,6 +32,8 @@ export interface SeenKeys {
 export interface DedupeResult<T> {
   /** First occurrence of each key not already in `seen`, in input order. */
   readonly unique: T[];
+  /** `naturalKey` of each record of `unique`, at the same index (computed once here, reused by callers). */
+  readonly uniqueKeys: string[];
   /** Records whose key appeared earlier in the chunk or in `seen`, in input order. */
   readonly duplicates: T[];
 }
@@ -45,6 +47,7 @@ export function dedupeChunk<T extends CityRecord>(
   seen: SeenKeys = new Set(),
 ): DedupeResult<T> {
   const unique: T[] = [];
+  const uniqueKeys: string[] = [];
   const duplicates: T[] = [];
   for (const record of records) {
     const key = naturalKey(record);
@@ -53,7 +56,8 @@ export function dedupeChunk<T extends CityRecord>(
     } else {
       seen.add(key);
       unique.push(record);
+      uniqueKeys.push(key);
     }
   }
-  return { unique, duplicates };
+  return { unique, uniqueKeys, duplicates };
 }

@@ -16,6 +16,8 @@ export interface RejectedRecord {
 export interface ProcessedChunk {
   /** Valid, enriched, first-seen records, in input order: what a sink should upsert. */
   readonly accepted: EnrichedCity[];
+  /** `naturalKey` of each accepted record, at the same index. */
+  readonly acceptedKeys: string[];
   readonly rejects: RejectedRecord[];
   /** Valid records dropped because their natural key was already seen (in this chunk or via `seen`). */
   readonly duplicates: EnrichedCity[];
@@ -41,9 +43,10 @@ export function processChunk(
     if (result.ok) valid.push(result.value);
     else rejects.push({ position: offset + i, reason: result.reason, detail: result.detail });
   });
-  const { unique, duplicates } = dedupeChunk(valid, options.seen);
+  const { unique, uniqueKeys, duplicates } = dedupeChunk(valid, options.seen);
   return {
     accepted: unique,
+    acceptedKeys: uniqueKeys,
     rejects,
     duplicates,
     stats: chunkStats({ read: records.length, rejects, duplicates: duplicates.length, accepted: unique }),

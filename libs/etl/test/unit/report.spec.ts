@@ -8,6 +8,7 @@ import {
   loadReferenceData,
   mergeStats,
   processChunk,
+  naturalKey,
   readRecords,
   withLoaded,
   type EtlStats,
@@ -35,6 +36,7 @@ describe('processChunk on the fixture records', () => {
       [108, 'BAD_LONGITUDE'],
     ]);
     expect(out.duplicates.map((c) => c.name)).toEqual(['Andorra la Vella']);
+    expect(out.acceptedKeys).toEqual(out.accepted.map(naturalKey));
     expect(out.stats).toMatchObject({
       chunks: 1,
       read: 11,

@@ -154,8 +154,8 @@ export class EtlHandlers implements OnApplicationShutdown {
     await this.events.publish(
       ENRICHED_TOPIC,
       'CityEnriched',
-      out.accepted.map((c) => {
-        const k = naturalKey(c);
+      out.accepted.map((c, i) => {
+        const k = out.acceptedKeys[i]!;
         const value: CityEnriched = {
           metadata: newMetadata('CityEnriched', {
             key: k,
