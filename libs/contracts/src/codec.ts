@@ -29,7 +29,7 @@ import {
   UnknownSchemaIdError,
   type MessageLocation,
 } from './errors';
-import { HEADER_BYTES, MAGIC_BYTE, parseWireFormat, toWireFormat } from './wire';
+import { encodeWireFormat, HEADER_BYTES, MAGIC_BYTE, parseWireFormat } from './wire';
 import { subjectFor } from './subjects';
 
 /** A decoded event: its record name and its value, typed by the generated contracts. */
@@ -336,9 +336,8 @@ export class EventCodec {
         `${logicalTopic} does not carry ${event}`,
       );
     const datum = t.isUnion ? { [fullName]: value } : value;
-    let body: Buffer;
     try {
-      body = t.reader.toBuffer(datum);
+      return encodeWireFormat(t.registeredId, t.reader, datum);
     } catch {
       const paths: string[] = [];
       t.reader.isValid(datum, {
@@ -350,7 +349,6 @@ export class EventCodec {
       });
       throw new InvalidEventError(event, paths);
     }
-    return toWireFormat(t.registeredId, body);
   }
 
   /**
