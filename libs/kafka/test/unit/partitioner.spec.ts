@@ -53,6 +53,16 @@ describe('the Java-compatible partitioner', () => {
     );
   });
 
+  it('places a key that is neither text nor a Buffer (a number, a Uint8Array) by the text kafkajs writes for it', () => {
+    const kafkajs = Partitioners.DefaultPartitioner();
+    const ours = JavaCompatiblePartitioner();
+    for (const key of [42, -7.5, new Uint8Array([1, 2, 3]), true]) {
+      const args = { topic: 't', partitionMetadata: metadata(12), message: { key, value: null } } as never;
+      expect(ours(args)).toBe(kafkajs(args));
+      expect(murmur2(key as never)).toBe(murmur2(String(key)));
+    }
+  });
+
   it("keeps a record's own partition, and spreads keyless records round robin over the partitions with a leader", () => {
     const p = JavaCompatiblePartitioner();
     expect(
