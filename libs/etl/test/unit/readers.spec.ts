@@ -190,14 +190,14 @@ describe('readers', () => {
     afterAll(() => rmSync(dir, { recursive: true, force: true }));
     afterEach(() => jest.restoreAllMocks());
 
+    const STREAMED = { bytes: 0, heapBytes: 0 };
     const bothWays = async (path: string) => ({
       whole: await collectUntilError(readJsonArray(path)),
-      streamed: await collectUntilError(readJsonArray(path, 0)),
+      streamed: await collectUntilError(readJsonArray(path, STREAMED)),
     });
 
     it('yields the records, stand-ins and error the streaming reader yields, for any JSON (lone surrogates, NUL keys, numbers, non-objects)', async () => {
-      // "__proto__" is left out: stream-json's assembler makes it the prototype, JSON.parse an own key.
-      const key = fc.string({ unit: 'binary', maxLength: 6 }).filter((k) => k !== '__proto__');
+      const key = fc.oneof(fc.string({ unit: 'binary', maxLength: 6 }), fc.constant('__proto__'));
       const element = fc.oneof(
         { arbitrary: fc.dictionary(key, fc.jsonValue({ maxDepth: 2 }), { maxKeys: 5 }), weight: 9 },
         { arbitrary: fc.jsonValue({ maxDepth: 1 }), weight: 1 },
@@ -231,8 +231,57 @@ describe('readers', () => {
         expect(whole).toEqual(streamed);
       }
       parse.mockClear();
-      await collect(readJsonArray(await file('over.json', JSON.stringify(FIXTURE_RECORDS)), 100));
+      const over = await file('over.json', JSON.stringify(FIXTURE_RECORDS));
+      await collect(readJsonArray(over, { bytes: 100, heapBytes: 2 ** 30 }));
+      await collect(readJsonArray(over, { bytes: 2 ** 30, heapBytes: 100 })); // many small values: the heap estimate
       expect(parse).not.toHaveBeenCalled();
+    });
+  });
+
+  describe('a record the later JSON steps could not take', () => {
+    let dir: string;
+    beforeAll(() => (dir = mkdtempSync(join(tmpdir(), 'etl-readers-'))));
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+    const deep = (levels: number) => `${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`;
+
+    it.each([
+      ['a JSON array, parsed whole', 'deep.json', (r: string[]) => `[${r.join(',')}]`, undefined],
+      [
+        'a JSON array, streamed',
+        'deep-streamed.json',
+        (r: string[]) => `[${r.join(',')}]`,
+        { bytes: 0, heapBytes: 0 },
+      ],
+      ['JSON Lines', 'deep.jsonl', (r: string[]) => r.join('\n'), undefined],
+    ] as const)(
+      'in %s, a record nested 100,000 levels deep is rejected as NESTED_TOO_DEEP and the next one reads',
+      async (_how, name, write, limits) => {
+        const path = join(dir, name);
+        await writeFile(
+          path,
+          write([`{"name":"Deep","x":${deep(100_000)}}`, deep(64), JSON.stringify(FIXTURE_RECORDS[0])]),
+        );
+        const read = name.endsWith('.jsonl') ? readRecords(path) : readJsonArray(path, limits);
+        const { items, error } = await collectUntilError(read);
+        expect(error).toBeUndefined();
+        expect(items).toHaveLength(3);
+        expect(JSON.stringify(items[0])).toMatch(/NESTED_TOO_DEEP.*deeper than 64 levels/);
+        expect(JSON.stringify(items[1])).not.toMatch(/NESTED_TOO_DEEP/); // 64 levels: the limit itself
+        expect(items[2]).toEqual(FIXTURE_RECORDS[0]);
+      },
+      30_000,
+    );
+
+    it('a "__proto__" key is an own key of the record, parsed whole or streamed, and is screened like any other', async () => {
+      const path = join(dir, 'proto.json');
+      await writeFile(path, '[{"__proto__":{"k\\u0000":1},"name":"x"},{"__proto__":"s","name":"y"}]');
+      for (const limits of [undefined, { bytes: 0, heapBytes: 0 }]) {
+        const [first, second] = await collect(readJsonArray(path, limits));
+        expect(JSON.stringify(first)).toMatch(/NUL_CHARACTER/);
+        expect(Object.getPrototypeOf(second)).toBe(Object.prototype);
+        expect(Object.keys(second!)).toEqual(['__proto__', 'name']);
+        expect(JSON.stringify(second)).toBe('{"__proto__":"s","name":"y"}');
+      }
     });
   });
 
