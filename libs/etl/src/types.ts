@@ -63,7 +63,9 @@ export interface EnrichedCity extends CityRecord {
  * The closed set of reasons a record is rejected for. INVALID_ENCODING: bytes that are not UTF-8 (found by a
  * fatal decoder on the raw bytes, WHATWG Encoding "utf-8" decode) or a JSON escape of a lone surrogate (no UTF-8
  * form); NUL_CHARACTER: U+0000 in a field or key (PostgreSQL text cannot hold it); DECIMAL_COMMA: a coordinate
- * written `45,5` (a decimal comma or a thousands separator: ambiguous, never guessed).
+ * written `45,5` (a decimal comma or a thousands separator: ambiguous, never guessed); NESTED_TOO_DEEP: a record
+ * whose values nest deeper than `MAX_RECORD_DEPTH` levels (a city is flat; deeper nesting would exhaust the stack
+ * of every later JSON step).
  */
 export const REJECT_REASONS = [
   'NOT_AN_OBJECT',
@@ -77,7 +79,11 @@ export const REJECT_REASONS = [
   'INVALID_ENCODING',
   'NUL_CHARACTER',
   'DECIMAL_COMMA',
+  'NESTED_TOO_DEEP',
 ] as const;
+
+/** How deep a record's values may nest (the record itself is level 1); deeper is NESTED_TOO_DEEP. */
+export const MAX_RECORD_DEPTH = 64;
 
 /** One of `REJECT_REASONS`. */
 export type RejectReason = (typeof REJECT_REASONS)[number];
@@ -102,7 +108,7 @@ export const UNREADABLE_KEY = '\u0000keyflow:unreadable' as const;
 /** What a reader yields for a record it could not decode: the reason and a detail naming where (line, bytes). */
 export type UnreadableRecord = {
   readonly [UNREADABLE_KEY]: {
-    readonly reason: Extract<RejectReason, 'INVALID_ENCODING' | 'NUL_CHARACTER'>;
+    readonly reason: Extract<RejectReason, 'INVALID_ENCODING' | 'NUL_CHARACTER' | 'NESTED_TOO_DEEP'>;
     readonly detail: string;
   };
 };

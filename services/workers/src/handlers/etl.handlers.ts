@@ -102,12 +102,13 @@ export class EtlHandlers implements OnApplicationShutdown {
   }
 
   /**
-   * Streams the input (never all in memory) into chunk blobs. Input: { source: 'default' | path, format?, chunkSize? }
+   * Reads the input into chunk blobs, one chunk in memory at a time (`readRecords`: a JSON array file of at most
+   * 32 MiB is parsed whole). Input: { source: 'default' | path, format?, chunkSize? }
    * (the contract checks chunkSize: an integer in [1, 50000], default 1000).
    * A file the readers refuse (malformed, a CSV header with a duplicated or empty column name, unknown format)
    * fails the step with a non-retryable TaskInputError carrying the reader's code (e.g. DUPLICATE_COLUMN) and
    * message; a record that is not UTF-8 is not an error here: it travels as the reader's stand-in and is
-   * rejected by transform with its reason (INVALID_ENCODING, NUL_CHARACTER).
+   * rejected by transform with its reason (INVALID_ENCODING, NUL_CHARACTER, NESTED_TOO_DEEP).
    */
   @TaskHandler(etlExtract)
   async extract(@Payload() input: ParsedTaskInputOf<typeof etlExtract>, @Ctx() ctx: TaskContext) {
