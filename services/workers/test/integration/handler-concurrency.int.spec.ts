@@ -94,7 +94,7 @@ describe('handler slots at shutdown', () => {
     expect(await w.exited).toBe(0);
     // The running handler finished; none of those waiting for its slot started during the drain.
     expect(await started()).toBe(1);
-    await h.startWorker({ WORKER_MAX_CONCURRENT_HANDLERS: '1' });
+    const restarted = await h.startWorker({ WORKER_MAX_CONCURRENT_HANDLERS: '1' });
     const results = await h.results.wait(commands.length, 60_000);
     expect(new Set(results.map((r) => r.value.idempotencyKey)).size).toBe(commands.length);
     expect(results.every((r) => r.event === 'TaskCompleted')).toBe(true);
@@ -102,6 +102,10 @@ describe('handler slots at shutdown', () => {
       'select idempotency_key, count(*) n from {t}_exec group by idempotency_key',
     );
     expect(effects.map((e) => Number(e.n))).toEqual(commands.map(() => 1));
+    // Stopped here: left running, it shares the group with the next test's worker and may take its command, which
+    // then retries outside the worker that test stops.
+    restarted.kill('SIGTERM');
+    expect(await restarted.exited).toBe(0);
   });
 
   it('a task in its retry backoff when SIGTERM comes still gets its next attempt during the drain', async () => {
