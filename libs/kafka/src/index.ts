@@ -38,6 +38,7 @@ export type {
 } from './ordered-consumer';
 export { OffsetTracker } from './offset-tracker';
 export { Semaphore } from './semaphore';
+export type { SlotWait } from './semaphore';
 export { BatchingProducer, messageBytes, PRODUCE_REQUEST_MAX_BYTES } from './batching-producer';
 export { abortableSleep, linkSignals } from './sleep';
 export {

@@ -70,4 +70,22 @@ describe('the semaphore', () => {
     expect(s.free).toBe(1);
     expect(s.waiting).toBe(0);
   });
+
+  it('a cancelled place in line takes no slot, and the next one in line gets the slot', async () => {
+    const s = new Semaphore(1);
+    expect(s.tryAcquire()).toBe(true);
+    const first = s.enqueue();
+    const second = s.enqueue();
+    expect(s.waiting).toBe(2);
+    expect(first.cancel(new Error('stopped'))).toBe(true);
+    await expect(first.granted).rejects.toThrow('stopped');
+    expect(first.cancel(new Error('again'))).toBe(false);
+    expect(s.waiting).toBe(1);
+    s.release();
+    await second.granted;
+    expect(second.cancel(new Error('too late'))).toBe(false); // granted: the holder owes its release
+    s.release();
+    expect(s.free).toBe(1);
+    expect(s.waiting).toBe(0);
+  });
 });

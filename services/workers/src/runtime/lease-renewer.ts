@@ -142,11 +142,30 @@ export class AttemptSignals {
     };
   }
 
+  /** Called with the reason on {@link stop} (set by {@link onStop}). */
+  private stopListener?: (reason: unknown) => void;
+
+  /**
+   * Calls `f` with the reason when the attempts stop (at once if they have): a plain callback, for a wait that needs
+   * no AbortSignal of its own (a place in the handler-slot line). One at a time; returns the function that removes it.
+   */
+  onStop(f: (reason: unknown) => void): () => void {
+    if (this.stopped) {
+      f(this.reason);
+      return () => undefined;
+    }
+    this.stopListener = f;
+    return () => {
+      if (this.stopListener === f) this.stopListener = undefined;
+    };
+  }
+
   stop(reason: unknown): void {
     if (this.stopped) return;
     this.stopped = true;
     this.reason = reason;
     this.current?.abort(reason);
+    this.stopListener?.(reason);
   }
 }
 

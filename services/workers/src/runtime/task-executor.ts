@@ -9,9 +9,9 @@ import {
 } from '@keyflow/idempotency';
 import {
   abortableSleep,
-  linkSignals,
   Semaphore,
   sendToDlq,
+  type SlotWait,
   type BatchingProducer,
   type Producer,
   type ConsumedMessage,
@@ -541,7 +541,8 @@ export class TaskExecutor {
     log: () => Logger,
     taskContext: Context,
   ) {
-    const input = await this.parseInput(cmd);
+    // Inline input is parsed without a turn; one behind a claim check is read from the blob store first.
+    const input = cmd.inputRef ? await this.inputFromBlob(cmd, cmd.inputRef) : parsedInput(cmd, cmd.input);
     if (input instanceof Error)
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
     const maxAttempts = Math.max(1, cmd.maxAttempts);
@@ -551,7 +552,8 @@ export class TaskExecutor {
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
       // Draining stops only a task whose handler has not run yet; one between attempts goes on as before.
-      await this.handlerSlot(stop, attempt === 1 ? draining : undefined);
+      const slot = this.handlerSlot(stop, attempt === 1 ? draining : undefined);
+      if (slot) await slot;
       // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
       // soon as the handler settles (before any backoff), at most once, and the handler's time is counted then.
       let holding = true;
@@ -660,47 +662,81 @@ export class TaskExecutor {
   }
 
   /**
-   * Takes a handler slot (ExecutorOptions.maxConcurrentHandlers), without a turn when one is free. Rejects, taking
-   * none, when the attempts stop (shutdown deadline, revocation, a lost lease: their reason) or, given `draining`,
-   * when the consumer drains (ConsumerStoppingError: a handler not started by then does not start, and the message
-   * is redelivered), also while waiting in line; once a slot is granted, re-checks the same before the handler runs.
+   * Takes a handler slot (ExecutorOptions.maxConcurrentHandlers): undefined when one was free (no turn, no promise),
+   * else a promise that resolves once one is handed over. Throws or rejects, taking none, when the attempts stop
+   * (shutdown deadline, revocation, a lost lease: their reason) or, given `draining`, when the consumer drains
+   * (ConsumerStoppingError: a handler not started by then does not start, and the message is redelivered), also
+   * while waiting in line; once a slot is granted, re-checks the same before the handler runs. A wait in line makes
+   * no AbortController and adds no listener of its own (see {@link drainWatch}).
    */
-  private async handlerSlot(stop: AttemptSignals, draining?: AbortSignal): Promise<void> {
+  private handlerSlot(stop: AttemptSignals, draining?: AbortSignal): Promise<void> | undefined {
     const check = () => {
       if (stop.stopped) throw stop.reason ?? new Error('stopping');
       draining?.throwIfAborted();
     };
     check();
-    if (this.handlerSlots.tryAcquire()) return;
-    const link = linkSignals(draining ? [stop.next().signal, draining] : [stop.next().signal]);
-    try {
-      await this.handlerSlots.acquire(link.signal);
-    } finally {
-      link.dispose();
-    }
-    try {
-      check(); // granted in a turn where the attempts stopped or the drain began
-    } catch (e) {
-      this.handlerSlots.release();
-      throw e;
-    }
+    if (this.handlerSlots.tryAcquire()) return undefined;
+    const wait = this.handlerSlots.enqueue();
+    const offStop = stop.onStop((reason) => wait.cancel(reason));
+    const offDrain = draining ? this.drainWatch(draining, wait) : undefined;
+    const done = () => {
+      offStop();
+      offDrain?.();
+    };
+    return wait.granted.then(
+      () => {
+        done();
+        try {
+          check(); // granted in a turn where the attempts stopped or the drain began
+        } catch (e) {
+          this.handlerSlots.release();
+          throw e;
+        }
+      },
+      (e: unknown) => {
+        done();
+        throw e;
+      },
+    );
   }
 
-  /** The command's input: inline JSON, or the blob its inputRef names (claim check). */
-  private async parseInput(cmd: TaskCommand): Promise<unknown> {
-    let text: string;
+  /** Places in the handler-slot line that the drain of a consumer cancels, per its `draining` signal. */
+  private readonly drainWaits = new WeakMap<AbortSignal, Set<SlotWait>>();
+
+  /**
+   * Cancels `wait` with `draining`'s reason when it aborts: one listener per signal (one per consumer), not one per
+   * wait. Returns the function that forgets `wait`.
+   */
+  private drainWatch(draining: AbortSignal, wait: SlotWait): () => void {
+    let waits = this.drainWaits.get(draining);
+    if (!waits) {
+      const all = (waits = new Set());
+      this.drainWaits.set(draining, all);
+      draining.addEventListener(
+        'abort',
+        () => {
+          for (const w of all) w.cancel(draining.reason);
+          all.clear();
+        },
+        { once: true },
+      );
+    }
+    waits.add(wait);
+    const set = waits;
+    return () => set.delete(wait);
+  }
+
+  /**
+   * The input of a command behind a claim check: the blob its inputRef names, as JSON. A TaskInputError (returned,
+   * not thrown) when the text is not JSON or the blob cannot be read for good; rejects when the store does not answer.
+   */
+  private async inputFromBlob(cmd: TaskCommand, ref: string): Promise<unknown> {
     try {
-      text = await this.o.claimCheck.resolve(cmd.input, cmd.inputRef);
+      return parsedInput(cmd, await this.o.claimCheck.resolve(cmd.input, ref));
     } catch (e) {
       if ((e as { retryable?: boolean }).retryable === false)
         return new TaskInputError(`input of ${cmd.idempotencyKey}: ${(e as Error).message}`, { cause: e });
       throw e;
-    }
-    try {
-      return JSON.parse(text);
-    } catch (e) {
-      // Not the parser's message: it quotes the text around the fault, which may be personal data.
-      return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON (${(e as Error).name})`);
     }
   }
 
@@ -895,6 +931,16 @@ function failSpan(span: Span, e: unknown): void {
   const err = e instanceof Error ? e : new Error(asText(e));
   span.recordException(err);
   span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
+}
+
+/** A command's input text as JSON, or a TaskInputError (returned) when it is not JSON. */
+function parsedInput(cmd: TaskCommand, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    // Not the parser's message: it quotes the text around the fault, which may be personal data.
+    return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON (${(e as Error).name})`);
+  }
 }
 
 /** Longest error message a TaskFailed carries, in characters (UTF-16 units; at most 4x as many bytes). */

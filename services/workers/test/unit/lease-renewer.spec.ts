@@ -87,6 +87,23 @@ describe('AttemptSignals', () => {
     s.stop(new Error('later'));
     expect(s.reason).toBe(reason);
   });
+
+  it('a stop reaches the wait registered with onStop once, with its reason; a removed one is not called', () => {
+    const s = new AttemptSignals();
+    const removed = jest.fn();
+    s.onStop(removed)();
+    const called = jest.fn();
+    s.onStop(called);
+    const reason = new Error('lease lost');
+    s.stop(reason);
+    s.stop(new Error('later'));
+    expect(removed).not.toHaveBeenCalled();
+    expect(called).toHaveBeenCalledTimes(1);
+    expect(called).toHaveBeenCalledWith(reason);
+    const late = jest.fn();
+    s.onStop(late); // registered after the stop: called at once
+    expect(late).toHaveBeenCalledWith(reason);
+  });
 });
 
 describe('AttemptSignals.attempt (the signal made on first read)', () => {
