@@ -33,6 +33,11 @@ import { KeyflowError } from '@keyflow/errors';
  *   held their whole decompressed size. Patched: batches after the first are decoded only while the records decoded
  *   so far hold less than a budget (./codecs sets it to KEYFLOW_MAX_DECOMPRESSED_BYTES); the rest is fetched again
  *   from the next offset, as a tail cut by maxBytes is.
+ * - protocol/encoder.js (a speed patch, not a fix): each encoder (one per record, one per header, one per request
+ *   part) started on `Buffer.alloc`, a new zero-filled ArrayBuffer, and each varint went through an array and a
+ *   `Buffer.from`: about half the CPU of encoding a record (4 to 7 instead of 7 to 19 us per 400-byte record with two
+ *   headers, BENCHMARKS.md "Workers", 2026-12-03 evening). Patched: `Buffer.allocUnsafe` (a slice of Node's pool),
+ *   safe because every byte up to the encoder's offset is written before it is read; varints written in place.
  * - protocol/recordBatch/v0/decoder.js: a compressed batch's records were parsed whatever their count, so a few KB
  *   of zstd holding millions of empty records made millions of record objects (about 94 bytes each). Patched: a
  *   batch counting more records than the budget holds parsed is not decompressed; a hook (./codecs) returns one
@@ -47,6 +52,7 @@ export const KAFKAJS_PATCHES = {
   'protocol/recordBatch/record/v0/index.js': 'keyflow patch (null header value)',
   'protocol/requests/fetch/v4/decodeMessages.js': 'keyflow patch (decoded budget)',
   'protocol/recordBatch/v0/decoder.js': 'keyflow patch (record count guard)',
+  'protocol/encoder.js': 'keyflow patch (encoder from the pool)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */

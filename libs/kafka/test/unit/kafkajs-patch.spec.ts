@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import fc from 'fast-check';
 import { assertKafkajsPatched, KAFKAJS_PATCHES } from '../../src';
 
 describe('the kafkajs patch', () => {
@@ -66,5 +67,84 @@ describe('kafkajs encoding a record whose header has a null value (Kafka allows 
     });
     expect(decoded.headers).toEqual({ absent: null, present: Buffer.from('x') });
     expect(decoded.value).toEqual(Buffer.from('v'));
+  });
+});
+
+describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'encoder from the pool' patch)", () => {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const produceRequest = require('kafkajs/src/protocol/requests/produce/v3/request') as (r: {
+    acks: number;
+    timeout: number;
+    compression: number;
+    topicData: unknown[];
+  }) => { encode: () => Promise<{ buffer: Buffer }> };
+
+  /** The produce request's bytes when every Buffer.allocUnsafe is filled with `fill` first. */
+  async function encodedOver(fill: number, topicData: unknown[], compression: number): Promise<Buffer> {
+    const unsafe = Buffer.allocUnsafe;
+    Buffer.allocUnsafe = (size: number) => Buffer.alloc(size, fill);
+    try {
+      return Buffer.from(
+        (await produceRequest({ acks: -1, timeout: 30_000, compression, topicData }).encode()).buffer,
+      );
+    } finally {
+      Buffer.allocUnsafe = unsafe;
+    }
+  }
+
+  const text = fc.string({ unit: 'grapheme', maxLength: 40 });
+  const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
+  const message = fc.record({
+    key: fc.oneof(fc.constant(null), text, bytes(64)),
+    // Up to 3 KiB: past the encoder's first 512 bytes, so its growth path is taken too.
+    value: fc.oneof(fc.constant(null), text, bytes(3_000)),
+    headers: fc.dictionary(
+      fc.string({ minLength: 1, maxLength: 12 }),
+      fc.oneof(fc.constant(null), text, bytes(40), fc.array(text, { maxLength: 3 })),
+      { maxKeys: 4 },
+    ),
+    timestamp: fc.integer({ min: 0, max: 2 ** 41 }).map(String),
+  });
+  const topicData = fc.array(
+    fc.record({
+      topic: fc.string({ minLength: 1, maxLength: 20 }),
+      partitions: fc.array(
+        fc.record({
+          partition: fc.nat(11),
+          firstSequence: fc.nat(1_000),
+          messages: fc.array(message, { minLength: 1, maxLength: 8 }),
+        }),
+        { minLength: 1, maxLength: 3 },
+      ),
+    }),
+    { minLength: 1, maxLength: 2 },
+  );
+
+  it('every byte of a produce request is written by the encoder: no byte of an earlier use of the memory gets out', async () => {
+    await fc.assert(
+      fc.asyncProperty(topicData, fc.constantFrom(0, 1), async (data, compression) => {
+        const zeros = await encodedOver(0x00, data, compression); // what Buffer.alloc gave before the patch
+        expect(await encodedOver(0xaa, data, compression)).toEqual(zeros);
+        expect(await encodedOver(0x55, data, compression)).toEqual(zeros);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('writes a varint in place with the bytes of the untouched 64-bit varint writer, for every 32-bit integer', () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const Encoder = require('kafkajs/src/protocol/encoder') as new () => {
+      writeVarInt(v: number): { buffer: Buffer };
+      writeVarLong(v: number): { buffer: Buffer };
+    };
+    fc.assert(
+      fc.property(
+        fc.oneof(fc.integer(), fc.constantFrom(0, -1, 2 ** 31 - 1, -(2 ** 31), 63, 64, -64, -65)),
+        (v) => {
+          expect(new Encoder().writeVarInt(v).buffer).toEqual(new Encoder().writeVarLong(v).buffer);
+        },
+      ),
+      { numRuns: 2_000 },
+    );
   });
 });
