@@ -40,11 +40,13 @@ export class Semaphore {
   }
 
   /**
-   * Takes a place at the end of the line (call it when {@link tryAcquire} found no slot). Costs one promise and no
+   * Takes a place at the end of the line (granted at once when a slot is free). Costs one promise and no
    * AbortSignal listener: whoever stops the waiting calls `cancel` (an AbortSignal listener per waiter cost the
    * worker's hot path about a tenth of its CPU, see BENCHMARKS.md "Workers", 2026-12-03 evening).
    */
   enqueue(): SlotWait {
+    // A slot free now is taken at once (free slots go to the line first, so none is free while others wait).
+    if (this.tryAcquire()) return { granted: Promise.resolve(), cancel: () => false };
     let resolve!: () => void;
     let reject!: (reason: unknown) => void;
     const granted = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
@@ -55,7 +57,8 @@ export class Semaphore {
       cancel: (reason) => {
         if (w.settled) return false;
         w.settled = true;
-        this.waiters.splice(this.waiters.indexOf(w), 1);
+        const i = this.waiters.indexOf(w);
+        if (i >= 0) this.waiters.splice(i, 1); // an unsettled waiter is always in line; guarded all the same
         w.reject(reason);
         return true;
       },

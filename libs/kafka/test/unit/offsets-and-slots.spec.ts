@@ -87,5 +87,8 @@ describe('the semaphore', () => {
     s.release();
     expect(s.free).toBe(1);
     expect(s.waiting).toBe(0);
+    const now = s.enqueue(); // a slot is free: granted at once, nothing waits
+    await now.granted;
+    expect([s.free, s.waiting, now.cancel(new Error('late'))]).toEqual([0, 0, false]);
   });
 });

@@ -154,6 +154,8 @@ export class AttemptSignals {
       f(this.reason);
       return () => undefined;
     }
+    // One wait at a time per task (its attempts run one after another): a second would silently drop the first.
+    if (this.stopListener) throw new Error('AttemptSignals.onStop: a stop callback is already registered');
     this.stopListener = f;
     return () => {
       if (this.stopListener === f) this.stopListener = undefined;
