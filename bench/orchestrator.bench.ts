@@ -150,11 +150,12 @@ async function main() {
     worker1: workers[0].proc.pid,
     worker2: workers[1].proc.pid,
   });
-  if (acceptTotal > 0) await until(() => completedAt.size >= acceptTotal, 600_000, 'accepted runs');
+  if (acceptTotal > 0)
+    await until(() => completedAt.size >= acceptTotal, 600_000, 'accepted runs', [orch, ...workers]);
 
   // 0. The pre-filled backlog: every run completes; then the transactional relay over the same records.
   if (backlog > 0) {
-    await until(() => completedAt.size >= backlog, 1_200_000, 'backlog runs');
+    await until(() => completedAt.size >= backlog, 1_200_000, 'backlog runs', [orch, ...workers]);
     const drainSplit = drainCpu();
     // From the engine's first lifecycle event to its last RunCompleted (its own clock): startup excluded.
     const engineSecs = (Math.max(...completedAt.values()) - firstEventAt) / 1000;
@@ -196,7 +197,7 @@ async function main() {
         )),
       );
     const accepted = Date.now();
-    await until(() => ids.every((id) => completedAt.has(id)), 600_000, 'burst runs');
+    await until(() => ids.every((id) => completedAt.has(id)), 600_000, 'burst runs', [orch, ...workers]);
     const secs = (Date.now() - t0) / 1000;
     // Inputs applied per run: 1 start + 3 results.
     console.log(
@@ -224,6 +225,7 @@ async function main() {
       () => startedAt.size === total && [...startedAt.keys()].every((id) => completedAt.has(id)),
       300_000,
       `load ${rate}`,
+      [orch, ...workers],
     );
     const lat = [...startedAt].map(([id, t]) => completedAt.get(id)! - t);
     engineP50.set(rate, pct(lat, 50));

@@ -12,10 +12,22 @@ export const pct = (xs: number[], p: number) => {
   return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : NaN;
 };
 
-/** Waits until `cond()` holds, polling every 20 ms; throws after `timeoutMs`. */
-export async function until(cond: () => boolean, timeoutMs: number, what = 'condition') {
+/**
+ * Waits until `cond()` holds, polling every 20 ms; throws after `timeoutMs`, or at once when one of `services` (from
+ * {@link spawnService}) has exited on its own: a crashed worker fails the benchmark instead of leaving it waiting.
+ */
+export async function until(
+  cond: () => boolean,
+  timeoutMs: number,
+  what = 'condition',
+  services: ReadonlyArray<{ exited: () => string | undefined }> = [],
+) {
   const deadline = Date.now() + timeoutMs;
   while (!cond()) {
+    for (const s of services) {
+      const gone = s.exited();
+      if (gone) throw new Error(`benchmark stopped waiting for ${what}: ${gone}`);
+    }
     if (Date.now() > deadline) throw new Error(`benchmark timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
@@ -108,10 +120,20 @@ export function spawnService(
     proc.once('exit', (code) => reject(new Error(`${entry} exited with ${code}`)));
   });
   ready.catch(() => undefined); // callers that never await readiness must not crash when the process stops
+  let stopping = false;
   return {
     proc,
     ready,
+    /** Why the process ended without `stop` (its entry and exit code or signal), else undefined. */
+    exited: (): string | undefined =>
+      !stopping && (proc.exitCode !== null || proc.signalCode !== null)
+        ? `${entry} exited on its own (code ${proc.exitCode ?? proc.signalCode})`
+        : undefined,
     peakRssMb: () => peakRssMb(proc.pid),
-    stop: () => new Promise<void>((r) => (proc.once('exit', () => r()), proc.kill('SIGTERM'))),
+    stop: () => {
+      stopping = true;
+      if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
+      return new Promise<void>((r) => (proc.once('exit', () => r()), proc.kill('SIGTERM')));
+    },
   };
 }

@@ -181,11 +181,18 @@ async function resultCounter(codec: EventCodec, group: string) {
  * Starts polling the end offsets of `topic` (physical) every 50 ms; resolves, once it holds `n` records, with the
  * seconds from the first record seen to the n-th (each seen within 50 ms). `onFirst` runs when the first is seen.
  */
-async function drainTimer(topic: string, n: number, onFirst: () => void): Promise<number> {
+async function drainTimer(
+  topic: string,
+  n: number,
+  onFirst: () => void,
+  worker: { exited: () => string | undefined },
+): Promise<number> {
   const admin = kafka.admin();
   await admin.connect();
   let first = 0;
   for (;;) {
+    const gone = worker.exited();
+    if (gone) throw new Error(`benchmark stopped waiting for ${n} results: ${gone}`);
     const offsets = await admin.fetchTopicOffsets(topic);
     const c = offsets.reduce((a, p) => a + Number(p.high) - Number(p.low), 0);
     if (c > 0 && !first) {
@@ -357,9 +364,14 @@ async function main() {
   // CPU from the worker on the same cores, and the relay below runs without one. CPU is measured from the first
   // result (the worker's startup excluded) to the last.
   let workerCpu = (): string => '';
-  const drainSeconds = await drainTimer(codec.physical('task.results'), tasks, () => {
-    workerCpu = cpuSplit({ worker: worker.proc.pid });
-  });
+  const drainSeconds = await drainTimer(
+    codec.physical('task.results'),
+    tasks,
+    () => {
+      workerCpu = cpuSplit({ worker: worker.proc.pid });
+    },
+    worker,
+  );
   const workerRate = (tasks - 1) / drainSeconds; // first result to last
   const workerSplit = workerCpu();
   await worker.stop();
@@ -404,7 +416,7 @@ async function main() {
     const wait = start + ((i + rate / 10) / rate) * 1000 - Date.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   }
-  await until(() => latResults.count >= total, 120_000);
+  await until(() => latResults.count >= total, 120_000, 'latency results', [w2]);
   console.log(
     `latency at ${rate} tasks/s offered for ${opts.seconds} s: p50 ${pct(latResults.latencies, 50)} ms, p95 ${pct(latResults.latencies, 95)} ms, p99 ${pct(latResults.latencies, 99)} ms`,
   );
@@ -420,7 +432,7 @@ async function main() {
     const memResults = await resultCounter(memCodec, `${mem}results`);
     const w3 = startWorker(mem);
     const t1 = Date.now();
-    await until(() => memResults.count >= backlog, 1_800_000);
+    await until(() => memResults.count >= backlog, 1_800_000, 'backlog results', [w3]);
     console.log(
       `backlog of ${backlog}: drained in ${((Date.now() - t1) / 1000).toFixed(1)} s, worker peak RSS ${w3.peakRssMb().toFixed(0)} MiB`,
     );
