@@ -37,7 +37,9 @@ import { KeyflowError } from '@keyflow/errors';
  *   part) started on `Buffer.alloc`, a new zero-filled ArrayBuffer, and each varint went through an array and a
  *   `Buffer.from`: about half the CPU of encoding a record (4 to 7 instead of 7 to 19 us per 400-byte record with two
  *   headers, BENCHMARKS.md "Workers", 2026-12-03 evening). Patched: `Buffer.allocUnsafe` (a slice of Node's pool),
- *   safe because every byte up to the encoder's offset is written before it is read; varints written in place.
+ *   safe because every byte up to the encoder's offset is written before it is read (an encoder's bytes now share
+ *   Node's pool with other small Buffers, as Buffer.from(string) does: read `buffer`, never the slab behind it);
+ *   varints written in place, with the bytes of before for any number.
  * - protocol/recordBatch/v0/decoder.js: a compressed batch's records were parsed whatever their count, so a few KB
  *   of zstd holding millions of empty records made millions of record objects (about 94 bytes each). Patched: a
  *   batch counting more records than the budget holds parsed is not decompressed; a hook (./codecs) returns one

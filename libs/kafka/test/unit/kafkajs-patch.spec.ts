@@ -76,38 +76,53 @@ describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'e
     acks: number;
     timeout: number;
     compression: number;
+    transactionalId: string | null;
     topicData: unknown[];
-  }) => { encode: () => Promise<{ buffer: Buffer }> };
+  }) => unknown;
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const framed = require('kafkajs/src/protocol/request') as (r: {
+    correlationId: number;
+    clientId: string;
+    request: unknown;
+  }) => Promise<{ buffer: Buffer }>;
 
-  /** The produce request's bytes when every Buffer.allocUnsafe is filled with `fill` first. */
-  async function encodedOver(fill: number, topicData: unknown[], compression: number): Promise<Buffer> {
+  /** A whole produce request as it goes on the wire, when every Buffer.allocUnsafe is filled with `fill` first. */
+  async function encodedOver(
+    fill: number,
+    topicData: unknown[],
+    compression: number,
+    transactionalId: string | null,
+  ): Promise<Buffer> {
     const unsafe = Buffer.allocUnsafe;
     Buffer.allocUnsafe = (size: number) => Buffer.alloc(size, fill);
     try {
-      return Buffer.from(
-        (await produceRequest({ acks: -1, timeout: 30_000, compression, topicData }).encode()).buffer,
-      );
+      const request = produceRequest({ acks: -1, timeout: 30_000, compression, transactionalId, topicData });
+      return Buffer.from((await framed({ correlationId: 7, clientId: 'keyflow-test', request })).buffer);
     } finally {
       Buffer.allocUnsafe = unsafe;
     }
   }
 
-  const text = fc.string({ unit: 'grapheme', maxLength: 40 });
+  // Any UTF-16 code unit, lone surrogates included (written as U+FFFD, 3 bytes, by Buffer.byteLength and write alike).
+  const text = fc.string({
+    unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
+    maxLength: 40,
+  });
   const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
   const message = fc.record({
     key: fc.oneof(fc.constant(null), text, bytes(64)),
-    // Up to 3 KiB: past the encoder's first 512 bytes, so its growth path is taken too.
-    value: fc.oneof(fc.constant(null), text, bytes(3_000)),
+    // Up to 5 KiB: past the encoder's first 512 bytes and past the pool's 4 KiB, so both growth paths are taken.
+    value: fc.oneof(fc.constant(null), text, bytes(5_000)),
     headers: fc.dictionary(
       fc.string({ minLength: 1, maxLength: 12 }),
-      fc.oneof(fc.constant(null), text, bytes(40), fc.array(text, { maxLength: 3 })),
+      fc.oneof(fc.constant(null), text, bytes(40), fc.array(fc.oneof(text, bytes(20)), { maxLength: 3 })),
       { maxKeys: 4 },
     ),
     timestamp: fc.integer({ min: 0, max: 2 ** 41 }).map(String),
   });
   const topicData = fc.array(
     fc.record({
-      topic: fc.string({ minLength: 1, maxLength: 20 }),
+      topic: text.filter((t) => t.length > 0),
       partitions: fc.array(
         fc.record({
           partition: fc.nat(11),
@@ -120,30 +135,70 @@ describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'e
     { minLength: 1, maxLength: 2 },
   );
 
-  it('every byte of a produce request is written by the encoder: no byte of an earlier use of the memory gets out', async () => {
+  it('every byte of a framed produce request is written by the encoder: no byte of an earlier use of the memory gets out', async () => {
     await fc.assert(
-      fc.asyncProperty(topicData, fc.constantFrom(0, 1), async (data, compression) => {
-        const zeros = await encodedOver(0x00, data, compression); // what Buffer.alloc gave before the patch
-        expect(await encodedOver(0xaa, data, compression)).toEqual(zeros);
-        expect(await encodedOver(0x55, data, compression)).toEqual(zeros);
-      }),
+      fc.asyncProperty(
+        topicData,
+        fc.constantFrom(0, 1),
+        fc.oneof(fc.constant(null), text),
+        async (data, compression, transactionalId) => {
+          const zeros = await encodedOver(0x00, data, compression, transactionalId); // what Buffer.alloc gave before
+          expect(await encodedOver(0xaa, data, compression, transactionalId)).toEqual(zeros);
+          expect(await encodedOver(0x55, data, compression, transactionalId)).toEqual(zeros);
+        },
+      ),
       { numRuns: 200 },
     );
   });
 
-  it('writes a varint in place with the bytes of the untouched 64-bit varint writer, for every 32-bit integer', () => {
+  it('writes an unsigned varint in place as the LEB128 of the value taken as an unsigned 32-bit integer, as before', () => {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const Encoder = require('kafkajs/src/protocol/encoder') as new () => {
+      writeUVarInt(v: number): { buffer: Buffer };
       writeVarInt(v: number): { buffer: Buffer };
       writeVarLong(v: number): { buffer: Buffer };
     };
-    fc.assert(
-      fc.property(
-        fc.oneof(fc.integer(), fc.constantFrom(0, -1, 2 ** 31 - 1, -(2 ** 31), 63, 64, -64, -65)),
-        (v) => {
-          expect(new Encoder().writeVarInt(v).buffer).toEqual(new Encoder().writeVarLong(v).buffer);
-        },
+    /** LEB128 of ToUint32(v): what the loop of `&` and `>>>=` computed before the patch, for any number. */
+    const leb128 = (v: number): Buffer => {
+      const out: number[] = [];
+      let u = v >>> 0;
+      while (u >= 0x80) {
+        out.push((u & 0x7f) | 0x80);
+        u = Math.floor(u / 128);
+      }
+      out.push(u);
+      return Buffer.from(out);
+    };
+    const any = fc.oneof(
+      fc.integer(),
+      fc.integer({ min: 0, max: 2 ** 32 - 1 }),
+      fc.double(),
+      fc.constantFrom(
+        NaN,
+        Infinity,
+        -Infinity,
+        0,
+        -0,
+        2 ** 32,
+        2 ** 40 + 5,
+        -(2 ** 31),
+        127,
+        128,
+        16_383,
+        16_384,
       ),
+    );
+    fc.assert(
+      fc.property(any, (v) => {
+        expect(new Encoder().writeUVarInt(v).buffer).toEqual(leb128(v));
+      }),
+      { numRuns: 5_000 },
+    );
+    // And a signed varint equals the untouched 64-bit writer for 32-bit integers (zigzag of both agree there).
+    fc.assert(
+      fc.property(fc.integer(), (v) => {
+        expect(new Encoder().writeVarInt(v).buffer).toEqual(new Encoder().writeVarLong(v).buffer);
+      }),
       { numRuns: 2_000 },
     );
   });
