@@ -171,12 +171,47 @@ export class AttemptSignals {
   }
 }
 
-/** Calls `f` once when `signal` aborts (at once if it has); returns the function that removes the listener. */
-export function onAbort(signal: AbortSignal, f: () => void): () => void {
-  if (signal.aborted) {
-    f();
-    return () => undefined;
+/**
+ * Calls each function registered on a signal once when that signal aborts, through one listener per signal however
+ * many functions are registered. Many tasks in flight wait on one signal (their partition's revocation, their
+ * consumer's drain), and an AbortSignal's `removeEventListener` walks its listeners: with a listener per task, each
+ * task's removal was linear in the tasks in flight. A function that throws does not keep the others from being
+ * called; its error is rethrown in a microtask (uncaught, as from an event listener).
+ */
+export class AbortFanout {
+  private readonly bySignal = new WeakMap<AbortSignal, Set<() => void>>();
+
+  /** Registers `f` (called at once if `signal` has aborted); returns the function that unregisters it. */
+  on(signal: AbortSignal, f: () => void): () => void {
+    if (signal.aborted) {
+      f();
+      return () => undefined;
+    }
+    let fs = this.bySignal.get(signal);
+    if (!fs) {
+      const all = (fs = new Set());
+      this.bySignal.set(signal, all);
+      signal.addEventListener(
+        'abort',
+        () => {
+          this.bySignal.delete(signal);
+          for (const g of all)
+            try {
+              g();
+            } catch (e) {
+              queueMicrotask(() => {
+                throw e;
+              });
+            }
+          all.clear();
+        },
+        { once: true },
+      );
+    }
+    // A wrapper per registration: the same function registered twice is called twice, and removed once each.
+    const entry = () => f();
+    fs.add(entry);
+    const set = fs;
+    return () => void set.delete(entry);
   }
-  signal.addEventListener('abort', f, { once: true });
-  return () => signal.removeEventListener('abort', f);
 }

@@ -11,7 +11,6 @@ import {
   abortableSleep,
   Semaphore,
   sendToDlq,
-  type SlotWait,
   type BatchingProducer,
   type Producer,
   type ConsumedMessage,
@@ -55,7 +54,7 @@ import {
   TaskTimeoutError,
   UnknownTaskTypeError,
 } from './errors';
-import { AttemptSignals, LeaseRenewer, onAbort, type AttemptSignal } from './lease-renewer';
+import { AbortFanout, AttemptSignals, LeaseRenewer, type AttemptSignal } from './lease-renewer';
 import type { WorkerMetrics } from './metrics';
 
 /** What a handler gets besides its input. */
@@ -143,6 +142,9 @@ const workerId = `${hostname()}/${process.pid}`;
 export class TaskExecutor {
   private readonly policy: RetryPolicy;
   private readonly renewer: LeaseRenewer;
+
+  /** The tasks' listeners on their partitions' revocation and their consumer's drain, one listener per signal. */
+  private readonly aborts = new AbortFanout();
 
   /** Slots of handler calls (see ExecutorOptions.maxConcurrentHandlers). */
   private readonly handlerSlots: Semaphore;
@@ -429,7 +431,7 @@ export class TaskExecutor {
       );
       stop.stop(new LeaseLostError(cmd.idempotencyKey, reason));
     });
-    const unlink = onAbort(t.hc.signal, () => stop.stop(t.hc.signal.reason));
+    const unlink = this.aborts.on(t.hc.signal, () => stop.stop(t.hc.signal.reason));
     let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
     try {
       outcome = await this.runAttempts(cmd, handler, stop, t.hc.draining, t.log, t.context);
@@ -667,7 +669,7 @@ export class TaskExecutor {
    * (shutdown deadline, revocation, a lost lease: their reason) or, given `draining`, when the consumer drains
    * (ConsumerStoppingError: a handler not started by then does not start, and the message is redelivered), also
    * while waiting in line; once a slot is granted, re-checks the same before the handler runs. A wait in line makes
-   * no AbortController and adds no listener of its own (see {@link drainWatch}).
+   * no AbortController and adds no listener of its own (see {@link AbortFanout}).
    */
   private handlerSlot(stop: AttemptSignals, draining?: AbortSignal): Promise<void> | undefined {
     const check = () => {
@@ -678,7 +680,7 @@ export class TaskExecutor {
     if (this.handlerSlots.tryAcquire()) return undefined;
     const wait = this.handlerSlots.enqueue();
     const offStop = stop.onStop((reason) => wait.cancel(reason));
-    const offDrain = draining ? this.drainWatch(draining, wait) : undefined;
+    const offDrain = draining ? this.aborts.on(draining, () => wait.cancel(draining.reason)) : undefined;
     const done = () => {
       offStop();
       offDrain?.();
@@ -698,32 +700,6 @@ export class TaskExecutor {
         throw e;
       },
     );
-  }
-
-  /** Places in the handler-slot line that the drain of a consumer cancels, per its `draining` signal. */
-  private readonly drainWaits = new WeakMap<AbortSignal, Set<SlotWait>>();
-
-  /**
-   * Cancels `wait` with `draining`'s reason when it aborts: one listener per signal (one per consumer), not one per
-   * wait. Returns the function that forgets `wait`.
-   */
-  private drainWatch(draining: AbortSignal, wait: SlotWait): () => void {
-    let waits = this.drainWaits.get(draining);
-    if (!waits) {
-      const all = (waits = new Set());
-      this.drainWaits.set(draining, all);
-      draining.addEventListener(
-        'abort',
-        () => {
-          for (const w of all) w.cancel(draining.reason);
-          all.clear();
-        },
-        { once: true },
-      );
-    }
-    waits.add(wait);
-    const set = waits;
-    return () => set.delete(wait);
   }
 
   /**

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { AttemptSignals, LeaseRenewer } from '../../src/runtime/lease-renewer';
+import { AbortFanout, AttemptSignals, LeaseRenewer } from '../../src/runtime/lease-renewer';
 
 const logger = pino({ level: 'silent' });
 const lease = (key: string) => ({ key, token: `t-${key}`, attempt: 1 });
@@ -182,5 +182,54 @@ describe('AttemptSignals.attempt (the signal made on first read)', () => {
     jest.advanceTimersByTime(5_000);
     expect(signal.aborted).toBe(false);
     expect(jest.getTimerCount()).toBe(0);
+  });
+});
+
+describe('AbortFanout (one listener per signal for every task waiting on it)', () => {
+  it('calls every function still registered once when the signal aborts, and none that was removed', () => {
+    const fanout = new AbortFanout();
+    const ac = new AbortController();
+    const calls: string[] = [];
+    fanout.on(ac.signal, () => calls.push('a'));
+    const removeB = fanout.on(ac.signal, () => calls.push('b'));
+    const twice = () => calls.push('c');
+    fanout.on(ac.signal, twice);
+    fanout.on(ac.signal, twice); // registered twice: called twice
+    removeB();
+    ac.abort(new Error('revoked'));
+    ac.abort(new Error('again'));
+    expect(calls.sort()).toEqual(['a', 'c', 'c']);
+    fanout.on(ac.signal, () => calls.push('late')); // after the abort: called at once
+    expect(calls).toContain('late');
+  });
+
+  it('one function that throws does not keep the others from being called; its error is rethrown apart', () => {
+    const fanout = new AbortFanout();
+    const ac = new AbortController();
+    const called = jest.fn();
+    fanout.on(ac.signal, () => {
+      throw new Error('listener bug');
+    });
+    fanout.on(ac.signal, called);
+    const deferred: Array<() => void> = [];
+    const queue = jest.spyOn(globalThis, 'queueMicrotask').mockImplementation((f) => void deferred.push(f));
+    try {
+      ac.abort();
+    } finally {
+      queue.mockRestore();
+    }
+    expect(called).toHaveBeenCalledTimes(1);
+    expect(deferred).toHaveLength(1);
+    expect(() => deferred[0]()).toThrow('listener bug');
+  });
+
+  it('adds one listener to a signal however many functions wait on it', () => {
+    const fanout = new AbortFanout();
+    const ac = new AbortController();
+    const add = jest.spyOn(ac.signal, 'addEventListener');
+    const removers = Array.from({ length: 1_000 }, () => fanout.on(ac.signal, () => undefined));
+    removers.forEach((r) => r());
+    fanout.on(ac.signal, () => undefined);
+    expect(add).toHaveBeenCalledTimes(1);
   });
 });
