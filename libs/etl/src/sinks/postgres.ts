@@ -66,9 +66,11 @@ export class PostgresPools {
 
 /**
  * SQLSTATEs of a CREATE TABLE IF NOT EXISTS that lost a race with another session creating the same table:
- * 23505 (unique_violation, on pg_type's name index) and 42P07 (duplicate_table). The table exists either way.
+ * 23505 (unique_violation, on pg_type's name index), 42P07 (duplicate_table) and 42710 (duplicate_object: `type
+ * "<table>" already exists`, the table's row type, as PostgreSQL 15 reports it). The same 42710 also means a type of
+ * that name made by other means, so `init` then checks that the table exists.
  */
-const CREATED_CONCURRENTLY = new Set(['23505', '42P07']);
+const CREATED_CONCURRENTLY = new Set(['23505', '42P07', '42710']);
 
 /** Rows fetched per round trip by `checksum`. */
 const PAGE = 5000;
@@ -120,6 +122,14 @@ export function createPostgresSink(options: PostgresSinkOptions): CitySink {
         );
       } catch (err) {
         if (!CREATED_CONCURRENTLY.has((err as { code?: string }).code ?? '')) throw err;
+        // Another session created it meanwhile, or a type or relation of that name was there before: only the first
+        // is fine (the second would fail every upsert with a less clear error).
+        // (A composite type made with CREATE TYPE has a pg_class row too, of kind 'c': only a table counts.)
+        const { rows } = await pool.query<{ table: boolean }>(
+          `SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = to_regclass($1) AND relkind IN ('r', 'p')) AS table`,
+          [q],
+        );
+        if (!rows[0]?.table) throw err;
       }
     },
     async upsert(cities: readonly EnrichedCity[]): Promise<UpsertResult> {
