@@ -24,12 +24,17 @@ export async function until(
 ) {
   const deadline = Date.now() + timeoutMs;
   while (!cond()) {
-    for (const s of services) {
-      const gone = s.exited();
-      if (gone) throw new Error(`benchmark stopped waiting for ${what}: ${gone}`);
-    }
+    assertRunning(services, what);
     if (Date.now() > deadline) throw new Error(`benchmark timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Throws, naming what was awaited, when one of `services` (from {@link spawnService}) has exited on its own. */
+export function assertRunning(services: ReadonlyArray<{ exited: () => string | undefined }>, what: string) {
+  for (const s of services) {
+    const gone = s.exited();
+    if (gone) throw new Error(`benchmark stopped waiting for ${what}: ${gone}`);
   }
 }
 
@@ -121,18 +126,19 @@ export function spawnService(
   });
   ready.catch(() => undefined); // callers that never await readiness must not crash when the process stops
   let stopping = false;
+  const ended = () => proc.exitCode !== null || proc.signalCode !== null;
   return {
     proc,
     ready,
     /** Why the process ended without `stop` (its entry and exit code or signal), else undefined. */
     exited: (): string | undefined =>
-      !stopping && (proc.exitCode !== null || proc.signalCode !== null)
+      !stopping && ended()
         ? `${entry} exited on its own (code ${proc.exitCode ?? proc.signalCode})`
         : undefined,
     peakRssMb: () => peakRssMb(proc.pid),
     stop: () => {
       stopping = true;
-      if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
+      if (ended()) return Promise.resolve();
       return new Promise<void>((r) => (proc.once('exit', () => r()), proc.kill('SIGTERM')));
     },
   };

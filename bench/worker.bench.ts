@@ -18,7 +18,7 @@ import { loadWorkerConfig } from '@keyflow/workers';
 /** The bench's task topic (logical): the no-op task's. */
 const NOOP_TOPIC = taskTopicOf(noop.type);
 import { describeRedis, redisConnectionFromEnv } from '@keyflow/idempotency';
-import { cpuSplit, otlpSink, pct, spawnService, until } from './support';
+import { assertRunning, cpuSplit, otlpSink, pct, spawnService, until } from './support';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -191,8 +191,7 @@ async function drainTimer(
   await admin.connect();
   let first = 0;
   for (;;) {
-    const gone = worker.exited();
-    if (gone) throw new Error(`benchmark stopped waiting for ${n} results: ${gone}`);
+    assertRunning([worker], `${n} results`);
     const offsets = await admin.fetchTopicOffsets(topic);
     const c = offsets.reduce((a, p) => a + Number(p.high) - Number(p.low), 0);
     if (c > 0 && !first) {

@@ -71,8 +71,7 @@ export class Semaphore {
    */
   async acquire(signal?: AbortSignal): Promise<void> {
     signal?.throwIfAborted();
-    if (this.tryAcquire()) return;
-    const wait = this.enqueue();
+    const wait = this.enqueue(); // granted at once when a slot is free
     if (!signal) return wait.granted;
     const aborted = () => wait.cancel(signal.reason);
     signal.addEventListener('abort', aborted, { once: true });
