@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { Kafka, logLevel, type Producer } from 'kafkajs';
-import { EventCodec, newMetadata } from '@keyflow/contracts';
-import type { TaskCommand } from '@keyflow/schemas';
+import { derivedEventId, EventCodec, newMetadata } from '@keyflow/contracts';
+import type { TaskCommand, TaskCompleted } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { noop } from '@keyflow/tasks';
 import {
@@ -17,7 +17,7 @@ import { loadWorkerConfig } from '@keyflow/workers';
 
 /** The bench's task topic (logical): the no-op task's. */
 const NOOP_TOPIC = taskTopicOf(noop.type);
-import { describeRedis, redisConnectionFromEnv } from '@keyflow/idempotency';
+import { createRedis, describeRedis, IdempotencyStore, redisConnectionFromEnv } from '@keyflow/idempotency';
 import { assertRunning, cpuSplit, otlpSink, pct, spawnService, until } from './support';
 
 /**
@@ -67,10 +67,12 @@ async function setup(prefix: string, partitions: number) {
   await admin.connect();
   await admin.createTopics({
     waitForLeaders: true,
-    topics: [NOOP_TOPIC, dlqTopicFor(NOOP_TOPIC), 'task.results', 'relay.out'].map((t) => ({
-      topic: `${prefix}${t}`,
-      numPartitions: t.endsWith('dlq') ? 1 : partitions,
-    })),
+    topics: [NOOP_TOPIC, dlqTopicFor(NOOP_TOPIC), 'task.results', 'task.results.ceiling', 'relay.out'].map(
+      (t) => ({
+        topic: `${prefix}${t}`,
+        numPartitions: t.endsWith('dlq') ? 1 : partitions,
+      }),
+    ),
   });
   await admin.disconnect();
   await codec.registerTopics(['task.results', NOOP_TOPIC]);
@@ -311,6 +313,118 @@ async function runtimeFloor(prefix: string, n: number): Promise<Measured> {
   return measured;
 }
 
+/**
+ * The library ceiling: the work a worker cannot leave out, done with the design card's libraries and nothing of the
+ * worker runtime, the whole fetched batch at a time, as {@link batchedRelay} does: each command decoded (avsc, through
+ * the codec), one idempotency begin call for the batch's leases (the store's Lua script, ioredis), each input parsed
+ * and the no-op handler called, one complete call for the batch's records, each result encoded as the worker encodes
+ * it (TaskCompleted, UUID v5 event id), one `sendBatch` (acks=all), then the batch's offset committed. No per-task
+ * promise, lease renewal, timeout, retry, span or metric, and one batch at a time per partition (no per-key order
+ * beyond the partition's): not a worker, a bound. What the worker spends beyond it is the runtime's; what it spends
+ * beyond the relay is the libraries'. Its own consumer group and key prefix in Redis (keys expire like the worker's).
+ */
+async function libraryCeiling(
+  prefix: string,
+  codec: EventCodec,
+  n: number,
+  partitions: number,
+): Promise<Measured> {
+  const cfg = loadWorkerConfig({
+    ...process.env,
+    KEYFLOW_TOPIC_PREFIX: prefix,
+    WORKER_TASK_TYPES: noop.type,
+  });
+  const redis = createRedis(cfg.redis, { enableAutoPipelining: true });
+  const store = new IdempotencyStore<{ kind: 'completed'; output: string; durationMs: number }>(redis, {
+    keyPrefix: `${prefix}ceiling:`,
+    leaseMs: cfg.WORKER_LEASE_MS,
+    completionTtlMs: cfg.WORKER_COMPLETION_TTL_MS,
+  });
+  const handler = (input: unknown) => (input === undefined ? null : {});
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const consumer = kafka.consumer({ groupId: `${prefix}library-ceiling` });
+  await consumer.connect();
+  await consumer.subscribe({ topic: codec.physical(NOOP_TOPIC), fromBeginning: true });
+  const results = codec.physical('task.results.ceiling');
+  let done = 0;
+  let t0 = 0;
+  let cpu = (): string => '';
+  await consumer.run({
+    autoCommit: false,
+    partitionsConsumedConcurrently: partitions,
+    eachBatch: async ({ batch }) => {
+      if (batch.messages.length === 0) return;
+      if (!t0) {
+        t0 = Date.now();
+        cpu = cpuSplit({});
+      }
+      const cmds: TaskCommand[] = [];
+      for (const m of batch.messages) {
+        const loc = { topic: batch.topic, partition: batch.partition, offset: m.offset };
+        const known = codec.decodeIfKnown(NOOP_TOPIC, m.value, loc);
+        cmds.push((known ?? (await codec.decode(NOOP_TOPIC, m.value, loc))).value as TaskCommand);
+      }
+      const begun = await store.beginMany(cmds.map((c) => ({ key: c.idempotencyKey, attempt: c.attempt })));
+      const ran: Array<{
+        c: TaskCommand;
+        lease: { key: string; token: string; attempt: number };
+        output: string;
+      }> = [];
+      begun.forEach((b, i) => {
+        if (b instanceof Error || b.state !== 'acquired')
+          throw new Error(`ceiling: lease not taken: ${String(b)}`);
+        const c = cmds[i];
+        ran.push({ c, lease: b.lease, output: JSON.stringify(handler(JSON.parse(c.input))) });
+      });
+      const held = await store.completeMany(
+        ran.map((r) => ({
+          lease: r.lease,
+          result: { kind: 'completed', output: r.output, durationMs: 0 },
+          ok: true,
+        })),
+      );
+      if (held.some((h) => h !== true)) throw new Error('ceiling: a completion record was refused');
+      const messages = ran.map(({ c, output }) => ({
+        key: c.runId,
+        value: codec.encode('task.results', 'TaskCompleted', {
+          metadata: newMetadata('TaskCompleted', {
+            key: c.runId,
+            correlationId: c.metadata.correlationId,
+            causationId: c.metadata.eventId,
+            eventId: derivedEventId(c.metadata.eventId, 'completed'),
+          }),
+          runId: c.runId,
+          stepId: c.stepId,
+          taskType: c.taskType,
+          attempt: c.attempt,
+          idempotencyKey: c.idempotencyKey,
+          output,
+          outputRef: null,
+          durationMs: 0,
+          workerId: 'bench',
+          replayed: false,
+        } satisfies TaskCompleted),
+      }));
+      await producer.sendBatch({ acks: -1, topicMessages: [{ topic: results, messages }] });
+      await consumer.commitOffsets([
+        {
+          topic: batch.topic,
+          partition: batch.partition,
+          offset: (BigInt(batch.lastOffset()) + 1n).toString(),
+        },
+      ]);
+      done += batch.messages.length;
+    },
+  });
+  await until(() => done >= n, 600_000, 'library ceiling');
+  const measured = { rate: (n - 1) / ((Date.now() - t0) / 1000), cpu: cpu() };
+  await consumer.disconnect();
+  await producer.disconnect();
+  redis.disconnect();
+  return measured;
+}
+
 /** The bench's first relay, kept for comparison only: one awaited `send` per message (not a fair baseline). */
 async function rawRelay(prefix: string, n: number): Promise<number> {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
@@ -376,6 +490,7 @@ async function main() {
   await worker.stop();
   const relay = await batchedRelay(run, tasks, partitions);
   const floor = await runtimeFloor(run, tasks);
+  const ceiling = await libraryCeiling(run, codec, tasks, partitions);
   const perMessageRate = await rawRelay(run, tasks);
   console.log(`throughput (backlog of ${tasks}, ${partitions} partitions, 1 worker process, no-op handler):`);
   console.log(
@@ -384,9 +499,13 @@ async function main() {
   console.log(
     `  runtime floor (the worker's ordered consumer and batching producer forwarding each record, no executor): ${floor.rate.toFixed(0)} msgs/s   floor / relay ${(floor.rate / relay.rate).toFixed(2)}   worker / floor ${(workerRate / floor.rate).toFixed(2)}`,
   );
+  console.log(
+    `  library ceiling (the worker's mandatory work, a fetched batch at a time, libraries only: decode, one begin and one complete call, encode, sendBatch): ${ceiling.rate.toFixed(0)} tasks/s   ceiling / relay ${(ceiling.rate / relay.rate).toFixed(2)}   worker / ceiling ${(workerRate / ceiling.rate).toFixed(2)}`,
+  );
   console.log(`  CPU while the worker drains, first result to last (one core = 100%): ${workerSplit}`);
   console.log(`  CPU while the relay runs, first batch to last message (bench = the relay): ${relay.cpu}`);
   console.log(`  CPU while the floor runs, first record to last (bench = the floor): ${floor.cpu}`);
+  console.log(`  CPU while the ceiling runs, first batch to last (bench = the ceiling): ${ceiling.cpu}`);
   console.log(
     `  for comparison only, a relay awaiting one send per message: ${perMessageRate.toFixed(0)} msgs/s (not a fair baseline)`,
   );
