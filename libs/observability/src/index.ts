@@ -13,6 +13,7 @@ export {
   activeTraceIds,
   contextFromRecord,
   headersWithTrace,
+  noTracerProvider,
   startTracing,
   traceContextOf,
   traceHeaders,

@@ -5,6 +5,7 @@ import {
   DiagLogLevel,
   isSpanContextValid,
   propagation,
+  ProxyTracerProvider,
   ROOT_CONTEXT,
   trace,
   type Context,
@@ -36,6 +37,20 @@ export const TRACER_NAME = 'keyflow';
 
 /** The tracer of keyflow's spans (a no-op tracer until {@link startTracing} runs). */
 export const tracer = (): Tracer => trace.getTracer(TRACER_NAME);
+
+/** The provider the API falls back to when none is registered (a fresh proxy's delegate is that shared instance). */
+const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
+
+/**
+ * Whether no tracer provider is registered in this process (ours, from {@link startTracing} with an exporter, or any
+ * other SDK's): every span is then a no-op that carries its parent's span context (OpenTelemetry API, `NoopTracer`:
+ * a valid parent's context, else the invalid one), so a caller may use the parent context in place of a child
+ * span's and save making the span. Cheap enough to call per batch; answers for the provider registered now.
+ */
+export function noTracerProvider(): boolean {
+  const provider = trace.getTracerProvider();
+  return provider instanceof ProxyTracerProvider && provider.getDelegate() === NOOP_TRACER_PROVIDER;
+}
 
 /** Kafka headers always carry W3C Trace Context, whatever propagator the process registered for other carriers. */
 const w3c = new W3CTraceContextPropagator();

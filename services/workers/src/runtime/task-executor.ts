@@ -29,6 +29,7 @@ import {
   activeContextFollowsCalls,
   contextFromRecord,
   headersWithTrace,
+  noTracerProvider,
   traceContextOf,
   traceIdsOf,
   tracer,
@@ -314,6 +315,10 @@ export class TaskExecutor {
    */
   private task(cmd: TaskCommand, m: ConsumedMessage, hc: HandleContext, waiting?: Waiting): Task {
     const parent = contextFromRecord(m.headers, cmd.metadata);
+    // With no tracer provider, the task span would be a no-op carrying the parent's span context: the parent context
+    // is then the task's as it is, and no span, attributes or context are made (see noTracerProvider).
+    if (noTracerProvider())
+      return this.taskIn(cmd, m, hc, trace.getSpan(parent) ?? UNRECORDED_SPAN, parent, waiting);
     const span = tracer().startSpan(
       `keyflow.task ${cmd.taskType}`,
       {
@@ -332,7 +337,18 @@ export class TaskExecutor {
       },
       parent,
     );
-    const taskContext = trace.setSpan(parent, span);
+    return this.taskIn(cmd, m, hc, span, trace.setSpan(parent, span), waiting);
+  }
+
+  /** The task of `cmd` in its span and that span's context, with its logger. */
+  private taskIn(
+    cmd: TaskCommand,
+    m: ConsumedMessage,
+    hc: HandleContext,
+    span: Span,
+    taskContext: Context,
+    waiting: Waiting | undefined,
+  ): Task {
     // Built on first use: most tasks log nothing, and a pino child serialises its bindings when it is made.
     let child: Logger | undefined;
     const log = (): Logger =>
