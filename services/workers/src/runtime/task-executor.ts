@@ -28,9 +28,9 @@ import {
 import {
   activeContextFollowsCalls,
   contextFromRecord,
-  headersWithTrace,
   noTracerProvider,
   traceContextOf,
+  traceHeaders,
   traceIdsOf,
   tracer,
   type Logger,
@@ -813,7 +813,8 @@ export class TaskExecutor {
             error: outcome.error,
             workerId,
           } satisfies TaskFailed);
-    return { key: cmd.runId, value, headers: headersWithTrace({}, t.context) };
+    // The headers carry the trace context the metadata does (made once: the same injection would give the same text).
+    return { key: cmd.runId, value, headers: traceHeaders(traceContext) ?? {} };
   }
 
   /**
