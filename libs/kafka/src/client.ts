@@ -93,6 +93,22 @@ export function createKafka(
 }
 
 /**
+ * Retries of a transactional producer (kafkajs `retry`). A transaction begun right after the previous one committed
+ * on the same transactional id has its AddPartitionsToTxn (or AddOffsetsToTxn) refused with CONCURRENT_TRANSACTIONS
+ * while the coordinator still writes the previous one's markers (a few ms after EndTxn returns); kafkajs retries it
+ * after its retry backoff, whatever the error. The Java producer retries that case after 20 ms instead of
+ * retry.backoff.ms (KAFKA-5477). Back-to-back one-record transactions on this project's single-broker stack
+ * (BENCHMARKS.md "Latency", 2026-12-03): 12-24 % refused once, so p90 of a transaction is about the first backoff
+ * (98 ms with 100, 27 ms with 20, 10 ms with 5). Hence 5 ms, doubling (with jitter) up to 5 s, unbounded count: a
+ * broker that is away costs a few more quick attempts, then the same waits as before.
+ */
+export const TRANSACTIONAL_RETRY = {
+  retries: Number.MAX_SAFE_INTEGER,
+  initialRetryTime: 5,
+  maxRetryTime: 5_000,
+};
+
+/**
  * The producer every service uses for events: idempotent (KIP-98: no duplicates or reordering from producer
  * retries), acks=all on every send (set per send), one request in flight per connection to keep order on retries.
  */

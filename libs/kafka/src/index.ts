@@ -1,4 +1,4 @@
-export { createKafka, createIdempotentProducer } from './client';
+export { createKafka, createIdempotentProducer, TRANSACTIONAL_RETRY } from './client';
 export { assertKafkajsPatched, KafkajsUnpatchedError, KAFKAJS_PATCHES } from './kafkajs-patch';
 export {
   ensureTopics,

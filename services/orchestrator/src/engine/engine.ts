@@ -39,6 +39,7 @@ import {
   dlqTopicConfigs,
   fitDlqRecord,
   dlqLimitBytes,
+  TRANSACTIONAL_RETRY,
 } from '@keyflow/kafka';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
@@ -364,7 +365,7 @@ export class Engine {
       idempotent: true,
       maxInFlightRequests: 1,
       transactionTimeout: 30_000,
-      retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 5_000 },
+      retry: TRANSACTIONAL_RETRY, // a CONCURRENT_TRANSACTIONS refusal between back-to-back transactions
     });
     const o: OwnedPartition = {
       partition,
