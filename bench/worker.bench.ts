@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { Kafka, logLevel, type Producer } from 'kafkajs';
+import { Kafka, logLevel, type Batch, type Producer } from 'kafkajs';
 import { derivedEventId, EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
@@ -215,12 +215,38 @@ async function drainTimer(
  * the first batch to the last message; `onFirst` runs when the first batch arrives.
  */
 async function batchedRelay(prefix: string, n: number, partitions: number): Promise<Measured> {
+  return eachBatchMeasured(prefix, 'batched-relay', n, partitions, async (batch, producer) => {
+    await producer.sendBatch({
+      acks: -1,
+      topicMessages: [
+        {
+          topic: `${prefix}relay.out`,
+          messages: batch.messages.map((m) => ({ key: m.key, value: m.value })),
+        },
+      ],
+    });
+  });
+}
+
+/**
+ * Runs `work` over each fetched batch of the bench's task topic (`eachBatch`, up to `partitions` at once, consumer
+ * group `<prefix><group>`, a producer of its own: idempotent, one request in flight), commits the batch's offset
+ * after it, and resolves once `n` records were worked with the rate from the first batch to the last and the CPU
+ * split over that window.
+ */
+async function eachBatchMeasured(
+  prefix: string,
+  group: string,
+  n: number,
+  partitions: number,
+  work: (batch: Batch, producer: Producer) => Promise<void>,
+): Promise<Measured> {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
-  const consumer = kafka.consumer({ groupId: `${prefix}batched-relay` });
+  const consumer = kafka.consumer({ groupId: `${prefix}${group}` });
   await consumer.connect();
   await consumer.subscribe({ topic: `${prefix}${NOOP_TOPIC}`, fromBeginning: true });
-  let relayed = 0;
+  let done = 0;
   let t0 = 0;
   let cpu = (): string => '';
   await consumer.run({
@@ -232,15 +258,7 @@ async function batchedRelay(prefix: string, n: number, partitions: number): Prom
         t0 = Date.now();
         cpu = cpuSplit({});
       }
-      await producer.sendBatch({
-        acks: -1,
-        topicMessages: [
-          {
-            topic: `${prefix}relay.out`,
-            messages: batch.messages.map((m) => ({ key: m.key, value: m.value })),
-          },
-        ],
-      });
+      await work(batch, producer);
       await consumer.commitOffsets([
         {
           topic: batch.topic,
@@ -248,10 +266,10 @@ async function batchedRelay(prefix: string, n: number, partitions: number): Prom
           offset: (BigInt(batch.lastOffset()) + 1n).toString(),
         },
       ]);
-      relayed += batch.messages.length;
+      done += batch.messages.length;
     },
   });
-  await until(() => relayed >= n, 600_000);
+  await until(() => done >= n, 600_000, group);
   // The CPU split is taken here, over the rate's own window: measured after the disconnect (seconds of leaving the
   // group, almost no CPU), it read as a fraction of the CPU the relay really used.
   const measured = { rate: (n - 1) / ((Date.now() - t0) / 1000), cpu: cpu() };
@@ -341,24 +359,13 @@ async function libraryCeiling(
     completionTtlMs: cfg.WORKER_COMPLETION_TTL_MS,
   });
   const handler = (input: unknown) => (input === undefined ? null : {});
-  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
-  await producer.connect();
-  const consumer = kafka.consumer({ groupId: `${prefix}library-ceiling` });
-  await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical(NOOP_TOPIC), fromBeginning: true });
   const results = codec.physical('task.results.ceiling');
-  let done = 0;
-  let t0 = 0;
-  let cpu = (): string => '';
-  await consumer.run({
-    autoCommit: false,
-    partitionsConsumedConcurrently: partitions,
-    eachBatch: async ({ batch }) => {
-      if (batch.messages.length === 0) return;
-      if (!t0) {
-        t0 = Date.now();
-        cpu = cpuSplit({});
-      }
+  const measured = await eachBatchMeasured(
+    prefix,
+    'library-ceiling',
+    n,
+    partitions,
+    async (batch, producer) => {
       const cmds: TaskCommand[] = [];
       for (const m of batch.messages) {
         const loc = { topic: batch.topic, partition: batch.partition, offset: m.offset };
@@ -407,20 +414,8 @@ async function libraryCeiling(
         } satisfies TaskCompleted),
       }));
       await producer.sendBatch({ acks: -1, topicMessages: [{ topic: results, messages }] });
-      await consumer.commitOffsets([
-        {
-          topic: batch.topic,
-          partition: batch.partition,
-          offset: (BigInt(batch.lastOffset()) + 1n).toString(),
-        },
-      ]);
-      done += batch.messages.length;
     },
-  });
-  await until(() => done >= n, 600_000, 'library ceiling');
-  const measured = { rate: (n - 1) / ((Date.now() - t0) / 1000), cpu: cpu() };
-  await consumer.disconnect();
-  await producer.disconnect();
+  );
   redis.disconnect();
   return measured;
 }
