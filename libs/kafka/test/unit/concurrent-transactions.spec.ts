@@ -1,0 +1,56 @@
+import { KafkaJSError, KafkaJSProtocolError } from 'kafkajs';
+import { whileTransactionsConcurrent } from '../../src';
+
+/** The error kafkajs throws for a request the transaction coordinator refused with CONCURRENT_TRANSACTIONS (51). */
+const concurrent = () =>
+  new KafkaJSProtocolError({
+    message: 'There is a newer producer with the same transactionalId which fences the current one',
+    type: 'CONCURRENT_TRANSACTIONS',
+    code: 51,
+  });
+
+describe('whileTransactionsConcurrent: a transaction request refused while the previous one completes', () => {
+  it('is sent again until the coordinator takes it (kafkajs sends AddOffsetsToTxn once)', async () => {
+    let calls = 0;
+    const waits: number[] = [];
+    const result = await whileTransactionsConcurrent(
+      async () => {
+        calls++;
+        if (calls < 4) throw concurrent();
+        return 'added';
+      },
+      { sleep: async (ms) => void waits.push(ms), random: () => 0.5 },
+    );
+    expect(result).toBe('added');
+    expect(calls).toBe(4);
+    // Short first wait (the previous transaction's markers take a few ms), doubling.
+    expect(waits).toEqual([5, 10, 20]);
+  });
+
+  it('gives any other error back at once, and this one after its last try', async () => {
+    const other = new KafkaJSError('broker gone', { retriable: true });
+    let calls = 0;
+    await expect(
+      whileTransactionsConcurrent(
+        async () => {
+          calls++;
+          throw other;
+        },
+        { sleep: async () => undefined },
+      ),
+    ).rejects.toBe(other);
+    expect(calls).toBe(1);
+
+    calls = 0;
+    await expect(
+      whileTransactionsConcurrent(
+        async () => {
+          calls++;
+          throw concurrent();
+        },
+        { sleep: async () => undefined, maxTries: 3 },
+      ),
+    ).rejects.toMatchObject({ type: 'CONCURRENT_TRANSACTIONS' });
+    expect(calls).toBe(3);
+  });
+});
