@@ -94,19 +94,50 @@ export function createKafka(
 
 /**
  * Retries of a transactional producer (kafkajs `retry`). A transaction begun right after the previous one committed
- * on the same transactional id has its AddPartitionsToTxn (or AddOffsetsToTxn) refused with CONCURRENT_TRANSACTIONS
- * while the coordinator still writes the previous one's markers (a few ms after EndTxn returns); kafkajs retries it
- * after its retry backoff, whatever the error. The Java producer retries that case after 20 ms instead of
- * retry.backoff.ms (KAFKA-5477). Back-to-back one-record transactions on this project's single-broker stack
- * (BENCHMARKS.md "Latency", 2026-12-03): 12-24 % refused once, so p90 of a transaction is about the first backoff
- * (98 ms with 100, 27 ms with 20, 10 ms with 5). Hence 5 ms, doubling (with jitter) up to 5 s, unbounded count: a
- * broker that is away costs a few more quick attempts, then the same waits as before.
+ * on the same transactional id has its AddPartitionsToTxn refused with CONCURRENT_TRANSACTIONS while the coordinator
+ * still writes the previous one's markers (a few ms after EndTxn returns); kafkajs retries a send after this retry
+ * backoff, whatever the error. The Java producer retries that case after 20 ms instead of retry.backoff.ms
+ * (KAFKA-5477). Back-to-back one-record transactions on this project's single-broker stack (BENCHMARKS.md "Latency",
+ * 2026-12-03): 12-24 % refused once, so p90 of a transaction is about the first backoff (98 ms with 100, 27 ms with
+ * 20, 10 ms with 5). Hence 5 ms, doubling (with jitter) up to 5 s, unbounded count: a broker that is away costs a
+ * few more quick attempts, then the same waits as before. kafkajs applies it to sends only: AddOffsetsToTxn is sent
+ * once (wrap `sendOffsets` in {@link whileTransactionsConcurrent}), InitProducerId and TxnOffsetCommit use kafkajs's
+ * defaults.
  */
-export const TRANSACTIONAL_RETRY = {
+export const TRANSACTIONAL_RETRY = Object.freeze({
   retries: Number.MAX_SAFE_INTEGER,
   initialRetryTime: 5,
   maxRetryTime: 5_000,
-};
+});
+
+/**
+ * Runs `request` (a transaction's request kafkajs sends once, such as `sendOffsets`, whose AddOffsetsToTxn is the
+ * transaction's first request when nothing was sent before it) and, while the coordinator refuses it with
+ * CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written; the open transaction is
+ * unchanged by the refusal), runs it again after 5 ms, doubling, jitter +-20 % (as {@link TRANSACTIONAL_RETRY}).
+ * @param opts.maxTries runs in all (default 8: about 1.3 s of waits, far below a transaction timeout).
+ * @param opts.sleep, opts.random for tests.
+ * @throws the last CONCURRENT_TRANSACTIONS error after `maxTries` runs; any other error at once, unchanged.
+ */
+export async function whileTransactionsConcurrent<T>(
+  request: () => Promise<T>,
+  opts: { maxTries?: number; sleep?: (ms: number) => Promise<void>; random?: () => number } = {},
+): Promise<T> {
+  const {
+    maxTries = 8,
+    sleep = (ms) => new Promise<void>((r) => setTimeout(r, ms)),
+    random = Math.random,
+  } = opts;
+  for (let tries = 1; ; tries++) {
+    try {
+      return await request();
+    } catch (e) {
+      if ((e as { type?: unknown }).type !== 'CONCURRENT_TRANSACTIONS' || tries >= maxTries) throw e;
+      const base = TRANSACTIONAL_RETRY.initialRetryTime * 2 ** (tries - 1);
+      await sleep(Math.round(base * (0.8 + 0.4 * random())));
+    }
+  }
+}
 
 /**
  * The producer every service uses for events: idempotent (KIP-98: no duplicates or reordering from producer

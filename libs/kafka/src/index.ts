@@ -1,4 +1,9 @@
-export { createKafka, createIdempotentProducer, TRANSACTIONAL_RETRY } from './client';
+export {
+  createKafka,
+  createIdempotentProducer,
+  TRANSACTIONAL_RETRY,
+  whileTransactionsConcurrent,
+} from './client';
 export { assertKafkajsPatched, KafkajsUnpatchedError, KAFKAJS_PATCHES } from './kafkajs-patch';
 export {
   ensureTopics,

@@ -3,11 +3,17 @@ import { whileTransactionsConcurrent } from '../../src';
 
 /** The error kafkajs throws for a request the transaction coordinator refused with CONCURRENT_TRANSACTIONS (51). */
 const concurrent = () =>
-  new KafkaJSProtocolError({
-    message: 'There is a newer producer with the same transactionalId which fences the current one',
-    type: 'CONCURRENT_TRANSACTIONS',
-    code: 51,
-  });
+  new KafkaJSProtocolError(
+    Object.assign(
+      new Error(
+        'The producer attempted to update a transaction while another concurrent operation on the same transaction was ongoing',
+      ),
+      {
+        type: 'CONCURRENT_TRANSACTIONS',
+        code: 51,
+      },
+    ),
+  );
 
 describe('whileTransactionsConcurrent: a transaction request refused while the previous one completes', () => {
   it('is sent again until the coordinator takes it (kafkajs sends AddOffsetsToTxn once)', async () => {

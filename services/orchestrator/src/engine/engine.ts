@@ -40,6 +40,7 @@ import {
   fitDlqRecord,
   dlqLimitBytes,
   TRANSACTIONAL_RETRY,
+  whileTransactionsConcurrent,
 } from '@keyflow/kafka';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
@@ -828,10 +829,14 @@ export class Engine {
         for (const part of splitBySize([[dlqTopic, run]], this.claim.thresholdBytes))
           await tx.sendBatch({ compression, topicMessages: part });
       const next = (BigInt(lastOffset) + 1n).toString();
-      await tx.sendOffsets({
-        consumerGroupId: this.cfg.ORCHESTRATOR_GROUP_ID,
-        topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
-      });
+      // First request of the transaction when every input was ignored (no send): kafkajs sends it once, and right
+      // after the previous commit the coordinator may refuse it with CONCURRENT_TRANSACTIONS.
+      await whileTransactionsConcurrent(() =>
+        tx!.sendOffsets({
+          consumerGroupId: this.cfg.ORCHESTRATOR_GROUP_ID,
+          topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
+        }),
+      );
       await tx.commit();
       txSpan.end();
     } catch (err) {
