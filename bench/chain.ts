@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Kafka, logLevel, type Consumer, type Producer } from 'kafkajs';
+import { TRANSACTIONAL_RETRY } from '@keyflow/kafka';
 import { httpClient, pct, until } from './support';
 
 /**
@@ -59,6 +60,7 @@ export async function chainLatency(o: {
       transactionalId: `${o.prefix}chain.tx${i}`,
       idempotent: true,
       maxInFlightRequests: 1,
+      retry: TRANSACTIONAL_RETRY, // the engine's: a short wait when a transaction follows a commit too closely
     });
     producers.push(p);
     await p.connect();

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Command } from 'commander';
 import { CompressionTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { TRANSACTIONAL_RETRY } from '@keyflow/kafka';
 import { echo } from '@keyflow/tasks';
 import { chainLatency } from './chain';
 import { cpuSplit, httpClient, pct, spawnService, until } from './support';
@@ -352,6 +353,8 @@ async function transactionalRelay(
     transactionalId: groupId,
     idempotent: true,
     maxInFlightRequests: 1,
+    // The engine's retries: back-to-back transactions refused with CONCURRENT_TRANSACTIONS wait 5 ms, not 300.
+    retry: TRANSACTIONAL_RETRY,
   });
   await producer.connect();
   const consumer = kafka.consumer({ groupId, readUncommitted: false });
