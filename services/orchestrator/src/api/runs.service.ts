@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { BatchingProducer } from '@keyflow/kafka';
-import { headersWithTrace, traceContextOf } from '@keyflow/observability';
+import { traceContextOf, traceHeaders } from '@keyflow/observability';
 import { RUN_ENDED, runInputIssues, SIGNAL_BUFFER_FULL, TERMINAL } from '@keyflow/workflow';
 import { PiiMasking } from './pii';
 import { fingerprint, type RequestKeys } from './request-keys';
@@ -239,15 +239,17 @@ export class RunsService {
     event: 'StartRun' | 'CancelRun' | 'SignalRun' | 'RetryRun',
     fields: Record<string, unknown>,
   ) {
-    // The request's span (api/tracing.ts) is the active one: the run's trace starts from it.
+    // The request's span (api/tracing.ts) is the active one: the run's trace starts from it. Injected once, for the
+    // metadata and the headers alike.
+    const traceContext = traceContextOf();
     const value = this.codec.encode('wf.requests', event, {
-      metadata: newMetadata(event, { key: runId, correlationId: runId, ...traceContextOf() }),
+      metadata: newMetadata(event, { key: runId, correlationId: runId, ...traceContext }),
       ...fields,
     } as never);
     await this.producer.send(this.codec.physical('wf.requests'), {
       key: runId,
       value,
-      headers: headersWithTrace(),
+      headers: traceHeaders(traceContext) ?? {},
     });
   }
 }
