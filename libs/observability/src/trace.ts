@@ -9,6 +9,8 @@ import {
   ROOT_CONTEXT,
   trace,
   type Context,
+  type Span,
+  type SpanContext,
   type TextMapGetter,
   type TextMapSetter,
   type Tracer,
@@ -203,4 +205,51 @@ export function startTracing(
       ]).catch((e) => diag.warn(`spans not flushed at shutdown: ${(e as Error)?.message ?? String(e)}`)),
   };
   return started;
+}
+
+/** Default of OTEL_SPAN_LINK_COUNT_LIMIT (OTel spec "Span Limits"). */
+const DEFAULT_SPAN_LINK_COUNT_LIMIT = 128;
+
+/**
+ * How many links an SDK span keeps: OTEL_SPAN_LINK_COUNT_LIMIT, which the tracer provider {@link startTracing}
+ * registers reads too (OTel spec "Span Limits"; 128 when unset, empty or not a whole number >= 0).
+ */
+export function spanLinkLimit(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.OTEL_SPAN_LINK_COUNT_LIMIT?.trim();
+  const n = raw ? Number(raw) : NaN;
+  return Number.isSafeInteger(n) && n >= 0 ? n : DEFAULT_SPAN_LINK_COUNT_LIMIT;
+}
+
+/** Attribute of a span given more links than it keeps: how many were left out (see {@link SpanLinks}). */
+export const LINKS_DROPPED_ATTRIBUTE = 'keyflow.links_dropped';
+
+/**
+ * Links one span to many span contexts (a batch span to the trace of each input it carries) within the SDK's link
+ * limit ({@link spanLinkLimit}): the first `limit` are added, the rest are counted, and {@link SpanLinks.close} writes
+ * the count as {@link LINKS_DROPPED_ATTRIBUTE}. Past its limit the SDK drops links itself and warns once per span
+ * ("Dropped N links because linkCountLimit reached"), which for a batch of thousands of inputs is a warning per batch
+ * on stderr. On a no-op span (no tracer provider) it costs a counter.
+ */
+export class SpanLinks {
+  private added = 0;
+  private dropped = 0;
+
+  /** @param limit links to add at most (default: {@link spanLinkLimit} of process.env). */
+  constructor(
+    private readonly span: Span,
+    private readonly limit: number = spanLinkLimit(),
+  ) {}
+
+  /** Adds a link to `context`, or counts it once the span holds `limit` links. */
+  add(context: SpanContext): void {
+    if (this.added < this.limit) {
+      this.span.addLink({ context });
+      this.added++;
+    } else this.dropped++;
+  }
+
+  /** Writes how many links were left out on the span (nothing when none was); call before the span ends. */
+  close(): void {
+    if (this.dropped > 0) this.span.setAttribute(LINKS_DROPPED_ATTRIBUTE, this.dropped);
+  }
 }

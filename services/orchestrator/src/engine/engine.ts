@@ -46,6 +46,7 @@ import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opent
 import {
   ComponentHealth,
   contextFromRecord,
+  SpanLinks,
   traceContextOf,
   traceHeaders,
   tracer,
@@ -87,6 +88,8 @@ const ENGINE_INPUTS = ['wf.requests', 'task.results'] as const;
 /** The spans of one engine batch (see Engine.tracedBatch). */
 interface BatchSpans {
   batch: Span;
+  /** The batch span's links to its inputs' traces, within the SDK's link limit. */
+  links: SpanLinks;
   applied: Span[];
 }
 
@@ -521,18 +524,16 @@ export class Engine {
     p: EachBatchPayload,
     snapshots: 'per-batch' | 'per-input',
   ): Promise<void> {
-    const spans: BatchSpans = {
-      batch: tracer().startSpan('keyflow.engine.batch', {
-        kind: SpanKind.CONSUMER,
-        attributes: {
-          'messaging.system': 'kafka',
-          'messaging.destination.name': p.batch.topic,
-          'messaging.destination.partition.id': String(p.batch.partition),
-          'messaging.batch.message_count': p.batch.messages.length,
-        },
-      }),
-      applied: [],
-    };
+    const batch = tracer().startSpan('keyflow.engine.batch', {
+      kind: SpanKind.CONSUMER,
+      attributes: {
+        'messaging.system': 'kafka',
+        'messaging.destination.name': p.batch.topic,
+        'messaging.destination.partition.id': String(p.batch.partition),
+        'messaging.batch.message_count': p.batch.messages.length,
+      },
+    });
+    const spans: BatchSpans = { batch, links: new SpanLinks(batch), applied: [] };
     try {
       await this.applyBatch(o, p, snapshots, spans);
     } catch (e) {
@@ -544,6 +545,7 @@ export class Engine {
       throw e;
     } finally {
       for (const s of spans.applied) s.end();
+      spans.links.close();
       spans.batch.end();
     }
   }
@@ -677,7 +679,7 @@ export class Engine {
           );
           spans.applied.push(applySpan);
           const carried = trace.getSpanContext(parent);
-          if (carried) spans.batch.addLink({ context: carried });
+          if (carried) spans.links.add(carried);
           const traceCtx = traceContextOf(trace.setSpan(parent, applySpan));
           traces.set(input.runId, traceCtx);
           outputs = await encodeOutputs(
