@@ -5,7 +5,7 @@ import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { TRANSACTIONAL_RETRY } from '@keyflow/kafka';
 import { echo } from '@keyflow/tasks';
 import { chainLatency } from './chain';
-import { cpuSplit, httpClient, pct, spawnService, until } from './support';
+import { cpuSplit, httpClient, otlpSink, pct, serviceOnlyEnv, spawnService, until } from './support';
 
 /**
  * Orchestrator benchmark: the built-in `three-step` workflow (3 task steps) against 2 worker processes running
@@ -20,6 +20,9 @@ import { cpuSplit, httpClient, pct, spawnService, until } from './support';
  *    replicas) with 64 and 256 requests in flight, next to a raw batched kafkajs produce of as many StartRun records
  *    in the same run, and the CPU split of the processes meanwhile (bench = this process, the HTTP client);
  *  - the latency baseline: a plain kafkajs chain of the same hops (bench/chain.ts).
+ * Tracing on and off: `--otlp` has the orchestrator and the workers export their spans to an OTLP/HTTP sink this bench
+ * runs. TLS and auth on and off: `BENCH_ORCHESTRATOR_<NAME>` and `BENCH_WORKER_<NAME>` variables go to those services
+ * alone (e.g. a SASL_SSL listener), while the bench's own clients and the baselines stay on the plaintext listener.
  *   eval "$(infra/local/stack.sh up)" && npm run bench:orchestrator -- --accept 10000 --burst 2000 --loads 20,50,100
  *   eval "$(infra/local/stack.sh up)" && npm run bench:orchestrator -- --backlog 20000 --burst 0 --loads 20
  */
@@ -43,6 +46,10 @@ const opts = new Command()
     '64,256',
   )
   .option('--profile <dir>', 'write a V8 CPU profile (.cpuprofile) of the orchestrator into <dir>')
+  .option(
+    '--otlp',
+    'tracing on: the orchestrator and the workers export their spans over OTLP/HTTP to a sink this bench runs (counted, not kept)',
+  )
   .option('--no-chain', 'skip the latency baseline (a plain kafkajs chain of the same hops, bench/chain.ts)')
   .parse()
   .opts<{
@@ -53,6 +60,7 @@ const opts = new Command()
     accept: string;
     acceptConcurrency: string;
     profile?: string;
+    otlp?: boolean;
     chain: boolean;
   }>();
 
@@ -70,6 +78,15 @@ async function main() {
     ORCHESTRATOR_PARTITIONS: '6',
     WORKER_RESULT_PARTITIONS: '6',
   };
+  const sink = opts.otlp ? await otlpSink() : undefined;
+  const tracing: Record<string, string> = sink ? { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url } : {};
+  const orchEnv = { ...env, ...tracing, ...serviceOnlyEnv('ORCHESTRATOR') };
+  const workerEnv = { ...env, ...tracing, WORKER_TASK_TYPES: echo.type, ...serviceOnlyEnv('WORKER') };
+  const connects = (e: Record<string, string>) =>
+    `${e.KAFKA_SECURITY_PROTOCOL ?? 'PLAINTEXT'} to ${e.KAFKA_BROKERS ?? brokers.join(',')}`;
+  console.log(
+    `tracing: ${sink ? `on (OTLP/HTTP export to a sink at ${sink.url})` : 'off (no OTLP endpoint)'}; orchestrator connects: ${connects(orchEnv)}; workers: ${connects(workerEnv)}`,
+  );
   const backlog = Number(opts.backlog);
   // The relay baseline runs twice over the backlog's records, before the services start and after the engine is
   // done (this machine's speed moves between minutes); the ratio is against the faster of the two, which is
@@ -82,7 +99,7 @@ async function main() {
   const tServices = Date.now();
   const orch = spawnService(
     'services/orchestrator/src/main.ts',
-    env,
+    orchEnv,
     'orchestrator ready',
     // Node writes the profile when the process exits (the bench stops it with SIGTERM).
     opts.profile ? ['--cpu-prof', `--cpu-prof-dir=${opts.profile}`] : [],
@@ -141,9 +158,7 @@ async function main() {
   }
   const acceptTotal = acceptN * (acceptN > 0 ? opts.acceptConcurrency.split(',').length : 0);
 
-  const workers = [0, 1].map(() =>
-    spawnService('services/workers/src/main.ts', { ...env, WORKER_TASK_TYPES: echo.type }, 'worker ready'),
-  );
+  const workers = [0, 1].map(() => spawnService('services/workers/src/main.ts', workerEnv, 'worker ready'));
   await Promise.all(workers.map((w) => w.ready));
   const tReady = Date.now();
   const drainCpu = cpuSplit({
@@ -250,6 +265,12 @@ async function main() {
   await consumer.disconnect();
   await http.close();
   await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
+  if (sink) {
+    console.log(
+      `spans exported: ${sink.stats.requests} OTLP requests, ${(sink.stats.bytes / 1048576).toFixed(1)} MiB`,
+    );
+    sink.close();
+  }
 
   // 3. The latency baseline (issue 12 target 6), with the services stopped: the same hops by hand.
   if (opts.chain)

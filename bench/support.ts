@@ -101,6 +101,23 @@ export async function otlpSink(): Promise<{
   return { url: `http://127.0.0.1:${port}`, stats, close: () => server.close() };
 }
 
+/**
+ * Settings for one kind of spawned service alone: every `BENCH_<SERVICE>_<NAME>` variable is given to that service
+ * as `<NAME>` (e.g. `BENCH_WORKER_KAFKA_BROKERS` and `BENCH_WORKER_KAFKA_SECURITY_PROTOCOL=SASL_SSL` point the workers
+ * at a SASL_SSL listener, `BENCH_ORCHESTRATOR_...` the orchestrator, while the bench's own producers and consumers
+ * keep the plaintext one), to measure TLS and auth on and off.
+ * @param service `WORKER` or `ORCHESTRATOR`.
+ * @returns the service's own variables, without the prefix (empty when none is set).
+ */
+export function serviceOnlyEnv(service: 'WORKER' | 'ORCHESTRATOR'): Record<string, string> {
+  const prefix = `BENCH_${service}_`;
+  return Object.fromEntries(
+    Object.entries(process.env)
+      .filter(([k, v]) => k.startsWith(prefix) && v !== undefined)
+      .map(([k, v]) => [k.slice(prefix.length), v as string]),
+  );
+}
+
 /** Spawns a service entry point; `ready` resolves with its HTTP URL when it logs `readyMsg`. */
 /** `nodeArgs`: extra Node options before the entry (e.g. `--cpu-prof`, which NODE_OPTIONS does not accept). */
 export function spawnService(

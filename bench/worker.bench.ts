@@ -18,7 +18,7 @@ import { loadWorkerConfig } from '@keyflow/workers';
 /** The bench's task topic (logical): the no-op task's. */
 const NOOP_TOPIC = taskTopicOf(noop.type);
 import { createRedis, describeRedis, IdempotencyStore, redisConnectionFromEnv } from '@keyflow/idempotency';
-import { assertRunning, cpuSplit, otlpSink, pct, spawnService, until } from './support';
+import { assertRunning, cpuSplit, otlpSink, pct, serviceOnlyEnv, spawnService, until } from './support';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -112,19 +112,6 @@ async function produce(producer: Producer, codec: EventCodec, from: number, n: n
   }
 }
 
-/**
- * Settings for the worker alone: every `BENCH_WORKER_<NAME>` variable is given to the worker as `<NAME>` (e.g.
- * `BENCH_WORKER_KAFKA_BROKERS` and `BENCH_WORKER_KAFKA_SECURITY_PROTOCOL=SASL_SSL` point it at a SASL_SSL listener
- * while the bench's own producers and consumers keep the plaintext one), to measure TLS and auth on and off.
- */
-function workerOnlyEnv(): Record<string, string> {
-  return Object.fromEntries(
-    Object.entries(process.env)
-      .filter(([k, v]) => k.startsWith('BENCH_WORKER_') && v !== undefined)
-      .map(([k, v]) => [k.slice('BENCH_WORKER_'.length), v as string]),
-  );
-}
-
 /** With --otlp: where the worker exports its spans (set in main before any worker starts). */
 let otlpEndpoint: string | undefined;
 
@@ -137,7 +124,7 @@ function startWorker(prefix: string, profileDir?: string) {
       WORKER_TASK_TYPES: noop.type,
       LOG_LEVEL: 'warn',
       ...(otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlpEndpoint } : {}),
-      ...workerOnlyEnv(),
+      ...serviceOnlyEnv('WORKER'),
     },
     'worker ready',
     // Node writes the profile when the process exits (the bench stops it with SIGTERM).
@@ -350,7 +337,7 @@ async function libraryCeiling(
   // The worker's Redis, as the worker is given it (BENCH_WORKER_REDIS_URL and its TLS settings when set).
   const cfg = loadWorkerConfig({
     ...process.env,
-    ...workerOnlyEnv(),
+    ...serviceOnlyEnv('WORKER'),
     KEYFLOW_TOPIC_PREFIX: prefix,
     WORKER_TASK_TYPES: noop.type,
   });
@@ -462,7 +449,7 @@ async function main() {
   console.log(
     `tracing: ${sink ? `on (OTLP/HTTP export to a sink at ${sink.url})` : 'off (no OTLP endpoint)'}`,
   );
-  const own = workerOnlyEnv();
+  const own = serviceOnlyEnv('WORKER');
   console.log(
     `worker connects: ${own.KAFKA_SECURITY_PROTOCOL ?? 'PLAINTEXT'} to ${own.KAFKA_BROKERS ?? brokers.join(',')}, Redis ${describeRedis(redisConnectionFromEnv(own.REDIS_URL ?? process.env.REDIS_URL ?? '', own))}`,
   );
