@@ -1,5 +1,9 @@
 import { diag, DiagLogLevel, trace, type DiagLogger } from '@opentelemetry/api';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-node';
 import { LINKS_DROPPED_ATTRIBUTE, SpanLinks, spanLinkLimit } from '../../src';
 
 /** A span context of its own trace (as an input record of another run would carry). */
