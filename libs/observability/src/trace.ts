@@ -211,24 +211,28 @@ export function startTracing(
 const DEFAULT_SPAN_LINK_COUNT_LIMIT = 128;
 
 /**
- * How many links an SDK span keeps: OTEL_SPAN_LINK_COUNT_LIMIT, which the tracer provider {@link startTracing}
- * registers reads too (OTel spec "Span Limits"; 128 when unset, empty or not a whole number >= 0).
+ * How many links a span of the SDK's tracer provider (the one {@link startTracing} registers, which sets no span
+ * limits of its own) keeps: OTEL_SPAN_LINK_COUNT_LIMIT, read as the SDK reads it (OTel spec "Span Limits";
+ * @opentelemetry/core `getNumberFromEnv`: unset, blank or not a number gives 128) and applied as its `addLink` applies
+ * it: 0 keeps none, a negative value keeps one, a fraction is rounded up, `Infinity` keeps all.
  */
 export function spanLinkLimit(env: NodeJS.ProcessEnv = process.env): number {
   const raw = env.OTEL_SPAN_LINK_COUNT_LIMIT?.trim();
   const n = raw ? Number(raw) : NaN;
-  return Number.isSafeInteger(n) && n >= 0 ? n : DEFAULT_SPAN_LINK_COUNT_LIMIT;
+  if (Number.isNaN(n)) return DEFAULT_SPAN_LINK_COUNT_LIMIT;
+  return n === 0 ? 0 : n < 0 ? 1 : Math.ceil(n);
 }
 
 /** Attribute of a span given more links than it keeps: how many were left out (see {@link SpanLinks}). */
 export const LINKS_DROPPED_ATTRIBUTE = 'keyflow.links_dropped';
 
 /**
- * Links one span to many span contexts (a batch span to the trace of each input it carries) within the SDK's link
- * limit ({@link spanLinkLimit}): the first `limit` are added, the rest are counted, and {@link SpanLinks.close} writes
- * the count as {@link LINKS_DROPPED_ATTRIBUTE}. Past its limit the SDK drops links itself and warns once per span
- * ("Dropped N links because linkCountLimit reached"), which for a batch of thousands of inputs is a warning per batch
- * on stderr. On a no-op span (no tracer provider) it costs a counter.
+ * Links one span, started without links, to many span contexts (a batch span to the trace of each input it carries)
+ * within the SDK's link limit ({@link spanLinkLimit}): the first `limit` are added, the rest are counted, and
+ * {@link SpanLinks.close} writes the count as {@link LINKS_DROPPED_ATTRIBUTE}. Past its limit the SDK itself drops the
+ * oldest link for each new one (so it would keep the last ones) and warns once per span ("Dropped N links because
+ * linkCountLimit reached"), which for a batch of thousands of inputs is a warning per batch on stderr. On a no-op span
+ * (no tracer provider) it costs a counter.
  */
 export class SpanLinks {
   private added = 0;

@@ -30,13 +30,25 @@ describe('SpanLinks: a batch span links to its inputs within the SDK span limits
     warnings.length = 0;
   });
 
-  it('the limit is OTEL_SPAN_LINK_COUNT_LIMIT, 128 when unset or not a count (OTel spec "Span Limits")', () => {
-    expect(spanLinkLimit({})).toBe(128);
-    expect(spanLinkLimit({ OTEL_SPAN_LINK_COUNT_LIMIT: '7' })).toBe(7);
-    expect(spanLinkLimit({ OTEL_SPAN_LINK_COUNT_LIMIT: '0' })).toBe(0);
-    expect(spanLinkLimit({ OTEL_SPAN_LINK_COUNT_LIMIT: 'many' })).toBe(128);
-    expect(spanLinkLimit({ OTEL_SPAN_LINK_COUNT_LIMIT: '' })).toBe(128);
-  });
+  it.each(['', ' ', '7', '0', '-1', '1.5', 'Infinity', 'many', '300'])(
+    'the limit is what the SDK keeps with OTEL_SPAN_LINK_COUNT_LIMIT=%p (OTel spec "Span Limits")',
+    (value) => {
+      const saved = process.env.OTEL_SPAN_LINK_COUNT_LIMIT;
+      process.env.OTEL_SPAN_LINK_COUNT_LIMIT = value;
+      try {
+        // The SDK reads the variable when its provider is made, and keeps what its addLink keeps.
+        const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+        const span = provider.getTracer('test').startSpan('batch');
+        for (let i = 0; i < 200; i++) span.addLink({ context: other(i) });
+        span.end();
+        const kept = exporter.getFinishedSpans()[0].links.length;
+        expect(Math.min(200, spanLinkLimit({ OTEL_SPAN_LINK_COUNT_LIMIT: value }))).toBe(kept);
+      } finally {
+        if (saved === undefined) delete process.env.OTEL_SPAN_LINK_COUNT_LIMIT;
+        else process.env.OTEL_SPAN_LINK_COUNT_LIMIT = saved;
+      }
+    },
+  );
 
   it('a batch of more inputs than the limit keeps the first links, counts the rest, and the SDK warns nothing', () => {
     const provider = new BasicTracerProvider({
@@ -55,9 +67,12 @@ describe('SpanLinks: a batch span links to its inputs within the SDK span limits
   });
 
   it('within the limit every input is linked and no count is written', () => {
-    const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+    const provider = new BasicTracerProvider({
+      spanLimits: { linkCountLimit: 128 },
+      spanProcessors: [new SimpleSpanProcessor(exporter)],
+    });
     const span = provider.getTracer('test').startSpan('batch');
-    const links = new SpanLinks(span, spanLinkLimit({}));
+    const links = new SpanLinks(span, 128);
     for (let i = 0; i < 128; i++) links.add(other(i));
     links.close();
     span.end();

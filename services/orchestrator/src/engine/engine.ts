@@ -47,6 +47,7 @@ import {
   ComponentHealth,
   contextFromRecord,
   SpanLinks,
+  spanLinkLimit,
   traceContextOf,
   traceHeaders,
   tracer,
@@ -149,6 +150,8 @@ export class Engine {
   private timerProducer?: Producer;
   private readonly owned = new Map<number, OwnedPartition>();
   private readonly assigned = new Set<number>();
+  /** Links a batch span keeps (OTEL_SPAN_LINK_COUNT_LIMIT, as the SDK applies it), read once. */
+  private readonly linkLimit = spanLinkLimit();
   private tick?: NodeJS.Timeout;
   private retentionTick?: NodeJS.Timeout;
   private stopping = false;
@@ -533,7 +536,7 @@ export class Engine {
         'messaging.batch.message_count': p.batch.messages.length,
       },
     });
-    const spans: BatchSpans = { batch, links: new SpanLinks(batch), applied: [] };
+    const spans: BatchSpans = { batch, links: new SpanLinks(batch, this.linkLimit), applied: [] };
     try {
       await this.applyBatch(o, p, snapshots, spans);
     } catch (e) {
