@@ -5,7 +5,17 @@ import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { TRANSACTIONAL_RETRY } from '@keyflow/kafka';
 import { echo } from '@keyflow/tasks';
 import { chainLatency } from './chain';
-import { cpuSplit, httpClient, otlpSink, pct, serviceOnlyEnv, spawnService, until } from './support';
+import {
+  closeSink,
+  cpuSplit,
+  httpClient,
+  otlpSink,
+  pct,
+  serviceOnlyEnv,
+  spawnService,
+  tracingLine,
+  until,
+} from './support';
 
 /**
  * Orchestrator benchmark: the built-in `three-step` workflow (3 task steps) against 2 worker processes running
@@ -85,7 +95,7 @@ async function main() {
   const connects = (e: Record<string, string>) =>
     `${e.KAFKA_SECURITY_PROTOCOL ?? 'PLAINTEXT'} to ${e.KAFKA_BROKERS ?? brokers.join(',')}`;
   console.log(
-    `tracing: ${sink ? `on (OTLP/HTTP export to a sink at ${sink.url})` : 'off (no OTLP endpoint)'}; orchestrator connects: ${connects(orchEnv)}; workers: ${connects(workerEnv)}`,
+    `${tracingLine(sink)}; orchestrator connects: ${connects(orchEnv)}; workers: ${connects(workerEnv)}`,
   );
   const backlog = Number(opts.backlog);
   // The relay baseline runs twice over the backlog's records, before the services start and after the engine is
@@ -265,12 +275,7 @@ async function main() {
   await consumer.disconnect();
   await http.close();
   await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
-  if (sink) {
-    console.log(
-      `spans exported: ${sink.stats.requests} OTLP requests, ${(sink.stats.bytes / 1048576).toFixed(1)} MiB`,
-    );
-    sink.close();
-  }
+  closeSink(sink);
 
   // 3. The latency baseline (issue 12 target 6), with the services stopped: the same hops by hand.
   if (opts.chain)

@@ -118,6 +118,28 @@ export function serviceOnlyEnv(service: 'WORKER' | 'ORCHESTRATOR'): Record<strin
   );
 }
 
+type OtlpSink = Awaited<ReturnType<typeof otlpSink>>;
+
+/**
+ * What a bench prints about tracing: on, to `sink` (its --otlp) or to an endpoint the services inherit from the
+ * shell (OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), or off.
+ */
+export function tracingLine(sink: OtlpSink | undefined): string {
+  const inherited =
+    process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim() || process.env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
+  if (sink) return `tracing: on (OTLP/HTTP export to a sink at ${sink.url})`;
+  return inherited ? `tracing: on (the shell's endpoint ${inherited})` : 'tracing: off (no OTLP endpoint)';
+}
+
+/** Prints what `sink` received (requests, MiB) and closes it; nothing without a sink. */
+export function closeSink(sink: OtlpSink | undefined): void {
+  if (!sink) return;
+  console.log(
+    `spans exported: ${sink.stats.requests} OTLP requests, ${(sink.stats.bytes / 1048576).toFixed(1)} MiB`,
+  );
+  sink.close();
+}
+
 /** Spawns a service entry point; `ready` resolves with its HTTP URL when it logs `readyMsg`. */
 /** `nodeArgs`: extra Node options before the entry (e.g. `--cpu-prof`, which NODE_OPTIONS does not accept). */
 export function spawnService(

@@ -18,7 +18,17 @@ import { loadWorkerConfig } from '@keyflow/workers';
 /** The bench's task topic (logical): the no-op task's. */
 const NOOP_TOPIC = taskTopicOf(noop.type);
 import { createRedis, describeRedis, IdempotencyStore, redisConnectionFromEnv } from '@keyflow/idempotency';
-import { assertRunning, cpuSplit, otlpSink, pct, serviceOnlyEnv, spawnService, until } from './support';
+import {
+  assertRunning,
+  closeSink,
+  cpuSplit,
+  otlpSink,
+  pct,
+  serviceOnlyEnv,
+  spawnService,
+  tracingLine,
+  until,
+} from './support';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -446,9 +456,7 @@ async function main() {
   await producer.connect();
   const sink = opts.otlp ? await otlpSink() : undefined;
   otlpEndpoint = sink?.url;
-  console.log(
-    `tracing: ${sink ? `on (OTLP/HTTP export to a sink at ${sink.url})` : 'off (no OTLP endpoint)'}`,
-  );
+  console.log(tracingLine(sink));
   const own = serviceOnlyEnv('WORKER');
   console.log(
     `worker connects: ${own.KAFKA_SECURITY_PROTOCOL ?? 'PLAINTEXT'} to ${own.KAFKA_BROKERS ?? brokers.join(',')}, Redis ${describeRedis(redisConnectionFromEnv(own.REDIS_URL ?? process.env.REDIS_URL ?? '', own))}`,
@@ -543,12 +551,7 @@ async function main() {
     await memResults.consumer.disconnect();
   }
   await producer.disconnect();
-  if (sink) {
-    console.log(
-      `spans exported: ${sink.stats.requests} OTLP requests, ${(sink.stats.bytes / 1048576).toFixed(1)} MiB`,
-    );
-    sink.close();
-  }
+  closeSink(sink);
 }
 
 main().then(
