@@ -16,7 +16,7 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Command } from 'commander';
 import { positiveInt } from './args';
-import { SingleBar, Presets } from 'cli-progress';
+import { Format, SingleBar, Presets } from 'cli-progress';
 import { CONSOLE_PATH } from '@keyflow/orchestrator/src/api/console';
 import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
 import { TERMINAL, type RunState, type TaskOutputOf } from '@keyflow/workflow';
@@ -222,6 +222,10 @@ async function main() {
         noTTYOutput: true,
         notTTYSchedule: 3000,
         etaBuffer: 20,
+        // cli-progress gives an unknown ETA as the strings 'NULL' or 'INF', which its own formatter prints as "LLs"
+        // or "NFs" (the last two characters, as seconds): shown as "-" instead.
+        formatTime: (t, options, roundTo) =>
+          typeof t === 'number' && Number.isFinite(t) ? Format.TimeFormat(t, options, roundTo) : '-',
       },
       Presets.shades_classic,
     );
@@ -257,10 +261,12 @@ async function main() {
     const report = run.output as Report;
     // CPU seconds each process used over the run, to 0.1 s.
     const cpu = Object.fromEntries(Object.entries(cpuUsed()).map(([k, v]) => [k, Math.round(v * 10) / 10]));
+    // The local stack's processes too (their peak since they started, which is before the run when reused).
     const peakRss = {
       cli: rssMiB(process.pid),
       orchestrator: rssMiB(orch.proc.pid),
       workers: workers.map((w) => rssMiB(w.proc.pid)),
+      ...Object.fromEntries(Object.entries(localStackPids(ROOT)).map(([name, pid]) => [name, rssMiB(pid)])),
     };
     console.log(
       JSON.stringify(
