@@ -96,7 +96,7 @@ export const DLQ_HEADROOM_BYTES = 16 * 1024;
  * source accepted uncompressed fits; one its producer compressed (zstd or lz4 from librdkafka or the Java client) fits
  * when gzip or zstd at level 3 brings it within twice the source's limit (gzip finds repeats only within 32 KiB, zstd
  * across megabytes). One that still does not fit (a producer's zstd at a higher level, or with a longer window, than
- * level 3 reaches; over 64 MiB where only the WebAssembly zstd build is there; or a DLQ whose limit could not be
+ * level 3 reaches; or a DLQ whose limit could not be
  * raised) goes to the DLQ as a stand-in without its value ({@link dlqStandIn}), so its partition goes on; the
  * original stays at its topic until its retention ends.
  */
@@ -235,7 +235,7 @@ const gzipped = promisify(gzip);
 /**
  * The bytes `message` adds to a request once its value is compressed with `compression` (measured here: key and
  * headers counted uncompressed, so at least what the broker will see). Infinity when zstd cannot compress it here.
- * @throws ZstdCompressionError when the WebAssembly zstd build does not start (retryable).
+ * @throws ZstdCompressionError (not retryable) when this Node has no zstd in node:zlib.
  */
 async function compressedBytes(
   message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
@@ -243,7 +243,7 @@ async function compressedBytes(
 ): Promise<number> {
   const bytes = messageBytes(message);
   if (compression === CompressionTypes.None || !message.value) return bytes;
-  // zstdTakes leaves out every input the WebAssembly build would refuse.
+  // zstdTakes leaves out zstd where this Node has none.
   if (compression === CompressionTypes.ZSTD && !zstdTakes(bytes)) return Infinity;
   const value =
     compression === CompressionTypes.GZIP ? await gzipped(message.value) : await zstdCompress(message.value);
@@ -256,7 +256,7 @@ async function compressedBytes(
  * send aborts it): gzip when the record fits as it is or gzipped, else zstd when that fits, else its stand-in
  * ({@link dlqStandIn}) gzipped. Only records over half the limit are compressed here to be measured.
  * @param topic the DLQ topic (named in the stand-in's reason).
- * @throws ZstdCompressionError (retryable) when the WebAssembly zstd build does not start.
+ * @throws ZstdCompressionError (not retryable) when this Node has no zstd in node:zlib.
  */
 export async function fitDlqRecord<M extends { key: Buffer | null; value: Buffer | null; headers: IHeaders }>(
   record: M,
@@ -352,7 +352,7 @@ export function dlqStandIn(
  * bring it under that (measured here). Used for DLQ records and for redriven ones.
  * @throws RecordTooLargeError (not retryable; its cause the broker's last refusal, a KafkaJSProtocolError of type
  *   MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE, if one was asked) when no codec fits; ZstdCompressionError
- *   (retryable) when the WebAssembly zstd build does not start; any other error of the send (kafkajs errors).
+ *   (not retryable) when this Node has no zstd in node:zlib; any other error of the send (kafkajs errors).
  */
 async function sendWithinLimit(
   producer: Producer,

@@ -106,7 +106,6 @@ export {
   UndecodableBatchError,
   undecodableBatchError,
   ZstdCompressionError,
-  ZSTD_WASM_MAX_INPUT_BYTES,
   NODE_HAS_ZSTD,
   KAFKA_CODEC_IDS,
   type KafkaCodecName,
