@@ -118,6 +118,13 @@ export {
   maxDecompressedBytes,
 } from './decompression-limit';
 export {
+  COMPRESSION_SETTING,
+  WRITE_CODECS,
+  CompressionConfigError,
+  compressionSetting,
+  writeCompression,
+} from './write-compression';
+export {
   PartitionQuarantine,
   undecodableAt,
   undecodableBatchOf,
