@@ -9,6 +9,7 @@ import {
   type EachBatchPayload,
   type Kafka,
   type Producer,
+  writeCompression,
 } from '@keyflow/kafka';
 import {
   BlobError,
@@ -829,7 +830,7 @@ export class Engine {
       // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
       // exceeds what the broker accepts.
       for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
-        await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
+        await tx.sendBatch({ compression: writeCompression(CompressionTypes.GZIP), topicMessages: part });
       for (const { compression, records: run } of fitted)
         for (const part of splitBySize([[dlqTopic, run]], this.claim.thresholdBytes))
           await tx.sendBatch({ compression, topicMessages: part });
@@ -950,7 +951,7 @@ export class Engine {
         await tx.send({
           topic: this.codec.physical('wf.state'),
           acks: -1,
-          compression: CompressionTypes.GZIP,
+          compression: writeCompression(CompressionTypes.GZIP),
           messages: keys
             .slice(i, i + FORGET_RECORDS_PER_REQUEST)
             .map((key) => ({ partition: o.partition, key, value: null })),
