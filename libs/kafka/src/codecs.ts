@@ -244,7 +244,8 @@ const zstdCall = (fn: ZstdCall, buf: Buffer, opts: ZstdOptions): Promise<Buffer>
  * @throws ZstdCompressionError (not retryable) when this Node has no zstd in node:zlib.
  */
 export async function zstdCompress(buf: Buffer): Promise<Buffer> {
-  if (!nodeZstd.zstdCompress) throw new ZstdCompressionError(`zstd compression unavailable: ${NO_ZSTD}`, false);
+  if (!nodeZstd.zstdCompress)
+    throw new ZstdCompressionError(`zstd compression unavailable: ${NO_ZSTD}`, false);
   return zstdCall(nodeZstd.zstdCompress, buf, {
     pledgedSrcSize: buf.length,
     params: { [ZSTD_C_COMPRESSION_LEVEL]: ZSTD_LEVEL },
