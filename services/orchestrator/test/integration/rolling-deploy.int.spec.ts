@@ -105,7 +105,7 @@ describe('a rolling deploy', () => {
       expect(health.body.status).toBe('degraded');
       expect(health.body.degraded.find((d) => d.code === 'INPUTS_PARKED')!.error).toContain('approval@1');
       const metrics = await (await fetch(`${urlB}/metrics`)).text();
-      expect(metrics).toMatch(/orchestrator_parked_inputs\{workflow="approval",version="1"\} 3/);
+      expect(metrics).toMatch(/orchestrator_parked_inputs\{workflow="approval",version="1"[^}]*\} 3/);
 
       // The new deployment takes over: every parked input is applied, in order, nothing lost.
       const c = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'c' });
