@@ -85,7 +85,11 @@ const Schema = z.object({
     .string()
     .regex(/^rediss?:\/\//, 'a redis:// URL')
     .optional(),
-  /** How long (ms) an Idempotency-Key stays bound to its first request and run. Default 24 h. */
+  /**
+   * The least time (ms) an Idempotency-Key stays bound to its first request (a start's run, a signal's, cancel's or
+   * retry's answer). The TTL used is never below ORCHESTRATOR_RUN_RETENTION_MS: see {@link requestKeyTtlMs}.
+   * Default 24 h.
+   */
   IDEMPOTENCY_KEY_TTL_MS: z.coerce.number().int().min(1000).default(86_400_000),
   /** Serves POST /webhooks/:workflow. With it on, WEBHOOK_SECRETS must name at least one workflow. */
   WEBHOOKS_ENABLED: z
@@ -140,6 +144,16 @@ const Schema = z.object({
   /** Blob store and size limits (libs/blobs config.ts). */
   ...BlobConfigSchema,
 });
+
+/**
+ * How long the API keeps an Idempotency-Key (ms): IDEMPOTENCY_KEY_TTL_MS, raised to ORCHESTRATOR_RUN_RETENTION_MS,
+ * so a client's retry is answered alike for as long as its run can be read (72 h by default). With retention 0
+ * (runs kept for ever) it is IDEMPOTENCY_KEY_TTL_MS: the engine still applies a request id once per run
+ * (`RunState.requestIds`) and a keyed start once per run id. The one place this is decided.
+ */
+export const requestKeyTtlMs = (
+  cfg: Pick<OrchestratorConfig, 'IDEMPOTENCY_KEY_TTL_MS' | 'ORCHESTRATOR_RUN_RETENTION_MS'>,
+) => Math.max(cfg.IDEMPOTENCY_KEY_TTL_MS, cfg.ORCHESTRATOR_RUN_RETENTION_MS);
 
 /** The groups the lag monitor measures (ORCHESTRATOR_LAG_GROUPS, or the orchestrator's and the workers'). */
 export const lagGroups = (cfg: OrchestratorConfig) =>

@@ -19,7 +19,13 @@ import {
 import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
 import { createRedis } from '@keyflow/idempotency';
 import { claimCheckFromConfig } from '@keyflow/blobs';
-import { lagGroups, loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from './config';
+import {
+  lagGroups,
+  loadOrchestratorConfig,
+  OrchestratorConfigError,
+  requireApiSettings,
+  requestKeyTtlMs,
+} from './config';
 import { LagMonitor } from './engine/lag-monitor';
 import { Engine } from './engine/engine';
 import { orchestratorMetrics } from './engine/metrics';
@@ -145,7 +151,7 @@ export async function createOrchestratorRuntime(
       readModel,
       keys,
       {
-        idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
+        idempotencyKeyTtlMs: requestKeyTtlMs(cfg),
         signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
       },
     );

@@ -45,7 +45,12 @@ export class RefusedRequest extends RequestError {
 export const IDEMPOTENCY_KEY_REUSED = 'IDEMPOTENCY_KEY_REUSED';
 export const STORE_UNAVAILABLE = 'STORE_UNAVAILABLE';
 /** Redis key spaces of RequestKeys. */
-export const KEY_SPACES = { idempotency: 'idempotency', webhookDelivery: 'webhook-delivery' } as const;
+export const KEY_SPACES = {
+  idempotency: 'idempotency',
+  webhookDelivery: 'webhook-delivery',
+  /** Idempotency-Keys of run requests (signal, cancel, terminate, retry): see api/request-once.ts. */
+  runRequest: 'run-request',
+} as const;
 
 /** Runs a RequestKeys call; Redis failing is a 503 (retryable), never a run started unguarded. */
 export async function guarded<T>(f: () => Promise<T>): Promise<T> {
@@ -72,8 +77,10 @@ export class RunsService {
     private readonly producer: BatchingProducer,
     readonly registry: WorkflowRegistry,
     readonly readModel: RunReadModel,
-    private readonly keys: RequestKeys,
-    private readonly settings: { idempotencyKeyTtlMs: number; signalBufferLimit: number },
+    /** The API's Idempotency-Keys (Redis), shared by every instance. */
+    readonly keys: RequestKeys,
+    /** `idempotencyKeyTtlMs`: how long a key stays bound, ms (config.ts requestKeyTtlMs: at least the run retention). */
+    readonly settings: { idempotencyKeyTtlMs: number; signalBufferLimit: number },
   ) {
     this.pii = new PiiMasking(registry);
   }
@@ -186,7 +193,7 @@ export class RunsService {
    *   refused: a retry just sent may be running it again before the read model shows it. A run that ends after this
    *   check is ignored the same way.
    */
-  async cancel(runId: string, reason: string, terminate = false) {
+  async cancel(runId: string, reason: string, terminate = false, requestId?: string) {
     const s = this.mustExist(runId);
     if (TERMINAL.has(s.status) && s.status !== 'failed')
       throw new RefusedRequest(
@@ -195,7 +202,7 @@ export class RunsService {
         `run ${runId} has ended (${s.status}); nothing to ${terminate ? 'terminate' : 'cancel'}`,
         { status: s.status },
       );
-    await this.send(runId, 'CancelRun', { runId, reason, terminate });
+    await this.send(runId, 'CancelRun', { runId, reason, terminate }, requestId);
   }
 
   /**
@@ -203,7 +210,7 @@ export class RunsService {
    * @throws RefusedRequest 429 SIGNAL_BUFFER_FULL (naming the limit) when this one would go past it (the engine
    *   refuses it too, by the same limit, if it gets there by another path or before the read model caught up).
    */
-  async signal(runId: string, signal: string, payload: unknown) {
+  async signal(runId: string, signal: string, payload: unknown, requestId?: string) {
     const s = this.mustExist(runId);
     const step = this.registry.get(s.workflow, s.version)?.stepIndex.get(s.plan[s.position] ?? '');
     const awaited = s.status === 'waiting' && step?.kind === 'wait' && step.signal === signal;
@@ -216,16 +223,21 @@ export class RunsService {
         `run ${runId} already buffers ${held} signals it does not wait for (limit ${limit}, ORCHESTRATOR_SIGNAL_BUFFER_LIMIT); ${signal} was not sent`,
         { limit },
       );
-    await this.send(runId, 'SignalRun', { runId, signal, payload: JSON.stringify(payload ?? null) });
+    await this.send(
+      runId,
+      'SignalRun',
+      { runId, signal, payload: JSON.stringify(payload ?? null) },
+      requestId,
+    );
   }
 
-  async retry(runId: string, fromStepId?: string) {
+  async retry(runId: string, fromStepId?: string, requestId?: string) {
     const s = this.mustExist(runId);
     if (s.status !== 'failed')
       throw new RequestError(`run ${runId} is ${s.status}; only a failed run can be retried`, [
         { path: 'status', message: s.status },
       ]);
-    await this.send(runId, 'RetryRun', { runId, fromStepId: fromStepId ?? null });
+    await this.send(runId, 'RetryRun', { runId, fromStepId: fromStepId ?? null }, requestId);
   }
 
   private mustExist(runId: string) {
@@ -238,12 +250,14 @@ export class RunsService {
     runId: string,
     event: 'StartRun' | 'CancelRun' | 'SignalRun' | 'RetryRun',
     fields: Record<string, unknown>,
+    /** The record's event id (a run request's id: the engine applies one id once per run); default random. */
+    eventId?: string,
   ) {
     // The request's span (api/tracing.ts) is the active one: the run's trace starts from it. Injected once, for the
     // metadata and the headers alike.
     const traceContext = traceContextOf();
     const value = this.codec.encode('wf.requests', event, {
-      metadata: newMetadata(event, { key: runId, correlationId: runId, ...traceContext }),
+      metadata: newMetadata(event, { key: runId, correlationId: runId, eventId, ...traceContext }),
       ...fields,
     } as never);
     await this.producer.send(this.codec.physical('wf.requests'), {

@@ -58,7 +58,7 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
     ignored: metric.counter(
       r,
       'orchestrator_inputs_ignored_total',
-      'Inputs that changed nothing, by reason (a code of libs/workflow IGNORE_REASONS: STALE_RESULT, STALE_TIMER, DUPLICATE_START, UNKNOWN_RUN, RUN_ENDED, SIGNAL_BUFFER_FULL, NOT_APPLICABLE, UNKNOWN_DEFINITION).',
+      'Inputs that changed nothing, by reason (a code of libs/workflow IGNORE_REASONS: STALE_RESULT, STALE_TIMER, DUPLICATE_START, UNKNOWN_RUN, RUN_ENDED, SIGNAL_BUFFER_FULL, NOT_APPLICABLE, UNKNOWN_DEFINITION, DUPLICATE_REQUEST).',
       ['reason'],
     ) as Counter<'reason'>,
     timersFired: metric.counter(

@@ -72,7 +72,7 @@ describe('client retries', () => {
         'the duplicate ignored as DUPLICATE_REQUEST',
         async () => (await fetch(`${url}/metrics`)).text(),
         {
-          until: (m) => /orchestrator_inputs_ignored_total\{reason="DUPLICATE_REQUEST"\} [1-9]/.test(m),
+          until: (m) => /orchestrator_inputs_ignored_total\{reason="DUPLICATE_REQUEST"[^}]*\} [1-9]/.test(m),
           timeoutMs: 30_000,
         },
       );

@@ -1,10 +1,7 @@
-import * as config from '../../src/config';
+import { loadOrchestratorConfig, requestKeyTtlMs } from '../../src/config';
 
 const base = { KAFKA_BROKERS: 'k:9092', SCHEMA_REGISTRY_URL: 'http://r:8081/apis/ccompat/v7' };
-const ttlOf = (env: Record<string, string>) =>
-  (config as unknown as { requestKeyTtlMs: (c: config.OrchestratorConfig) => number }).requestKeyTtlMs(
-    config.loadOrchestratorConfig({ ...base, ...env }),
-  );
+const ttlOf = (env: Record<string, string>) => requestKeyTtlMs(loadOrchestratorConfig({ ...base, ...env }));
 
 describe('Idempotency-Keys', () => {
   it('live at least as long as runs are kept (ORCHESTRATOR_RUN_RETENTION_MS), by default 72 h', () => {
