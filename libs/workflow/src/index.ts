@@ -68,6 +68,16 @@ export type {
   ReduceOptions,
 } from './reducer';
 export { PendingRuns } from './pending';
+export {
+  parkedRunState,
+  parkInPlace,
+  unparkInPlace,
+  isParkedStart,
+  PARKED,
+  UNPARK_TIMER,
+  DEFAULT_PARKED_INPUTS_LIMIT,
+  type ParkedInput,
+} from './parked';
 export { snapshotParts, assembleRunState, segmentKey, runOfSegmentKey } from './snapshot';
 export type { SnapshotParts } from './snapshot';
 export {

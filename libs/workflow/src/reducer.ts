@@ -1,4 +1,5 @@
 import { backoffDelayMs, shouldRetry, type RetryPolicy } from './retry';
+import type { ParkedInput } from './parked';
 import {
   COMPENSATION_SUFFIX,
   type MapStep,
@@ -16,11 +17,15 @@ import {
  * as `timer-fired` inputs through the same ordered path.
  */
 
-/** Every status a run can have, the four terminal ones last. */
+/**
+ * Every status a run can have, the four terminal ones last. `parked`: its StartRun is kept by an engine that does
+ * not have its workflow or version (see parked.ts); nothing of it ran yet.
+ */
 export const RUN_STATUSES = [
   'running',
   'waiting',
   'compensating',
+  'parked',
   'completed',
   'failed',
   'compensated',
@@ -141,7 +146,8 @@ export interface ItemSegment {
 
 export interface TimerState {
   dueAt: number;
-  purpose: 'retry' | 'step-timeout' | 'run-timeout' | 'wait';
+  /** `unpark`: the run has parked inputs (see parked.ts); the engine handles it, the reducer never sees it. */
+  purpose: 'retry' | 'step-timeout' | 'run-timeout' | 'wait' | 'unpark';
   stepId?: string;
   attempt?: number;
 }
@@ -193,6 +199,11 @@ export interface RunState {
    * Absent in states written before it (none remembered).
    */
   requestIds?: string[];
+  /**
+   * Inputs an engine without this run's workflow version kept, in order, for one that has it (see parked.ts). Absent
+   * when there are none.
+   */
+  parked?: ParkedInput[];
 }
 
 export interface CommandSpec {
@@ -707,7 +718,7 @@ function apply(
     }
     case 'timer-fired': {
       const t = s.timers[input.timerId];
-      if (!t) return ['STALE_TIMER', `stale timer ${input.timerId}`];
+      if (!t || t.purpose === 'unpark') return ['STALE_TIMER', `stale timer ${input.timerId}`];
       if (t.purpose === 'wait' && stepStateOf(s, t.stepId!)?.status !== 'waiting')
         return ['STALE_TIMER', `stale wait timer for ${t.stepId}`];
       delete s.timers[input.timerId];
