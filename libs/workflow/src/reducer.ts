@@ -257,8 +257,8 @@ export interface Decision {
  * DUPLICATE_START (a start of a run that exists), UNKNOWN_RUN, RUN_ENDED (the run is terminal), STALE_RESULT (an
  * attempt, generation or phase that is not current), STALE_TIMER, SIGNAL_BUFFER_FULL (the run buffers too many
  * signals), NOT_APPLICABLE (a cancel or retry that does not apply to the run's status or plan), DUPLICATE_REQUEST
- * (a signal, cancel or retry whose event id the run has applied already: see `RunState.requestIds`); the engine
- * adds UNKNOWN_DEFINITION (an input the engine neither applies nor parks: see the engine's parked inputs).
+ * (a signal, cancel or retry whose event id the run has applied already: see `RunState.requestIds`); UNKNOWN_DEFINITION
+ * is no longer counted (an input of a workflow version the engine does not have is parked: see parked.ts).
  */
 export const IGNORE_REASONS = [
   'DUPLICATE_START',

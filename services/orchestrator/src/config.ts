@@ -8,7 +8,7 @@ import {
   unsetWhenEmpty,
   type KafkaSecurity,
 } from '@keyflow/kafka';
-import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
+import { DEFAULT_PARKED_INPUTS_LIMIT, DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, LOOPBACK_ADDRESS, type ApiKeyEntry } from './api/auth';
 import { readFileSync } from 'node:fs';
@@ -129,6 +129,11 @@ const Schema = z.object({
     ),
   /** Distinct signals a run may hold buffered (sent while it does not wait for them); past it: 429 / rejected. */
   ORCHESTRATOR_SIGNAL_BUFFER_LIMIT: z.coerce.number().int().min(1).default(DEFAULT_SIGNAL_BUFFER_LIMIT),
+  /**
+   * Inputs a run may hold parked (kept, in order, while the owning instance does not have the run's workflow
+   * version: a rolling deploy); past it an input goes to its topic's DLQ as PARKED_INPUTS_FULL, to be redriven.
+   */
+  ORCHESTRATOR_PARKED_INPUTS_LIMIT: z.coerce.number().int().min(1).default(DEFAULT_PARKED_INPUTS_LIMIT),
   /** Fires missed while no instance ran, started at startup: skip, once (the latest) or all (at most the max). */
   SCHEDULE_CATCH_UP: z.enum(CATCH_UP_MODES).default('all'),
   /** How far back (ms) missed fires are looked for at startup. */
