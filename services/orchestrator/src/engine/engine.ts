@@ -1019,7 +1019,10 @@ export class Engine {
     }
     // Only now does the in-memory state move on.
     o.failures = null;
-    for (const id of removed) (o.runs.delete(id), o.traces.delete(id));
+    for (const id of removed) {
+      o.runs.delete(id);
+      o.traces.delete(id);
+    }
     for (const [id, s] of changed) {
       o.timers.track(s, o.runs.get(id));
       o.runs.set(id, s);
