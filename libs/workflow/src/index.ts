@@ -73,6 +73,7 @@ export {
   parkInPlace,
   unparkInPlace,
   isParkedStart,
+  cancelParkedStart,
   PARKED,
   UNPARK_TIMER,
   DEFAULT_PARKED_INPUTS_LIMIT,

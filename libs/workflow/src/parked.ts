@@ -1,4 +1,4 @@
-import type { RunState, WorkflowInput } from './reducer';
+import { TIMELINE_MAX, type RunState, type WorkflowInput } from './reducer';
 
 /**
  * Inputs an engine keeps on a run, in order, when it cannot apply them: the run's workflow (or version) is not
@@ -85,7 +85,32 @@ export function parkInPlace(s: RunState, p: ParkedInput, at: number): RunState {
   s.timers[UNPARK_TIMER] ??= { dueAt: at, purpose: 'unpark' };
   if (!isParkedStart(s)) s.sequence++;
   s.updatedAt = at;
+  log(s, at, 'InputParked', p.detail ? `${p.kind} ${p.detail}` : p.kind);
   return s;
+}
+
+/**
+ * Ends a parked StartRun's run without starting it, in place: a cancel (or terminate) of it, applied by an engine
+ * that does not have its workflow either (a StartRun of a workflow no deployment has: the operator's way out). The
+ * parked inputs are dropped on purpose (the run never starts); it ends `cancelled` and is forgotten after the run
+ * retention like any ended run.
+ * @returns the state (`s` itself)
+ */
+export function cancelParkedStart(s: RunState, reason: string, at: number): RunState {
+  const dropped = s.parked?.length ?? 0;
+  delete s.parked;
+  s.timers = {};
+  s.status = 'cancelled';
+  s.endedAt = at;
+  s.updatedAt = at;
+  s.sequence = 1; // supersedes the parked snapshots (sequence 0)
+  log(s, at, 'RunCancelled', `${reason} (never started; ${dropped} parked inputs dropped)`);
+  return s;
+}
+
+function log(s: RunState, at: number, event: string, detail: string): void {
+  s.timeline.push({ at, event, detail });
+  if (s.timeline.length > TIMELINE_MAX) s.timeline.splice(0, s.timeline.length - TIMELINE_MAX);
 }
 
 /**
@@ -97,5 +122,7 @@ export function unparkInPlace(s: RunState): { inputs: ParkedInput[]; state: RunS
   const inputs = s.parked ?? [];
   delete s.parked;
   delete s.timers[UNPARK_TIMER];
-  return { inputs, state: isParkedStart(s) ? undefined : s };
+  if (isParkedStart(s)) return { inputs, state: undefined };
+  log(s, s.updatedAt, 'InputsUnparked', `${inputs.length} inputs`);
+  return { inputs, state: s };
 }

@@ -7,7 +7,7 @@ import {
   type RunState,
   type WorkflowInput,
 } from './reducer';
-import { parkedRunState, parkInPlace, unparkInPlace, type ParkedInput } from './parked';
+import { cancelParkedStart, parkedRunState, parkInPlace, unparkInPlace, type ParkedInput } from './parked';
 
 /** A change made to a run's working copy: an input applied with a definition, or an input parked or unparked. */
 type Change =
@@ -107,6 +107,15 @@ export class PendingRuns {
     w.state = edit(w.state);
     w.applied.push({ edit });
     return inputs;
+  }
+
+  /** Ends a parked StartRun's run without starting it (see `cancelParkedStart`), in this batch's copy. */
+  cancelParked(runId: string, reason: string, at: number): void {
+    const w = this.workingCopy(runId);
+    if (!w.state) return;
+    const edit = (s: RunState | undefined) => s && cancelParkedStart(s, reason, at);
+    w.state = edit(w.state);
+    w.applied.push({ edit });
   }
 
   /** The runs this batch changed, by run id, with their new states (what to snapshot and, after the commit, keep). */

@@ -93,4 +93,22 @@ describe('parked inputs', () => {
     expect(pending.get('r3')!.parked!.map((p) => p.eventId)).toEqual(['e2']);
     expect(pending.get('r3')!.status).toBe('waiting');
   });
+
+  it('a parked StartRun cancelled where its workflow is unknown ends cancelled, never started, and supersedes the parked snapshots', () => {
+    const pending = new PendingRuns(() => undefined);
+    pending.park('r4', parked('start', 1), at, { workflow: 'nowhere', version: null, businessKey: 'b' });
+    const s = pending.changed().get('r4')!;
+    expect([s.workflow, s.version, s.timeline.map((e) => e.event)]).toEqual(['nowhere', 0, ['InputParked']]);
+    const next = new PendingRuns(() => s);
+    next.cancelParked('r4', 'typo', at + 10);
+    const ended = next.changed().get('r4')!;
+    expect([ended.status, ended.endedAt, ended.sequence, ended.parked, ended.timers]).toEqual([
+      'cancelled',
+      at + 10,
+      1,
+      undefined,
+      {},
+    ]);
+    expect(TERMINAL.has(ended.status)).toBe(true);
+  });
 });

@@ -805,6 +805,17 @@ export class Engine {
           : input.kind === 'start' && !state
             ? this.registry.get(input.workflow, input.version)
             : undefined;
+      if (!def && isParkedStart(state) && input.kind === 'cancel') {
+        // A run that never started, of a workflow this instance does not have: cancelled as it is (parked.ts).
+        pending.cancelParked(runId, input.reason, now);
+        causes.set(runId, { eventId: input.eventId, at: now });
+        if (snapshots === 'per-input') await snapshotNow(runId);
+        this.logger.info(
+          { runId, reason: input.reason },
+          'a parked StartRun cancelled: the run never starts',
+        );
+        continue;
+      }
       if (!def) {
         if (state) await park(input.kind, parkedDetail(input));
         else this.metrics.ignored.inc({ reason: 'UNKNOWN_RUN' } satisfies { reason: IgnoreReason });

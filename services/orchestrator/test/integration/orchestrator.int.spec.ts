@@ -474,6 +474,16 @@ describe('bad input', () => {
         return r.status === 200 ? ((await r.json()) as { status: string; parked?: unknown[] }) : undefined;
       });
       expect([parked?.status, parked?.parked?.length]).toEqual(['parked', 1]);
+      // No deployment has that workflow: cancelling the parked run ends it, never started (the operator's way out).
+      expect((await post(`${url}/runs/r-x/cancel`, { reason: 'typo' })).status).toBe(202);
+      await eventually(
+        'the parked run cancelled',
+        async () => {
+          const r = await fetch(`${url}/runs/r-x`);
+          return ((await r.json()) as { status: string }).status;
+        },
+        { until: (status) => status === 'cancelled' },
+      );
     } finally {
       await h.teardown();
     }
