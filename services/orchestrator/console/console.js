@@ -303,6 +303,14 @@ async function runView(view, runId) {
           `compensation after ${run.compensation.failedStepId}: ${run.compensation.queue.map((s) => s + meta.compensationSuffix).join(' → ')} (${run.compensation.index}/${run.compensation.queue.length} done)`,
         )
       : '',
+    // Inputs kept for an instance that has the run's workflow version (a rolling deploy): applied, in order, there.
+    run.parked?.length
+      ? h(
+          'p',
+          { class: 'bad', 'data-testid': 'run-parked' },
+          `${run.parked.length} inputs parked until an instance with ${run.workflow} ${run.version ? `v${run.version}` : '(latest)'} owns the run: ${run.parked.map((p) => (p.detail ? `${p.kind} (${p.detail})` : p.kind)).join(', ')}`,
+        )
+      : '',
     h('h2', {}, 'Steps'),
     table(
       ['step', 'status', { label: 'attempts', num: true }, { label: 'took', num: true }, 'items', 'error'],
