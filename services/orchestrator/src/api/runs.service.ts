@@ -92,7 +92,7 @@ export class RunsService {
    * Starts a run. The run id is the caller's, or derived from the Idempotency-Key (the same key for the same
    * workflow always names the same run, so a repeated start is a duplicate the engine ignores), or random.
    * An Idempotency-Key (trigger `api`) is bound in Redis, before the StartRun is written, to the fingerprint of
-   * the request (workflow, version, input, businessKey, runId) and its run for IDEMPOTENCY_KEY_TTL_MS: the same
+   * the request (workflow, version, input, businessKey, runId) and its run for requestKeyTtlMs (config.ts): the same
    * request again gets the same run; another request with the key is refused.
    * @throws RequestError for an unknown workflow or version; RefusedRequest 422 IDEMPOTENCY_KEY_REUSED (naming
    *   both fingerprints and the first run) for a key bound to another request, 503 STORE_UNAVAILABLE when Redis
@@ -192,6 +192,8 @@ export class RunsService {
    *   compensated or cancelled: the engine would ignore the request (reducer reason RUN_ENDED). A `failed` run is not
    *   refused: a retry just sent may be running it again before the read model shows it. A run that ends after this
    *   check is ignored the same way.
+   * @param requestId the CancelRun's event id (api/request-once.ts: derived from an Idempotency-Key): the engine
+   *   applies one id once per run (DUPLICATE_REQUEST). Default random.
    */
   async cancel(runId: string, reason: string, terminate = false, requestId?: string) {
     const s = this.mustExist(runId);
@@ -209,6 +211,7 @@ export class RunsService {
    * Sends a signal. A run holds at most ORCHESTRATOR_SIGNAL_BUFFER_LIMIT distinct signals it does not wait for yet.
    * @throws RefusedRequest 429 SIGNAL_BUFFER_FULL (naming the limit) when this one would go past it (the engine
    *   refuses it too, by the same limit, if it gets there by another path or before the read model caught up).
+   * @param requestId the SignalRun's event id, as for {@link cancel}.
    */
   async signal(runId: string, signal: string, payload: unknown, requestId?: string) {
     const s = this.mustExist(runId);
@@ -231,6 +234,11 @@ export class RunsService {
     );
   }
 
+  /**
+   * Retries a failed run from its failed step (or `fromStepId`); the run's timeout is armed again.
+   * @param requestId the RetryRun's event id, as for {@link cancel}.
+   * @throws RequestError 404 for an unknown run, 400 for a run that is not `failed`.
+   */
   async retry(runId: string, fromStepId?: string, requestId?: string) {
     const s = this.mustExist(runId);
     if (s.status !== 'failed')
