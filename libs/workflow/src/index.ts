@@ -85,3 +85,5 @@ export {
   type SchemaIssue,
 } from './contract';
 export { pii, maskPii, marksPii, maskRunView, PII_MASK } from './pii';
+export { rerunVerdict, fenceExpiryMarginMs, RERUN_CODES } from './rerun';
+export type { RerunVerdict, RerunFacts, RerunCode, RunView, TaskCommandRef } from './rerun';
