@@ -23,7 +23,7 @@ import {
   type LedgerCodec,
 } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
-import { retryWhileTopicsSettle } from './topics';
+import { catalogDlqSource, retryWhileTopicsSettle } from './topics';
 import { isTooLarge, RECORD_TOO_LARGE } from './client';
 import { messageBytes } from './batching-producer';
 import { zstdCompress, zstdTakes } from './codecs';
@@ -494,9 +494,43 @@ export interface RedriveReport {
    * nothing to send back, so a redrive leaves them pending (discard them once the original is dealt with).
    */
   omitted: number;
+  /**
+   * Matching pending records a redrive refused (left pending, see {@link RedriveRefusal}): one naming a topic other
+   * than its DLQ's source, or one the caller's `admit` check refused (a task command of a run that ended).
+   */
+  refused: number;
+  /** The refused records, each with its reason (the first {@link REPORT_RECORDS_MAX}). */
+  refusals: RedriveRefusal[];
+  /** The records re-published (with `dryRun`: that would be), each with its topic (the first {@link REPORT_RECORDS_MAX}). */
+  redriven: Array<{ partition: number; offset: string; key: string | null; topic: string }>;
   dryRun: boolean;
   action: DlqAction;
 }
+
+/** A DLQ record a redrive left pending, and why. */
+export interface RedriveRefusal {
+  partition: number;
+  offset: string;
+  key: string | null;
+  /** NOT_OWN_SOURCE (its x-dlq-original-topic is not its DLQ's source topic), or the `admit` check's code. */
+  code: string;
+  reason: string;
+}
+
+/**
+ * A caller's check of one matching pending DLQ record before it is redriven: undefined to send it, or the refusal's
+ * code and reason (the record is then left pending and reported). Runs in dry runs too.
+ */
+export type RedriveAdmit = (
+  message: KafkaMessage,
+  at: { partition: number; originalTopic: string },
+) => Promise<{ code: string; reason: string } | undefined>;
+
+/** Longest list of records a {@link RedriveReport} names (its counts cover them all). */
+export const REPORT_RECORDS_MAX = 100;
+
+/** Refusal code of a DLQ record that names a topic other than its DLQ's source. */
+export const NOT_OWN_SOURCE = 'NOT_OWN_SOURCE';
 
 /** Whether a DLQ record matches `filter` (by partition, offset, key, error class and last failure time). */
 export function matchesRedriveFilter(
@@ -519,7 +553,9 @@ export function matchesRedriveFilter(
 /**
  * Re-publishes the DLQ records that match `filter` to their original topic, with their original key, bytes
  * and headers (so the idempotency key inside the payload is kept), minus the triage headers, plus
- * `x-dlq-redrive-count`; with `action: 'DISCARDED'` sends nothing to the original topic. Each record acted on gets
+ * `x-dlq-redrive-count`; with `action: 'DISCARDED'` sends nothing to the original topic. A record is redriven only to
+ * its DLQ's own source topic (`<topic>` of `<topic>.dlq`) and only when `admit` (if given) lets it: others are left
+ * pending and listed with their reason in the report's `refusals`. Each record acted on gets
  * a DlqRecordHandled entry in the DLQ ledger (libs/kafka dlq-ledger.ts) after its send, so it stops counting as
  * pending, and a later redrive leaves it alone unless `includeHandled`. Reads the DLQ (read_committed) from the
  * beginning up to its last stable offsets at the start of the call (`scanRanges`: transactional DLQs, such as the
@@ -548,6 +584,8 @@ export async function redrive(
     includeHandled?: boolean;
     /** Act on at most this many records (the count an operator confirmed after a dry run); default no limit. */
     limit?: number;
+    /** The caller's check of each record before it is redriven (see {@link RedriveAdmit}); default none. */
+    admit?: RedriveAdmit;
   },
 ): Promise<RedriveReport> {
   const { dlqTopic, filter = {}, ratePerSec = 100, dryRun = false, action = 'REDRIVEN' } = opts;
@@ -564,8 +602,23 @@ export async function redrive(
     alreadyHandled: 0,
     tooLarge: 0,
     omitted: 0,
+    refused: 0,
+    refusals: [],
+    redriven: [],
     dryRun,
     action,
+  };
+  const source = catalogDlqSource(dlqTopic);
+  const refuse = (partition: number, message: KafkaMessage, code: string, reason: string) => {
+    report.refused++;
+    if (report.refusals.length < REPORT_RECORDS_MAX)
+      report.refusals.push({
+        partition,
+        offset: message.offset,
+        key: message.key?.toString() ?? null,
+        code,
+        reason,
+      });
   };
   const minGapMs = 1_000 / ratePerSec;
   let nextSendAt = Date.now();
@@ -591,6 +644,25 @@ export async function redrive(
       if (header(h, DLQ_HEADERS.omitted) !== undefined && action === 'REDRIVEN') {
         report.omitted++;
         return;
+      }
+      if (action === 'REDRIVEN') {
+        // A DLQ holds the records of one topic: a header naming another (forged, or copied from elsewhere) would make
+        // the redrive write where this DLQ's deployment has no say.
+        if (original !== source) {
+          refuse(
+            partition,
+            message,
+            NOT_OWN_SOURCE,
+            `its x-dlq-original-topic names ${original}, not ${source}: a redrive sends only to its DLQ's own source topic`,
+          );
+          return;
+        }
+        if (opts.limit !== undefined && report.moved >= opts.limit) return false;
+        const refusal = await opts.admit?.(message, { partition, originalTopic: original });
+        if (refusal) {
+          refuse(partition, message, refusal.code, refusal.reason);
+          return;
+        }
       }
       if (opts.limit !== undefined && report.moved >= opts.limit) return false;
       if (!dryRun) {
@@ -631,6 +703,13 @@ export async function redrive(
         await opts.producer.send({ topic, acks: -1, messages: [entry] });
       }
       report.moved++;
+      if (action === 'REDRIVEN' && report.redriven.length < REPORT_RECORDS_MAX)
+        report.redriven.push({
+          partition,
+          offset: message.offset,
+          key: message.key?.toString() ?? null,
+          topic: original!,
+        });
       const to = action === 'REDRIVEN' ? original! : '(discarded)';
       report.byTopic[to] = (report.byTopic[to] ?? 0) + 1;
     },

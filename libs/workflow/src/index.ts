@@ -83,6 +83,7 @@ export {
   type TaskOutputOf,
   type TaskContractErrorCode,
   type SchemaIssue,
+  TASK_TYPE,
 } from './contract';
 export { pii, maskPii, marksPii, maskRunView, PII_MASK } from './pii';
 export { rerunVerdict, fenceExpiryMarginMs, RERUN_CODES } from './rerun';
