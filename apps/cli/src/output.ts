@@ -3,11 +3,11 @@
  * CR rewrites a line, BEL), DEL (U+007F), C1 controls (U+0080-U+009F: U+009B is an 8-bit CSI, U+009D an OSC), and
  * the Unicode bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) that reorder what is shown.
  */
-// eslint-disable-next-line no-control-regex
+/* eslint-disable no-control-regex -- matching control characters is what these are for */
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
-// eslint-disable-next-line no-control-regex
 const UNSAFE_BUT_NEWLINE =
   /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+/* eslint-enable no-control-regex */
 const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
 const escapeOne = (c: string): string => {
   const code = c.charCodeAt(0);

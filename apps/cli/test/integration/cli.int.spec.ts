@@ -225,6 +225,7 @@ describe('the keyflow CLI', () => {
       const shown = await keyflow(['dlq', 'show', 'task.results.dlq'], env);
       const missing = await keyflow(['dlq', 'show', 'bad\x1b]0;pwned\x07.dlq'], env);
       for (const text of [shown.out, shown.err, redriven.out, missing.out, missing.err])
+        // eslint-disable-next-line no-control-regex
         expect(text).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
       expect(shown.out).toContain('Bad\\x1b[31mClass: boom\\x1b]0;pwned\\x07\\x9b2J');
       expect(missing.err).toContain('bad\\x1b]0;pwned\\x07.dlq');

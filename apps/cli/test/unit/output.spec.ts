@@ -78,6 +78,7 @@ describe('terminal-safe output', () => {
       spy.mockRestore();
     }
     expect(out[0]).toBe('key k\\x1b[2J\\x9b\nnext\n');
+    // eslint-disable-next-line no-control-regex
     expect(out[1]).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
     expect(JSON.parse(out[1])).toEqual({ key: 'k\x1b[2J\u009b\u007f' }); // still the same data for scripts
   });
