@@ -4,7 +4,9 @@ import { Collector, TestNamespace } from '@keyflow/testing';
 import { EventCodec } from '@keyflow/contracts';
 import { randomBytes } from 'node:crypto';
 import {
+  alignDlqLimits,
   createIdempotentProducer,
+  dlqRetention,
   dlqMessage,
   sendToDlq,
   dlqTopicFor,
@@ -287,5 +289,52 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
     });
     expect(checked).toMatchObject({ moved: 0, refused: 2 });
     expect(checked.refusals.map((r) => r.code).sort()).toEqual(['NOT_OWN_SOURCE', 'RUN_ENDED']);
+  });
+});
+
+describe('DLQ topics keep no record past the fences of its command', () => {
+  const ns = new TestNamespace('dlq-retention');
+  afterAll(() => ns.cleanup());
+
+  it('an existing DLQ (Kafka defaults) gets the retention.ms and segment.ms the completion TTL allows at start; its other settings stay', async () => {
+    const [source, dlq] = await ns.createTopics(
+      { name: 'task.pay', numPartitions: 1 },
+      {
+        name: 'task.pay.dlq',
+        numPartitions: 1,
+        configEntries: [{ name: 'cleanup.policy', value: 'delete' }],
+      },
+    );
+    const admin = ns.kafka.admin();
+    await admin.connect();
+    try {
+      const logger = createLogger('align', { level: 'silent' });
+      const changed = await alignDlqLimits(admin, [{ source, dlq }], logger, 60_000);
+      const want = dlqRetention(60_000);
+      expect(changed).toEqual([
+        expect.objectContaining({
+          dlq,
+          settings: expect.objectContaining({
+            'retention.ms': String(want.retentionMs),
+            'segment.ms': String(want.segmentMs),
+          }),
+        }),
+      ]);
+      const { resources } = await admin.describeConfigs({
+        includeSynonyms: false,
+        resources: [{ type: 2, name: dlq }],
+      });
+      const value = (name: string) =>
+        resources[0].configEntries.find((e) => e.configName === name)?.configValue;
+      expect([value('retention.ms'), value('segment.ms'), value('cleanup.policy')]).toEqual([
+        String(want.retentionMs),
+        String(want.segmentMs),
+        'delete',
+      ]);
+      // Aligned already: nothing more to change.
+      expect(await alignDlqLimits(admin, [{ source, dlq }], logger, 60_000)).toEqual([]);
+    } finally {
+      await admin.disconnect();
+    }
   });
 });
