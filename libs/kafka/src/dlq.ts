@@ -2,6 +2,8 @@ import { hostname } from 'node:os';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import { KeyflowError } from '@keyflow/errors';
+import { DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
+import { fenceExpiryMarginMs } from '@keyflow/workflow';
 import {
   CompressionTypes,
   ConfigResourceTypes,
@@ -106,10 +108,45 @@ export const dlqLimitBytes = (sourceMaxMessageBytes: number) =>
 /** The topic setting that bounds a record batch, in bytes (Kafka docs, topic config `max.message.bytes`). */
 const MAX_MESSAGE_BYTES = 'max.message.bytes';
 
-/** The configs a DLQ topic is created with, for a source limit in bytes: `max.message.bytes` of {@link dlqLimitBytes}. */
-export const dlqTopicConfigs = (sourceMaxMessageBytes: number): Record<string, string> => ({
-  [MAX_MESSAGE_BYTES]: String(dlqLimitBytes(sourceMaxMessageBytes)),
-});
+/** Topic settings that bound how long a record stays (Kafka docs, topic configs `retention.ms`, `segment.ms`). */
+const RETENTION_MS = 'retention.ms';
+const SEGMENT_MS = 'segment.ms';
+/** Longest `segment.ms` of a DLQ, ms: one day. */
+const DLQ_SEGMENT_MAX_MS = 24 * 3600_000;
+
+/**
+ * The `retention.ms` and `segment.ms` of a DLQ topic, in ms, for the workers' completion TTL
+ * (WORKER_COMPLETION_TTL_MS): every DLQ record is deleted before the completion records and fences of its command
+ * expire, so a redriven command finds its fence (a compensated step never runs again). Kafka deletes a segment once
+ * its newest record is older than `retention.ms`, and a segment holds records for at most `segment.ms` before it
+ * rolls (Kafka docs, topic configs), checked every `log.retention.check.interval.ms` (5 min by default): a record lives
+ * at most `segment.ms + retention.ms` plus that check. Both together take the TTL less the margin of
+ * `fenceExpiryMarginMs` (a tenth, at most an hour; libs/workflow): `segment.ms` half of it, at most a day, and
+ * `retention.ms` the rest (7 days: 1 day and 5 days 23 hours). With a TTL under about an hour the 5-minute check may
+ * keep a record past its fence: the tools' own check of a record's age applies (libs/workflow rerunVerdict).
+ */
+export function dlqRetention(completionTtlMs: number): { retentionMs: number; segmentMs: number } {
+  const window = Math.max(2, Math.floor(completionTtlMs - fenceExpiryMarginMs(completionTtlMs)));
+  const segmentMs = Math.max(1, Math.min(DLQ_SEGMENT_MAX_MS, Math.floor(window / 2)));
+  return { retentionMs: window - segmentMs, segmentMs };
+}
+
+/**
+ * The configs a DLQ topic is created with, for a source limit in bytes and the workers' completion TTL in ms (default
+ * DEFAULT_COMPLETION_TTL_MS): `max.message.bytes` of {@link dlqLimitBytes}, `retention.ms` and `segment.ms` of
+ * {@link dlqRetention}.
+ */
+export const dlqTopicConfigs = (
+  sourceMaxMessageBytes: number,
+  completionTtlMs: number = DEFAULT_COMPLETION_TTL_MS,
+): Record<string, string> => {
+  const { retentionMs, segmentMs } = dlqRetention(completionTtlMs);
+  return {
+    [MAX_MESSAGE_BYTES]: String(dlqLimitBytes(sourceMaxMessageBytes)),
+    [RETENTION_MS]: String(retentionMs),
+    [SEGMENT_MS]: String(segmentMs),
+  };
+};
 
 /**
  * `s` cut to at most `maxBytes` bytes of UTF-8 at a code point boundary (never half a surrogate pair), with "…"
@@ -400,7 +437,12 @@ export async function alignDlqLimits(
   admin: Admin,
   pairs: Array<{ source: string; dlq: string }>,
   logger: Logger,
-): Promise<Array<{ dlq: string; from: number; to: number }>> {
+  /**
+   * The workers' completion TTL, ms: a DLQ whose `retention.ms` or `segment.ms` (its own or the broker's default)
+   * exceeds {@link dlqRetention}'s is lowered to it in the same change, so its records never outlive the fences.
+   */
+  completionTtlMs?: number,
+): Promise<Array<{ dlq: string; from: number; to: number; settings?: Record<string, string> }>> {
   if (pairs.length === 0) return [];
   const names = [...new Set(pairs.flatMap((p) => [p.source, p.dlq]))];
   let described: Awaited<ReturnType<Admin['describeConfigs']>>;
@@ -422,14 +464,29 @@ export async function alignDlqLimits(
   const settings = new Map(described.resources.map((r) => [r.resourceName, r.configEntries]));
   const limitOf = (topic: string) =>
     Number(settings.get(topic)?.find((e) => e.configName === MAX_MESSAGE_BYTES)?.configValue);
-  const changed: Array<{ dlq: string; from: number; to: number }> = [];
+  const numberOf = (topic: string, name: string) =>
+    Number(settings.get(topic)?.find((e) => e.configName === name)?.configValue);
+  const retention = completionTtlMs === undefined ? undefined : dlqRetention(completionTtlMs);
+  const changed: Array<{ dlq: string; from: number; to: number; settings?: Record<string, string> }> = [];
   for (const { source, dlq } of pairs) {
     const [have, sourceLimit] = [limitOf(dlq), limitOf(source)];
     if (!Number.isFinite(have) || !Number.isFinite(sourceLimit)) continue;
     const want = dlqLimitBytes(sourceLimit);
-    if (have >= want) continue;
+    const lower: Record<string, string> = {};
+    if (retention) {
+      // -1 (no time limit) or more than wanted: lowered.
+      for (const [name, wanted] of [
+        [RETENTION_MS, retention.retentionMs],
+        [SEGMENT_MS, retention.segmentMs],
+      ] as const) {
+        const v = numberOf(dlq, name);
+        if (Number.isFinite(v) && (v < 0 || v > wanted)) lower[name] = String(wanted);
+      }
+    }
+    if (have >= want && Object.keys(lower).length === 0) continue;
+    const next = { ...(have < want ? { [MAX_MESSAGE_BYTES]: String(want) } : {}), ...lower };
     const own = (settings.get(dlq) ?? [])
-      .filter((e) => e.configSource === TOPIC_CONFIG_SOURCE && e.configName !== MAX_MESSAGE_BYTES)
+      .filter((e) => e.configSource === TOPIC_CONFIG_SOURCE && !(e.configName in next))
       .map((e) => ({ name: e.configName, value: e.configValue }));
     try {
       await admin.alterConfigs({
@@ -438,19 +495,19 @@ export async function alignDlqLimits(
           {
             type: ConfigResourceTypes.TOPIC,
             name: dlq,
-            configEntries: [...own, { name: MAX_MESSAGE_BYTES, value: String(want) }],
+            configEntries: [...own, ...Object.entries(next).map(([name, value]) => ({ name, value }))],
           },
         ],
       });
-      changed.push({ dlq, from: have, to: want });
+      changed.push({ dlq, from: have, to: Math.max(have, want), settings: next });
       logger.info(
-        { dlq, source, from: have, to: want },
-        'DLQ topic max.message.bytes raised above its source',
+        { dlq, source, from: have, settings: next },
+        'DLQ topic settings aligned with its source and the completion TTL',
       );
     } catch (err) {
       logger.warn(
-        { err, dlq, source, have, want },
-        `cannot raise ${dlq}'s max.message.bytes to ${want}: a record near ${source}'s limit may reach the DLQ only as a stand-in without its value; set it on the topic`,
+        { err, dlq, source, have, want, settings: next },
+        `cannot set ${dlq}'s ${Object.keys(next).join(', ')}: a record near ${source}'s limit may reach the DLQ only as a stand-in without its value, or a DLQ record may outlive its fences (the tools then check its age); set them on the topic`,
       );
     }
   }

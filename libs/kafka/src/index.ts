@@ -61,6 +61,7 @@ export {
   DLQ_HEADROOM_BYTES,
   dlqLimitBytes,
   dlqTopicConfigs,
+  dlqRetention,
   alignDlqLimits,
   truncateUtf8,
   dlqStandIn,
