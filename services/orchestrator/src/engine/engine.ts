@@ -966,16 +966,20 @@ export class Engine {
         dead.push({ record, dlqTopic: dlqTopicFor(topic) });
       }
       // Fitted before the transaction opens: measuring a large record takes a while.
+      const dlqTopic = dlqTopicFor(batch.topic);
       const fitted: Array<{ dlqTopic: string; compression: CompressionTypes; records: Msg[] }> = [];
+      /** Parked inputs' records of the other input topic (a parked result dead-lettered in a requests batch). */
+      const fittedElsewhere: typeof fitted = [];
       for (const d of dead) {
         const { record, compression } = await fitDlqRecord(
           d.record,
           d.dlqTopic,
           dlqLimitBytes(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES),
         );
-        const run = fitted.at(-1);
+        const into = d.dlqTopic === dlqTopic ? fitted : fittedElsewhere;
+        const run = into.at(-1);
         if (run?.compression === compression && run.dlqTopic === d.dlqTopic) run.records.push(record);
-        else fitted.push({ dlqTopic: d.dlqTopic, compression, records: [record] });
+        else into.push({ dlqTopic: d.dlqTopic, compression, records: [record] });
       }
       tx = await o.producer.transaction();
       const byTopic = new Map<string, Msg[]>();
@@ -997,8 +1001,11 @@ export class Engine {
       // exceeds what the broker accepts.
       for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
         await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
-      for (const { dlqTopic, compression, records: run } of fitted)
+      for (const { compression, records: run } of fitted)
         for (const part of splitBySize([[dlqTopic, run]], this.claim.thresholdBytes))
+          await tx.sendBatch({ compression, topicMessages: part });
+      for (const { dlqTopic: elsewhere, compression, records: run } of fittedElsewhere)
+        for (const part of splitBySize([[elsewhere, run]], this.claim.thresholdBytes))
           await tx.sendBatch({ compression, topicMessages: part });
       const next = (BigInt(lastOffset) + 1n).toString();
       // First request of the transaction when every input was ignored (no send): kafkajs sends it once, and right
