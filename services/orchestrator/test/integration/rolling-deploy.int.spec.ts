@@ -1,4 +1,4 @@
-import { eventually, healthOf } from '@keyflow/testing';
+import { Collector, eventually, healthOf } from '@keyflow/testing';
 import { newMetadata } from '@keyflow/contracts';
 import { OrchestratorHarness, post, type ServiceProcess } from './support';
 
@@ -23,7 +23,7 @@ async function stop(p: ServiceProcess) {
 }
 
 describe('a rolling deploy', () => {
-  it("an instance without a workflow parks its runs' inputs (signal, cancel, start) durably; the next owner with it applies them in order", async () => {
+  it("an instance without a workflow parks its runs' inputs (signal, cancel, start) durably and visibly, past its bound to the DLQ; the next owner with it applies them in order", async () => {
     const h = new OrchestratorHarness('rolling');
     try {
       const a = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a' });
@@ -47,12 +47,21 @@ describe('a rolling deploy', () => {
         });
 
       // The old deployment (no `approval`) takes every partition.
-      const b = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b', TEST_OMIT_WORKFLOWS: 'approval' });
+      // It keeps at most one parked input per run (to see the bound at work).
+      const b = await h.startOrchestrator({
+        ORCHESTRATOR_INSTANCE_ID: 'b',
+        TEST_OMIT_WORKFLOWS: 'approval',
+        ORCHESTRATOR_PARKED_INPUTS_LIMIT: '1',
+      });
       const urlB = await b.ready;
       await stop(a);
       await ownsAll(urlB);
       expect(
         (await post(`${urlB}/runs/${signalled}/signal`, { signal: 'approved', payload: 'ok' })).status,
+      ).toBe(202);
+      // Past the bound: to the DLQ, named, never dropped.
+      expect(
+        (await post(`${urlB}/runs/${signalled}/signal`, { signal: 'extra', payload: 'over' })).status,
       ).toBe(202);
       expect((await post(`${urlB}/runs/${cancelled}/cancel`, { reason: 'no longer needed' })).status).toBe(
         202,
@@ -104,6 +113,19 @@ describe('a rolling deploy', () => {
       expect(health.status).toBe(200);
       expect(health.body.status).toBe('degraded');
       expect(health.body.degraded.find((d) => d.code === 'INPUTS_PARKED')!.error).toContain('approval@1');
+      const dlq = new Collector<{ key: string; code: string }>();
+      const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq'), readUncommitted: false });
+      await reader.connect();
+      await reader.subscribe({ topic: `${h.codec.physical('wf.requests')}.dlq`, fromBeginning: true });
+      await reader.run({
+        eachMessage: async ({ message }) =>
+          dlq.push({
+            key: message.key!.toString(),
+            code: message.headers!['x-dlq-error-code']?.toString() ?? '',
+          }),
+      });
+      expect(await dlq.wait(1)).toEqual([{ key: signalled, code: 'PARKED_INPUTS_FULL' }]);
+      await reader.disconnect();
       const metrics = await (await fetch(`${urlB}/metrics`)).text();
       expect(metrics).toMatch(/orchestrator_parked_inputs\{workflow="approval",version="1"[^}]*\} 3/);
 
