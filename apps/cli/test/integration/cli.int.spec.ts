@@ -465,7 +465,7 @@ describe('the keyflow CLI', () => {
     }
   });
 
-  it('runs cancel compensates the completed step and ends cancelled; runs terminate stops at once without compensating', async () => {
+  it('runs cancel compensates the completed step and ends cancelled (once, sent twice with one --idempotency-key); runs terminate stops at once without compensating', async () => {
     const r = new OrchestratorHarness('cli-cancel');
     try {
       const orch = await r.startOrchestrator();
@@ -486,7 +486,16 @@ describe('the keyflow CLI', () => {
         timeoutMs: 30_000,
       });
 
-      expect((await keyflow(['runs', 'cancel', cancelled, '--reason', 'customer asked'], env)).code).toBe(0);
+      // Sent twice with one --idempotency-key (a shell retry): the same answer, one cancel.
+      const cancelOnce = () =>
+        keyflow(
+          ['runs', 'cancel', cancelled, '--reason', 'customer asked', '--idempotency-key', 'c-1', '--json'],
+          env,
+        );
+      const [first, again] = [await cancelOnce(), await cancelOnce()];
+      expect([first.code, again.code]).toEqual([0, 0]);
+      expect(again.json()).toEqual(first.json());
+      expect(first.json().requestId).toMatch(/^[0-9a-f-]{36}$/);
       expect((await keyflow(['runs', 'terminate', terminated, '--reason', 'stop now'], env)).code).toBe(0);
       const ended = (id: string) =>
         r.events.items.find((e) => e.event === 'RunCancelled' && e.value.runId === id);
@@ -496,6 +505,9 @@ describe('the keyflow CLI', () => {
       const undone = (id: string) =>
         commands.filter((c) => c.taskType === 'slow.undo' && c.runId === id).length;
       expect([undone(cancelled), undone(terminated)]).toEqual([1, 0]);
+      expect(
+        r.events.items.filter((e) => e.event === 'RunCancelled' && e.value.runId === cancelled),
+      ).toHaveLength(1);
       const shown = await keyflow(['runs', 'show', terminated], env);
       expect(shown.out).toMatch(/RunTerminated\s+stop now/);
     } finally {
