@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { blobKey, payloadBlobKey } from '../../src';
+import { blobKey, blobKeySegment, legacyRunBlobPrefix, payloadBlobKey, runBlobPrefix } from '../../src';
 
 /** The directory of one run's blobs of `kind`, as the orchestrator derives it to expire them (`<kind>/<run>/`). */
 const runDir = (kind: string, runId: string) => payloadBlobKey(kind, runId, '').replace(/[^/]+$/, '');
@@ -36,6 +36,29 @@ describe('payload blob keys of different runs never collide', () => {
         expect(key.split('/')).toHaveLength(3);
       }),
       { numRuns: 2_000 },
+    );
+  });
+});
+
+describe('blob keys written before the injective encoding', () => {
+  it('the old prefix is named only for run ids whose keys changed (a UUID keeps its keys)', () => {
+    expect(legacyRunBlobPrefix('state', 'x:1')).toBe('state/x_1/');
+    expect(legacyRunBlobPrefix('state', '.x')).toBe('state/_x/');
+    expect(legacyRunBlobPrefix('state', 'x_1')).toBe('state/x_1/');
+    expect(legacyRunBlobPrefix('state', '0b6c9f1e-3f0a-4a57-9a43-1a2b3c4d5e6f')).toBeNull();
+    expect(runBlobPrefix('state', '0b6c9f1e-3f0a-4a57-9a43-1a2b3c4d5e6f')).toBe(
+      'state/0b6c9f1e-3f0a-4a57-9a43-1a2b3c4d5e6f/',
+    );
+  });
+
+  it('a long run id keeps a short, still distinct segment (a file name stays under 255 bytes)', () => {
+    fc.assert(
+      fc.property(fc.string({ minLength: 61, maxLength: 400, unit: 'grapheme' }), (a) => {
+        const seg = blobKeySegment(a);
+        expect(seg.length).toBeLessThanOrEqual(186);
+        expect(blobKeySegment(a + 'x')).not.toBe(seg);
+      }),
+      { numRuns: 300 },
     );
   });
 });

@@ -73,8 +73,7 @@ import {
   encodeOutputs,
   encodeSnapshotRecords,
   resolveInput,
-  segmentBlobPrefix,
-  snapshotBlobPrefix,
+  forgottenRunBlobPrefixes,
   toWorkflowInput,
   type OutputRecord,
 } from './mapping';
@@ -975,7 +974,7 @@ export class Engine {
     if (!this.claim.store) return;
     const expiresAt = supersededExpiry(Date.now(), this.claim.o.graceMs);
     for (const id of runIds)
-      for (const prefix of [snapshotBlobPrefix(id), segmentBlobPrefix(id)])
+      for (const prefix of forgottenRunBlobPrefixes(id, this.readModel.sharesLegacyBlobPrefix(id)))
         await this.claim.store
           .expire(prefix, expiresAt)
           .catch((err) => this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"));

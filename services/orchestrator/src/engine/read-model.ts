@@ -1,5 +1,5 @@
 import type { Consumer, Kafka } from '@keyflow/kafka';
-import type { ClaimCheck } from '@keyflow/blobs';
+import { blobKeySegment, legacyRunSegment, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, type EventCodec } from '@keyflow/contracts';
 import {
   connectUntilAnswered,
@@ -102,6 +102,11 @@ export class RunReadModel {
   /** The latest segment records of each run's map items: run id -> segment key (segmentKey) -> segment. */
   private readonly segments = new Map<string, Map<string, ItemSegment>>();
   private readonly barriers = new Map<number, string>();
+  /**
+   * Runs held whose blob keys changed when run ids became injectively encoded, by their old run segment
+   * (`legacyRunSegment`): which runs shared one blob prefix before (`x:1` and `x_1`).
+   */
+  private readonly legacySegments = new Map<string, Set<string>>();
   private waiters: Array<{
     partition: number;
     nonce: string;
@@ -199,6 +204,7 @@ export class RunReadModel {
           else {
             this.runs.delete(key);
             this.segments.delete(key);
+            this.untrackLegacy(key);
           }
           return;
         }
@@ -287,6 +293,7 @@ export class RunReadModel {
           return;
         }
         const prev = this.runs.get(state.runId);
+        if (!prev) this.trackLegacy(state.runId);
         if (!prev || prev.state.sequence <= state.sequence) this.runs.set(state.runId, { state, partition });
         this.snapshotsRead++;
       },
@@ -329,6 +336,28 @@ export class RunReadModel {
         },
       });
     });
+  }
+
+  private trackLegacy(runId: string): void {
+    const legacy = legacyRunSegment(runId);
+    if (legacy === blobKeySegment(runId)) return;
+    const runs = this.legacySegments.get(legacy) ?? new Set<string>();
+    this.legacySegments.set(legacy, runs.add(runId));
+  }
+
+  private untrackLegacy(runId: string): void {
+    const legacy = legacyRunSegment(runId);
+    const runs = this.legacySegments.get(legacy);
+    if (runs?.delete(runId) && runs.size === 0) this.legacySegments.delete(legacy);
+  }
+
+  /**
+   * Whether a run held other than `runId` had the same blob key prefix as `runId` before run ids were encoded
+   * injectively (`legacyRunSegment`: `x:1` and `x_1`): then the blobs under that old prefix are not all `runId`'s.
+   */
+  sharesLegacyBlobPrefix(runId: string): boolean {
+    const runs = this.legacySegments.get(legacyRunSegment(runId));
+    return runs !== undefined && [...runs].some((r) => r !== runId);
   }
 
   /** The keys of the segment records held for `runId` (what a tombstone of the run must also delete). */
