@@ -75,8 +75,23 @@ const Schema = z.object({
     .int()
     .min(0)
     .default(72 * 3600 * 1000),
-  /** How often the engine looks for ended runs past ORCHESTRATOR_RUN_RETENTION_MS, in ms. */
+  /**
+   * Rest between two retention sweeps (looks for ended runs past ORCHESTRATOR_RUN_RETENTION_MS), in ms: a sweep starts
+   * this long after the previous one ended, never while one runs (docs/guarantees/time.md).
+   */
   ORCHESTRATOR_RETENTION_SWEEP_MS: z.coerce.number().int().min(100).default(60_000),
+  /**
+   * How long an owned partition's input batch may wait without being committed before /health answers `degraded`
+   * naming the partition (`PARTITION_STALLED`), in ms (docs/guarantees/time.md). Degraded, not failed: a restart
+   * would meet the same wait (a long catch-up, a slow store).
+   */
+  ORCHESTRATOR_PARTITION_STALL_MS: z.coerce.number().int().min(1000).default(30_000),
+  /**
+   * Longest the engine's stop (SIGTERM, SIGINT, app.close()) waits for the retention sweep in progress, the batches in
+   * flight and its producers, in ms; then it gives up on them (Kafka aborts what was not committed) and the process
+   * exits (docs/guarantees/time.md).
+   */
+  ORCHESTRATOR_STOP_TIMEOUT_MS: z.coerce.number().int().min(1000).default(10_000),
   /**
    * Redis the API keeps Idempotency-Keys (key, request fingerprint, run id) and webhook delivery ids in, shared by
    * every API instance. Required to serve the API (`requireApiSettings`); the rebuild CLI does without.
