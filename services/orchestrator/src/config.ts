@@ -65,6 +65,12 @@ const Schema = z.object({
    */
   ORCHESTRATOR_TAKEOVER_GIVE_UP_MS: z.coerce.number().int().min(1000).default(120_000),
   /**
+   * How long a take-over waits for its barrier while the read model reads nothing of the partition, in ms: a catch-up
+   * that keeps reading wf.state is waited for however long it takes; one that reads nothing for this long gives up and
+   * the take-over is tried again (counted by ORCHESTRATOR_TAKEOVER_GIVE_UP_MS). docs/guarantees/time.md.
+   */
+  ORCHESTRATOR_CATCH_UP_STALL_MS: z.coerce.number().int().min(1000).default(60_000),
+  /**
    * How long a run that ended (completed, failed, compensated, cancelled) is kept, in ms after it ended: then the
    * engine writes a tombstone for it to wf.state (compaction removes it) and every instance's read model and engine
    * forget it, so memory does not grow with every run ever started. After that, GET /runs/{id} answers 404, a retry

@@ -463,7 +463,7 @@ export class Engine {
         messages: [{ partition, key: barrierKey, value }],
       });
       await tx.commit();
-      await this.readModel.waitForBarrier(partition, nonce);
+      await this.readModel.waitForBarrier(partition, nonce, this.cfg.ORCHESTRATOR_CATCH_UP_STALL_MS);
       // Terminal runs too: a late result for them must be recognised as stale, not as an unknown run.
       for (const s of this.readModel.inPartition(partition)) {
         o.runs.set(s.runId, s);
