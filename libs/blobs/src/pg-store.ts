@@ -203,11 +203,11 @@ export class PgBlobStore implements BlobStore {
   async expire(prefix: string, expiresAt: number, exceptKey?: string): Promise<number> {
     await this.init();
     const upper = prefixUpperBound(prefix);
+    const range = upper === null ? '' : `key COLLATE "C" >= $1 AND key COLLATE "C" < $4 AND`;
     const r = await this.pool.query(
       `UPDATE ${this.schema}.blobs SET expires_at = $2
-       WHERE key COLLATE "C" >= $1 AND ($4::text IS NULL OR key COLLATE "C" < $4)
-         AND starts_with(key, $1) AND expires_at IS NULL AND key IS DISTINCT FROM $3`,
-      [prefix, expiresAt, exceptKey ?? null, upper],
+       WHERE ${range} starts_with(key, $1) AND expires_at IS NULL AND key IS DISTINCT FROM $3`,
+      upper === null ? [prefix, expiresAt, exceptKey ?? null] : [prefix, expiresAt, exceptKey ?? null, upper],
     );
     return r.rowCount ?? 0;
   }

@@ -104,5 +104,7 @@ describe('the PostgreSQL blob store', () => {
     const text = plan.rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
     expect(text).not.toMatch(/Seq Scan/);
     expect(text).toMatch(/Index (Only )?Scan/);
+    // Bounded on both sides: the scan stops at the end of the prefix, not at the end of the index.
+    expect(text).toMatch(/Index Cond:.*>=.*<.*/);
   });
 });
