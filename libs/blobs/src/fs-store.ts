@@ -81,15 +81,13 @@ export class FsBlobStore implements BlobStore {
   }
 
   private async atomicWrite(p: string, data: Buffer | string): Promise<void> {
-    await mkdir(dirname(p), { recursive: true });
     const tmp = `${p}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
-    await writeFile(tmp, data);
-    await rename(tmp, p);
+    await inDirectory(p, () => writeFile(tmp, data));
+    await rename(tmp, p); // the directory holds tmp: no sweep removes it meanwhile
   }
 
   private async mark(p: string): Promise<void> {
-    await mkdir(dirname(p), { recursive: true });
-    await writeFile(p, '');
+    await inDirectory(p, () => writeFile(p, ''));
   }
 
   /** The marker of `info`'s expiry (or of its having none), written before its meta says so. */
@@ -148,6 +146,10 @@ export class FsBlobStore implements BlobStore {
     await rm(this.meta(k), { force: true });
     await rm(this.live(k), { force: true });
     if (info?.expiresAt != null) await rm(this.expiryMark(k, info.expiresAt), { force: true });
+    // The run's directories once its last blob is gone (never one that still holds something: rmdir refuses).
+    await rmdirUp(this.root, k);
+    await rmdirUp(join(this.root, META_DIR), `${k}.json`);
+    await rmdirUp(join(this.root, LIVE_DIR), k);
     return info !== null;
   }
 
@@ -206,7 +208,7 @@ export class FsBlobStore implements BlobStore {
       }
       await rm(this.live(key), { force: true }); // expired now, or a stale marker (gone, or expiring already)
     }
-    await rmdir(join(this.root, LIVE_DIR, prefix.slice(0, prefix.lastIndexOf('/')))).catch(() => undefined);
+    for (const key of candidates) await rmdirUp(join(this.root, LIVE_DIR), key);
     return n;
   }
 
@@ -243,8 +245,10 @@ export class FsBlobStore implements BlobStore {
         )
           left++; // due later this hour
         else await rm(join(dir, key), { force: true }); // stale: the blob is gone or its expiry changed
+        await rmdirUp(dir, key);
       }
-      if (left === 0) await rm(dir, { recursive: true, force: true });
+      // Only when empty: a marker written meanwhile (an expiry set in the past) must stay.
+      if (left === 0) await rmdir(dir).catch(() => undefined);
     }
     return gone;
   }
@@ -280,6 +284,33 @@ export class FsBlobStore implements BlobStore {
   }
 
   async close(): Promise<void> {}
+}
+
+/**
+ * Runs `write` (of a file at `p`) after creating `p`'s directory; again when the directory vanished meanwhile (a
+ * sweep removing a run's directory once its last blob is gone).
+ */
+async function inDirectory<T>(p: string, write: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    await mkdir(dirname(p), { recursive: true });
+    try {
+      return await write();
+    } catch (e) {
+      if (!isMissing(e) || attempt >= 5) throw e;
+    }
+  }
+}
+
+/** Removes the empty directories between `key`'s file and `base` (exclusive), deepest first; stops at one not empty. */
+async function rmdirUp(base: string, key: string): Promise<void> {
+  const parts = key.split('/').slice(0, -1);
+  for (let i = parts.length; i > 0; i--) {
+    try {
+      await rmdir(join(base, ...parts.slice(0, i)));
+    } catch {
+      return; // not empty (or already gone)
+    }
+  }
 }
 
 async function exists(p: string): Promise<boolean> {

@@ -37,3 +37,23 @@ describe('an fs blob store written by an earlier version (no index)', () => {
     expect(await new FsBlobStore(dir).expire('state/x_1/', 43)).toBe(1);
   });
 });
+
+describe('the fs blob store indexes', () => {
+  let dir: string;
+  beforeEach(() => (dir = mkdtempSync(join(tmpdir(), 'keyflow-fs-index-'))));
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('expire of a run’s segments prefix reaches the blobs in its sub-directories; a sweep leaves no empty directory', async () => {
+    const store = new FsBlobStore(dir);
+    await store.put('segments/run/map.0/5', 'a');
+    await store.put('segments/run/map.1/6', 'b');
+    await store.put('segments/run-2/map.0/1', 'c');
+    expect(await store.expire('segments/run/', 10)).toBe(2);
+    expect((await store.stat('segments/run-2/map.0/1'))!.expiresAt).toBeNull();
+    expect((await store.sweep(11)).sort()).toEqual(['segments/run/map.0/5', 'segments/run/map.1/6']);
+    for (const d of ['segments/run', '.meta/segments/run', '.live/segments/run', '.expiry/0'])
+      expect(existsSync(join(dir, d))).toBe(false);
+    await store.put('segments/run/map.0/7', 'again'); // the run's directories come back as needed
+    expect((await store.get('segments/run/map.0/7')).toString()).toBe('again');
+  });
+});
