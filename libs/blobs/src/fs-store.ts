@@ -191,9 +191,10 @@ export class FsBlobStore implements BlobStore {
   /**
    * Sets the expiry of the blobs under `prefix` that have none, but `exceptKey`. Lists `.live/<prefix's directory>`
    * (and, in a store not yet reindexed, `.meta/<prefix's directory>`): a run's prefix costs the run's blobs, never the
-   * store's. @returns how many changed.
+   * store's. @returns how many changed. @throws InvalidBlobKeyError for a prefix no key could start with
    */
   async expire(prefix: string, expiresAt: number, exceptKey?: string): Promise<number> {
+    if (prefix !== '') blobKey(`${prefix}x`); // the rules of a key (no `..`, no leading `/`): stays in the store
     const candidates = new Set(await this.keysUnder(join(this.root, LIVE_DIR), prefix));
     if (!(await this.isIndexed()))
       for (const k of await this.keysUnder(join(this.root, META_DIR), prefix, '.json')) candidates.add(k);

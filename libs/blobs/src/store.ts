@@ -177,9 +177,10 @@ export function legacyRunSegment(runId: string): string {
 
 /**
  * The prefix the run's blobs of `kind` had before {@link blobKeySegment}, or null when it is the same as
- * {@link runBlobPrefix} (a run id of `[A-Za-z0-9.-]` not starting with a dot, e.g. a UUID).
+ * {@link runBlobPrefix} (a run id of `[A-Za-z0-9.-]` not starting with a dot, e.g. a UUID) or the run id is empty.
  */
 export function legacyRunBlobPrefix(kind: string, runId: string): string | null {
+  if (runId === '') return null; // `<kind>//`: not a directory of its own in an fs store, and no run id is empty
   const legacy = `${kind}/${legacyRunSegment(runId)}/`;
   return legacy === runBlobPrefix(kind, runId) ? null : legacy;
 }

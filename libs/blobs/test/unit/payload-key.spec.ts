@@ -46,6 +46,7 @@ describe('blob keys written before the injective encoding', () => {
     expect(legacyRunBlobPrefix('state', '.x')).toBe('state/_x/');
     expect(legacyRunBlobPrefix('state', 'x_1')).toBe('state/x_1/');
     expect(legacyRunBlobPrefix('state', '0b6c9f1e-3f0a-4a57-9a43-1a2b3c4d5e6f')).toBeNull();
+    expect(legacyRunBlobPrefix('state', '')).toBeNull(); // `state//` would name every run's directory
     expect(runBlobPrefix('state', '0b6c9f1e-3f0a-4a57-9a43-1a2b3c4d5e6f')).toBe(
       'state/0b6c9f1e-3f0a-4a57-9a43-1a2b3c4d5e6f/',
     );
