@@ -214,9 +214,10 @@ export class RunReadModel {
       partitionsConsumedConcurrently: 64,
       eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
         const { topic, partition, messages } = batch;
-        // A run's core record (or tombstone) whose key comes again later in the batch is superseded before anyone
-        // can read it: not decoded (a wf.state not yet compacted holds many versions of each run). Segment records
-        // are all applied (a core record is assembled from the segments before it) and barriers too.
+        // A run's core record whose key comes again later in the batch is superseded before anyone can read it: not
+        // decoded (a wf.state not yet compacted holds many versions of each run). Tombstones (a run id used again
+        // after one must not meet the forgotten run's sequence), segment records (a core record is assembled from
+        // the segments before it) and barriers are all applied.
         const keys = messages.map((m) => m.key?.toString() ?? '');
         const last = new Map<string, number>();
         keys.forEach((k, i) => {
@@ -228,7 +229,7 @@ export class RunReadModel {
           const message = messages[i];
           const key = keys[i];
           const later = last.get(key);
-          if (later !== undefined && later !== i && !undecodableBatchOf(message)) {
+          if (later !== undefined && later !== i && message.value !== null && !undecodableBatchOf(message)) {
             resolveOffset(message.offset);
             continue;
           }
