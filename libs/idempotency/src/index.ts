@@ -4,6 +4,7 @@ export {
   IdempotencyStoreUnavailableError,
   ForeignRecordError,
   idempotencyKeyPrefix,
+  DEFAULT_COMPLETION_TTL_MS,
 } from './store';
 export type { BeginResult, Lease, IdempotencyStoreOptions, RecordState } from './store';
 export { checkRedisPersistence, type RedisPersistence } from './persistence';

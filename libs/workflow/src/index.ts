@@ -83,5 +83,8 @@ export {
   type TaskOutputOf,
   type TaskContractErrorCode,
   type SchemaIssue,
+  TASK_TYPE,
 } from './contract';
 export { pii, maskPii, marksPii, maskRunView, PII_MASK } from './pii';
+export { rerunVerdict, fenceExpiryMarginMs, RERUN_CODES } from './rerun';
+export type { RerunVerdict, RerunFacts, RerunCode, RunView, TaskCommandRef } from './rerun';

@@ -5,6 +5,7 @@ import {
   createIdempotentProducer,
   createKafka,
   ensureDlqLedger,
+  isCatalogDlq,
   watchProducer,
 } from '@keyflow/kafka';
 import {
@@ -119,10 +120,17 @@ export async function createOrchestratorRuntime(
         'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
       ),
     );
+    // The DLQs this deployment declares: the only ones the lag monitor counts and the ops API acts on.
+    const dlqs = new Set(
+      Engine.topics(cfg, workflows)
+        .map((t) => t.topic)
+        .filter((t) => isCatalogDlq(t)),
+    );
     const lagMonitor = new LagMonitor(kafka, metrics, logger, {
       groups: lagGroups(cfg),
       intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
       codec,
+      dlqs,
     });
     lagMonitor.start();
     started.push(() => lagMonitor.stop());
@@ -149,7 +157,17 @@ export async function createOrchestratorRuntime(
         signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
       },
     );
-    const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger, runs.pii);
+    const ops = new OpsService(
+      kafka,
+      codec,
+      lagMonitor,
+      readModel,
+      metrics,
+      producer,
+      logger,
+      runs.pii,
+      dlqs,
+    );
     const scheduler = new Scheduler(
       schedules,
       (s, runId, fireAt) =>

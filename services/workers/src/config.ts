@@ -1,6 +1,6 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import type { RegistryConnection } from '@keyflow/contracts';
-import type { RedisConnection } from '@keyflow/idempotency';
+import { DEFAULT_COMPLETION_TTL_MS, type RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
 import {
   connectionSettingsFromEnv,
@@ -55,11 +55,7 @@ const Schema = z.object({
   WORKER_HEARTBEAT_INTERVAL_MS: z.coerce.number().int().min(100).default(3_000),
   WORKER_DRAIN_DEADLINE_MS: z.coerce.number().int().min(0).default(30_000),
   WORKER_LEASE_MS: z.coerce.number().int().min(300).default(30_000),
-  WORKER_COMPLETION_TTL_MS: z.coerce
-    .number()
-    .int()
-    .min(1000)
-    .default(7 * 24 * 3600 * 1000),
+  WORKER_COMPLETION_TTL_MS: z.coerce.number().int().min(1000).default(DEFAULT_COMPLETION_TTL_MS),
   WORKER_RETRY_INITIAL_MS: z.coerce.number().int().min(0).default(100),
   WORKER_RETRY_MAX_MS: z.coerce.number().int().min(0).default(5_000),
   WORKER_TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),

@@ -83,17 +83,21 @@ export function runsCommand(ctx: CliContext): Command {
   const apiOption = () => new Option('--api <url>', 'orchestrator API URL (default: KEYFLOW_API_URL)');
   runs
     .command('ls')
-    .description('list runs, newest first')
+    .description('list runs, newest first, a page at a time (--limit, then --cursor)')
     .addOption(apiOption())
     .option('--workflow <name>', 'only runs of this workflow')
     .addOption(new Option('--status <status>', 'only runs in this status').choices(RUN_STATUSES))
     .option('--from <time>', 'started at or after (ms, ISO-8601, or 15m/2h/7d ago)', opt.time)
     .option('--to <time>', 'started before', opt.time)
     .option('--limit <n>', 'runs at most (1-500)', '50')
+    .option(
+      '--cursor <cursor>',
+      "the next page: the previous page's `next` (printed as --cursor when there is more)",
+    )
     .option('--json', 'JSON output')
     .action(async (o) => {
       const q = new URLSearchParams();
-      for (const k of ['workflow', 'status', 'from', 'to', 'limit'] as const)
+      for (const k of ['workflow', 'status', 'from', 'to', 'limit', 'cursor'] as const)
         if (o[k] !== undefined) q.set(k, String(o[k]));
       const page = await api<{ runs: Summary[]; next: string | null }>(
         ctx.endpoint(o.api),
@@ -112,7 +116,7 @@ export function runsCommand(ctx: CliContext): Command {
               started: iso(r.startedAt),
               took: r.endedAt !== null ? duration(r.endedAt - r.startedAt) : '-',
             })),
-          ) + (p.next ? `\n(more: --to ${p.runs.at(-1)?.startedAt})` : ''),
+          ) + (p.next ? `\n(more: --cursor ${p.next})` : ''),
       );
     });
   runs

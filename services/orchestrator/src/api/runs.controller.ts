@@ -28,6 +28,7 @@ import type { Request } from 'express';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
+import { RUN_CURSOR } from '../engine/run-index';
 import { answer, parse } from './validation';
 import { Public, ApiAuthGuard } from './auth';
 import { guarded, KEY_SPACES, RefusedRequest, RunsService } from './runs.service';
@@ -88,13 +89,16 @@ const CancelSchema = z.object({ reason: z.string().min(1).max(1000).default('can
 const TerminateSchema = z.object({ reason: z.string().min(1).max(1000).default('terminated by API') });
 const SignalSchema = z.object({ signal: z.string().min(1).max(200), payload: z.unknown().optional() });
 const RetrySchema = z.object({ fromStepId: z.string().min(1).optional() });
+/** Most runs one GET /runs page returns (`limit`). */
+export const RUN_LIST_LIMIT_MAX = 500;
 const ListSchema = z.object({
   workflow: z.string().optional(),
   status: z.enum(RUN_STATUSES).optional(),
   from: z.coerce.number().int().optional(),
   to: z.coerce.number().int().optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
-  cursor: z.string().optional(),
+  limit: z.coerce.number().int().min(1).max(RUN_LIST_LIMIT_MAX).default(50),
+  /** The `next` of the previous page. */
+  cursor: z.string().regex(RUN_CURSOR, 'a cursor: the `next` of a previous page').optional(),
 });
 
 @ApiTags('runs')
@@ -246,7 +250,10 @@ export class RunsController {
 
   @Get('runs')
   @ApiOperation({
-    summary: 'Runs by workflow, status and start time (ms), newest first, paginated with `cursor`.',
+    summary:
+      'Runs by workflow, status and start time (ms), newest first, paginated: `limit` (at most 500) per page, then ' +
+      "`cursor` = the previous page's `next`. With a filter a page may come short (even empty) with a `next`: each " +
+      'request looks at a bounded number of runs.',
   })
   @ApiQuery({ name: 'workflow', required: false })
   @ApiQuery({ name: 'status', required: false })
