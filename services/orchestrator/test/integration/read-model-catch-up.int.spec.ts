@@ -20,6 +20,39 @@ describe('the read model catching up on a large wf.state', () => {
   const ns = new TestNamespace('catch-up');
   const codec = new EventCodec({ registryUrl: ns.infra.schemaRegistryUrl, topicPrefix: `${ns.prefix}.` });
   let rm: RunReadModel;
+  const snapshot = (runId: string, state: string, status = 'completed', sequence = 1) =>
+    codec.encode('wf.state', 'RunSnapshot', {
+      metadata: newMetadata('RunSnapshot', { key: runId, correlationId: runId }),
+      runId,
+      sequence,
+      status,
+      state,
+      stateRef: null,
+      segment: null,
+    });
+  const runState = (runId: string, n: number, sequence = 1) =>
+    snapshotParts(
+      {
+        runId,
+        workflow: 'three-step',
+        version: 1,
+        businessKey: runId,
+        input: { n },
+        status: 'completed',
+        plan: [],
+        position: 0,
+        steps: {},
+        timers: {},
+        compensable: [],
+        signals: {},
+        startedAt: 1,
+        updatedAt: 2,
+        endedAt: 2,
+        sequence,
+        timeline: [],
+      } as unknown as RunState,
+      undefined,
+    ).core;
 
   beforeAll(async () => {
     await ns.createTopics({
@@ -30,40 +63,11 @@ describe('the read model catching up on a large wf.state', () => {
     await codec.registerTopics(['wf.state']);
     const producer = ns.kafka.producer();
     await producer.connect();
-    const snapshot = (runId: string, state: string, status = 'completed') =>
-      codec.encode('wf.state', 'RunSnapshot', {
-        metadata: newMetadata('RunSnapshot', { key: runId, correlationId: runId }),
-        runId,
-        sequence: 1,
-        status,
-        state,
-        stateRef: null,
-        segment: null,
-      });
     for (let i = 0; i < RECORDS; i += 1000) {
       const messages = [];
       for (let j = i; j < i + 1000; j++) {
         const runId = `run-${j}`;
-        const s = {
-          runId,
-          workflow: 'three-step',
-          version: 1,
-          businessKey: runId,
-          input: { n: j },
-          status: 'completed',
-          plan: [],
-          position: 0,
-          steps: {},
-          timers: {},
-          compensable: [],
-          signals: {},
-          startedAt: 1,
-          updatedAt: 2,
-          endedAt: 2,
-          sequence: 1,
-          timeline: [],
-        } as unknown as RunState;
-        messages.push({ key: runId, value: snapshot(runId, snapshotParts(s, undefined).core), partition: 0 });
+        messages.push({ key: runId, value: snapshot(runId, runState(runId, j)), partition: 0 });
       }
       await producer.send({
         topic: codec.physical('wf.state'),
@@ -103,5 +107,37 @@ describe('the read model catching up on a large wf.state', () => {
     const t0 = Date.now();
     await expect(rm.waitForBarrier(0, 'never-written', 1_000)).rejects.toBeInstanceOf(CatchUpStalledError);
     expect(Date.now() - t0).toBeGreaterThanOrEqual(1_000);
+  });
+
+  it('superseded versions of a run in one batch leave its latest; a tombstone in between is applied (a run id used again starts over)', async () => {
+    const producer = ns.kafka.producer();
+    await producer.connect();
+    const barrier = `${BARRIER_PREFIX}0`;
+    const rec = (key: string, value: Buffer | null) => ({ key, value, partition: 0 });
+    // Held before the batch, with a higher sequence than the run that uses its id again.
+    await producer.send({
+      topic: codec.physical('wf.state'),
+      messages: [
+        rec('again', snapshot('again', runState('again', 1, 5), 'completed', 5)),
+        rec(barrier, snapshot(barrier, 'nonce-2', 'barrier')),
+      ],
+    });
+    await rm.waitForBarrier(0, 'nonce-2', 30_000);
+    expect(rm.get('again')).toMatchObject({ sequence: 5 });
+    await producer.send({
+      topic: codec.physical('wf.state'),
+      messages: [
+        rec('again', snapshot('again', runState('again', 2, 6), 'completed', 6)),
+        rec('again', null), // forgotten
+        rec('again', snapshot('again', runState('again', 3, 1), 'completed', 1)), // the id used again
+        rec('twice', snapshot('twice', runState('twice', 1, 1), 'completed', 1)),
+        rec('twice', snapshot('twice', runState('twice', 2, 2), 'completed', 2)),
+        rec(barrier, snapshot(barrier, 'nonce-3', 'barrier')),
+      ],
+    });
+    await producer.disconnect();
+    await rm.waitForBarrier(0, 'nonce-3', 30_000);
+    expect(rm.get('again')).toMatchObject({ sequence: 1, input: { n: 3 } });
+    expect(rm.get('twice')).toMatchObject({ sequence: 2, input: { n: 2 } });
   });
 });
