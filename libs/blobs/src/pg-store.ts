@@ -1,3 +1,4 @@
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { Pool } from 'pg';
 import { BlobCorruptError, BlobNotFoundError, InvalidBlobKeyError } from './errors';
 import {
@@ -12,6 +13,19 @@ import {
 
 /** Bytes per bytea row: large blobs are split so no row nears PostgreSQL's 1 GB field limit or a huge TOAST read. */
 export const PG_BLOB_CHUNK_BYTES = 1024 * 1024;
+
+/** Blobs one statement of a sweep deletes. */
+export const PG_SWEEP_BATCH = 1_000;
+
+/**
+ * The smallest text above every text starting with `prefix`, in byte order (the last character incremented);
+ * null for the empty prefix (no bound).
+ */
+function prefixUpperBound(prefix: string): string | null {
+  if (prefix === '') return null;
+  const last = prefix.codePointAt(prefix.length - 1)!;
+  return prefix.slice(0, -1) + String.fromCodePoint(last + 1);
+}
 
 export interface PgBlobStoreOptions {
   /** postgres:// connection string. */
@@ -78,6 +92,8 @@ export class PgBlobStore implements BlobStore {
           key text NOT NULL REFERENCES ${this.schema}.blobs(key) ON DELETE CASCADE,
           seq int NOT NULL, data bytea NOT NULL, PRIMARY KEY (key, seq))`);
         await c.query(`CREATE INDEX IF NOT EXISTS blobs_expires_at ON ${this.schema}.blobs (expires_at)`);
+        // Byte order, whatever the database's collation: expire by prefix is a range scan of it (keys are ASCII).
+        await c.query(`CREATE INDEX IF NOT EXISTS blobs_key_bytes ON ${this.schema}.blobs (key COLLATE "C")`);
         await c.query('COMMIT');
       } catch (e) {
         await c.query('ROLLBACK').catch(() => undefined);
@@ -180,23 +196,41 @@ export class PgBlobStore implements BlobStore {
     return (r.rowCount ?? 0) > 0;
   }
 
+  /**
+   * Sets the expiry of the blobs under `prefix` that have none, but `exceptKey`: a range scan of the key's byte-order
+   * index (`blobs_key_bytes`), so a run's prefix costs the run's rows, never the table's. @returns how many changed.
+   */
   async expire(prefix: string, expiresAt: number, exceptKey?: string): Promise<number> {
     await this.init();
+    const upper = prefixUpperBound(prefix);
+    const range = upper === null ? '' : `key COLLATE "C" >= $1 AND key COLLATE "C" < $4 AND`;
     const r = await this.pool.query(
       `UPDATE ${this.schema}.blobs SET expires_at = $2
-       WHERE starts_with(key, $1) AND expires_at IS NULL AND key IS DISTINCT FROM $3`,
-      [prefix, expiresAt, exceptKey ?? null],
+       WHERE ${range} starts_with(key, $1) AND expires_at IS NULL AND key IS DISTINCT FROM $3`,
+      upper === null ? [prefix, expiresAt, exceptKey ?? null] : [prefix, expiresAt, exceptKey ?? null, upper],
     );
     return r.rowCount ?? 0;
   }
 
+  /**
+   * Deletes the blobs whose expiresAt <= `now` (ms), chunks included, {@link PG_SWEEP_BATCH} per statement (the
+   * `expires_at` index), yielding to the event loop between them. @returns the deleted keys, sorted.
+   */
   async sweep(now: number): Promise<string[]> {
     await this.init();
-    const r = await this.pool.query<{ key: string }>(
-      `DELETE FROM ${this.schema}.blobs WHERE expires_at IS NOT NULL AND expires_at <= $1 RETURNING key`,
-      [now],
-    );
-    return r.rows.map((x) => x.key).sort();
+    const gone: string[] = [];
+    for (;;) {
+      const r = await this.pool.query<{ key: string }>(
+        `DELETE FROM ${this.schema}.blobs WHERE key IN (
+           SELECT key FROM ${this.schema}.blobs WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2)
+         RETURNING key`,
+        [now, PG_SWEEP_BATCH],
+      );
+      gone.push(...r.rows.map((x) => x.key));
+      if (r.rows.length < PG_SWEEP_BATCH) break;
+      await yieldToLoop();
+    }
+    return gone.sort();
   }
 
   async close(): Promise<void> {

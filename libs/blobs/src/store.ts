@@ -123,12 +123,64 @@ export const blobJson = {
   },
 };
 
+/** Longest {@link blobKeySegment} kept as written; a longer one is cut and suffixed with a SHA-256 (see there). */
+const SEGMENT_MAX_CHARS = 180;
+const SEGMENT_CUT_CHARS = 120;
+
+/**
+ * `text` as one path segment of a blob key, injectively (two different texts never give the same segment):
+ * ASCII letters, digits, `-` and `.` (but a leading one) as they are; every other character as the UTF-8 bytes
+ * escaped `_XX` (two uppercase hex digits: `_` itself is `_5F`, `:` is `_3A`), a lone UTF-16 surrogate as `_uXXXX`;
+ * the empty text as `_`. An encoding longer than 180 characters (a file name must stay under 255 bytes) is cut to its
+ * first 120 and followed by `_h` and the SHA-256 hex of `text` (186 characters: never the length of a short one).
+ * The characters are those of {@link blobKey}, without `/`, so the segment never holds a path separator nor is `..`.
+ */
+export function blobKeySegment(text: string): string {
+  if (text === '') return '_';
+  let out = '';
+  for (const ch of text) {
+    const cp = ch.codePointAt(0)!;
+    if (/^[A-Za-z0-9-]$/.test(ch) || (ch === '.' && out !== '')) out += ch;
+    else if (cp >= 0xd800 && cp <= 0xdfff) out += `_u${cp.toString(16).toUpperCase()}`;
+    else for (const b of Buffer.from(ch, 'utf8')) out += `_${b.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  if (out.length <= SEGMENT_MAX_CHARS) return out;
+  return `${out.slice(0, SEGMENT_CUT_CHARS)}_h${createHash('sha256').update(text, 'utf8').digest('hex')}`;
+}
+
+/**
+ * The prefix of every payload blob key of run `runId` of `kind`: `<kind>/<blobKeySegment(runId)>/`. Ends with the
+ * separator, so it is never a prefix of another run's keys (`state/run/` is not one of `state/run-2/...`).
+ */
+export function runBlobPrefix(kind: string, runId: string): string {
+  return `${blobKeySegment(kind)}/${blobKeySegment(runId)}/`;
+}
+
 /**
  * A blob key for a payload of `kind` in run `runId` named by `name` (e.g. an idempotency key, which may contain
- * `[`, `]`, `#`): `<kind>/<runId, unsafe characters as _>/<sha256(name) first 32 hex>`. Deterministic, so a
- * replayed result rewrites the same blob.
+ * `[`, `]`, `#`): `<kind>/<blobKeySegment(runId)>/<sha256(name) first 32 hex>`. Deterministic, so a replayed result
+ * rewrites the same blob; injective in the run id, so forgetting one run never touches another's blobs.
  */
 export function payloadBlobKey(kind: string, runId: string, name: string): string {
-  const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]/g, '_').replace(/^\.+/, '_');
-  return `${safe(kind)}/${safe(runId)}/${createHash('sha256').update(name).digest('hex').slice(0, 32)}`;
+  return `${runBlobPrefix(kind, runId)}${createHash('sha256').update(name).digest('hex').slice(0, 32)}`;
+}
+
+/**
+ * The run part of keys written before {@link blobKeySegment} (keyflow <= 0.1.0 stores): every character outside
+ * `[A-Za-z0-9_.-]` and leading dots as `_`. Not injective (`x:1` and `x_1`, `.x` and `_x` share it): use it only to
+ * find the blobs of a run no other known run shares it with ({@link legacyRunBlobPrefix}). Blobs written so are read
+ * by the reference their record carries, as any other.
+ */
+export function legacyRunSegment(runId: string): string {
+  return runId.replace(/[^A-Za-z0-9_.-]/g, '_').replace(/^\.+/, '_');
+}
+
+/**
+ * The prefix the run's blobs of `kind` had before {@link blobKeySegment}, or null when it is the same as
+ * {@link runBlobPrefix} (a run id of `[A-Za-z0-9.-]` not starting with a dot, e.g. a UUID) or the run id is empty.
+ */
+export function legacyRunBlobPrefix(kind: string, runId: string): string | null {
+  if (runId === '') return null; // `<kind>//`: not a directory of its own in an fs store, and no run id is empty
+  const legacy = `${kind}/${legacyRunSegment(runId)}/`;
+  return legacy === runBlobPrefix(kind, runId) ? null : legacy;
 }

@@ -65,6 +65,12 @@ const Schema = z.object({
    */
   ORCHESTRATOR_TAKEOVER_GIVE_UP_MS: z.coerce.number().int().min(1000).default(120_000),
   /**
+   * How long a take-over waits for its barrier while the read model reads nothing of the partition, in ms: a catch-up
+   * that keeps reading wf.state is waited for however long it takes; one that reads nothing for this long gives up and
+   * the take-over is tried again (counted by ORCHESTRATOR_TAKEOVER_GIVE_UP_MS). docs/guarantees/time.md.
+   */
+  ORCHESTRATOR_CATCH_UP_STALL_MS: z.coerce.number().int().min(1000).default(60_000),
+  /**
    * How long a run that ended (completed, failed, compensated, cancelled) is kept, in ms after it ended: then the
    * engine writes a tombstone for it to wf.state (compaction removes it) and every instance's read model and engine
    * forget it, so memory does not grow with every run ever started. After that, GET /runs/{id} answers 404, a retry
@@ -75,8 +81,23 @@ const Schema = z.object({
     .int()
     .min(0)
     .default(72 * 3600 * 1000),
-  /** How often the engine looks for ended runs past ORCHESTRATOR_RUN_RETENTION_MS, in ms. */
+  /**
+   * Rest between two retention sweeps (looks for ended runs past ORCHESTRATOR_RUN_RETENTION_MS), in ms: a sweep starts
+   * this long after the previous one ended, never while one runs (docs/guarantees/time.md).
+   */
   ORCHESTRATOR_RETENTION_SWEEP_MS: z.coerce.number().int().min(100).default(60_000),
+  /**
+   * How long an owned partition's input batch may wait without being committed before /health answers `degraded`
+   * naming the partition (`PARTITION_STALLED`), in ms (docs/guarantees/time.md). Degraded, not failed: a restart
+   * would meet the same wait (a long catch-up, a slow store).
+   */
+  ORCHESTRATOR_PARTITION_STALL_MS: z.coerce.number().int().min(1000).default(30_000),
+  /**
+   * Longest the engine's stop (SIGTERM, SIGINT, app.close()) waits for the retention sweep in progress, the batches in
+   * flight and its producers, in ms; then it gives up on them (Kafka aborts what was not committed) and the process
+   * exits (docs/guarantees/time.md).
+   */
+  ORCHESTRATOR_STOP_TIMEOUT_MS: z.coerce.number().int().min(1000).default(10_000),
   /**
    * Redis the API keeps Idempotency-Keys (key, request fingerprint, run id) and webhook delivery ids in, shared by
    * every API instance. Required to serve the API (`requireApiSettings`); the rebuild CLI does without.

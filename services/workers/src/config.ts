@@ -60,7 +60,10 @@ const Schema = z.object({
   WORKER_RETRY_MAX_MS: z.coerce.number().int().min(0).default(5_000),
   WORKER_TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),
   WORKER_RESULT_PARTITIONS: z.coerce.number().int().min(1).default(6),
-  /** Time between sweeps of expired blobs, in ms (0: this worker does not sweep). */
+  /**
+   * Rest from the end of one sweep of expired blobs to the start of the next, in ms (0: this worker does not sweep);
+   * sweeps never overlap (docs/guarantees/time.md).
+   */
   WORKER_BLOB_SWEEP_MS: z.coerce
     .number()
     .int()

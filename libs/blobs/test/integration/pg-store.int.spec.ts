@@ -80,4 +80,31 @@ describe('the PostgreSQL blob store', () => {
       'state/run-1/2',
     ]);
   });
+
+  it('expire(prefix) of one run reads the key index, never the whole table (20,000 unrelated blobs)', async () => {
+    await store.put('state/mine/1', 'a');
+    await pg.query(
+      `INSERT INTO ${schema}.blobs (key, size_bytes, sha256, created_at, expires_at)
+       SELECT 'state/other-' || g || '/1', 1, 'x', 0, NULL FROM generate_series(1, 20000) g`,
+    );
+    await pg.query(`ANALYZE ${schema}.blobs`);
+    // The statement the store sends, explained (not run) with the same parameters.
+    const sent: Array<{ text: string; values: unknown[] }> = [];
+    const spy = jest.spyOn(Pool.prototype, 'query');
+    try {
+      expect(await store.expire('state/mine/', 42)).toBe(1);
+      for (const call of spy.mock.calls)
+        if (typeof call[0] === 'string' && /^\s*UPDATE/i.test(call[0]))
+          sent.push({ text: call[0], values: call[1] as unknown[] });
+    } finally {
+      spy.mockRestore();
+    }
+    expect(sent).toHaveLength(1);
+    const plan = await pg.query(`EXPLAIN ${sent[0].text}`, sent[0].values);
+    const text = plan.rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
+    expect(text).not.toMatch(/Seq Scan/);
+    expect(text).toMatch(/Index (Only )?Scan/);
+    // Bounded on both sides: the scan stops at the end of the prefix, not at the end of the index.
+    expect(text).toMatch(/Index Cond:.*>=.*<.*/);
+  });
 });

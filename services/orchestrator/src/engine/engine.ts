@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import {
   CompressionTypes,
   KafkaJSError,
@@ -79,8 +80,7 @@ import {
   encodeOutputs,
   encodeSnapshotRecords,
   resolveInput,
-  segmentBlobPrefix,
-  snapshotBlobPrefix,
+  forgottenRunBlobPrefixes,
   toWorkflowInput,
   type OutputRecord,
 } from './mapping';
@@ -88,6 +88,7 @@ import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
 import { TimerQueue, type DueTimer } from './timers';
+import { stallConditionId, stalledPartitions } from './stalls';
 
 /** The engine's input topics (logical): what it consumes, and what it dead-letters into `<topic>.dlq`. */
 const ENGINE_INPUTS = ['wf.requests', 'task.results'] as const;
@@ -105,6 +106,8 @@ const FORGET_RUNS_PER_SWEEP = 1_000;
 const FORGET_RECORDS_PER_SWEEP = 20_000;
 /** Tombstones per produce request of the sweep's transaction (~100 bytes each before gzip). */
 const FORGET_RECORDS_PER_REQUEST = 2_000;
+/** Runs a sweep looks at between two yields to the event loop. */
+const FORGET_SCAN_YIELD = 10_000;
 
 /** Backoff between take-overs of a partition whose take-over or transaction failed (full jitter). */
 const TAKEOVER_RETRY = retryPolicy({
@@ -128,6 +131,11 @@ interface OwnedPartition {
   /** Serialises the batches of wf.requests and task.results of this partition (one transaction at a time). */
   lock: Promise<void>;
   revoked: boolean;
+  /**
+   * Per input topic, since when (ms since epoch) a batch of this partition has been waiting to be committed; absent
+   * when none waits. What /health reads to name a stalled partition (ORCHESTRATOR_PARTITION_STALL_MS).
+   */
+  waitingSince: Map<string, number>;
   /**
    * Per running run, the trace context of its last applied input's span: what its timers fire continues that trace.
    * In memory only (a take-over starts empty: a timer fired before the run's next input starts a new trace).
@@ -159,7 +167,13 @@ export class Engine {
   /** Links a batch span keeps (OTEL_SPAN_LINK_COUNT_LIMIT, as the SDK applies it), read once. */
   private readonly linkLimit = spanLinkLimit();
   private tick?: NodeJS.Timeout;
-  private retentionTick?: NodeJS.Timeout;
+  /** The retention sweeps: one at a time, each starting ORCHESTRATOR_RETENTION_SWEEP_MS after the previous ended. */
+  private retentionLoop?: Promise<void>;
+  /** Wakes the retention loop's wait (at stop). */
+  private wakeRetention?: () => void;
+  private stallCheck?: NodeJS.Timeout;
+  /** Partitions /health names as stalled. */
+  private stalled = new Set<number>();
   private stopping = false;
   private crashed?: Error;
   private readonly quarantine: PartitionQuarantine;
@@ -327,23 +341,66 @@ export class Engine {
     });
     this.tick = setInterval(() => void this.fireTimers(), this.cfg.ORCHESTRATOR_TIMER_TICK_MS);
     this.tick.unref();
-    if (this.cfg.ORCHESTRATOR_RUN_RETENTION_MS > 0) {
-      this.retentionTick = setInterval(
-        () => void this.forgetEndedRuns(),
-        this.cfg.ORCHESTRATOR_RETENTION_SWEEP_MS,
-      );
-      this.retentionTick.unref();
-    }
+    if (this.cfg.ORCHESTRATOR_RUN_RETENTION_MS > 0) this.retentionLoop = this.sweepRetention();
+    const stall = this.cfg.ORCHESTRATOR_PARTITION_STALL_MS;
+    this.stallCheck = setInterval(() => this.checkStalls(), Math.min(1_000, Math.max(100, stall / 4)));
+    this.stallCheck.unref();
   }
 
+  /**
+   * Stops consuming, the timers and the retention sweeps, then disconnects the producers. A sweep in progress stops
+   * between two runs (a tombstone transaction in flight is finished or aborted). Resolves within
+   * ORCHESTRATOR_STOP_TIMEOUT_MS (ms) even when something does not answer: then it logs what was left, and what was
+   * not committed is aborted by Kafka (transaction timeout, or fenced by the partition's next owner).
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     clearInterval(this.tick);
-    clearInterval(this.retentionTick);
+    clearInterval(this.stallCheck);
+    this.wakeRetention?.();
     this.quarantine.close();
-    await this.consumer?.disconnect();
-    await Promise.allSettled([...this.owned.values()].map((o) => o.producer.disconnect()));
-    await this.timerProducer?.disconnect();
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<'timeout'>((r) => {
+      timer = setTimeout(() => r('timeout'), this.cfg.ORCHESTRATOR_STOP_TIMEOUT_MS);
+      timer.unref();
+    });
+    const graceful = (async () => {
+      await this.retentionLoop;
+      await this.consumer?.disconnect();
+      await Promise.allSettled([...this.owned.values()].map((o) => o.producer.disconnect()));
+      await this.timerProducer?.disconnect();
+    })();
+    try {
+      if ((await Promise.race([graceful, bound])) === 'timeout')
+        this.logger.warn(
+          { timeoutMs: this.cfg.ORCHESTRATOR_STOP_TIMEOUT_MS, partitions: this.ownedPartitions() },
+          'engine did not stop within ORCHESTRATOR_STOP_TIMEOUT_MS; leaving its uncommitted work to Kafka',
+        );
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Names in /health (degraded, `PARTITION_STALLED`) each owned partition one of whose input batches has waited
+   * longer than ORCHESTRATOR_PARTITION_STALL_MS to be committed (a take-over catching up, a transaction that does
+   * not end); clears it once the partition commits again or is revoked.
+   */
+  private checkStalls(): void {
+    const bound = this.cfg.ORCHESTRATOR_PARTITION_STALL_MS;
+    const stalled = stalledPartitions(
+      [...this.owned].map(([p, o]) => [p, o.waitingSince] as [number, Map<string, number>]),
+      Date.now(),
+      bound,
+    );
+    const now = new Set(stalled.map((s) => s.partition));
+    for (const p of this.stalled) if (!now.has(p)) this.health.recover(stallConditionId(p));
+    for (const { partition, waitedMs } of stalled)
+      this.health.degrade(stallConditionId(partition), {
+        code: 'PARTITION_STALLED',
+        error: `partition ${partition}: inputs waiting ${waitedMs} ms without a commit (ORCHESTRATOR_PARTITION_STALL_MS ${bound})`,
+      });
+    this.stalled = now;
   }
 
   private onAssignment(assignment: Record<string, number[]>): void {
@@ -392,6 +449,7 @@ export class Engine {
       failures,
       lock: Promise.resolve(),
       revoked: false,
+      waitingSince: new Map(),
       traces: new Map(),
     };
     o.ready = (async () => {
@@ -414,7 +472,7 @@ export class Engine {
         messages: [{ partition, key: barrierKey, value }],
       });
       await tx.commit();
-      await this.readModel.waitForBarrier(partition, nonce);
+      await this.readModel.waitForBarrier(partition, nonce, this.cfg.ORCHESTRATOR_CATCH_UP_STALL_MS);
       // Terminal runs too: a late result for them must be recognised as stale, not as an unknown run.
       for (const s of this.readModel.inPartition(partition)) {
         o.runs.set(s.runId, s);
@@ -466,6 +524,7 @@ export class Engine {
     const { batch } = p;
     const o = this.owned.get(batch.partition);
     if (!o || batch.messages.length === 0 || this.stopping) return;
+    if (!o.waitingSince.has(batch.topic)) o.waitingSince.set(batch.topic, Date.now());
     // Restoring may take a while (the read model catching up): keep the group membership alive meanwhile.
     const beat = setInterval(() => p.heartbeat().catch(() => undefined), 1_000);
     try {
@@ -482,6 +541,7 @@ export class Engine {
       try {
         if (o.revoked || p.isStale()) return;
         await this.processBatch(o, p);
+        o.waitingSince.delete(batch.topic);
       } catch (err) {
         // The registry does not answer (5xx, network) or refuses (4xx): nothing of the batch was applied, and the
         // records are not at fault. The partition waits, named in /health, and is fetched again with backoff.
@@ -1067,14 +1127,33 @@ export class Engine {
   }
 
   /**
+   * The retention sweeps, until stop: {@link forgetEndedRuns}, then ORCHESTRATOR_RETENTION_SWEEP_MS of rest, so a
+   * sweep starts only once the previous one ended, however long it took. A failed sweep is logged; the next tries again.
+   */
+  private async sweepRetention(): Promise<void> {
+    while (!this.stopping) {
+      await new Promise<void>((r) => {
+        const t = setTimeout(r, this.cfg.ORCHESTRATOR_RETENTION_SWEEP_MS);
+        t.unref();
+        this.wakeRetention = () => (clearTimeout(t), r());
+      });
+      this.wakeRetention = undefined;
+      if (this.stopping) return;
+      await this.forgetEndedRuns().catch((err) => this.logger.warn({ err }, 'retention sweep failed'));
+    }
+  }
+
+  /**
    * Forgets the owned runs that ended more than ORCHESTRATOR_RUN_RETENTION_MS ago: per partition, one transaction of
    * the partition's own producer (fenced like its batches, and serialised with them by the partition's lock) writes
    * a tombstone (null value) for each to wf.state, on the partition its snapshots are on; after the commit the
    * engine drops them, and every read model drops them when it reads the tombstone (compaction then removes the
    * key: Kafka docs "Log Compaction", a null value deletes). A failed transaction is handled like a failed batch
-   * (abort, take the partition over again); the runs stay until the next sweep. Their snapshot blobs, if any, expire
-   * after the claim check's grace time. At most FORGET_RUNS_PER_SWEEP runs and FORGET_RECORDS_PER_SWEEP tombstones
-   * per partition per sweep (the rest wait for the next one).
+   * (abort, take the partition over again); the runs stay until the next sweep. At most FORGET_RUNS_PER_SWEEP runs
+   * and FORGET_RECORDS_PER_SWEEP tombstones per partition per sweep (the rest wait for the next one).
+   * Only the transaction holds the partition's lock: the forgotten runs' snapshot blobs are given their expiry (the
+   * claim check's grace time) after it, outside the lock, once per run, yielding to the event loop between runs; the
+   * sweep yields between partitions too, and stops between two runs when the engine stops.
    */
   private async forgetEndedRuns(): Promise<void> {
     if (this.stopping) return;
@@ -1082,9 +1161,13 @@ export class Engine {
     const expired = (s: RunState | undefined) =>
       s !== undefined && TERMINAL.has(s.status) && (s.endedAt ?? s.updatedAt) <= cutoff;
     for (const o of [...this.owned.values()]) {
+      if (this.stopping) return;
+      await yieldToLoop();
       const found: string[] = [];
       let records = 0;
+      let seen = 0;
       for (const s of o.runs.values()) {
+        if (++seen % FORGET_SCAN_YIELD === 0) await yieldToLoop(); // a partition may hold a million runs
         if (!expired(s)) continue;
         found.push(s.runId);
         // A run's tombstones: its core and one per map item segment (a 100,000-item map has 391).
@@ -1101,18 +1184,23 @@ export class Engine {
       )
         continue;
       // Checked again under the lock: a batch applied meanwhile (a retry) may have reopened one.
-      await this.exclusively(o, () =>
-        this.forget(
+      let forgotten: string[] = [];
+      await this.exclusively(o, async () => {
+        forgotten = await this.forget(
           o,
           found.filter((id) => expired(o.runs.get(id))),
-        ),
-      );
+        );
+      });
+      await this.expireForgottenBlobs(forgotten);
     }
   }
 
-  /** One transaction of `o`'s producer: a wf.state tombstone for each of `runIds`; then they are dropped here. */
-  private async forget(o: OwnedPartition, runIds: string[]): Promise<void> {
-    if (o.revoked || this.stopping || runIds.length === 0) return;
+  /**
+   * One transaction of `o`'s producer: a wf.state tombstone for each of `runIds`; then they are dropped here.
+   * @returns the runs forgotten (none when the transaction failed: the partition is taken over again)
+   */
+  private async forget(o: OwnedPartition, runIds: string[]): Promise<string[]> {
+    if (o.revoked || this.stopping || runIds.length === 0) return [];
     let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
     try {
       tx = await o.producer.transaction();
@@ -1143,7 +1231,7 @@ export class Engine {
         'could not forget ended runs; retrying at the next sweep',
       );
       this.retakeOver(o, err);
-      return;
+      return [];
     }
     runIds.forEach((id) => (o.runs.delete(id), o.traces.delete(id)));
     this.metrics.forgotten.inc(runIds.length);
@@ -1151,13 +1239,33 @@ export class Engine {
       { partition: o.partition, runs: runIds.length },
       'ended runs past their retention forgotten',
     );
-    if (!this.claim.store) return;
+    return runIds;
+  }
+
+  /**
+   * Gives the blobs the forgotten `runIds` may still hold without an expiry (their latest snapshot's and segments')
+   * the claim check's grace time: after their tombstones' commit, outside any partition's lock, once per run, each
+   * costing that run's blobs (the stores list the run's prefix, not the store). Yields between runs; at stop, the
+   * runs left keep their blobs (bounded leak, logged). A store error is logged and the run's blobs stay.
+   */
+  private async expireForgottenBlobs(runIds: string[]): Promise<void> {
+    const store = this.claim.store;
+    if (!store || runIds.length === 0) return;
     const expiresAt = supersededExpiry(Date.now(), this.claim.o.graceMs);
-    for (const id of runIds)
-      for (const prefix of [snapshotBlobPrefix(id), segmentBlobPrefix(id)])
-        await this.claim.store
+    for (const [i, id] of runIds.entries()) {
+      if (this.stopping) {
+        this.logger.warn(
+          { runs: runIds.length - i },
+          "stopping: forgotten runs' blobs left without an expiry",
+        );
+        return;
+      }
+      await yieldToLoop();
+      for (const prefix of forgottenRunBlobPrefixes(id, this.readModel.sharesLegacyBlobPrefix(id)))
+        await store
           .expire(prefix, expiresAt)
           .catch((err) => this.logger.warn({ err, runId: id }, "could not expire a forgotten run's blobs"));
+    }
   }
 
   /**

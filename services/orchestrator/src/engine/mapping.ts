@@ -1,5 +1,12 @@
 import { traceHeaders } from '@keyflow/observability';
-import { blobRetentionMs, payloadBlobKey, supersededExpiry, type ClaimCheck } from '@keyflow/blobs';
+import {
+  blobRetentionMs,
+  legacyRunBlobPrefix,
+  payloadBlobKey,
+  runBlobPrefix,
+  supersededExpiry,
+  type ClaimCheck,
+} from '@keyflow/blobs';
 import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
 import { taskTopicOf } from '@keyflow/kafka';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
@@ -259,12 +266,28 @@ export async function encodeOutputs(
   return out;
 }
 
-/** Prefix of the blob keys of one run's snapshots (`state/<run>/`). */
-export const snapshotBlobPrefix = (runId: string) => payloadBlobKey('state', runId, '').replace(/[^/]+$/, '');
+/** Prefix of the blob keys of one run's snapshots (`state/<run>/`, the run id as `blobKeySegment` encodes it). */
+export const snapshotBlobPrefix = (runId: string) => runBlobPrefix('state', runId);
 /** Prefix of the blob keys of one segment of a run's map items (`segments/<run>/<map>.<k>/`), or of all of them. */
 export const segmentBlobPrefix = (runId: string, segment?: { mapId: string; index: number }) =>
-  payloadBlobKey('segments', runId, '').replace(/[^/]+$/, '') +
-  (segment ? `${segment.mapId}.${segment.index}/` : ''); // step ids are [A-Za-z0-9_.-]: safe in a blob key
+  runBlobPrefix('segments', runId) + (segment ? `${segment.mapId}.${segment.index}/` : ''); // step ids are [A-Za-z0-9_.-]: safe in a blob key
+
+/**
+ * The prefixes of the blobs a forgotten run may still hold without an expiry (its latest snapshot's and segments'):
+ * `state/<run>/` and `segments/<run>/`, and, when `legacyShared` is false, the prefixes the same blobs had before run
+ * ids were encoded injectively (`legacyRunBlobPrefix`), so blobs written by an earlier version expire too. Pass
+ * `legacyShared` true when another run still known shares the legacy prefix (`x:1` and `x_1`): its blobs there must
+ * stay, and these are left to expire with the last of those runs.
+ */
+export function forgottenRunBlobPrefixes(runId: string, legacyShared: boolean): string[] {
+  const prefixes = [snapshotBlobPrefix(runId), segmentBlobPrefix(runId)];
+  if (!legacyShared)
+    for (const kind of ['state', 'segments']) {
+      const legacy = legacyRunBlobPrefix(kind, runId);
+      if (legacy) prefixes.push(legacy);
+    }
+  return prefixes;
+}
 
 /**
  * The wf.state records of `state`: one per segment of map items changed since `previous` (the state of the run's

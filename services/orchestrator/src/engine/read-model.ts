@@ -1,5 +1,7 @@
-import type { Consumer, Kafka } from '@keyflow/kafka';
-import type { ClaimCheck } from '@keyflow/blobs';
+import type { Consumer, EachBatchPayload, Kafka } from '@keyflow/kafka';
+
+type KafkaMessage = EachBatchPayload['batch']['messages'][number];
+import { blobKeySegment, legacyRunSegment, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, type EventCodec } from '@keyflow/contracts';
 import {
   connectUntilAnswered,
@@ -40,6 +42,23 @@ export class ReadModelStoppedError extends KeyflowError {
     super(`the read model's wf.state consumer stopped: ${(cause as Error)?.message ?? String(cause)}`, {
       cause,
     });
+  }
+}
+
+/**
+ * A take-over waited for its barrier while the read model read nothing of the partition for longer than allowed
+ * (ORCHESTRATOR_CATCH_UP_STALL_MS): the take-over is tried again. Retryable.
+ */
+export class CatchUpStalledError extends KeyflowError {
+  readonly code = 'CATCH_UP_STALLED';
+  readonly retryable = true;
+  constructor(
+    readonly partition: number,
+    readonly idleMs: number,
+  ) {
+    super(
+      `wf.state partition ${partition}: nothing read for ${idleMs} ms while waiting for a take-over's barrier`,
+    );
   }
 }
 
@@ -107,6 +126,11 @@ export class RunReadModel {
   /** The latest segment records of each run's map items: run id -> segment key (segmentKey) -> segment. */
   private readonly segments = new Map<string, Map<string, ItemSegment>>();
   private readonly barriers = new Map<number, string>();
+  /**
+   * Runs held whose blob keys changed when run ids became injectively encoded, by their old run segment
+   * (`legacyRunSegment`): which runs shared one blob prefix before (`x:1` and `x_1`).
+   */
+  private readonly legacySegments = new Map<string, Set<string>>();
   private waiters: Array<{
     partition: number;
     nonce: string;
@@ -116,10 +140,13 @@ export class RunReadModel {
   private consumer?: Consumer;
   /**
    * wf.state partitions paused on a record batch no codec decodes. A take-over of such a partition waits for its
-   * barrier (behind the batch) and so retries until the batch is read or ORCHESTRATOR_TAKEOVER_GIVE_UP_MS passes.
+   * barrier (behind the batch): with no progress it gives up (ORCHESTRATOR_CATCH_UP_STALL_MS) and retries until the
+   * batch is read or ORCHESTRATOR_TAKEOVER_GIVE_UP_MS passes.
    */
   private readonly quarantine: PartitionQuarantine;
   private stopped?: Error;
+  /** Per wf.state partition, when (ms since epoch) the read model last read or skipped a record of it. */
+  private readonly progressAt = new Map<number, number>();
   snapshotsRead = 0;
   snapshotsSkipped = 0;
 
@@ -187,115 +214,164 @@ export class RunReadModel {
     await subscribeWhenReady(c, this.codec.physical('wf.state'), true);
     await c.run({
       autoCommit: false,
-      eachMessage: async ({ topic, partition, message }) => {
-        // A stand-in for a batch no codec could decode: pause here and refetch it on the next try (kafkajs
-        // resolves a message once eachMessage returns, so the position is set back with a seek).
-        const undecodable = undecodableBatchOf(message);
-        if (undecodable) {
-          this.quarantine.add(topic, partition, undecodable);
-          c.seek({ topic, partition, offset: undecodable.baseOffset });
-          return;
-        }
-        const key = message.key?.toString() ?? '';
-        if (message.value === null) {
-          // A tombstone of a run (its key is the run id) or of one of its segments (`<run>/<map>/<index>`).
-          const runOfSegment = runOfSegmentKey(key);
-          if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
-          else {
-            this.runs.delete(key);
-            this.segments.delete(key);
+      eachBatchAutoResolve: false,
+      // Every partition of wf.state is read at once: a take-over waits for its own partition only.
+      partitionsConsumedConcurrently: 64,
+      eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
+        const { topic, partition, messages } = batch;
+        // A run's core record whose key comes again later in the batch is superseded before anyone can read it: not
+        // decoded (a wf.state not yet compacted holds many versions of each run). Tombstones (a run id used again
+        // after one must not meet the forgotten run's sequence), segment records (a core record is assembled from
+        // the segments before it) and barriers are all applied.
+        const keys = messages.map((m) => m.key?.toString() ?? '');
+        const last = new Map<string, number>();
+        keys.forEach((k, i) => {
+          if (!k.startsWith(BARRIER_PREFIX) && !runOfSegmentKey(k)) last.set(k, i);
+        });
+        let beat = Date.now();
+        for (let i = 0; i < messages.length; i++) {
+          if (!isRunning() || isStale()) return;
+          const message = messages[i];
+          const key = keys[i];
+          const later = last.get(key);
+          if (later !== undefined && later !== i && message.value !== null && !undecodableBatchOf(message)) {
+            resolveOffset(message.offset);
+            continue;
           }
-          return;
-        }
-        const where = { topic, partition, offset: message.offset, key };
-        let d;
-        try {
-          d = await this.codec.decode('wf.state', message.value, {
-            topic,
-            partition,
-            offset: message.offset,
-          });
-        } catch (err) {
-          // A registry that is away or refuses (retryable): the partition waits, named in /health, and this record
-          // is fetched again with backoff. Bytes that never decode are skipped.
-          if (err instanceof ContractError && err.retryable) {
-            this.quarantine.hold(topic, partition, err);
-            c.seek({ topic, partition, offset: message.offset });
-            return;
-          }
-          this.skip(SKIP_REASONS.undecodable, where, err);
-          return;
-        }
-        this.quarantine.ok(topic, partition);
-        if (d.event !== 'RunSnapshot') return;
-        if (key.startsWith(BARRIER_PREFIX)) {
-          this.barriers.set(partition, d.value.state);
-          this.waiters = this.waiters.filter((w) => {
-            if (w.partition === partition && w.nonce === d.value.state) {
-              w.resolve();
-              return false;
-            }
-            return true;
-          });
-          return;
-        }
-        let text = d.value.state;
-        if (d.value.stateRef) {
-          try {
-            if (!this.opts.claim) throw new Error(`no blob store to read ${d.value.stateRef}`);
-            text = await this.opts.claim.resolve(d.value.state, d.value.stateRef);
-          } catch (err) {
-            // A store that does not answer is retried by the consumer; a blob gone for good is skipped and counted
-            // (a superseded snapshot's blob may have been swept; the run's latest snapshot follows).
-            if ((err as { retryable?: boolean }).retryable !== false && this.opts.claim) throw err;
-            this.skip(SKIP_REASONS.blobUnreadable, where, err);
-            return;
+          if ((await this.apply(c, topic, partition, message, key)) === 'stop') return;
+          resolveOffset(message.offset);
+          this.progressed(partition);
+          if (Date.now() - beat > 1_000) {
+            await heartbeat();
+            beat = Date.now();
           }
         }
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(text);
-        } catch (err) {
-          this.skip(SKIP_REASONS.stateNotJson, where, err);
-          return;
-        }
-        if (d.value.segment) {
-          // One segment of a map's items, written before its run's core record in the same transaction.
-          const seg = parsed as ItemSegment;
-          if (!Array.isArray(seg?.steps) || !Array.isArray(seg?.outputs)) {
-            this.skip(SKIP_REASONS.notSegment, where);
-            return;
-          }
-          const own = this.segments.get(d.value.runId) ?? new Map<string, ItemSegment>();
-          own.set(segmentKey(d.value.runId, d.value.segment.mapId, d.value.segment.index), seg);
-          this.segments.set(d.value.runId, own);
-          return;
-        }
-        let state = parsed as RunState;
-        if (
-          typeof state !== 'object' ||
-          state === null ||
-          typeof state.runId !== 'string' ||
-          typeof state.sequence !== 'number' ||
-          typeof state.steps !== 'object' ||
-          state.steps === null
-        ) {
-          this.skip(SKIP_REASONS.notRunState, where);
-          return;
-        }
-        const own = this.segments.get(state.runId);
-        try {
-          const runId = state.runId;
-          state = assembleRunState(state, (mapId, index) => own?.get(segmentKey(runId, mapId, index)));
-        } catch (err) {
-          this.skip(SKIP_REASONS.notRunState, where, err);
-          return;
-        }
-        const prev = this.runs.get(state.runId);
-        if (!prev || prev.state.sequence <= state.sequence) this.runs.set(state.runId, { state, partition });
-        this.snapshotsRead++;
+        this.progressed(partition);
       },
     });
+  }
+
+  /** The read model read (or skipped) a record of `partition`: a take-over waiting on it is making progress. */
+  private progressed(partition: number): void {
+    this.progressAt.set(partition, Date.now());
+  }
+
+  /**
+   * Applies one wf.state record. @returns 'stop' when the rest of the batch must not be read now (the partition was
+   * paused on an undecodable batch or a registry that does not answer, and its position set back with a seek).
+   */
+  private async apply(
+    c: Consumer,
+    topic: string,
+    partition: number,
+    message: KafkaMessage,
+    key: string,
+  ): Promise<'stop' | void> {
+    // A stand-in for a batch no codec could decode: pause here and refetch it on the next try.
+    const undecodable = undecodableBatchOf(message);
+    if (undecodable) {
+      this.quarantine.add(topic, partition, undecodable);
+      c.seek({ topic, partition, offset: undecodable.baseOffset });
+      return 'stop';
+    }
+    if (message.value === null) {
+      // A tombstone of a run (its key is the run id) or of one of its segments (`<run>/<map>/<index>`).
+      const runOfSegment = runOfSegmentKey(key);
+      if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
+      else {
+        this.runs.delete(key);
+        this.segments.delete(key);
+        this.untrackLegacy(key);
+      }
+      return;
+    }
+    const where = { topic, partition, offset: message.offset, key };
+    let d;
+    try {
+      // Without a turn of the event loop when the writer's schema is known (every record after the first).
+      d =
+        this.codec.decodeIfKnown('wf.state', message.value, where) ??
+        (await this.codec.decode('wf.state', message.value, where));
+    } catch (err) {
+      // A registry that is away or refuses (retryable): the partition waits, named in /health, and this record
+      // is fetched again with backoff. Bytes that never decode are skipped.
+      if (err instanceof ContractError && err.retryable) {
+        this.quarantine.hold(topic, partition, err);
+        c.seek({ topic, partition, offset: message.offset });
+        return 'stop';
+      }
+      this.skip(SKIP_REASONS.undecodable, where, err);
+      return;
+    }
+    this.quarantine.ok(topic, partition);
+    if (d.event !== 'RunSnapshot') return;
+    if (key.startsWith(BARRIER_PREFIX)) {
+      this.barriers.set(partition, d.value.state);
+      this.waiters = this.waiters.filter((w) => {
+        if (w.partition === partition && w.nonce === d.value.state) {
+          w.resolve();
+          return false;
+        }
+        return true;
+      });
+      return;
+    }
+    let text = d.value.state;
+    if (d.value.stateRef) {
+      try {
+        if (!this.opts.claim) throw new Error(`no blob store to read ${d.value.stateRef}`);
+        text = await this.opts.claim.resolve(d.value.state, d.value.stateRef);
+      } catch (err) {
+        // A store that does not answer is retried by the consumer; a blob gone for good is skipped and counted
+        // (a superseded snapshot's blob may have been swept; the run's latest snapshot follows).
+        if ((err as { retryable?: boolean }).retryable !== false && this.opts.claim) throw err;
+        this.skip(SKIP_REASONS.blobUnreadable, where, err);
+        return;
+      }
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch (err) {
+      this.skip(SKIP_REASONS.stateNotJson, where, err);
+      return;
+    }
+    if (d.value.segment) {
+      // One segment of a map's items, written before its run's core record in the same transaction.
+      const seg = parsed as ItemSegment;
+      if (!Array.isArray(seg?.steps) || !Array.isArray(seg?.outputs)) {
+        this.skip(SKIP_REASONS.notSegment, where);
+        return;
+      }
+      const own = this.segments.get(d.value.runId) ?? new Map<string, ItemSegment>();
+      own.set(segmentKey(d.value.runId, d.value.segment.mapId, d.value.segment.index), seg);
+      this.segments.set(d.value.runId, own);
+      return;
+    }
+    let state = parsed as RunState;
+    if (
+      typeof state !== 'object' ||
+      state === null ||
+      typeof state.runId !== 'string' ||
+      typeof state.sequence !== 'number' ||
+      typeof state.steps !== 'object' ||
+      state.steps === null
+    ) {
+      this.skip(SKIP_REASONS.notRunState, where);
+      return;
+    }
+    const own = this.segments.get(state.runId);
+    try {
+      const runId = state.runId;
+      state = assembleRunState(state, (mapId, index) => own?.get(segmentKey(runId, mapId, index)));
+    } catch (err) {
+      this.skip(SKIP_REASONS.notRunState, where, err);
+      return;
+    }
+    const prev = this.runs.get(state.runId);
+    if (!prev) this.trackLegacy(state.runId);
+    if (!prev || prev.state.sequence <= state.sequence) this.runs.set(state.runId, { state, partition });
+    this.snapshotsRead++;
   }
 
   async stop(): Promise<void> {
@@ -309,31 +385,63 @@ export class RunReadModel {
   }
 
   /**
-   * Resolves when the barrier `nonce` written to `partition` has been read.
-   * @throws ReadModelStoppedError at once when the consumer died for good (before or while waiting); an Error
-   *   after `timeoutMs` (ms) otherwise
+   * Resolves when the barrier `nonce` written to `partition` has been read. Waits as long as the read model makes
+   * progress on that partition (a catch-up of a large wf.state takes what it takes); gives up only when it has read
+   * nothing of it for `noProgressMs` (ms).
+   * @throws ReadModelStoppedError at once when the consumer died for good (before or while waiting);
+   *   CatchUpStalledError after `noProgressMs` without progress on the partition
    */
-  waitForBarrier(partition: number, nonce: string, timeoutMs = 60_000): Promise<void> {
+  waitForBarrier(partition: number, nonce: string, noProgressMs = 60_000): Promise<void> {
     if (this.barriers.get(partition) === nonce) return Promise.resolve();
     if (this.stopped) return Promise.reject(this.stopped);
+    const since = Date.now();
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`wf.state partition ${partition}: barrier not read within ${timeoutMs} ms`)),
-        timeoutMs,
+      const check = setInterval(
+        () => {
+          const idle = Date.now() - Math.max(since, this.progressAt.get(partition) ?? 0);
+          if (idle <= noProgressMs) return;
+          this.waiters = this.waiters.filter((w) => w !== waiter);
+          waiter.reject(new CatchUpStalledError(partition, idle));
+        },
+        Math.max(10, Math.min(1_000, noProgressMs / 4)),
       );
-      this.waiters.push({
+      check.unref();
+      const waiter = {
         partition,
         nonce,
         resolve: () => {
-          clearTimeout(timer);
+          clearInterval(check);
           resolve();
         },
-        reject: (e) => {
-          clearTimeout(timer);
+        reject: (e: Error) => {
+          clearInterval(check);
           reject(e);
         },
-      });
+      };
+      this.waiters.push(waiter);
     });
+  }
+
+  private trackLegacy(runId: string): void {
+    const legacy = legacyRunSegment(runId);
+    if (legacy === blobKeySegment(runId)) return;
+    const runs = this.legacySegments.get(legacy) ?? new Set<string>();
+    this.legacySegments.set(legacy, runs.add(runId));
+  }
+
+  private untrackLegacy(runId: string): void {
+    const legacy = legacyRunSegment(runId);
+    const runs = this.legacySegments.get(legacy);
+    if (runs?.delete(runId) && runs.size === 0) this.legacySegments.delete(legacy);
+  }
+
+  /**
+   * Whether a run held other than `runId` had the same blob key prefix as `runId` before run ids were encoded
+   * injectively (`legacyRunSegment`: `x:1` and `x_1`): then the blobs under that old prefix are not all `runId`'s.
+   */
+  sharesLegacyBlobPrefix(runId: string): boolean {
+    const runs = this.legacySegments.get(legacyRunSegment(runId));
+    return runs !== undefined && [...runs].some((r) => r !== runId);
   }
 
   /** The keys of the segment records held for `runId` (what a tombstone of the run must also delete). */

@@ -1,0 +1,143 @@
+import { CompressionTypes } from 'kafkajs';
+import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { createLogger } from '@keyflow/observability';
+import { eventually, TestNamespace } from '@keyflow/testing';
+import { snapshotParts, type RunState } from '@keyflow/workflow';
+import { BARRIER_PREFIX, CatchUpStalledError, RunReadModel } from '../../src/engine/read-model';
+
+jest.setTimeout(180_000);
+
+const RECORDS = 60_000;
+/** The no-progress bound of the first test, ms: far less than the catch-up takes. */
+const BOUND_MS = 500;
+
+/**
+ * A take-over waits for its barrier as long as the read model keeps reading the partition (a large wf.state takes
+ * what it takes to catch up), and gives up only once nothing was read for the bound (issue 39, fault 10: a fixed
+ * 60 s wait made an orchestrator on a large wf.state restart from zero for ever).
+ */
+describe('the read model catching up on a large wf.state', () => {
+  const ns = new TestNamespace('catch-up');
+  const codec = new EventCodec({ registryUrl: ns.infra.schemaRegistryUrl, topicPrefix: `${ns.prefix}.` });
+  let rm: RunReadModel;
+  const snapshot = (runId: string, state: string, status = 'completed', sequence = 1) =>
+    codec.encode('wf.state', 'RunSnapshot', {
+      metadata: newMetadata('RunSnapshot', { key: runId, correlationId: runId }),
+      runId,
+      sequence,
+      status,
+      state,
+      stateRef: null,
+      segment: null,
+    });
+  const runState = (runId: string, n: number, sequence = 1) =>
+    snapshotParts(
+      {
+        runId,
+        workflow: 'three-step',
+        version: 1,
+        businessKey: runId,
+        input: { n },
+        status: 'completed',
+        plan: [],
+        position: 0,
+        steps: {},
+        timers: {},
+        compensable: [],
+        signals: {},
+        startedAt: 1,
+        updatedAt: 2,
+        endedAt: 2,
+        sequence,
+        timeline: [],
+      } as unknown as RunState,
+      undefined,
+    ).core;
+
+  beforeAll(async () => {
+    await ns.createTopics({
+      name: 'wf.state',
+      numPartitions: 1,
+      configEntries: [{ name: 'cleanup.policy', value: 'compact' }],
+    });
+    await codec.registerTopics(['wf.state']);
+    const producer = ns.kafka.producer();
+    await producer.connect();
+    for (let i = 0; i < RECORDS; i += 1000) {
+      const messages = [];
+      for (let j = i; j < i + 1000; j++) {
+        const runId = `run-${j}`;
+        messages.push({ key: runId, value: snapshot(runId, runState(runId, j)), partition: 0 });
+      }
+      await producer.send({
+        topic: codec.physical('wf.state'),
+        compression: CompressionTypes.GZIP,
+        messages,
+      });
+    }
+    const barrier = `${BARRIER_PREFIX}0`;
+    await producer.send({
+      topic: codec.physical('wf.state'),
+      messages: [{ key: barrier, value: snapshot(barrier, 'nonce-1', 'barrier'), partition: 0 }],
+    });
+    await producer.disconnect();
+    rm = new RunReadModel(
+      ns.kafka,
+      codec,
+      ns.groupId('read-model'),
+      createLogger('test', { level: 'silent' }),
+    );
+  });
+  afterAll(async () => {
+    await rm?.stop();
+    await ns.cleanup();
+  });
+
+  it('a barrier behind 60,000 records is waited for while they are read, however much longer than the no-progress bound that takes', async () => {
+    await rm.start();
+    await eventually('the catch-up began', () => rm.size > 0, { timeoutMs: 60_000, intervalMs: 10 });
+    const t0 = Date.now();
+    // 500 ms without progress would give up; reading the rest takes longer, with progress all along.
+    await rm.waitForBarrier(0, 'nonce-1', BOUND_MS);
+    expect(rm.size).toBe(RECORDS);
+    expect(Date.now() - t0).toBeGreaterThan(BOUND_MS);
+  });
+
+  it('a barrier that never comes gives up with CATCH_UP_STALLED once nothing is read for the bound', async () => {
+    const t0 = Date.now();
+    await expect(rm.waitForBarrier(0, 'never-written', 1_000)).rejects.toBeInstanceOf(CatchUpStalledError);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(1_000);
+  });
+
+  it('superseded versions of a run in one batch leave its latest; a tombstone in between is applied (a run id used again starts over)', async () => {
+    const producer = ns.kafka.producer();
+    await producer.connect();
+    const barrier = `${BARRIER_PREFIX}0`;
+    const rec = (key: string, value: Buffer | null) => ({ key, value, partition: 0 });
+    // Held before the batch, with a higher sequence than the run that uses its id again.
+    await producer.send({
+      topic: codec.physical('wf.state'),
+      messages: [
+        rec('again', snapshot('again', runState('again', 1, 5), 'completed', 5)),
+        rec(barrier, snapshot(barrier, 'nonce-2', 'barrier')),
+      ],
+    });
+    await rm.waitForBarrier(0, 'nonce-2', 30_000);
+    expect(rm.get('again')).toMatchObject({ sequence: 5 });
+    await producer.send({
+      topic: codec.physical('wf.state'),
+      messages: [
+        rec('again', snapshot('again', runState('again', 2, 6), 'completed', 6)),
+        rec('again', null), // forgotten
+        rec('again', snapshot('again', runState('again', 3, 1), 'completed', 1)), // the id used again
+        rec('twice', snapshot('twice', runState('twice', 1, 1), 'completed', 1)),
+        rec('twice', snapshot('twice', runState('twice', 2, 2), 'completed', 2)),
+        rec(barrier, snapshot(barrier, 'nonce-3', 'barrier')),
+      ],
+    });
+    await producer.disconnect();
+    await rm.waitForBarrier(0, 'nonce-3', 30_000);
+    expect(rm.get('again')).toMatchObject({ sequence: 1, input: { n: 3 } });
+    expect(rm.get('twice')).toMatchObject({ sequence: 2, input: { n: 2 } });
+  });
+});
