@@ -55,6 +55,7 @@ export const KAFKAJS_PATCHES = {
   'protocol/requests/fetch/v4/decodeMessages.js': 'keyflow patch (decoded budget)',
   'protocol/recordBatch/v0/decoder.js': 'keyflow patch (record count guard)',
   'protocol/encoder.js': 'keyflow patch (encoder from the pool)',
+  'network/requestQueue/index.js': 'keyflow patch (negative timeout)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */

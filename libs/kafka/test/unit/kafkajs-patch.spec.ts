@@ -39,6 +39,44 @@ describe('the kafkajs patch', () => {
   });
 });
 
+describe("kafkajs's request queue on Node 24 (the 'negative timeout' patch)", () => {
+  it('schedules its pending-request check with no negative delay, so Node prints no TimeoutNegativeWarning', async () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const RequestQueue = require('kafkajs/src/network/requestQueue') as new (o: {
+      instrumentationEmitter: null;
+      maxInFlightRequests: number;
+      requestTimeout: number;
+      enforceRequestTimeout: boolean;
+      clientId: string;
+      broker: string;
+      logger: { namespace: () => Record<string, () => void> };
+    }) => { scheduleCheckPendingRequests(): void; destroy(): void };
+    const quiet = () => undefined;
+    const queue = new RequestQueue({
+      instrumentationEmitter: null,
+      maxInFlightRequests: 1,
+      requestTimeout: 1000,
+      enforceRequestTimeout: false,
+      clientId: 'test',
+      broker: 'b:9092',
+      logger: { namespace: () => ({ debug: quiet, info: quiet, warn: quiet, error: quiet }) },
+    });
+    const real = global.setTimeout;
+    const delays: number[] = [];
+    const spy = jest
+      .spyOn(global, 'setTimeout')
+      .mockImplementation(((f: () => void, ms?: number) => (delays.push(ms ?? 0), real(f, 0))) as never);
+    try {
+      queue.scheduleCheckPendingRequests(); // not throttled, nothing pending
+    } finally {
+      spy.mockRestore();
+      queue.destroy();
+    }
+    expect(delays).toHaveLength(1);
+    expect(delays[0]).toBeGreaterThanOrEqual(0);
+  });
+});
+
 describe('kafkajs encoding a record whose header has a null value (Kafka allows it: KIP-82)', () => {
   it('writes the header with a null value instead of throwing, so such a record can be dead-lettered or redriven', () => {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
