@@ -28,7 +28,9 @@ export class HealthController {
    * 503 with `status: 'unhealthy'` and `failed` naming each part that stopped for good (component, error, code, at
    * in ms since epoch): the engine's consumer or producer, the read model, the API's producer.
    * `degraded` also names owned runs that hold parked inputs for a workflow version this instance does not have (code
-   * INPUTS_PARKED, `error` naming how many and which `workflow@version`: docs/guarantees/deploys-and-client-retries.md).
+   * INPUTS_PARKED, `error` naming how many and which `workflow@version`: docs/guarantees/deploys-and-client-retries.md),
+   * and, right after a start, the wf.state partitions the read model has not yet read up to where they ended when it
+   * started (code CATCHING_UP: meanwhile a run it does not hold is answered 503 CATCHING_UP, not 404).
    */
   @Get('health')
   @Public()

@@ -31,7 +31,7 @@ import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
 import { RUN_CURSOR } from '../engine/run-index';
 import { answer, parse } from './validation';
 import { Public, ApiAuthGuard } from './auth';
-import { guarded, KEY_SPACES, RefusedRequest, RunsService } from './runs.service';
+import { guarded, KEY_SPACES, RefusedRequest, RunsService, unknownRun } from './runs.service';
 import type { RequestKeys } from './request-keys';
 import { answerOnce } from './request-once';
 
@@ -247,11 +247,17 @@ export class RunsController {
   @Get('runs/:id')
   @ApiOperation({ summary: 'A run: status, steps with attempts, outputs, errors, timeline.' })
   @ApiResponse({ status: 404, description: 'No such run (yet: the read model is eventually consistent).' })
+  @ApiResponse({
+    status: 503,
+    description: 'CATCHING_UP: this instance has not read all of wf.state since it started; try again.',
+  })
   get(@Param('id') id: string) {
-    const s = this.runs.readModel.get(id);
-    if (!s) throw new HttpException({ message: `run ${id} not found` }, 404);
-    // Map items listed among the steps, as `<map>[<index>]`; fields the contracts mark pii() masked.
-    return this.runs.pii.run(flatRunState(s));
+    return answer(() => {
+      const s = this.runs.readModel.get(id);
+      if (!s) throw unknownRun(this.runs.readModel, id);
+      // Map items listed among the steps, as `<map>[<index>]`; fields the contracts mark pii() masked.
+      return this.runs.pii.run(flatRunState(s));
+    });
   }
 
   @Get('runs')

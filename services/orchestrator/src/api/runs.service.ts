@@ -43,6 +43,24 @@ export class RefusedRequest extends RequestError {
 }
 
 export const IDEMPOTENCY_KEY_REUSED = 'IDEMPOTENCY_KEY_REUSED';
+export const CATCHING_UP = 'CATCHING_UP';
+
+/**
+ * The answer for a run the read model does not hold: 404 once it has read all of wf.state that was committed before
+ * it started; before that (an instance just started or restarted, e.g. in a rolling deploy) the run may well exist,
+ * so 503 CATCHING_UP, retryable, never a 404 a client would take as final.
+ */
+export function unknownRun(
+  readModel: Pick<RunReadModel, 'caughtUp' | 'catchingUp'>,
+  runId: string,
+): RequestError {
+  if (readModel.caughtUp()) return new RequestError(`run ${runId} not found`, [], true);
+  return new RefusedRequest(
+    503,
+    CATCHING_UP,
+    `run ${runId} is not known yet: this instance is still reading wf.state (partitions ${readModel.catchingUp().join(', ')}); try again`,
+  );
+}
 export const STORE_UNAVAILABLE = 'STORE_UNAVAILABLE';
 /** Redis key spaces of RequestKeys. */
 export const KEY_SPACES = {
@@ -250,7 +268,7 @@ export class RunsService {
 
   private mustExist(runId: string) {
     const s = this.readModel.get(runId);
-    if (!s) throw new RequestError(`run ${runId} not found`, [], true);
+    if (!s) throw unknownRun(this.readModel, runId);
     return s;
   }
 

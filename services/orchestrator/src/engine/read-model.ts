@@ -22,6 +22,9 @@ import { COMPONENTS } from './components';
 import { StartIndexedMap } from './run-index';
 import { KeyflowError } from '@keyflow/errors';
 
+/** The /health condition id of the read model's start-up catch-up (code CATCHING_UP). */
+const CATCH_UP_CONDITION = 'read-model/catch-up';
+
 /** Key prefix of the barrier records the engine writes to wf.state when it takes a partition over. */
 export const BARRIER_PREFIX = '__barrier__/';
 
@@ -147,6 +150,11 @@ export class RunReadModel {
   private stopped?: Error;
   /** Per wf.state partition, when (ms since epoch) the read model last read or skipped a record of it. */
   private readonly progressAt = new Map<number, number>();
+  /**
+   * The start-up catch-up: per wf.state partition not yet caught up, the end offset (read_committed) it had when the
+   * read model started; a partition leaves the map once a batch of it reaches that offset. Undefined before start.
+   */
+  private catchUp?: Map<number, bigint>;
   snapshotsRead = 0;
   snapshotsSkipped = 0;
 
@@ -212,6 +220,12 @@ export class RunReadModel {
     });
     await connectUntilAnswered(c, { what: 'read model consumer', logger: this.logger });
     await subscribeWhenReady(c, this.codec.physical('wf.state'), true);
+    this.catchUp = await this.endOffsets();
+    this.reportCatchUp();
+    // A batch of only aborted records or transaction markers reaches eachBatch never: kafkajs reports its end here.
+    c.on(c.events.END_BATCH_PROCESS, (e) => {
+      if (e.payload.batchSize === 0) this.reached(e.payload.partition, e.payload.lastOffset);
+    });
     await c.run({
       autoCommit: false,
       eachBatchAutoResolve: false,
@@ -247,8 +261,60 @@ export class RunReadModel {
           }
         }
         this.progressed(partition);
+        this.reached(partition, batch.lastOffset());
       },
     });
+  }
+
+  /** wf.state's end offsets now, per partition with records; partitions without any are caught up already. */
+  private async endOffsets(): Promise<Map<number, bigint>> {
+    const admin = this.kafka.admin();
+    await connectUntilAnswered(admin, { what: 'read model admin', logger: this.logger });
+    try {
+      const offsets = await admin.fetchTopicOffsets(this.codec.physical('wf.state'));
+      return new Map(
+        offsets
+          .filter((o) => BigInt(o.high) > BigInt(o.low))
+          .map((o) => [o.partition, BigInt(o.high)] as [number, bigint]),
+      );
+    } finally {
+      await admin.disconnect();
+    }
+  }
+
+  /** Every record of `partition` up to `lastOffset` (inclusive) was read: its start-up catch-up may be done. */
+  private reached(partition: number, lastOffset: string): void {
+    const target = this.catchUp?.get(partition);
+    if (target === undefined || BigInt(lastOffset) + 1n < target) return;
+    this.catchUp!.delete(partition);
+    this.reportCatchUp();
+    if (this.catchUp!.size === 0) this.logger.info('read model caught up with wf.state');
+  }
+
+  /** /health lists the partitions still behind (CATCHING_UP, degraded) until the start-up catch-up is done. */
+  private reportCatchUp(): void {
+    const behind = this.catchingUp();
+    if (behind.length === 0) this.opts.health?.recover(CATCH_UP_CONDITION);
+    else
+      this.opts.health?.degrade(CATCH_UP_CONDITION, {
+        code: 'CATCHING_UP',
+        error: `wf.state partitions ${behind.join(', ')} not yet read up to where they ended when this instance started: runs on them may be unknown here for now (the API answers 503 CATCHING_UP, not 404)`,
+      });
+  }
+
+  /**
+   * Whether the read model has read every wf.state record committed before it started (its start-up catch-up), in
+   * every partition, or in `partition` alone. Until then a run it does not hold may exist: the API answers 503
+   * CATCHING_UP for it, not 404, and /health names the partitions still behind.
+   */
+  caughtUp(partition?: number): boolean {
+    if (!this.catchUp) return false;
+    return partition === undefined ? this.catchUp.size === 0 : !this.catchUp.has(partition);
+  }
+
+  /** The wf.state partitions whose start-up catch-up is not done, in order (empty once caught up). */
+  catchingUp(): number[] {
+    return this.catchUp ? [...this.catchUp.keys()].sort((a, b) => a - b) : [];
   }
 
   /** The read model read (or skipped) a record of `partition`: a take-over waiting on it is making progress. */

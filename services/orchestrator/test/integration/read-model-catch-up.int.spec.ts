@@ -1,9 +1,10 @@
 import { CompressionTypes } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
-import { createLogger } from '@keyflow/observability';
+import { ComponentHealth, createLogger } from '@keyflow/observability';
 import { eventually, TestNamespace } from '@keyflow/testing';
 import { snapshotParts, type RunState } from '@keyflow/workflow';
 import { BARRIER_PREFIX, CatchUpStalledError, RunReadModel } from '../../src/engine/read-model';
+import { RefusedRequest, RequestError, unknownRun } from '../../src/api/runs.service';
 
 jest.setTimeout(180_000);
 
@@ -139,5 +140,39 @@ describe('the read model catching up on a large wf.state', () => {
     await rm.waitForBarrier(0, 'nonce-3', 30_000);
     expect(rm.get('again')).toMatchObject({ sequence: 1, input: { n: 3 } });
     expect(rm.get('twice')).toMatchObject({ sequence: 2, input: { n: 2 } });
+  });
+
+  it('until it has read all of wf.state committed before its start, a run it does not hold is CATCHING_UP (503), never 404', async () => {
+    const health = new ComponentHealth();
+    const fresh = new RunReadModel(
+      ns.kafka,
+      codec,
+      ns.groupId('read-model-fresh'),
+      createLogger('test', { level: 'silent' }),
+      { health },
+    );
+    try {
+      await fresh.start();
+      // The last run written (60,000 records in): not read yet right after the start.
+      const last = `run-${RECORDS - 1}`;
+      expect(fresh.get(last)).toBeUndefined();
+      expect(fresh.caughtUp()).toBe(false);
+      expect(fresh.catchingUp()).toEqual([0]);
+      expect(health.degraded().map((d) => d.code)).toContain('CATCHING_UP');
+      const early = unknownRun(fresh, last);
+      expect(early).toBeInstanceOf(RefusedRequest);
+      expect(early).toMatchObject({ status: 503, code: 'CATCHING_UP', retryable: true });
+      // Caught up exactly when everything committed before the start has been read.
+      await eventually('caught up', () => fresh.caughtUp(), { timeoutMs: 120_000, intervalMs: 5 });
+      expect(fresh.get(last)).toBeDefined();
+      expect(fresh.get('twice')).toMatchObject({ sequence: 2 });
+      expect(health.degraded()).toEqual([]);
+      const late = unknownRun(fresh, 'never-started');
+      expect(late).not.toBeInstanceOf(RefusedRequest);
+      expect(late).toBeInstanceOf(RequestError);
+      expect((late as RequestError).notFound).toBe(true);
+    } finally {
+      await fresh.stop();
+    }
   });
 });
