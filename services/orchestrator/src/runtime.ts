@@ -83,7 +83,10 @@ export async function createOrchestratorRuntime(
     security: cfg.kafkaSecurity,
   });
   const codec = new EventCodec({ ...cfg.registry, topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX });
-  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH, cfg.KEYFLOW_API_INSECURE);
+  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH, cfg.KEYFLOW_API_INSECURE, {
+    allowed: cfg.KEYFLOW_API_ALLOWED_HOSTS,
+    listen: cfg.ORCHESTRATOR_HTTP_HOST,
+  });
   if (!apiKeys.enabled)
     logger.warn(
       { insecure: cfg.KEYFLOW_API_INSECURE },

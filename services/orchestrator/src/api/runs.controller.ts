@@ -29,7 +29,7 @@ import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
 import { answer, parse } from './validation';
-import { Public, ApiAuthGuard } from './auth';
+import { Public, ApiAuthGuard, SignedRequest } from './auth';
 import { guarded, KEY_SPACES, RefusedRequest, RunsService } from './runs.service';
 import type { RequestKeys } from './request-keys';
 
@@ -128,6 +128,7 @@ export class RunsController {
 
   @Post('webhooks/:workflow')
   @Public() // authenticated by its Standard Webhooks signature
+  @SignedRequest() // so no Origin or content-type rule: a page cannot sign
   @HttpCode(202)
   @ApiOperation({
     summary:

@@ -147,3 +147,30 @@ describe('the API with keys: a browser cannot send the bearer header cross-site,
     ]);
   });
 });
+
+describe('KEYFLOW_API_ALLOWED_HOSTS: the names a proxy forwards', () => {
+  const behindProxy = new ApiAuthGuard(
+    new Reflector(),
+    new ApiKeys([], false, false, {
+      allowed: ['api.example.com', 'other.example:8443'],
+      listen: '127.0.0.1',
+    }),
+  );
+
+  it('a listed name passes with any port, a listed name:port with that port only; others are refused', () => {
+    for (const host of ['api.example.com', 'api.example.com:443', 'other.example:8443'])
+      expect([host, outcome(behindProxy, { headers: { host } })]).toEqual([host, true]);
+    for (const host of ['other.example', 'other.example:80', 'api.example.com.evil.example'])
+      expect([host, outcome(behindProxy, { headers: { host } })]).toEqual([host, [421, 'HOST_NOT_ALLOWED']]);
+  });
+
+  it("the proxied page's own origin passes (Origin https://<its Host>)", () => {
+    expect(
+      outcome(behindProxy, {
+        method: 'POST',
+        handler: 'start',
+        headers: { host: 'api.example.com', origin: 'https://api.example.com', ...json },
+      }),
+    ).toBe(true);
+  });
+});
