@@ -55,6 +55,15 @@ const Schema = z.object({
   WORKER_HEARTBEAT_INTERVAL_MS: z.coerce.number().int().min(100).default(3_000),
   WORKER_DRAIN_DEADLINE_MS: z.coerce.number().int().min(0).default(30_000),
   WORKER_LEASE_MS: z.coerce.number().int().min(300).default(30_000),
+  /**
+   * Accepts an idempotency Redis whose maxmemory-policy evicts keys (anything but noeviction; volatile-lru is common
+   * on managed Redis): completion records, leases and fences may then be evicted at the memory limit and their steps
+   * run again. Default false: such a Redis fails the worker (IDEMPOTENCY_STORE_EVICTS, /health names the policy).
+   */
+  WORKER_IDEMPOTENCY_ALLOW_EVICTION: z
+    .enum(['true', 'false'])
+    .default('false')
+    .transform((v) => v === 'true'),
   WORKER_COMPLETION_TTL_MS: z.coerce
     .number()
     .int()

@@ -67,11 +67,12 @@ describe("a worker's /health", () => {
       'volatile-lru',
     ]);
     servers.push(redis);
-    const w = await h.startWorker({ REDIS_URL: redis.url, KEYFLOW_FATAL_EXIT_DELAY_MS: '500' });
-    w.ready.catch(() => undefined);
-    await expect(w.exited).resolves.toBe(1);
-    expect(w.logs.join('\n')).toMatch(/maxmemory-policy volatile-lru/);
-    expect(w.logs.join('\n')).toContain('IDEMPOTENCY_STORE_EVICTS');
+    // The check runs before any task is consumed; the worker never gets ready, and its fatal log names the code.
+    const refused = h.startWorker({ REDIS_URL: redis.url, KEYFLOW_FATAL_EXIT_DELAY_MS: '500' });
+    await expect(refused).rejects.toThrow(
+      /worker exited with 1 before ready[\s\S]*maxmemory-policy volatile-lru/,
+    );
+    await expect(refused).rejects.toThrow(/"code":"IDEMPOTENCY_STORE_EVICTS"/);
   });
 
   it('with WORKER_IDEMPOTENCY_ALLOW_EVICTION=true the same Redis is accepted, and /health names the policy', async () => {
@@ -100,7 +101,8 @@ describe("a worker's /health", () => {
       'noeviction',
     ]);
     servers.push(redis);
-    const w = await h.startWorker({ REDIS_URL: redis.url });
+    // A group of its own: the partitions are this worker's, not shared with the workers of the tests before.
+    const w = await h.startWorker({ REDIS_URL: redis.url, WORKER_GROUP_ID: h.ns.groupId('full') });
     const url = await w.ready;
     const health = async () => {
       const r = await fetch(`${url}/health`);
