@@ -241,7 +241,8 @@ const MANY_KEYS = ['keyflowIdemBeginMany', 'keyflowIdemCompleteMany'] as const;
  * Most keys one begin or complete script call carries. Calls made in the same turn of the event loop (the tasks of a
  * fetched batch) share one script call each, up to this many keys: a script blocks Redis while it runs, so a call
  * stays short: a GET and a SET per key, and JSON decoding only of failed records (a complete call carries up to this
- * many whole records, each holding its task's output, so large outputs make a longer call). Keys of one call may hash
+ * many whole records, each holding its task's output up to the claim-check threshold: a larger one is stored as a blob
+ * and its record holds the reference, see the workers' StoredOutcome). Keys of one call may hash
  * to different slots: the store runs on one Redis primary, not on Redis Cluster.
  */
 export const BATCH_MAX_KEYS = 512;
