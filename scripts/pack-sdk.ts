@@ -79,6 +79,8 @@ const out = resolve(ROOT, values.out!);
 const root = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
   version: string;
   license: string;
+  /** The Node lines every package supports: the repo's own (README's Prerequisites). */
+  engines: { node: string };
   dependencies: Record<string, string>;
   devDependencies: Record<string, string>;
 };
@@ -195,7 +197,7 @@ for (const p of SDK_PACKAGES) {
           './package.json': './package.json',
         },
         files: ['dist', ...(p.assets ?? [])],
-        engines: { node: '>=20.11' },
+        engines: { node: root.engines.node },
         dependencies,
         ...(Object.keys(peerDependencies).length ? { peerDependencies } : {}),
         ...(p.bundle ? { bundleDependencies: p.bundle } : {}),

@@ -3,6 +3,9 @@
 # Arguments go to apps/etl-cli/src/main.ts (--workers N, --input PATH, --sink sqlite:PATH|postgres://..., --chunk-size N).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Node 24 first on PATH (installed into a cache outside the repo when the machine has another line); prints it.
+# shellcheck source=scripts/node-runtime.sh
+source scripts/node-runtime.sh
 if scripts/deps-stale.sh; then
   echo "[etl] installing dependencies (npm ci)" >&2
   npm ci --no-audit --no-fund >&2

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: install, lint, typecheck, unit tests, then the local
+# The whole test suite, from a fresh clone, on Node 24 (scripts/node-runtime.sh; the unit suites on Node 22 too):
+# install, lint, typecheck, unit tests, then the local
 # Kafka + schema registry + Redis (started here unless already up or given by the environment),
 # integration tests, and stop what was started. Non-zero on any failure.
 # Stops at the first failed step, with that step's message (see scripts/test-steps.sh for `step`, `test_step`).
@@ -7,6 +8,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export NX_DAEMON=false NX_NO_CLOUD=true NX_SKIP_NX_CACHE="${NX_SKIP_NX_CACHE:-${CI:-}}"
+
+# Node 24 first on PATH (installed into a cache outside the repo when the machine has another line); prints it.
+# shellcheck source=scripts/node-runtime.sh
+source scripts/node-runtime.sh
 
 # shellcheck source=scripts/test-steps.sh
 source scripts/test-steps.sh
@@ -34,6 +39,8 @@ step "typecheck" npm run -s typecheck
 step "format" npm run -s format:check
 step "schema compatibility gate" npm run -s schemas:check
 test_step "unit tests" npm run -s test:unit
+# The same suites on the oldest line package.json's `engines` allows (Node 22), with the same node_modules.
+test_step "unit tests on Node $KEYFLOW_NODE_OLDEST_PINNED" scripts/unit-oldest-node.sh
 
 # Alert rules and dashboard (infra/observability): promtool accepts the rules, every metric they name is exported.
 # promtool comes from Debian's prometheus package, installed here when missing (as root).

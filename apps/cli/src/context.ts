@@ -4,6 +4,7 @@ import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger, type Logger } from '@keyflow/observability';
 import type { Kafka } from 'kafkajs';
 import { KeyflowError } from '@keyflow/errors';
+import { DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
 
 /** What the CLI reads from the environment (the same variables the services and `stack.sh env` use). */
 const EnvSchema = z.object({
@@ -18,6 +19,11 @@ const EnvSchema = z.object({
     z.string().optional(),
   ),
   LOG_LEVEL: z.string().default('warn'),
+  /**
+   * How long the workers keep completion records and fences, ms (the workers' own setting, read here to tell DLQ and
+   * replayed records older than them: libs/workflow rerunVerdict).
+   */
+  WORKER_COMPLETION_TTL_MS: z.coerce.number().int().min(1000).default(DEFAULT_COMPLETION_TTL_MS),
 });
 
 /** Where the orchestrator's API is and the key it is called with. */

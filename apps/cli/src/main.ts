@@ -1,5 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { CliContext } from './context';
+import { terminalSafe } from './output';
 import { dlqCommand } from './commands/dlq';
 import { groupsCommand } from './commands/groups';
 import { rebuildCommand } from './commands/rebuild';
@@ -22,8 +23,15 @@ export function program(ctx = new CliContext()): Command {
     .addCommand(rebuildCommand(ctx));
   // Usage errors of every command (addCommand passes no settings down) come to the catch below as CommanderError,
   // exit 2, instead of commander's own process.exit(1).
+  // Commander's own messages (usage errors, help) echo arguments: their control characters are escaped too.
+  const safe = (write: (s: string) => unknown) => (s: string) =>
+    void write(terminalSafe(s, { keepNewlines: true }));
   const override = (c: Command): void => {
     c.exitOverride();
+    c.configureOutput({
+      writeOut: safe((s) => process.stdout.write(s)),
+      writeErr: safe((s) => process.stderr.write(s)),
+    });
     c.commands.forEach(override);
   };
   override(root);
@@ -42,7 +50,10 @@ if (
       (e: unknown) => {
         // Commander already printed its usage errors (and help or the version, which exit 0).
         if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2);
-        process.stderr.write(`keyflow: ${e instanceof Error ? e.message : String(e)}\n`);
+        // The message may carry a value (a topic, a key, an API answer): its control characters are escaped.
+        process.stderr.write(
+          `keyflow: ${terminalSafe(e instanceof Error ? e.message : String(e), { keepNewlines: true })}\n`,
+        );
         process.exit(e instanceof InvalidArgumentError ? 2 : 1);
       },
     );

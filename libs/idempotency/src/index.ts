@@ -5,6 +5,7 @@ export {
   IdempotencyStoreFullError,
   ForeignRecordError,
   idempotencyKeyPrefix,
+  DEFAULT_COMPLETION_TTL_MS,
 } from './store';
 export type { BeginResult, Lease, IdempotencyStoreOptions, RecordState } from './store';
 export { checkRedisPersistence, longestSnapshotIntervalS, type RedisPersistence } from './persistence';

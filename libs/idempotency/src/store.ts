@@ -205,6 +205,13 @@ export const idempotencyKeyPrefix = (topicPrefix: string) => `${topicPrefix}keyf
  */
 export type RecordState = 'completed' | 'failed' | 'fenced' | 'running' | 'absent';
 
+/**
+ * Default of how long completion records and fences answer redeliveries, in ms: 7 days, the task topics' retention
+ * (schemas/catalog.yaml). The workers' WORKER_COMPLETION_TTL_MS; the CLI reads the same variable to know which DLQ
+ * records are older than the fences (libs/workflow rerunVerdict).
+ */
+export const DEFAULT_COMPLETION_TTL_MS = 7 * 24 * 3600 * 1000;
+
 export interface IdempotencyStoreOptions {
   /** Prefix of every Redis key, e.g. `keyflow:idem:`. */
   keyPrefix: string;
@@ -288,7 +295,7 @@ export class IdempotencyStore<R = unknown> {
     private readonly opts: IdempotencyStoreOptions,
   ) {
     this.leaseMs = opts.leaseMs ?? 30_000;
-    this.completionTtlMs = opts.completionTtlMs ?? 7 * 24 * 3600 * 1000;
+    this.completionTtlMs = opts.completionTtlMs ?? DEFAULT_COMPLETION_TTL_MS;
     for (const [name, lua] of Object.entries(SCRIPTS))
       if (typeof (redis as unknown as Record<string, unknown>)[name] !== 'function')
         redis.defineCommand(

@@ -1,4 +1,5 @@
-import type { Message, Producer } from 'kafkajs';
+import { CompressionTypes, type Message, type Producer } from 'kafkajs';
+import { writeCompression } from './write-compression';
 
 /** Settles a group of messages sent together: resolved when the last is acknowledged, rejected on the first failure. */
 interface Group {
@@ -58,6 +59,7 @@ export const PRODUCE_REQUEST_MAX_BYTES = 512 * 1024;
  * flight. The byte bound keeps each partition's record batch under the broker's message.max.bytes (Kafka docs,
  * broker config `message.max.bytes`: the largest record batch it accepts; kafkajs does not split one): messages that
  * each fit but together would not go in separate requests. A message larger than `maxBytes` goes alone.
+ * Requests are compressed with KEYFLOW_COMPRESSION's codec (./write-compression), uncompressed when it is unset.
  */
 export class BatchingProducer {
   private pending: Array<{ topic: string; message: Message; bytes: number; group: Group }> = [];
@@ -142,6 +144,7 @@ export class BatchingProducer {
     try {
       await this.producer.sendBatch({
         acks: -1,
+        compression: writeCompression(CompressionTypes.None),
         topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })),
       });
       for (const b of batch) if (--b.group.left === 0) b.group.resolve();

@@ -5,6 +5,7 @@ import './codecs';
 import { assertKafkajsPatched } from './kafkajs-patch';
 import { JavaCompatiblePartitioner } from './partitioner';
 import { maxDecompressedBytes } from './decompression-limit';
+import { compressionSetting } from './write-compression';
 import type { KafkaSecurity } from './security';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -76,6 +77,7 @@ export function createKafka(
 ): Kafka {
   assertKafkajsPatched();
   maxDecompressedBytes(); // a bad KEYFLOW_MAX_DECOMPRESSED_BYTES refuses the client, not every batch later
+  compressionSetting(); // likewise a bad KEYFLOW_COMPRESSION, not every send later
   const { brokers, clientId, logger, level, security, ...rest } = opts;
   return new Kafka({
     ...(security?.ssl ? { ssl: security.ssl } : {}),

@@ -20,9 +20,8 @@
  * client 4.1.1 (ConsoleProducer --compression-codec gzip|snappy|lz4|zstd; snappy-java's xerial framing) are read;
  * snappy and lz4 batches written by kafkajs with these codecs are accepted by the broker (which decompresses to
  * validate) and read by kcat and the Java ConsoleConsumer.
- * - 4 zstd: `fzstd` (pure JS) decompresses any zstd frame. Compression: node:zlib's zstd where Node has it (>= 22.15 /
- *   23.8), else `@bokuweb/zstd-wasm` (the reference zstd library compiled to WebAssembly, nothing native to build), at
- *   level 3, zstd's default and the Java client's and librdkafka's.
+ * - 4 zstd: node:zlib's zstd (libzstd inside Node, >= 22.15, every line `engines` allows) reads and writes it, at
+ *   level 3, zstd's default and the Java client's and librdkafka's; the frames written declare their content size.
  *
  * A batch that still cannot be decoded (codec id 5-7, or compressed bytes the codec rejects) must not fail the fetch:
  * kafkajs 2.2.4 decompresses inside its fetch-response parser, which knows no topic or partition, so a throw there
@@ -37,7 +36,6 @@ import * as zlib from 'node:zlib';
 import { promisify } from 'node:util';
 import { constants } from 'node:buffer';
 import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
-import { decompress as zstdDecompress } from 'fzstd';
 import { KeyflowError } from '@keyflow/errors';
 import { UNDECODABLE_CODE, isStandInRecords, standInRecords } from './undecodable';
 import {
@@ -201,32 +199,27 @@ const undefinedCodec = (codecId: number) => (): KafkaCodec => ({
   decompress: async (buffer) => standInOrThrow(codecId, buffer, 'Kafka defines no such codec'),
 });
 
-type ZstdCompress = (
-  buf: Buffer,
-  opts: { params: Record<number, number> },
-  cb: (err: Error | null, out: Buffer) => void,
-) => void;
-const nodeZstdCompress = (zlib as unknown as { zstdCompress?: ZstdCompress }).zstdCompress;
-/** node:zlib's ZSTD_c_compressionLevel parameter id (zstd's ZSTD_cParameter 100), where node:zlib has zstd. */
+type ZstdOptions = { params?: Record<number, number>; pledgedSrcSize?: number; maxOutputLength?: number };
+type ZstdCall = (buf: Buffer, opts: ZstdOptions, cb: (err: Error | null, out: Buffer) => void) => void;
+const nodeZstd = zlib as unknown as { zstdCompress?: ZstdCall; zstdDecompress?: ZstdCall };
+/** node:zlib's ZSTD_c_compressionLevel parameter id (zstd's ZSTD_cParameter 100). */
 const ZSTD_C_COMPRESSION_LEVEL =
   (zlib.constants as unknown as { ZSTD_c_compressionLevel?: number }).ZSTD_c_compressionLevel ?? 100;
 
 /** zstd's default compression level (the zstd CLI's, librdkafka's and the Java client's default for Kafka). */
 const ZSTD_LEVEL = 3;
 
-/** Longest the WebAssembly zstd build may take to start, in ms (its `init` never settles when compiling fails). */
-const ZSTD_WASM_INIT_TIMEOUT_MS = 10_000;
-
 /**
- * Largest input the WebAssembly zstd build compresses, in bytes (64 MiB): its heap grows to a few times the input and
- * never shrinks, it does not check its allocations, and it blocks the event loop (about 70 ms for 6 MB here).
+ * Whether node:zlib has zstd here (Node >= 22.15 / 23.8, so every line package.json's `engines` allows); without it
+ * zstd is neither written nor read (ZstdCompressionError, and batches become undecodable stand-ins).
  */
-export const ZSTD_WASM_MAX_INPUT_BYTES = 64 * 1024 * 1024;
+export const NODE_HAS_ZSTD = nodeZstd.zstdCompress !== undefined && nodeZstd.zstdDecompress !== undefined;
+
+const NO_ZSTD = `this Node (${process.version}) has no zstd in node:zlib: keyflow needs Node >= 22.15`;
 
 /**
- * zstd compression cannot be done here: the WebAssembly build did not start (no WebAssembly, a missing or corrupt
- * `zstd.wasm`: retryable, the next compression tries again) or the input is over {@link ZSTD_WASM_MAX_INPUT_BYTES}
- * (not retryable).
+ * zstd cannot be compressed here: this Node has no zstd in node:zlib (older than 22.15, outside package.json's
+ * `engines`). Not retryable: the same process never has it.
  */
 export class ZstdCompressionError extends KeyflowError {
   readonly code = 'ZSTD_COMPRESSION_FAILED';
@@ -239,86 +232,47 @@ export class ZstdCompressionError extends KeyflowError {
   }
 }
 
-type ZstdWasm = { init: () => Promise<void>; compress: (buf: Uint8Array, level?: number) => Uint8Array };
-let zstdWasm: Promise<ZstdWasm> | undefined;
+/** node:zlib's zstd `fn` as a promise. */
+const zstdCall = (fn: ZstdCall, buf: Buffer, opts: ZstdOptions): Promise<Buffer> =>
+  new Promise((resolve, reject) => fn(buf, opts, (err, out) => (err ? reject(err) : resolve(out))));
 
 /**
- * The started WebAssembly zstd build (`@bokuweb/zstd-wasm`), loaded on first use only: a process on a Node with
- * zstd in node:zlib never loads it, and one without WebAssembly still starts (reading zstd needs no WebAssembly).
- * A failed start is forgotten, so the next call tries again.
- */
-function startedZstdWasm(): Promise<ZstdWasm> {
-  if (zstdWasm) return zstdWasm;
-  const starting = (async () => {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      // eslint-disable-next-line @typescript-eslint/no-require-imports
-      const lib = require('@bokuweb/zstd-wasm') as ZstdWasm;
-      await Promise.race([
-        lib.init(),
-        new Promise((_, reject) => {
-          timer = setTimeout(
-            () => reject(new Error(`not started within ${ZSTD_WASM_INIT_TIMEOUT_MS} ms`)),
-            ZSTD_WASM_INIT_TIMEOUT_MS,
-          );
-          timer.unref();
-        }),
-      ]);
-      return lib;
-    } catch (e) {
-      throw new ZstdCompressionError(
-        `zstd compression unavailable: the WebAssembly zstd build did not start (${(e as Error).message})`,
-        true,
-        { cause: e },
-      );
-    } finally {
-      clearTimeout(timer);
-    }
-  })();
-  zstdWasm = starting;
-  starting.catch(() => {
-    if (zstdWasm === starting) zstdWasm = undefined;
-  });
-  return starting;
-}
-
-/**
- * `buf` as one zstd frame at level 3: node:zlib where it has zstd (Node >= 22.15 / 23.8), else the WebAssembly
- * build. @throws ZstdCompressionError when the WebAssembly build cannot start, or the input is over
- * {@link ZSTD_WASM_MAX_INPUT_BYTES} on that path.
+ * `buf` as one zstd frame at level 3 (node:zlib's libzstd, off the event loop) that declares its content size
+ * (`pledgedSrcSize`): a reader then needs only that many bytes, not a window. Without it node:zlib's streaming
+ * compressor (Node 22 and 24) writes no content size and a 2 MiB window descriptor, which a reader must reserve: a
+ * batch of 900 KB was refused under a 1 MiB KEYFLOW_MAX_DECOMPRESSED_BYTES.
+ * @throws ZstdCompressionError (not retryable) when this Node has no zstd in node:zlib.
  */
 export async function zstdCompress(buf: Buffer): Promise<Buffer> {
-  if (nodeZstdCompress)
-    return new Promise((resolve, reject) =>
-      nodeZstdCompress(buf, { params: { [ZSTD_C_COMPRESSION_LEVEL]: ZSTD_LEVEL } }, (err, out) =>
-        err ? reject(err) : resolve(out),
-      ),
-    );
-  if (buf.length > ZSTD_WASM_MAX_INPUT_BYTES)
-    throw new ZstdCompressionError(
-      `zstd compression of ${buf.length} bytes refused: over ${ZSTD_WASM_MAX_INPUT_BYTES} bytes, the most the WebAssembly zstd build takes`,
-      false,
-    );
-  const out = (await startedZstdWasm()).compress(buf, ZSTD_LEVEL);
-  return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
+  if (!nodeZstd.zstdCompress)
+    throw new ZstdCompressionError(`zstd compression unavailable: ${NO_ZSTD}`, false);
+  return zstdCall(nodeZstd.zstdCompress, buf, {
+    pledgedSrcSize: buf.length,
+    params: { [ZSTD_C_COMPRESSION_LEVEL]: ZSTD_LEVEL },
+  });
 }
 
-/** Whether node:zlib has zstd here (Node >= 22.15 / 23.8); without it zstd compression is the WebAssembly build's. */
-export const NODE_HAS_ZSTD = nodeZstdCompress !== undefined;
-
 /**
- * Bytes kept free below {@link ZSTD_WASM_MAX_INPUT_BYTES} for what kafkajs compresses besides a record's key, value and
- * headers (the record's varints and the batch's other records), in bytes.
+ * zstd frames decompressed by node:zlib's libzstd (off the event loop), stopping at `limitBytes` (zlib's
+ * `maxOutputLength`) as gzip does. libzstd refuses a frame whose window is over 128 MiB (its default windowLogMax 27)
+ * and one whose blocks do not make the content size it declares.
+ * @throws OutputLimitError past `limitBytes`; Error when this Node has no zstd or libzstd rejects the bytes.
  */
-const ZSTD_INPUT_MARGIN_BYTES = 64 * 1024;
+export async function zstdDecompress(buf: Buffer, limitBytes: number): Promise<Buffer> {
+  if (!nodeZstd.zstdDecompress) throw new Error(NO_ZSTD);
+  try {
+    return await zstdCall(nodeZstd.zstdDecompress, buf, {
+      maxOutputLength: Math.min(limitBytes, MAX_BUFFER_BYTES),
+    });
+  } catch (e) {
+    if ((e as { code?: string }).code === 'ERR_BUFFER_TOO_LARGE')
+      throw new OutputLimitError(`zstd decompresses past ${limitBytes} bytes`, { cause: e });
+    throw e;
+  }
+}
 
-/**
- * Whether zstd compression here takes `bytes` of records (as messageBytes counts them): always with node:zlib's zstd,
- * up to {@link ZSTD_WASM_MAX_INPUT_BYTES} less a margin with the WebAssembly build. Ask before sending zstd: a refusal
- * inside kafkajs's send is not retryable, and a watched producer takes it for a failed producer.
- */
-export const zstdTakes = (bytes: number): boolean =>
-  NODE_HAS_ZSTD || bytes + ZSTD_INPUT_MARGIN_BYTES <= ZSTD_WASM_MAX_INPUT_BYTES;
+/** Whether zstd compression here takes `bytes` of records: whenever node:zlib has zstd (no bound on the input). */
+export const zstdTakes = (_bytes: number): boolean => NODE_HAS_ZSTD;
 
 /** The largest Buffer this Node makes (zlib refuses a greater `maxOutputLength`), in bytes. */
 const MAX_BUFFER_BYTES = constants.MAX_LENGTH;
@@ -368,13 +322,10 @@ export const lz4Codec = (): KafkaCodec => ({
   decompress: async (buffer) => lz4DecompressFrame(buffer),
 });
 
-/** Kafka codec 4 (KIP-110): zstd frames; decompression in pure JS (fzstd), compression see {@link zstdCompress}. */
+/** Kafka codec 4 (KIP-110): zstd frames, read and written by node:zlib (see {@link zstdCompress}, {@link zstdDecompress}). */
 export const zstdCodec = (): KafkaCodec => ({
   compress: (encoder) => zstdCompress(encoder.buffer),
-  decompress: async (buffer) => {
-    const out = zstdDecompress(buffer);
-    return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
-  },
+  decompress: (buffer, limitBytes = maxDecompressedBytes()) => zstdDecompress(buffer, limitBytes),
 });
 
 /** kafkajs's parser of a partition's record set in a fetch response (fetch v4 to v11), with the project's patch. */

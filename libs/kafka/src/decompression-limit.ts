@@ -25,7 +25,8 @@ export const MAX_DECOMPRESSED_BYTES_SETTING = 'KEYFLOW_MAX_DECOMPRESSED_BYTES';
 /**
  * Default limit: 256 MiB of records per batch. Above the 100 MiB a single produce request may carry
  * (`socket.request.max.bytes`), so every record another client could send uncompressed is read, and above the
- * largest zstd window (128 MiB, level 22), which fzstd allocates for a frame that does not declare its size. The
+ * largest zstd window (128 MiB, level 22; libzstd's default windowLogMax), which node:zlib's streaming zstd decoder
+ * allocates for a frame that does not declare its size. The
  * decoders hold their output, their window or parts and a joined copy at once: a process peaks at up to three times
  * this per batch being decoded.
  */
@@ -100,14 +101,15 @@ interface Bound {
   output: number;
   /** The most bytes one frame makes the decoder allocate up front (a declared size or a window). */
   allocation: number;
-  /** Bytes the decoder moves besides its output: fzstd slides a frame's window after each block (zstd only). */
+  /** A frame's window times its blocks, when it declares no content size (zstd only; see ZSTD_MOVED_PER_LIMIT). */
   moved?: number;
 }
 
 /**
- * How many times the limit fzstd may move while sliding windows (bytes): a frame of full 128 KiB blocks moves its
- * window once per block, 16 times its output with the 2 MiB window of level 3 and 64 times with an 8 MiB one, while
- * a frame of one-byte blocks and a 128 MiB window moved 10 ms per byte of output here.
+ * How many times the limit a zstd frame without a content size may reach as its window times its blocks (bytes). A
+ * producer's frame of full 128 KiB blocks reaches 16 times its output with the 2 MiB window of level 3 and 64 times
+ * with an 8 MiB one; a frame of one-byte blocks under a 128 MiB window is a bomb's shape (fzstd, keyflow's reader
+ * before node:zlib's, slid its window once per block: 10 ms per byte of output), refused whichever decoder reads it.
  */
 export const ZSTD_MOVED_PER_LIMIT = 64;
 
@@ -132,11 +134,11 @@ function skippableEnd(buf: Buffer, at: number, magic: number): number | undefine
 }
 
 /**
- * zstd frames (one or more, with skippable frames), RFC 8878 section 3.1, as fzstd 0.1.1 decodes them: a frame that
- * declares a non-zero content size returns that many bytes (allocated up front; zero-filled where its blocks fall
- * short, an error where they run over); otherwise its blocks' (raw and RLE blocks their size, which fzstd does not
- * check against 128 KiB; a compressed block at most min(window, 128 KiB)), with the window allocated up front and
- * slid once per block (`moved`).
+ * zstd frames (one or more, with skippable frames), RFC 8878 section 3.1, counted as the laxest decoder would read
+ * them: a frame that declares a non-zero content size makes that many bytes (node:zlib's libzstd sizes its buffers by
+ * it and refuses blocks that make another size; a lax decoder zero-fills); otherwise its blocks' (raw and RLE blocks
+ * their size, not checked against 128 KiB; a compressed block at most min(window, 128 KiB)), with the window
+ * allocated up front (libzstd's streaming decoder does) and counted once per block (`moved`).
  */
 function zstdBound(buf: Buffer): Bound {
   const b: Bound = { output: 0, allocation: 0, moved: 0 };
@@ -185,7 +187,7 @@ function zstdBound(buf: Buffer): Bound {
       need(type !== 3, 'reserved zstd block type');
       blocks += type === 2 ? blockMax : size;
       p += type === 1 ? 1 : size;
-      // Without a declared size fzstd decodes into its window and then slides all of it (copyWithin) per block.
+      // Without a declared size a decoder decodes into its window, block after block.
       if (!declared) b.moved! += window;
       need(p <= buf.length, 'truncated zstd block');
     }

@@ -2,6 +2,8 @@ import { hostname } from 'node:os';
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import { KeyflowError } from '@keyflow/errors';
+import { DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
+import { fenceExpiryMarginMs } from '@keyflow/workflow';
 import {
   CompressionTypes,
   ConfigResourceTypes,
@@ -23,7 +25,7 @@ import {
   type LedgerCodec,
 } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
-import { retryWhileTopicsSettle } from './topics';
+import { catalogDlqSource, retryWhileTopicsSettle } from './topics';
 import { isTooLarge, RECORD_TOO_LARGE } from './client';
 import { messageBytes } from './batching-producer';
 import { zstdCompress, zstdTakes } from './codecs';
@@ -96,7 +98,7 @@ export const DLQ_HEADROOM_BYTES = 16 * 1024;
  * source accepted uncompressed fits; one its producer compressed (zstd or lz4 from librdkafka or the Java client) fits
  * when gzip or zstd at level 3 brings it within twice the source's limit (gzip finds repeats only within 32 KiB, zstd
  * across megabytes). One that still does not fit (a producer's zstd at a higher level, or with a longer window, than
- * level 3 reaches; over 64 MiB where only the WebAssembly zstd build is there; or a DLQ whose limit could not be
+ * level 3 reaches; or a DLQ whose limit could not be
  * raised) goes to the DLQ as a stand-in without its value ({@link dlqStandIn}), so its partition goes on; the
  * original stays at its topic until its retention ends.
  */
@@ -106,10 +108,45 @@ export const dlqLimitBytes = (sourceMaxMessageBytes: number) =>
 /** The topic setting that bounds a record batch, in bytes (Kafka docs, topic config `max.message.bytes`). */
 const MAX_MESSAGE_BYTES = 'max.message.bytes';
 
-/** The configs a DLQ topic is created with, for a source limit in bytes: `max.message.bytes` of {@link dlqLimitBytes}. */
-export const dlqTopicConfigs = (sourceMaxMessageBytes: number): Record<string, string> => ({
-  [MAX_MESSAGE_BYTES]: String(dlqLimitBytes(sourceMaxMessageBytes)),
-});
+/** Topic settings that bound how long a record stays (Kafka docs, topic configs `retention.ms`, `segment.ms`). */
+const RETENTION_MS = 'retention.ms';
+const SEGMENT_MS = 'segment.ms';
+/** Longest `segment.ms` of a DLQ, ms: one day. */
+const DLQ_SEGMENT_MAX_MS = 24 * 3600_000;
+
+/**
+ * The `retention.ms` and `segment.ms` of a DLQ topic, in ms, for the workers' completion TTL
+ * (WORKER_COMPLETION_TTL_MS): every DLQ record is deleted before the completion records and fences of its command
+ * expire, so a redriven command finds its fence (a compensated step never runs again). Kafka deletes a segment once
+ * its newest record is older than `retention.ms`, and a segment holds records for at most `segment.ms` before it
+ * rolls (Kafka docs, topic configs), checked every `log.retention.check.interval.ms` (5 min by default): a record lives
+ * at most `segment.ms + retention.ms` plus that check. Both together take the TTL less the margin of
+ * `fenceExpiryMarginMs` (a tenth, at most an hour; libs/workflow): `segment.ms` half of it, at most a day, and
+ * `retention.ms` the rest (7 days: 1 day and 5 days 23 hours). With a TTL under about an hour the 5-minute check may
+ * keep a record past its fence: the tools' own check of a record's age applies (libs/workflow rerunVerdict).
+ */
+export function dlqRetention(completionTtlMs: number): { retentionMs: number; segmentMs: number } {
+  const window = Math.max(2, Math.floor(completionTtlMs - fenceExpiryMarginMs(completionTtlMs)));
+  const segmentMs = Math.max(1, Math.min(DLQ_SEGMENT_MAX_MS, Math.floor(window / 2)));
+  return { retentionMs: window - segmentMs, segmentMs };
+}
+
+/**
+ * The configs a DLQ topic is created with, for a source limit in bytes and the workers' completion TTL in ms (default
+ * DEFAULT_COMPLETION_TTL_MS): `max.message.bytes` of {@link dlqLimitBytes}, `retention.ms` and `segment.ms` of
+ * {@link dlqRetention}.
+ */
+export const dlqTopicConfigs = (
+  sourceMaxMessageBytes: number,
+  completionTtlMs: number = DEFAULT_COMPLETION_TTL_MS,
+): Record<string, string> => {
+  const { retentionMs, segmentMs } = dlqRetention(completionTtlMs);
+  return {
+    [MAX_MESSAGE_BYTES]: String(dlqLimitBytes(sourceMaxMessageBytes)),
+    [RETENTION_MS]: String(retentionMs),
+    [SEGMENT_MS]: String(segmentMs),
+  };
+};
 
 /**
  * `s` cut to at most `maxBytes` bytes of UTF-8 at a code point boundary (never half a surrogate pair), with "…"
@@ -235,7 +272,7 @@ const gzipped = promisify(gzip);
 /**
  * The bytes `message` adds to a request once its value is compressed with `compression` (measured here: key and
  * headers counted uncompressed, so at least what the broker will see). Infinity when zstd cannot compress it here.
- * @throws ZstdCompressionError when the WebAssembly zstd build does not start (retryable).
+ * @throws ZstdCompressionError (not retryable) when this Node has no zstd in node:zlib.
  */
 async function compressedBytes(
   message: { key: Buffer | null; value: Buffer | null; headers: IHeaders },
@@ -243,7 +280,7 @@ async function compressedBytes(
 ): Promise<number> {
   const bytes = messageBytes(message);
   if (compression === CompressionTypes.None || !message.value) return bytes;
-  // zstdTakes leaves out every input the WebAssembly build would refuse.
+  // zstdTakes leaves out zstd where this Node has none.
   if (compression === CompressionTypes.ZSTD && !zstdTakes(bytes)) return Infinity;
   const value =
     compression === CompressionTypes.GZIP ? await gzipped(message.value) : await zstdCompress(message.value);
@@ -256,7 +293,7 @@ async function compressedBytes(
  * send aborts it): gzip when the record fits as it is or gzipped, else zstd when that fits, else its stand-in
  * ({@link dlqStandIn}) gzipped. Only records over half the limit are compressed here to be measured.
  * @param topic the DLQ topic (named in the stand-in's reason).
- * @throws ZstdCompressionError (retryable) when the WebAssembly zstd build does not start.
+ * @throws ZstdCompressionError (not retryable) when this Node has no zstd in node:zlib.
  */
 export async function fitDlqRecord<M extends { key: Buffer | null; value: Buffer | null; headers: IHeaders }>(
   record: M,
@@ -352,7 +389,7 @@ export function dlqStandIn(
  * bring it under that (measured here). Used for DLQ records and for redriven ones.
  * @throws RecordTooLargeError (not retryable; its cause the broker's last refusal, a KafkaJSProtocolError of type
  *   MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE, if one was asked) when no codec fits; ZstdCompressionError
- *   (retryable) when the WebAssembly zstd build does not start; any other error of the send (kafkajs errors).
+ *   (not retryable) when this Node has no zstd in node:zlib; any other error of the send (kafkajs errors).
  */
 async function sendWithinLimit(
   producer: Producer,
@@ -400,7 +437,12 @@ export async function alignDlqLimits(
   admin: Admin,
   pairs: Array<{ source: string; dlq: string }>,
   logger: Logger,
-): Promise<Array<{ dlq: string; from: number; to: number }>> {
+  /**
+   * The workers' completion TTL, ms: a DLQ whose `retention.ms` or `segment.ms` (its own or the broker's default)
+   * exceeds {@link dlqRetention}'s is lowered to it in the same change, so its records never outlive the fences.
+   */
+  completionTtlMs?: number,
+): Promise<Array<{ dlq: string; from: number; to: number; settings?: Record<string, string> }>> {
   if (pairs.length === 0) return [];
   const names = [...new Set(pairs.flatMap((p) => [p.source, p.dlq]))];
   let described: Awaited<ReturnType<Admin['describeConfigs']>>;
@@ -422,14 +464,29 @@ export async function alignDlqLimits(
   const settings = new Map(described.resources.map((r) => [r.resourceName, r.configEntries]));
   const limitOf = (topic: string) =>
     Number(settings.get(topic)?.find((e) => e.configName === MAX_MESSAGE_BYTES)?.configValue);
-  const changed: Array<{ dlq: string; from: number; to: number }> = [];
+  const numberOf = (topic: string, name: string) =>
+    Number(settings.get(topic)?.find((e) => e.configName === name)?.configValue);
+  const retention = completionTtlMs === undefined ? undefined : dlqRetention(completionTtlMs);
+  const changed: Array<{ dlq: string; from: number; to: number; settings?: Record<string, string> }> = [];
   for (const { source, dlq } of pairs) {
     const [have, sourceLimit] = [limitOf(dlq), limitOf(source)];
     if (!Number.isFinite(have) || !Number.isFinite(sourceLimit)) continue;
     const want = dlqLimitBytes(sourceLimit);
-    if (have >= want) continue;
+    const lower: Record<string, string> = {};
+    if (retention) {
+      // -1 (no time limit) or more than wanted: lowered.
+      for (const [name, wanted] of [
+        [RETENTION_MS, retention.retentionMs],
+        [SEGMENT_MS, retention.segmentMs],
+      ] as const) {
+        const v = numberOf(dlq, name);
+        if (Number.isFinite(v) && (v < 0 || v > wanted)) lower[name] = String(wanted);
+      }
+    }
+    if (have >= want && Object.keys(lower).length === 0) continue;
+    const next = { ...(have < want ? { [MAX_MESSAGE_BYTES]: String(want) } : {}), ...lower };
     const own = (settings.get(dlq) ?? [])
-      .filter((e) => e.configSource === TOPIC_CONFIG_SOURCE && e.configName !== MAX_MESSAGE_BYTES)
+      .filter((e) => e.configSource === TOPIC_CONFIG_SOURCE && !(e.configName in next))
       .map((e) => ({ name: e.configName, value: e.configValue }));
     try {
       await admin.alterConfigs({
@@ -438,19 +495,19 @@ export async function alignDlqLimits(
           {
             type: ConfigResourceTypes.TOPIC,
             name: dlq,
-            configEntries: [...own, { name: MAX_MESSAGE_BYTES, value: String(want) }],
+            configEntries: [...own, ...Object.entries(next).map(([name, value]) => ({ name, value }))],
           },
         ],
       });
-      changed.push({ dlq, from: have, to: want });
+      changed.push({ dlq, from: have, to: Math.max(have, want), settings: next });
       logger.info(
-        { dlq, source, from: have, to: want },
-        'DLQ topic max.message.bytes raised above its source',
+        { dlq, source, from: have, settings: next },
+        'DLQ topic settings aligned with its source and the completion TTL',
       );
     } catch (err) {
       logger.warn(
-        { err, dlq, source, have, want },
-        `cannot raise ${dlq}'s max.message.bytes to ${want}: a record near ${source}'s limit may reach the DLQ only as a stand-in without its value; set it on the topic`,
+        { err, dlq, source, have, want, settings: next },
+        `cannot set ${dlq}'s ${Object.keys(next).join(', ')}: a record near ${source}'s limit may reach the DLQ only as a stand-in without its value, or a DLQ record may outlive its fences (the tools then check its age); set them on the topic`,
       );
     }
   }
@@ -494,9 +551,43 @@ export interface RedriveReport {
    * nothing to send back, so a redrive leaves them pending (discard them once the original is dealt with).
    */
   omitted: number;
+  /**
+   * Matching pending records a redrive refused (left pending, see {@link RedriveRefusal}): one naming a topic other
+   * than its DLQ's source, or one the caller's `admit` check refused (a task command of a run that ended).
+   */
+  refused: number;
+  /** The refused records, each with its reason (the first {@link REPORT_RECORDS_MAX}). */
+  refusals: RedriveRefusal[];
+  /** The records re-published (with `dryRun`: that would be), each with its topic (the first {@link REPORT_RECORDS_MAX}). */
+  redriven: Array<{ partition: number; offset: string; key: string | null; topic: string }>;
   dryRun: boolean;
   action: DlqAction;
 }
+
+/** A DLQ record a redrive left pending, and why. */
+export interface RedriveRefusal {
+  partition: number;
+  offset: string;
+  key: string | null;
+  /** NOT_OWN_SOURCE (its x-dlq-original-topic is not its DLQ's source topic), or the `admit` check's code. */
+  code: string;
+  reason: string;
+}
+
+/**
+ * A caller's check of one matching pending DLQ record before it is redriven: undefined to send it, or the refusal's
+ * code and reason (the record is then left pending and reported). Runs in dry runs too.
+ */
+export type RedriveAdmit = (
+  message: KafkaMessage,
+  at: { partition: number; originalTopic: string },
+) => Promise<{ code: string; reason: string } | undefined>;
+
+/** Longest list of records a {@link RedriveReport} names (its counts cover them all). */
+export const REPORT_RECORDS_MAX = 100;
+
+/** Refusal code of a DLQ record that names a topic other than its DLQ's source. */
+export const NOT_OWN_SOURCE = 'NOT_OWN_SOURCE';
 
 /** Whether a DLQ record matches `filter` (by partition, offset, key, error class and last failure time). */
 export function matchesRedriveFilter(
@@ -519,7 +610,9 @@ export function matchesRedriveFilter(
 /**
  * Re-publishes the DLQ records that match `filter` to their original topic, with their original key, bytes
  * and headers (so the idempotency key inside the payload is kept), minus the triage headers, plus
- * `x-dlq-redrive-count`; with `action: 'DISCARDED'` sends nothing to the original topic. Each record acted on gets
+ * `x-dlq-redrive-count`; with `action: 'DISCARDED'` sends nothing to the original topic. A record is redriven only to
+ * its DLQ's own source topic (`<topic>` of `<topic>.dlq`) and only when `admit` (if given) lets it: others are left
+ * pending and listed with their reason in the report's `refusals`. Each record acted on gets
  * a DlqRecordHandled entry in the DLQ ledger (libs/kafka dlq-ledger.ts) after its send, so it stops counting as
  * pending, and a later redrive leaves it alone unless `includeHandled`. Reads the DLQ (read_committed) from the
  * beginning up to its last stable offsets at the start of the call (`scanRanges`: transactional DLQs, such as the
@@ -548,6 +641,8 @@ export async function redrive(
     includeHandled?: boolean;
     /** Act on at most this many records (the count an operator confirmed after a dry run); default no limit. */
     limit?: number;
+    /** The caller's check of each record before it is redriven (see {@link RedriveAdmit}); default none. */
+    admit?: RedriveAdmit;
   },
 ): Promise<RedriveReport> {
   const { dlqTopic, filter = {}, ratePerSec = 100, dryRun = false, action = 'REDRIVEN' } = opts;
@@ -564,8 +659,23 @@ export async function redrive(
     alreadyHandled: 0,
     tooLarge: 0,
     omitted: 0,
+    refused: 0,
+    refusals: [],
+    redriven: [],
     dryRun,
     action,
+  };
+  const source = catalogDlqSource(dlqTopic);
+  const refuse = (partition: number, message: KafkaMessage, code: string, reason: string) => {
+    report.refused++;
+    if (report.refusals.length < REPORT_RECORDS_MAX)
+      report.refusals.push({
+        partition,
+        offset: message.offset,
+        key: message.key?.toString() ?? null,
+        code,
+        reason,
+      });
   };
   const minGapMs = 1_000 / ratePerSec;
   let nextSendAt = Date.now();
@@ -591,6 +701,25 @@ export async function redrive(
       if (header(h, DLQ_HEADERS.omitted) !== undefined && action === 'REDRIVEN') {
         report.omitted++;
         return;
+      }
+      if (action === 'REDRIVEN') {
+        // A DLQ holds the records of one topic: a header naming another (forged, or copied from elsewhere) would make
+        // the redrive write where this DLQ's deployment has no say.
+        if (original !== source) {
+          refuse(
+            partition,
+            message,
+            NOT_OWN_SOURCE,
+            `its x-dlq-original-topic names ${original}, not ${source}: a redrive sends only to its DLQ's own source topic`,
+          );
+          return;
+        }
+        if (opts.limit !== undefined && report.moved >= opts.limit) return false;
+        const refusal = await opts.admit?.(message, { partition, originalTopic: original });
+        if (refusal) {
+          refuse(partition, message, refusal.code, refusal.reason);
+          return;
+        }
       }
       if (opts.limit !== undefined && report.moved >= opts.limit) return false;
       if (!dryRun) {
@@ -631,6 +760,13 @@ export async function redrive(
         await opts.producer.send({ topic, acks: -1, messages: [entry] });
       }
       report.moved++;
+      if (action === 'REDRIVEN' && report.redriven.length < REPORT_RECORDS_MAX)
+        report.redriven.push({
+          partition,
+          offset: message.offset,
+          key: message.key?.toString() ?? null,
+          topic: original!,
+        });
       const to = action === 'REDRIVEN' ? original! : '(discarded)';
       report.byTopic[to] = (report.byTopic[to] ?? 0) + 1;
     },

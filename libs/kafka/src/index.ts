@@ -22,6 +22,8 @@ export {
   GroupIdMigrationError,
   taskTopicOf,
   taskTypeOfTopic,
+  isCatalogDlq,
+  catalogDlqSource,
 } from './topics';
 export { ConsumerStoppingError, OrderedConsumer, PartitionRevokedError } from './ordered-consumer';
 export {
@@ -59,6 +61,7 @@ export {
   DLQ_HEADROOM_BYTES,
   dlqLimitBytes,
   dlqTopicConfigs,
+  dlqRetention,
   alignDlqLimits,
   truncateUtf8,
   dlqStandIn,
@@ -66,6 +69,8 @@ export {
   RecordTooLargeError,
   REQUEST_RECORD_MAX_BYTES,
   SOCKET_REQUEST_MAX_BYTES,
+  NOT_OWN_SOURCE,
+  REPORT_RECORDS_MAX,
 } from './dlq';
 export {
   DLQ_LEDGER_TOPIC,
@@ -92,7 +97,8 @@ export {
   SCAN_GROUP_PREFIXES,
 } from './scan';
 export type { ScanRange, PartitionLag, DlqSummary } from './scan';
-export type { DeadLetter, RedriveFilter, RedriveReport } from './dlq';
+export type { DeadLetter, RedriveFilter, RedriveReport, RedriveRefusal, RedriveAdmit } from './dlq';
+export { rerunAdmission, UNDECODABLE_COMMAND, type CheckedCommand } from './dlq-rerun';
 export {
   assignSubscribed,
   subscribedRoundRobinAssigner,
@@ -106,7 +112,6 @@ export {
   UndecodableBatchError,
   undecodableBatchError,
   ZstdCompressionError,
-  ZSTD_WASM_MAX_INPUT_BYTES,
   NODE_HAS_ZSTD,
   KAFKA_CODEC_IDS,
   type KafkaCodecName,
@@ -118,6 +123,13 @@ export {
   DecompressionLimitConfigError,
   maxDecompressedBytes,
 } from './decompression-limit';
+export {
+  COMPRESSION_SETTING,
+  WRITE_CODECS,
+  CompressionConfigError,
+  compressionSetting,
+  writeCompression,
+} from './write-compression';
 export {
   PartitionQuarantine,
   undecodableAt,

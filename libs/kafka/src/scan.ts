@@ -3,6 +3,7 @@ import { undecodableBatchError } from './codecs';
 import { DLQ_HEADERS, header } from './dlq';
 import { handledCountIn, handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { undecodableBatchOf } from './undecodable';
+import { isCatalogDlq } from './topics';
 
 /** Offsets [from, to) of one partition of one topic to read; offsets are Kafka offsets as strings or bigints. */
 export interface ScanRange {
@@ -46,12 +47,22 @@ export function resumePosition(committed: string, partition: { low: bigint; end:
   return at < partition.low ? partition.low : at > partition.end ? partition.end : at;
 }
 
-/** The DLQ topics (`*.dlq`) whose names start with `prefix` (the deployment's topic prefix), sorted. */
-export async function listDlqTopics(kafka: Kafka, prefix: string): Promise<string[]> {
+/**
+ * The deployment's DLQ topics (physical names, sorted): those under `prefix` (KEYFLOW_TOPIC_PREFIX) whose logical name
+ * is a DLQ keyflow declares ({@link isCatalogDlq}; with `declared`, only those logical names). Every other `*.dlq`
+ * topic of the cluster (another deployment's, another application's) is left out, an empty prefix included.
+ */
+export async function listDlqTopics(
+  kafka: Kafka,
+  prefix: string,
+  declared?: ReadonlySet<string>,
+): Promise<string[]> {
   const admin = kafka.admin();
   await admin.connect();
   try {
-    return (await admin.listTopics()).filter((t) => t.startsWith(prefix) && t.endsWith('.dlq')).sort();
+    return (await admin.listTopics())
+      .filter((t) => t.startsWith(prefix) && isCatalogDlq(t.slice(prefix.length), declared))
+      .sort();
   } finally {
     await admin.disconnect();
   }

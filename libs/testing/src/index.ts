@@ -11,6 +11,8 @@ export {
   produceWithJavaClient,
   kcatLibrdkafkaVersion,
   kcatMissing,
+  consumeWithKcat,
+  consumeWithJavaClient,
   longRangeRepeats,
   KCAT_CODECS,
   type KcatCodec,

@@ -227,3 +227,104 @@ export async function produceWithJavaClient(opts: {
     child.stdin.end(opts.records.map((r) => `${r.key}${separator}${r.value}\n`).join(''));
   });
 }
+
+/** Runs `cmd args` to its end; resolves its stdout, rejects with its stderr when it exits non-zero or times out. */
+function runToEnd(cmd: string, args: string[], timeoutMs: number, what: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(stdout);
+      else reject(new Error(`${what} failed (exit ${code ?? signal}; timeout ${timeoutMs} ms): ${stderr}`));
+    });
+  });
+}
+
+/**
+ * Reads the first `count` records of `topic` (all partitions, from the beginning) with kcat, librdkafka's consumer,
+ * as text: keys and values must hold no tab or newline. Order is per partition only.
+ * @throws Error with kcat's stderr when it fails (e.g. a batch librdkafka cannot decompress) or has not read `count`
+ *   records within `timeoutMs` (default 30,000 ms).
+ */
+export async function consumeWithKcat(opts: {
+  brokers: string[];
+  topic: string;
+  count: number;
+  timeoutMs?: number;
+}): Promise<Array<{ key: string; value: string }>> {
+  const kcat = await ensureKcat();
+  const out = await runToEnd(
+    kcat,
+    [
+      '-C',
+      '-q',
+      '-b',
+      opts.brokers.join(','),
+      '-t',
+      opts.topic,
+      '-o',
+      'beginning',
+      '-c',
+      String(opts.count),
+    ].concat(['-f', '%k\\t%s\\n']),
+    opts.timeoutMs ?? 30_000,
+    `kcat -C ${opts.topic}`,
+  );
+  return textRecords(out);
+}
+
+/**
+ * Reads the first `count` records of `topic` (from the beginning) with the Java client: Kafka's ConsoleConsumer from
+ * the cached jars ({@link javaKafkaClient}), keys printed. Text records as {@link consumeWithKcat}. Takes a JVM start.
+ * @throws Error with the JVM's stderr when it fails or has not read `count` records within `timeoutMs` (default
+ *   60,000 ms).
+ */
+export async function consumeWithJavaClient(opts: {
+  classpath: string;
+  brokers: string[];
+  topic: string;
+  count: number;
+  timeoutMs?: number;
+}): Promise<Array<{ key: string; value: string }>> {
+  const timeoutMs = opts.timeoutMs ?? 60_000;
+  const out = await runToEnd(
+    'java',
+    [
+      '-cp',
+      opts.classpath,
+      'org.apache.kafka.tools.consumer.ConsoleConsumer',
+      '--bootstrap-server',
+      opts.brokers.join(','),
+      '--topic',
+      opts.topic,
+      '--from-beginning',
+      '--max-messages',
+      String(opts.count),
+      '--timeout-ms',
+      String(timeoutMs),
+      '--property',
+      'print.key=true',
+      '--property',
+      'key.separator=\t',
+    ],
+    timeoutMs + 30_000,
+    `Java ConsoleConsumer ${opts.topic}`,
+  );
+  return textRecords(out);
+}
+
+/** "key<TAB>value" lines as records. */
+const textRecords = (out: string) =>
+  out
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => {
+      const tab = l.indexOf('\t');
+      return { key: l.slice(0, tab), value: l.slice(tab + 1) };
+    });

@@ -15,7 +15,7 @@ import { KeyflowError } from '@keyflow/errors';
 export { z };
 
 /** Task types name Kafka topics (`task.<type>`): Kafka's legal topic characters, at most 200 of them. */
-const TASK_TYPE = /^[A-Za-z0-9._-]{1,200}$/;
+export const TASK_TYPE = /^[A-Za-z0-9._-]{1,200}$/;
 
 /** A task's contract: what `defineTask` returns. `In`/`Out` are zod schemas of the command input and the output. */
 export interface TaskContract<

@@ -46,6 +46,7 @@ export {
   DEAD_LETTERED,
   STEP_TIMEOUT_ERROR,
   DEFAULT_SIGNAL_BUFFER_LIMIT,
+  CLIENT_REQUEST_IDS_MAX,
   SIGNAL_BUFFER_FULL,
   RUN_ENDED,
   IGNORE_REASONS,
@@ -67,6 +68,17 @@ export type {
   ReduceOptions,
 } from './reducer';
 export { PendingRuns } from './pending';
+export {
+  parkedRunState,
+  parkInPlace,
+  unparkInPlace,
+  isParkedStart,
+  cancelParkedStart,
+  PARKED,
+  UNPARK_TIMER,
+  DEFAULT_PARKED_INPUTS_LIMIT,
+  type ParkedInput,
+} from './parked';
 export { snapshotParts, assembleRunState, segmentKey, runOfSegmentKey } from './snapshot';
 export type { SnapshotParts } from './snapshot';
 export {
@@ -83,5 +95,8 @@ export {
   type TaskOutputOf,
   type TaskContractErrorCode,
   type SchemaIssue,
+  TASK_TYPE,
 } from './contract';
 export { pii, maskPii, marksPii, maskRunView, PII_MASK } from './pii';
+export { rerunVerdict, fenceExpiryMarginMs, RERUN_CODES } from './rerun';
+export type { RerunVerdict, RerunFacts, RerunCode, RunView, TaskCommandRef } from './rerun';

@@ -7,12 +7,17 @@ import {
   type RunState,
   type WorkflowInput,
 } from './reducer';
+import { cancelParkedStart, parkedRunState, parkInPlace, unparkInPlace, type ParkedInput } from './parked';
+
+/** A change made to a run's working copy: an input applied with a definition, or an input parked or unparked. */
+type Change =
+  | { input: WorkflowInput; def: WorkflowDefinition }
+  | { edit: (s: RunState | undefined) => RunState | undefined };
 
 interface Working {
   state: RunState | undefined;
-  def: WorkflowDefinition;
-  /** The inputs applied to `state` since it was copied from the committed state, in order (for a replay). */
-  applied: WorkflowInput[];
+  /** The changes made to `state` since it was copied from the committed state, in order (for a replay). */
+  applied: Change[];
 }
 
 /**
@@ -55,7 +60,7 @@ export class PendingRuns {
       // Kept even when the input is ignored: the batch's later inputs of the run (stale duplicates of a big map's
       // results, say) then reuse the copy instead of copying the run again each.
       const committed = this.committed(input.runId);
-      w = { state: committed && copyRunState(committed), def, applied: [] };
+      w = { state: committed && copyRunState(committed), applied: [] };
       this.working.set(input.runId, w);
     }
     let d: Decision;
@@ -67,9 +72,50 @@ export class PendingRuns {
     }
     if (d.ignored) return d;
     w.state = d.state;
-    w.def = def;
-    w.applied.push(input);
+    w.applied.push({ input, def });
     return d;
+  }
+
+  /**
+   * Parks `p` on run `runId` at `at` (ms), after its other parked inputs (see parked.ts); a run not known is made a
+   * parked StartRun's run from `start` (the StartRun being parked).
+   * @returns the run's parked inputs now (the batch's working copy)
+   */
+  park(
+    runId: string,
+    p: ParkedInput,
+    at: number,
+    start?: { workflow: string; version: number | null; businessKey: string },
+  ): number {
+    const edit = (s: RunState | undefined) =>
+      parkInPlace(s ?? parkedRunState({ runId, at, ...start! }), p, at);
+    const w = this.workingCopy(runId);
+    w.state = edit(w.state);
+    w.applied.push({ edit });
+    return w.state.parked!.length;
+  }
+
+  /**
+   * Takes run `runId`'s parked inputs out of its working copy, to be applied now (in order, before anything newer).
+   * A parked StartRun's run is then unknown again until its start is applied.
+   */
+  unpark(runId: string): ParkedInput[] {
+    const w = this.workingCopy(runId);
+    if (!w.state?.parked?.length) return [];
+    const edit = (s: RunState | undefined) => (s ? unparkInPlace(s).state : s);
+    const inputs = w.state.parked;
+    w.state = edit(w.state);
+    w.applied.push({ edit });
+    return inputs;
+  }
+
+  /** Ends a parked StartRun's run without starting it (see `cancelParkedStart`), in this batch's copy. */
+  cancelParked(runId: string, reason: string, at: number): void {
+    const w = this.workingCopy(runId);
+    if (!w.state) return;
+    const edit = (s: RunState | undefined) => s && cancelParkedStart(s, reason, at);
+    w.state = edit(w.state);
+    w.applied.push({ edit });
   }
 
   /** The runs this batch changed, by run id, with their new states (what to snapshot and, after the commit, keep). */
@@ -77,6 +123,27 @@ export class PendingRuns {
     const out = new Map<string, RunState>();
     for (const [id, w] of this.working) if (w.state && w.applied.length > 0) out.set(id, w.state);
     return out;
+  }
+
+  /**
+   * The runs this batch removed: known before it and unknown now (a parked StartRun's run whose start, applied at
+   * last, was dead-lettered). Their wf.state key gets a tombstone.
+   */
+  removed(): string[] {
+    const out: string[] = [];
+    for (const [id, w] of this.working)
+      if (!w.state && w.applied.length > 0 && this.committed(id)) out.push(id);
+    return out;
+  }
+
+  private workingCopy(runId: string): Working {
+    let w = this.working.get(runId);
+    if (!w) {
+      const committed = this.committed(runId);
+      w = { state: committed && copyRunState(committed), applied: [] };
+      this.working.set(runId, w);
+    }
+    return w;
   }
 
   /**
@@ -93,7 +160,8 @@ export class PendingRuns {
   private replay(runId: string, w: Working): void {
     const committed = this.committed(runId);
     let state = committed && copyRunState(committed);
-    for (const input of w.applied) state = reduceInPlace(w.def, state, input, this.opts).state;
+    for (const c of w.applied)
+      state = 'edit' in c ? c.edit(state) : reduceInPlace(c.def, state, c.input, this.opts).state;
     w.state = state;
   }
 }

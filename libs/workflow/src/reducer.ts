@@ -1,4 +1,5 @@
 import { backoffDelayMs, shouldRetry, type RetryPolicy } from './retry';
+import type { ParkedInput } from './parked';
 import {
   COMPENSATION_SUFFIX,
   type MapStep,
@@ -16,11 +17,15 @@ import {
  * as `timer-fired` inputs through the same ordered path.
  */
 
-/** Every status a run can have, the four terminal ones last. */
+/**
+ * Every status a run can have, the four terminal ones last. `parked`: its StartRun is kept by an engine that does
+ * not have its workflow or version (see parked.ts); nothing of it ran yet.
+ */
 export const RUN_STATUSES = [
   'running',
   'waiting',
   'compensating',
+  'parked',
   'completed',
   'failed',
   'compensated',
@@ -141,7 +146,8 @@ export interface ItemSegment {
 
 export interface TimerState {
   dueAt: number;
-  purpose: 'retry' | 'step-timeout' | 'run-timeout' | 'wait';
+  /** `unpark`: the run has parked inputs (see parked.ts); the engine handles it, the reducer never sees it. */
+  purpose: 'retry' | 'step-timeout' | 'run-timeout' | 'wait' | 'unpark';
   stepId?: string;
   attempt?: number;
 }
@@ -186,6 +192,18 @@ export interface RunState {
   /** Inputs applied to this run; a snapshot with a lower sequence is stale. */
   sequence: number;
   timeline: TimelineEntry[];
+  /**
+   * Event ids of the client requests (signals, cancels, retries) applied to this run, oldest first: the latest
+   * {@link CLIENT_REQUEST_IDS_MAX}. A request whose id is here is ignored (DUPLICATE_REQUEST), so a client's retry
+   * of one (same Idempotency-Key, hence the same derived event id) is applied once, whatever path it came by.
+   * Absent in states written before it (none remembered).
+   */
+  requestIds?: string[];
+  /**
+   * Inputs an engine without this run's workflow version kept, in order, for one that has it (see parked.ts). Absent
+   * when there are none.
+   */
+  parked?: ParkedInput[];
 }
 
 export interface CommandSpec {
@@ -238,8 +256,9 @@ export interface Decision {
  * Why an input changed nothing: a closed list, the `reason` label of the engine's ignored-inputs metric.
  * DUPLICATE_START (a start of a run that exists), UNKNOWN_RUN, RUN_ENDED (the run is terminal), STALE_RESULT (an
  * attempt, generation or phase that is not current), STALE_TIMER, SIGNAL_BUFFER_FULL (the run buffers too many
- * signals), NOT_APPLICABLE (a cancel or retry that does not apply to the run's status or plan); the engine adds
- * UNKNOWN_DEFINITION (a run whose workflow version is not registered).
+ * signals), NOT_APPLICABLE (a cancel or retry that does not apply to the run's status or plan), DUPLICATE_REQUEST
+ * (a signal, cancel or retry whose event id the run has applied already: see `RunState.requestIds`); UNKNOWN_DEFINITION
+ * is no longer counted (an input of a workflow version the engine does not have is parked: see parked.ts).
  */
 export const IGNORE_REASONS = [
   'DUPLICATE_START',
@@ -250,6 +269,7 @@ export const IGNORE_REASONS = [
   'SIGNAL_BUFFER_FULL',
   'NOT_APPLICABLE',
   'UNKNOWN_DEFINITION',
+  'DUPLICATE_REQUEST',
 ] as const;
 export type IgnoreReason = (typeof IGNORE_REASONS)[number];
 
@@ -274,6 +294,25 @@ export const SIGNAL_BUFFER_FULL = 'SIGNAL_BUFFER_FULL' satisfies IgnoreReason;
 
 /** The reason an input for a run that has ended changes nothing (and the API's error code refusing one). */
 export const RUN_ENDED = 'RUN_ENDED' satisfies IgnoreReason;
+
+/**
+ * Client request ids (signals, cancels, retries) a run remembers, the latest ones (see `RunState.requestIds`). A
+ * run applies at most this many before it forgets the oldest: a duplicate arriving after 500 other requests to the
+ * same run is not recognised here (the API's Idempotency-Key store still answers it). 500 ids of 36 characters
+ * are about 20 KB of snapshot, only for runs that get that many requests.
+ */
+export const CLIENT_REQUEST_IDS_MAX = 500;
+
+/** Whether `input` is a client request whose id the run has applied already. */
+function isDuplicateRequest(state: RunState, input: WorkflowInput): boolean {
+  return (
+    (input.kind === 'signal' || input.kind === 'cancel' || input.kind === 'retry') &&
+    state.requestIds?.includes(input.eventId) === true
+  );
+}
+
+const duplicateRequest = (state: RunState, input: WorkflowInput) =>
+  ignoredBy(state, 'DUPLICATE_REQUEST', `${input.kind} ${input.eventId} was applied already`);
 
 /** Options of `reduce` that come from the engine's settings, not from the definition. */
 export interface ReduceOptions {
@@ -593,6 +632,7 @@ export function reduce(
     return { state: c.s, commands: c.commands, events: c.events };
   }
   if (!state) return ignoredBy(state, 'UNKNOWN_RUN', `unknown run ${input.runId}`);
+  if (isDuplicateRequest(state, input)) return duplicateRequest(state, input);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
     return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const d = reduceInPlace(def, copyPlain(state), input, opts);
@@ -613,11 +653,17 @@ export function reduceInPlace(
   opts: ReduceOptions = {},
 ): Decision {
   if (input.kind === 'start' || !state) return reduce(def, state, input, opts);
+  if (isDuplicateRequest(state, input)) return duplicateRequest(state, input);
   if (TERMINAL.has(state.status) && input.kind !== 'retry')
     return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const c = new Ctx(def, state, input.at);
   const ignored = apply(c, input, opts);
   if (ignored) return ignoredBy(state, ignored[0], ignored[1]);
+  if (input.kind === 'signal' || input.kind === 'cancel' || input.kind === 'retry') {
+    const ids = (c.s.requestIds ??= []);
+    ids.push(input.eventId);
+    if (ids.length > CLIENT_REQUEST_IDS_MAX) ids.splice(0, ids.length - CLIENT_REQUEST_IDS_MAX);
+  }
   c.s.sequence++;
   c.s.updatedAt = input.at;
   return { state: c.s, commands: c.commands, events: c.events };
@@ -672,7 +718,7 @@ function apply(
     }
     case 'timer-fired': {
       const t = s.timers[input.timerId];
-      if (!t) return ['STALE_TIMER', `stale timer ${input.timerId}`];
+      if (!t || t.purpose === 'unpark') return ['STALE_TIMER', `stale timer ${input.timerId}`];
       if (t.purpose === 'wait' && stepStateOf(s, t.stepId!)?.status !== 'waiting')
         return ['STALE_TIMER', `stale wait timer for ${t.stepId}`];
       delete s.timers[input.timerId];
@@ -798,6 +844,9 @@ function apply(
         s.steps[id] = next;
       }
       c.log('RunRetried', stepId);
+      // The retried run gets its whole run timeout again, from now (the failure cleared every timer).
+      if (c.def.runTimeoutMs !== undefined)
+        s.timers['run-timeout'] = { dueAt: c.at + c.def.runTimeoutMs, purpose: 'run-timeout' };
       if (startStep(c, base)) advance(c);
       return undefined;
     }

@@ -152,11 +152,16 @@ function setStatus(text, error = false) {
 // ---- views ----
 
 const runFilters = { workflow: '', status: '' };
+/** Runs per page of the runs panel (GET /runs `limit`). */
+const RUNS_PAGE = 100;
+/** The cursors of the pages shown before this one (GET /runs `next`): the last is this page's; none: the newest. */
+const runCursors = [];
 
 async function runsView(view) {
-  const q = new URLSearchParams({ limit: '100' });
+  const q = new URLSearchParams({ limit: String(RUNS_PAGE) });
   if (runFilters.workflow) q.set('workflow', runFilters.workflow);
   if (runFilters.status) q.set('status', runFilters.status);
+  if (runCursors.length) q.set('cursor', runCursors.at(-1));
   const page = await call(`/runs?${q}`);
   const filters = h(
     'form',
@@ -167,6 +172,7 @@ async function runsView(view) {
         const f = new FormData(e.target);
         runFilters.workflow = String(f.get('workflow') ?? '').trim();
         runFilters.status = String(f.get('status') ?? '');
+        runCursors.length = 0;
         void render();
       },
     },
@@ -217,7 +223,38 @@ async function runsView(view) {
       testid: 'runs',
       empty: 'no runs',
     }),
-    page.next ? h('p', { class: 'muted' }, 'newest 100 shown') : '',
+    h(
+      'p',
+      { class: 'pager' },
+      runCursors.length
+        ? h(
+            'button',
+            {
+              type: 'button',
+              'data-testid': 'runs-newer',
+              onclick: () => {
+                runCursors.pop();
+                void render();
+              },
+            },
+            '← newer',
+          )
+        : '',
+      page.next
+        ? h(
+            'button',
+            {
+              type: 'button',
+              'data-testid': 'runs-older',
+              onclick: () => {
+                runCursors.push(page.next);
+                void render();
+              },
+            },
+            'older →',
+          )
+        : '',
+    ),
   );
 }
 
@@ -301,6 +338,14 @@ async function runView(view, runId) {
           'p',
           {},
           `compensation after ${run.compensation.failedStepId}: ${run.compensation.queue.map((s) => s + meta.compensationSuffix).join(' → ')} (${run.compensation.index}/${run.compensation.queue.length} done)`,
+        )
+      : '',
+    // Inputs kept for an instance that has the run's workflow version (a rolling deploy): applied, in order, there.
+    run.parked?.length
+      ? h(
+          'p',
+          { class: 'bad', 'data-testid': 'run-parked' },
+          `${run.parked.length} inputs parked until an instance with ${run.workflow} ${run.version ? `v${run.version}` : '(latest)'} owns the run: ${run.parked.map((p) => (p.detail ? `${p.kind} (${p.detail})` : p.kind)).join(', ')}`,
         )
       : '',
     h('h2', {}, 'Steps'),
@@ -509,7 +554,33 @@ function describeFilter(f) {
  */
 async function act(topic, body) {
   const path = `/ops/dlq/${encodeURIComponent(topic)}/redrive`;
-  const dry = await call(path, { method: 'POST', body: JSON.stringify({ ...body, dryRun: true }) });
+  let dry = await call(path, { method: 'POST', body: JSON.stringify({ ...body, dryRun: true }) });
+  // Task commands nothing awaits (their run ended or was compensated, their step moved on) are refused by the API:
+  // they go back only when the operator says so, having read why (allowRerun).
+  let allowRerun = false;
+  const rerunnable = (dry.refusals ?? []).filter((r) => r.code !== 'NOT_OWN_SOURCE');
+  if (rerunnable.length) {
+    const why = rerunnable
+      .slice(0, 3)
+      .map((r) => `${r.partition}@${r.offset}: ${r.reason}`)
+      .join('\n');
+    allowRerun = confirm(
+      `${dry.refused} record(s) refused:\n${why}\n\nRedrive them anyway, running their handlers again?`,
+    );
+    if (allowRerun)
+      dry = await call(path, {
+        method: 'POST',
+        body: JSON.stringify({ ...body, dryRun: true, allowRerun }),
+      });
+  }
+  if (dry.moved === 0 && dry.refused)
+    return setStatus(
+      `nothing redriven: ${dry.refused} record(s) refused (${dry.refusals
+        .slice(0, 3)
+        .map((r) => r.reason)
+        .join('; ')})`,
+      true,
+    );
   if (dry.moved === 0)
     return setStatus(
       dry.noOriginalTopic || dry.omitted
@@ -523,9 +594,13 @@ async function act(topic, body) {
     );
   const verb = body.action === 'discard' ? 'Discard' : 'Redrive';
   if (!confirm(`${verb} ${dry.moved} record(s): ${describeFilter(body)}?`)) return;
-  const done = await call(path, { method: 'POST', body: JSON.stringify({ ...body, limit: dry.moved }) });
+  const done = await call(path, {
+    method: 'POST',
+    body: JSON.stringify({ ...body, limit: dry.moved, ...(allowRerun ? { allowRerun } : {}) }),
+  });
   setStatus(
     `${body.action === 'discard' ? 'discarded' : 'redriven'}: ${done.moved} record(s)` +
+      (done.refused ? `; ${done.refused} refused, left pending` : '') +
       (done.tooLarge ? `; ${done.tooLarge} too large for their original topic, left pending` : '') +
       (done.omitted ? `; ${done.omitted} stand-in(s) without their value, left pending` : ''),
   );

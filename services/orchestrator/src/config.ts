@@ -8,7 +8,7 @@ import {
   unsetWhenEmpty,
   type KafkaSecurity,
 } from '@keyflow/kafka';
-import { DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
+import { DEFAULT_PARKED_INPUTS_LIMIT, DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, LOOPBACK_ADDRESS, type ApiKeyEntry } from './api/auth';
 import { readFileSync } from 'node:fs';
@@ -104,7 +104,11 @@ const Schema = z.object({
     .string()
     .regex(/^rediss?:\/\//, 'a redis:// URL')
     .optional(),
-  /** How long (ms) an Idempotency-Key stays bound to its first request and run. Default 24 h. */
+  /**
+   * The least time (ms) an Idempotency-Key stays bound to its first request (a start's run, a signal's, cancel's or
+   * retry's answer). The TTL used is never below ORCHESTRATOR_RUN_RETENTION_MS: see {@link requestKeyTtlMs}.
+   * Default 24 h.
+   */
   IDEMPOTENCY_KEY_TTL_MS: z.coerce.number().int().min(1000).default(86_400_000),
   /** Serves POST /webhooks/:workflow. With it on, WEBHOOK_SECRETS must name at least one workflow. */
   WEBHOOKS_ENABLED: z
@@ -144,6 +148,11 @@ const Schema = z.object({
     ),
   /** Distinct signals a run may hold buffered (sent while it does not wait for them); past it: 429 / rejected. */
   ORCHESTRATOR_SIGNAL_BUFFER_LIMIT: z.coerce.number().int().min(1).default(DEFAULT_SIGNAL_BUFFER_LIMIT),
+  /**
+   * Inputs a run may hold parked (kept, in order, while the owning instance does not have the run's workflow
+   * version: a rolling deploy); past it an input goes to its topic's DLQ as PARKED_INPUTS_FULL, to be redriven.
+   */
+  ORCHESTRATOR_PARKED_INPUTS_LIMIT: z.coerce.number().int().min(1).default(DEFAULT_PARKED_INPUTS_LIMIT),
   /** Fires missed while no instance ran, started at startup: skip, once (the latest) or all (at most the max). */
   SCHEDULE_CATCH_UP: z.enum(CATCH_UP_MODES).default('all'),
   /** How far back (ms) missed fires are looked for at startup. */
@@ -159,6 +168,16 @@ const Schema = z.object({
   /** Blob store and size limits (libs/blobs config.ts). */
   ...BlobConfigSchema,
 });
+
+/**
+ * How long the API keeps an Idempotency-Key (ms): IDEMPOTENCY_KEY_TTL_MS, raised to ORCHESTRATOR_RUN_RETENTION_MS,
+ * so a client's retry is answered alike for as long as its run can be read (72 h by default). With retention 0
+ * (runs kept for ever) it is IDEMPOTENCY_KEY_TTL_MS: the engine still applies a request id once per run
+ * (`RunState.requestIds`) and a keyed start once per run id. The one place this is decided.
+ */
+export const requestKeyTtlMs = (
+  cfg: Pick<OrchestratorConfig, 'IDEMPOTENCY_KEY_TTL_MS' | 'ORCHESTRATOR_RUN_RETENTION_MS'>,
+) => Math.max(cfg.IDEMPOTENCY_KEY_TTL_MS, cfg.ORCHESTRATOR_RUN_RETENTION_MS);
 
 /** The groups the lag monitor measures (ORCHESTRATOR_LAG_GROUPS, or the orchestrator's and the workers'). */
 export const lagGroups = (cfg: OrchestratorConfig) =>

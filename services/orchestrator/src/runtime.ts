@@ -5,6 +5,7 @@ import {
   createIdempotentProducer,
   createKafka,
   ensureDlqLedger,
+  isCatalogDlq,
   watchProducer,
 } from '@keyflow/kafka';
 import {
@@ -20,7 +21,13 @@ import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
 import { checkRedisMemoryPolicy, createRedis, IdempotencyStoreEvictsError } from '@keyflow/idempotency';
 import type Redis from 'ioredis';
 import { claimCheckFromConfig } from '@keyflow/blobs';
-import { lagGroups, loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from './config';
+import {
+  lagGroups,
+  loadOrchestratorConfig,
+  OrchestratorConfigError,
+  requireApiSettings,
+  requestKeyTtlMs,
+} from './config';
 import { LagMonitor } from './engine/lag-monitor';
 import { Engine } from './engine/engine';
 import { orchestratorMetrics } from './engine/metrics';
@@ -123,10 +130,17 @@ export async function createOrchestratorRuntime(
         'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
       ),
     );
+    // The DLQs this deployment declares: the only ones the lag monitor counts and the ops API acts on.
+    const dlqs = new Set(
+      Engine.topics(cfg, workflows)
+        .map((t) => t.topic)
+        .filter((t) => isCatalogDlq(t)),
+    );
     const lagMonitor = new LagMonitor(kafka, metrics, logger, {
       groups: lagGroups(cfg),
       intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
       codec,
+      dlqs,
     });
     lagMonitor.start();
     started.push(() => lagMonitor.stop());
@@ -152,11 +166,21 @@ export async function createOrchestratorRuntime(
       readModel,
       keys,
       {
-        idempotencyKeyTtlMs: cfg.IDEMPOTENCY_KEY_TTL_MS,
+        idempotencyKeyTtlMs: requestKeyTtlMs(cfg),
         signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
       },
     );
-    const ops = new OpsService(kafka, codec, lagMonitor, readModel, metrics, producer, logger, runs.pii);
+    const ops = new OpsService(
+      kafka,
+      codec,
+      lagMonitor,
+      readModel,
+      metrics,
+      producer,
+      logger,
+      runs.pii,
+      dlqs,
+    );
     const scheduler = new Scheduler(
       schedules,
       (s, runId, fireAt) =>

@@ -1,6 +1,6 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
 import type { RegistryConnection } from '@keyflow/contracts';
-import type { RedisConnection } from '@keyflow/idempotency';
+import { DEFAULT_COMPLETION_TTL_MS, type RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
 import {
   connectionSettingsFromEnv,
@@ -80,11 +80,7 @@ const Schema = z.object({
    * database and user when the entry names them. Default none. Anything else: SINK_NOT_ALLOWED.
    */
   ETL_POSTGRES_URLS: listSetting(''),
-  WORKER_COMPLETION_TTL_MS: z.coerce
-    .number()
-    .int()
-    .min(1000)
-    .default(7 * 24 * 3600 * 1000),
+  WORKER_COMPLETION_TTL_MS: z.coerce.number().int().min(1000).default(DEFAULT_COMPLETION_TTL_MS),
   WORKER_RETRY_INITIAL_MS: z.coerce.number().int().min(0).default(100),
   WORKER_RETRY_MAX_MS: z.coerce.number().int().min(0).default(5_000),
   WORKER_TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),

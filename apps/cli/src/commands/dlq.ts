@@ -3,9 +3,12 @@ import {
   createIdempotentProducer,
   handledBy,
   listDlqTopics,
+  NOT_OWN_SOURCE,
   readDlqLedger,
+  REPORT_RECORDS_MAX,
   readDlqRecords,
   redrive,
+  rerunAdmission,
   summarizeDlqs,
   type DlqSummary,
   type RedriveFilter,
@@ -13,8 +16,12 @@ import {
 import { CliError, type CliContext } from '../context';
 import { opt } from '../options';
 import { iso, print, table } from '../output';
+import { RerunCheck } from '../rerun-check';
 
-/** Every DLQ topic (`*.dlq` under the topic prefix), summed up against the DLQ ledger, with logical names. */
+/**
+ * Every DLQ topic of this deployment (the catalog's `*.dlq` under the topic prefix: libs/kafka isCatalogDlq), summed up
+ * against the DLQ ledger, with logical names.
+ */
 export async function dlqSummaries(ctx: CliContext): Promise<DlqSummary[]> {
   const topics = await listDlqTopics(ctx.kafka, ctx.env.KEYFLOW_TOPIC_PREFIX);
   const handled = await readDlqLedger(ctx.kafka, ctx.requireCodec());
@@ -118,15 +125,29 @@ export function dlqCommand(ctx: CliContext): Command {
           : 'mark matching pending records as handled without re-publishing them',
       )
       .option('--rate <n>', 'records per second at most', opt.positive, 100)
+      .option(
+        '--allow-rerun',
+        'also redrive task commands nothing awaits (their run ended or was compensated, their step moved on, or ' +
+          "their run's status is unknown): their handlers run again",
+      )
+      .option('--api <url>', "the orchestrator's API, asked for each run's status (default: KEYFLOW_API_URL)")
       .option('--include-handled', 'also act on records redriven or discarded before')
       .option('--reason <text>', 'why, recorded in the DLQ ledger')
       .option('--dry-run', 'count what would be acted on; send nothing')
       .option('--json', 'JSON output')
       .action(async (topic: string, o) => {
+        const codec = ctx.requireCodec();
+        // Task commands are checked as `keyflow replay` checks them (libs/workflow rerunVerdict): the run's status from
+        // the orchestrator's API, the worker's record in Redis, the record's age against the completion TTL.
+        const check =
+          action === 'REDRIVEN' && !o.allowRerun
+            ? new RerunCheck(ctx, { redis: true, api: o.api })
+            : undefined;
         const producer = createIdempotentProducer(ctx.kafka);
         await producer.connect();
         try {
           const report = await redrive(ctx.kafka, {
+            admit: check ? rerunAdmission(codec, (cmd, ageMs) => check.facts(cmd, ageMs)) : undefined,
             dlqTopic: await dlqTopic(ctx, topic),
             filter: filterOf(o),
             ratePerSec: o.rate,
@@ -135,10 +156,11 @@ export function dlqCommand(ctx: CliContext): Command {
             dryRun: Boolean(o.dryRun),
             action,
             includeHandled: Boolean(o.includeHandled),
-            ledger: { codec: ctx.requireCodec(), handledBy: handledBy('keyflow-cli'), reason: o.reason },
+            ledger: { codec, handledBy: handledBy('keyflow-cli'), reason: o.reason },
           });
-          // Records left pending because their topic refuses them: not a clean run, for scripts too.
-          if (report.tooLarge > 0) process.exitCode = 2;
+          // Records left pending because their topic refuses them or the redrive refused them: not a clean run, for
+          // scripts too.
+          if (report.tooLarge > 0 || report.refused > 0) process.exitCode = 2;
           print(report, o.json, (r) =>
             [
               `${r.dryRun ? `would be ${name === 'redrive' ? 'redriven' : 'discarded'}` : name === 'redrive' ? 'redriven' : 'discarded'}: ` +
@@ -152,9 +174,25 @@ export function dlqCommand(ctx: CliContext): Command {
                   : '') +
                 ')',
               ...Object.entries(r.byTopic).map(([t, n]) => `  -> ${ctx.logical(t) ?? t}: ${n}`),
+              ...r.redriven.map(
+                (x) =>
+                  `  ${r.dryRun ? 'would redrive' : 'redrove'} ${x.partition}@${x.offset} key ${x.key ?? '-'}`,
+              ),
+              ...(r.refused
+                ? [
+                    `refused: ${r.refused} (left pending${r.refusals.some((x) => x.code !== NOT_OWN_SOURCE) ? '; --allow-rerun redrives task commands nothing awaits, running their handlers again' : ''})`,
+                    ...r.refusals.map(
+                      (x) => `  ${x.partition}@${x.offset} key ${x.key ?? '-'}: ${x.code}: ${x.reason}`,
+                    ),
+                  ]
+                : []),
+              ...((r.action === 'REDRIVEN' && r.moved > r.redriven.length) || r.refused > r.refusals.length
+                ? [`(lists cut at ${REPORT_RECORDS_MAX} records each: --json has the same lists)`]
+                : []),
             ].join('\n'),
           );
         } finally {
+          check?.close();
           await producer.disconnect();
         }
       });

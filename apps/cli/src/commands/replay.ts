@@ -1,17 +1,11 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import type { Redis } from 'ioredis';
-import {
-  createRedis,
-  IdempotencyStore,
-  idempotencyKeyPrefix,
-  redisConnectionFromEnv,
-  type RecordState,
-} from '@keyflow/idempotency';
-import { lastStableOffsets, resumePosition, scanRanges } from '@keyflow/kafka';
+import { lastStableOffsets, resumePosition, scanRanges, type CheckedCommand } from '@keyflow/kafka';
+import { rerunVerdict } from '@keyflow/workflow';
 import type { CliContext } from '../context';
 import { CliConfigError, CliError } from '../context';
 import { opt } from '../options';
-import { print, table } from '../output';
+import { print, table, terminalSafe } from '../output';
+import { RerunCheck } from '../rerun-check';
 
 /** One partition's move in a replay plan. Offsets are Kafka offsets (strings); counts are records. */
 export interface ReplayMove {
@@ -28,8 +22,15 @@ export interface ReplayMove {
   skipped: number;
   /** Task topics: re-delivered commands that find a stored result or fence (re-published, not re-run)... */
   stored?: number;
-  /** ...and those that find no record (expired, lost, or a crashed worker's lease): their handlers run again. */
+  /** ...and those no record answers but whose run still awaits them (the engine's view, with the API): they run. */
+  awaited?: number;
+  /**
+   * ...and those that find no record (expired, lost, or a crashed worker's lease) and nothing awaiting them (libs/workflow
+   * rerunVerdict, the check `dlq redrive` applies too): their handlers run again.
+   */
   rerun?: number;
+  /** Why, for the first few of those (naming the run, its status and why). */
+  rerunReasons?: string[];
   /** ...and those no schema decodes (they go to the DLQ again; no effect). */
   undecodable?: number;
   /** wf.requests: re-delivered starts, retries, signals and cancels, which the orchestrator applies again. */
@@ -70,9 +71,10 @@ async function members(ctx: CliContext, group: string) {
 /**
  * The plan: for each partition of the group's topics (or `topics`), where its offset goes and what lies between the
  * group's position and there: records read again (a move back) or never read (a move forward). Re-delivered task
- * commands are looked up in the workers' Redis (REDIS_URL): a stored result is re-published without running the
- * handler, a missing record (or a crashed worker's lease) runs it again. Re-delivered wf.requests starts, retries,
- * signals and cancels are counted: the orchestrator applies them again.
+ * commands are checked as `dlq redrive` checks them (libs/workflow rerunVerdict, through {@link RerunCheck}): a
+ * stored result in the workers' Redis (REDIS_URL) is re-published without running the handler; without one, a command
+ * whose run still awaits it (the orchestrator's API, when KEYFLOW_API_URL is set) runs, any other runs again.
+ * Re-delivered wf.requests starts, retries, signals and cancels are counted: the orchestrator applies them again.
  */
 export async function planReplay(
   ctx: CliContext,
@@ -131,8 +133,7 @@ export async function planReplay(
   }
   const taskMoves = moves.filter((m) => isTaskTopic(m.topic));
   const requestMoves = moves.filter((m) => m.topic === 'wf.requests');
-  let store: IdempotencyStore | undefined;
-  let redis: Redis | undefined;
+  let check: RerunCheck | undefined;
   if (taskMoves.length || requestMoves.length) {
     if (!ctx.codec)
       throw new CliConfigError('SCHEMA_REGISTRY_URL is not set: task commands and requests must be decoded');
@@ -143,21 +144,12 @@ export async function planReplay(
       throw new CliConfigError(
         "REDIS_URL is not set: a replay of task topics looks up each command's completion record",
       );
-    redis = createRedis(redisConnectionFromEnv(process.env.REDIS_URL), {
-      maxRetriesPerRequest: 2,
-      lazyConnect: true,
-    });
-    store = new IdempotencyStore(redis, { keyPrefix: idempotencyKeyPrefix(ctx.env.KEYFLOW_TOPIC_PREFIX) });
-    taskMoves.forEach((m) => Object.assign(m, { stored: 0, rerun: 0, undecodable: 0 }));
+    check = new RerunCheck(ctx, { redis: true });
+    taskMoves.forEach((m) =>
+      Object.assign(m, { stored: 0, awaited: 0, rerun: 0, undecodable: 0, rerunReasons: [] }),
+    );
   }
   requestMoves.forEach((m) => (m.requests = 0));
-  const stored: Record<RecordState, boolean> = {
-    completed: true,
-    failed: true,
-    fenced: true,
-    running: false, // the group is stopped: a lease is a crashed worker's, and the command runs once it expires
-    absent: false,
-  };
   const byRange = new Map(ranges.map((r) => [`${r.move.physical}\u0000${r.move.partition}`, r]));
   try {
     await scanRanges(
@@ -182,15 +174,21 @@ export async function planReplay(
           if (REAPPLIED_REQUESTS.has(d.event)) m.requests++;
           return;
         }
-        const cmd = d.value as { idempotencyKey?: string; attempt?: number };
+        const cmd = d.value as unknown as CheckedCommand;
         if (!cmd.idempotencyKey) return;
-        if (stored[await store!.peek(cmd.idempotencyKey, cmd.attempt ?? 1)]) m.stored!++;
-        else m.rerun!++;
+        const ageMs = Math.max(0, Date.now() - Number(message.timestamp));
+        const verdict = rerunVerdict(cmd, await check!.facts(cmd, ageMs));
+        if (verdict.safe && verdict.effect === 'republished') m.stored!++;
+        else if (verdict.safe) m.awaited!++;
+        else {
+          m.rerun!++;
+          if (m.rerunReasons!.length < 3) m.rerunReasons!.push(verdict.reason);
+        }
       },
       { groupPrefix: 'keyflow-scan' },
     );
   } finally {
-    redis?.disconnect();
+    check?.close();
   }
   return moves;
 }
@@ -256,7 +254,9 @@ export function replayCommand(ctx: CliContext): Command {
       const deadline = Date.now() + (o.wait as number);
       let live = await members(ctx, group);
       while (live.length && Date.now() < deadline && !o.dryRun) {
-        process.stderr.write(`waiting for ${live.length} live member(s) of ${group} to leave...\n`);
+        process.stderr.write(
+          terminalSafe(`waiting for ${live.length} live member(s) of ${group} to leave...`) + '\n',
+        );
         await new Promise((r) => setTimeout(r, 1_000));
         live = await members(ctx, group);
       }
@@ -280,6 +280,7 @@ export function replayCommand(ctx: CliContext): Command {
               're-delivered': m.records,
               'never read': m.skipped || '',
               'stored results (re-published)': m.stored ?? '',
+              'awaited (run)': m.awaited || '',
               'run again': m.rerun ?? '',
               'requests applied again': m.requests ?? '',
             })),
@@ -302,8 +303,13 @@ export function replayCommand(ctx: CliContext): Command {
           );
         if (sum('rerun') > 0 && !o.allowRerun)
           throw new ReplayRefusedError(
-            `${sum('rerun')} command(s) in the range have no stored result (expired, lost, or a crashed worker's lease): ` +
-              'their handlers would run again. Pass --allow-rerun to accept that; --dry-run shows where',
+            `${sum('rerun')} command(s) in the range have no stored result (expired, lost, or a crashed worker's lease) ` +
+              'and nothing awaiting them: their handlers would run again ' +
+              `(${plan.moves
+                .flatMap((m) => m.rerunReasons ?? [])
+                .slice(0, 3)
+                .join('; ')}). ` +
+              'Pass --allow-rerun to accept that; --dry-run shows where',
           );
         if (sum('requests') > 0 && !o.allowRequests)
           throw new ReplayRefusedError(

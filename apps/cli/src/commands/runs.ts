@@ -83,17 +83,21 @@ export function runsCommand(ctx: CliContext): Command {
   const apiOption = () => new Option('--api <url>', 'orchestrator API URL (default: KEYFLOW_API_URL)');
   runs
     .command('ls')
-    .description('list runs, newest first')
+    .description('list runs, newest first, a page at a time (--limit, then --cursor)')
     .addOption(apiOption())
     .option('--workflow <name>', 'only runs of this workflow')
     .addOption(new Option('--status <status>', 'only runs in this status').choices(RUN_STATUSES))
     .option('--from <time>', 'started at or after (ms, ISO-8601, or 15m/2h/7d ago)', opt.time)
     .option('--to <time>', 'started before', opt.time)
     .option('--limit <n>', 'runs at most (1-500)', '50')
+    .option(
+      '--cursor <cursor>',
+      "the next page: the previous page's `next` (printed as --cursor when there is more)",
+    )
     .option('--json', 'JSON output')
     .action(async (o) => {
       const q = new URLSearchParams();
-      for (const k of ['workflow', 'status', 'from', 'to', 'limit'] as const)
+      for (const k of ['workflow', 'status', 'from', 'to', 'limit', 'cursor'] as const)
         if (o[k] !== undefined) q.set(k, String(o[k]));
       const page = await api<{ runs: Summary[]; next: string | null }>(
         ctx.endpoint(o.api),
@@ -112,7 +116,7 @@ export function runsCommand(ctx: CliContext): Command {
               started: iso(r.startedAt),
               took: r.endedAt !== null ? duration(r.endedAt - r.startedAt) : '-',
             })),
-          ) + (p.next ? `\n(more: --to ${p.runs.at(-1)?.startedAt})` : ''),
+          ) + (p.next ? `\n(more: --cursor ${p.next})` : ''),
       );
     });
   runs
@@ -154,13 +158,28 @@ export function runsCommand(ctx: CliContext): Command {
       print(res, o.json, (r) => `started ${r.runId}`);
     });
   const control = (name: string, description: string) =>
-    runs.command(name).description(description).addOption(apiOption()).option('--json', 'JSON output');
+    runs
+      .command(name)
+      .description(description)
+      .addOption(apiOption())
+      .option(
+        '--idempotency-key <key>',
+        'Idempotency-Key: the same request again with the same key gets the first answer and is applied once',
+      )
+      .option('--json', 'JSON output');
+  /** The request's Idempotency-Key header, when --idempotency-key is given. */
+  const keyed = (o: { idempotencyKey?: string }): Record<string, string> =>
+    o.idempotencyKey ? { 'Idempotency-Key': o.idempotencyKey } : {};
   control('cancel <runId>', 'cancel a run: it stops, and its completed steps are compensated')
     .option('--reason <text>', 'recorded with RunCancelled', 'cancelled with the keyflow CLI')
     .action(async (runId: string, o) => {
-      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/cancel`, {
-        reason: o.reason,
-      });
+      const res = await api(
+        ctx.endpoint(o.api),
+        'POST',
+        `/runs/${encodeURIComponent(runId)}/cancel`,
+        { reason: o.reason },
+        keyed(o),
+      );
       print(res, o.json, () => `cancel of ${runId} accepted`);
     });
   control(
@@ -169,26 +188,37 @@ export function runsCommand(ctx: CliContext): Command {
   )
     .option('--reason <text>', 'recorded with RunCancelled', 'terminated with the keyflow CLI')
     .action(async (runId: string, o) => {
-      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/terminate`, {
-        reason: o.reason,
-      });
+      const res = await api(
+        ctx.endpoint(o.api),
+        'POST',
+        `/runs/${encodeURIComponent(runId)}/terminate`,
+        { reason: o.reason },
+        keyed(o),
+      );
       print(res, o.json, () => `terminate of ${runId} accepted`);
     });
   control('signal <runId> <signal>', 'send a signal to a run (a wait step takes it, or it is buffered)')
     .option('--payload <json>', 'signal payload (JSON)', opt.json)
     .action(async (runId: string, signal: string, o) => {
-      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/signal`, {
-        signal,
-        ...(o.payload !== undefined ? { payload: o.payload } : {}),
-      });
+      const res = await api(
+        ctx.endpoint(o.api),
+        'POST',
+        `/runs/${encodeURIComponent(runId)}/signal`,
+        { signal, ...(o.payload !== undefined ? { payload: o.payload } : {}) },
+        keyed(o),
+      );
       print(res, o.json, () => `signal ${signal} to ${runId} accepted`);
     });
   control('retry <runId>', 'retry a failed run from its failed step (or --from-step)')
     .option('--from-step <stepId>', 'step to re-run from (at or before the failed one)')
     .action(async (runId: string, o) => {
-      const res = await api(ctx.endpoint(o.api), 'POST', `/runs/${encodeURIComponent(runId)}/retry`, {
-        ...(o.fromStep ? { fromStepId: o.fromStep } : {}),
-      });
+      const res = await api(
+        ctx.endpoint(o.api),
+        'POST',
+        `/runs/${encodeURIComponent(runId)}/retry`,
+        { ...(o.fromStep ? { fromStepId: o.fromStep } : {}) },
+        keyed(o),
+      );
       print(res, o.json, () => `retry of ${runId} accepted`);
     });
   return runs;

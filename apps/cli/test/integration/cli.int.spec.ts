@@ -57,9 +57,10 @@ describe('the keyflow CLI', () => {
   it('dlq ls, show, redrive --dry-run and redrive on a DLQ written in transactions (committed and aborted)', async () => {
     const ns = new TestNamespace('cli-dlq');
     try {
+      // task.results.dlq: a DLQ keyflow declares (the tools act on no other), of results (no run to check).
       const [original, dlq] = await ns.createTopics(
-        { name: 'orig', numPartitions: 1 },
-        { name: 'orig.dlq', numPartitions: 1 },
+        { name: 'task.results', numPartitions: 1 },
+        { name: 'task.results.dlq', numPartitions: 1 },
       );
       const writer = ns.kafka.producer({
         transactionalId: `${ns.prefix}-w`,
@@ -105,7 +106,7 @@ describe('the keyflow CLI', () => {
       expect(ls.code).toBe(0);
       expect(ls.json()).toEqual([
         expect.objectContaining({
-          topic: 'orig.dlq',
+          topic: 'task.results.dlq',
           records: 2 + 1,
           topErrors: [
             { errorClass: 'TaskInputError', count: 2 },
@@ -114,7 +115,7 @@ describe('the keyflow CLI', () => {
         }),
       ]);
       const show = await keyflow(
-        ['dlq', 'show', 'orig.dlq', '--error-class', 'TaskInputError', '--json'],
+        ['dlq', 'show', 'task.results.dlq', '--error-class', 'TaskInputError', '--json'],
         env,
       );
       expect(show.json()).toEqual([
@@ -123,17 +124,17 @@ describe('the keyflow CLI', () => {
           errorClass: 'TaskInputError',
           attempts: 3,
           originalTopic: original,
-          value: { undecodable: expect.stringMatching(/no entry in schemas\/catalog.yaml/), text: 'c1' },
+          value: { undecodable: expect.any(String), text: 'c1' },
         }),
         expect.objectContaining({ key: 'c2', errorMessage: 'bad c2' }),
       ]);
       const dry = await keyflow(
-        ['dlq', 'redrive', 'orig.dlq', '--error-class', 'TaskInputError', '--dry-run', '--json'],
+        ['dlq', 'redrive', 'task.results.dlq', '--error-class', 'TaskInputError', '--dry-run', '--json'],
         env,
       );
       expect(dry.json()).toMatchObject({ scanned: 3, moved: 2, skipped: 1, dryRun: true });
       const real = await keyflow(
-        ['dlq', 'redrive', 'orig.dlq', '--error-class', 'TaskInputError', '--json'],
+        ['dlq', 'redrive', 'task.results.dlq', '--error-class', 'TaskInputError', '--json'],
         env,
       );
       expect(real.json()).toMatchObject({ moved: 2, dryRun: false, byTopic: { [original]: 2 } });
@@ -142,17 +143,19 @@ describe('the keyflow CLI', () => {
       expect(after.json()).toEqual([
         expect.objectContaining({ records: 3, pending: 1, topErrors: [{ errorClass: 'Other', count: 1 }] }),
       ]);
-      const again = await keyflow(['dlq', 'redrive', 'orig.dlq', '--json'], env);
+      const again = await keyflow(['dlq', 'redrive', 'task.results.dlq', '--json'], env);
       expect(again.json()).toMatchObject({ moved: 1, alreadyHandled: 2 }); // only c3 was still pending
-      const shown = await keyflow(['dlq', 'show', 'orig.dlq', '--json'], env);
+      const shown = await keyflow(['dlq', 'show', 'task.results.dlq', '--json'], env);
       expect(shown.json().map((r: Json) => [r.key, r.handled?.action, r.handled?.handledBy])).toEqual([
         ['c1', 'REDRIVEN', expect.stringMatching(/^keyflow-cli@/)],
         ['c2', 'REDRIVEN', expect.stringMatching(/^keyflow-cli@/)],
         ['c3', 'REDRIVEN', expect.stringMatching(/^keyflow-cli@/)],
       ]);
-      expect((await keyflow(['dlq', 'show', 'orig.dlq', '--pending', '--json'], env)).json()).toEqual([]);
+      expect((await keyflow(['dlq', 'show', 'task.results.dlq', '--pending', '--json'], env)).json()).toEqual(
+        [],
+      );
       // In text: who redrove each, and no redrive count for records dead-lettered once (they carry none).
-      const text = (await keyflow(['dlq', 'show', 'orig.dlq', '--key', 'c3'], env)).out;
+      const text = (await keyflow(['dlq', 'show', 'task.results.dlq', '--key', 'c3'], env)).out;
       expect(text).toMatch(/^ {2}redriven by keyflow-cli@\S+ at /m);
       expect(text).not.toMatch(/redriven 0x|after 0 redrive/);
       // What landed on the original topic: the three records once each, nothing from the dry run, the aborted
@@ -166,6 +169,191 @@ describe('the keyflow CLI', () => {
       expect(end.high).toBe('3');
     } finally {
       await ns.cleanup();
+    }
+  });
+
+  it("dlq tools see only this deployment's DLQs, redrive only to a DLQ's own source topic, and print no control characters", async () => {
+    const ns = new TestNamespace('cli-dlq-own');
+    try {
+      const [results, resultsDlq, , elsewhere] = await ns.createTopics(
+        { name: 'task.results', numPartitions: 1 },
+        { name: 'task.results.dlq', numPartitions: 1 },
+        { name: 'orders.dlq', numPartitions: 1 }, // another application's DLQ in the same cluster
+        { name: 'orders', numPartitions: 1 },
+      );
+      const env = { KAFKA_BROKERS: ns.infra.kafkaBrokers.join(','), KEYFLOW_TOPIC_PREFIX: `${ns.prefix}.` };
+      const dl = {
+        errorClass: 'Bad\x1b[31mClass',
+        errorMessage: 'boom\x1b]0;pwned\x07\u009b2J',
+        attempts: 1,
+        firstFailureAt: 1,
+        lastFailureAt: 2,
+        consumerGroup: 'g',
+      };
+      const at = (topic: string, key: string) =>
+        dlqMessage(
+          { topic, partition: 0, offset: '0', key: Buffer.from(key), value: Buffer.from(key), headers: {} },
+          dl,
+        );
+      const p = ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+      await p.connect();
+      await p.send({
+        topic: resultsDlq,
+        acks: -1,
+        messages: [at(results, 'own\x1b[2J'), at(elsewhere, 'foreign')],
+      });
+      await p.disconnect();
+
+      const ls = await keyflow(['dlq', 'ls', '--json'], env);
+      expect(ls.json().map((d: Json) => d.topic)).toEqual(['task.results.dlq']);
+      const other = await keyflow(['dlq', 'redrive', 'orders.dlq', '--json'], env);
+      expect([other.code, other.err]).toEqual([1, expect.stringMatching(/no DLQ topic orders\.dlq/)]);
+
+      const redriven = await keyflow(['dlq', 'redrive', 'task.results.dlq'], env);
+      expect(redriven.code).toBe(2); // a record was refused: not a clean run, for scripts too
+      expect(redriven.out).toMatch(/redriven: 1 of 2 records/);
+      expect(redriven.out).toMatch(/refused: 1/);
+      expect(redriven.out).toContain(`names ${elsewhere}, not ${results}`);
+      expect(redriven.out).toContain('own\\x1b[2J'); // what it redrove, its key escaped
+      const admin = ns.kafka.admin();
+      await admin.connect();
+      const [end] = await admin.fetchTopicOffsets(elsewhere);
+      await admin.disconnect();
+      expect(end.high).toBe('0');
+
+      // Keys, error classes and messages (and an argument echoed in an error) reach the terminal escaped.
+      const shown = await keyflow(['dlq', 'show', 'task.results.dlq'], env);
+      const missing = await keyflow(['dlq', 'show', 'bad\x1b]0;pwned\x07.dlq'], env);
+      for (const text of [shown.out, shown.err, redriven.out, missing.out, missing.err])
+        // eslint-disable-next-line no-control-regex
+        expect(text).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+      expect(shown.out).toContain('Bad\\x1b[31mClass: boom\\x1b]0;pwned\\x07\\x9b2J');
+      expect(missing.err).toContain('bad\\x1b]0;pwned\\x07.dlq');
+    } finally {
+      await ns.cleanup();
+    }
+  });
+
+  it('dlq redrive and the ops API refuse a command of a run that ended (its compensation ran), naming the run, its status and why; an awaited one is redriven; --allow-rerun overrides; runs ls pages with --cursor', async () => {
+    const r = new OrchestratorHarness('cli-redrive-run');
+    try {
+      const orch = await r.startOrchestrator();
+      await r.readEvents();
+      const done = await r.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: { ok: true } }));
+      const waiting = await r.simulateWorker(['slow.never'], () => undefined); // holdpoke's `call`: never answered
+      const api = await orch.ready;
+      const env = { ...r.env(), KEYFLOW_API_URL: api };
+      const startOne = async () =>
+        (await keyflow(['runs', 'start', 'holdpoke', '--json'], env)).json().runId as string;
+      const [ended, awaited] = [await startOne(), await startOne()];
+      const called = (id: string) => waiting.filter((c) => c.runId === id);
+      await eventually('both wait for call', () => called(ended).length && called(awaited).length, {
+        timeoutMs: 30_000,
+      });
+      expect((await keyflow(['runs', 'cancel', ended], env)).code).toBe(0);
+      await eventually(
+        'the cancelled run compensated',
+        () => r.events.items.find((e) => e.event === 'RunCancelled' && e.value.runId === ended),
+        { timeoutMs: 30_000 },
+      );
+
+      // Each run's command dead-lettered as the workers do: the prepare of the ended run, the call of the other.
+      const dead = async (logical: string, cmd: (typeof done)[number]) => {
+        const m = dlqMessage(
+          {
+            topic: r.codec.physical(logical),
+            partition: 0,
+            offset: '0',
+            key: Buffer.from(cmd.runId),
+            value: r.codec.encode(logical, 'TaskCommand', cmd),
+            headers: {},
+          },
+          {
+            errorClass: 'Boom',
+            errorMessage: 'x',
+            attempts: 1,
+            firstFailureAt: 1,
+            lastFailureAt: 2,
+            consumerGroup: 'g',
+          },
+        );
+        const p = r.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+        await p.connect();
+        await p.send({ topic: `${r.codec.physical(logical)}.dlq`, acks: -1, messages: [m] });
+        await p.disconnect();
+      };
+      const prepare = done.find((c) => c.runId === ended && c.taskType === 'slow.prepare')!;
+      await dead('task.slow.prepare', prepare);
+      await dead('task.slow.never', called(awaited)[0]);
+      const prepares = () => done.filter((c) => c.runId === ended && c.taskType === 'slow.prepare').length;
+
+      const refused = await keyflow(['dlq', 'redrive', 'task.slow.prepare.dlq', '--key', ended], env);
+      expect(refused.code).toBe(2);
+      expect(refused.out).toMatch(/redriven: 0 of 1 records/);
+      expect(refused.out).toContain(
+        `run ${ended} is cancelled: step prepare (attempt 1) of run ${ended} is no longer awaited`,
+      );
+      expect(refused.out).toMatch(/--allow-rerun/);
+      // Without the orchestrator's view (no API), nothing says the run still awaits it: refused too.
+      const { KEYFLOW_API_URL: _api, ...noApi } = env;
+      const blind = await keyflow(
+        ['dlq', 'redrive', 'task.slow.prepare.dlq', '--key', ended, '--json'],
+        noApi,
+      );
+      expect(blind.json()).toMatchObject({ moved: 0, refused: 1 });
+
+      // The ops API (the console's redrive) applies the same check, and its explicit flag overrides it.
+      const opsRedrive = async (body: object) =>
+        (await fetch(`${api}/ops/dlq/task.slow.prepare.dlq/redrive`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        }).then((res) => res.json())) as Json;
+      const viaApi = await opsRedrive({ key: ended });
+      expect(viaApi).toMatchObject({ moved: 0, refused: 1 });
+      expect(viaApi.refusals[0]).toMatchObject({
+        code: 'RUN_ENDED',
+        reason: expect.stringContaining(`run ${ended} is cancelled`),
+      });
+      expect(await opsRedrive({ key: ended, allowRerun: true, dryRun: true })).toMatchObject({
+        moved: 1,
+        refused: 0,
+      });
+      expect(prepares()).toBe(1);
+
+      // The command the engine still awaits is redriven without a flag.
+      const ok = await keyflow(['dlq', 'redrive', 'task.slow.never.dlq', '--key', awaited], env);
+      expect([ok.code, ok.out]).toEqual([0, expect.stringMatching(/redriven: 1 of 1 records/)]);
+      await eventually('the awaited command delivered again', () => called(awaited).length, {
+        until: (n) => n === 2,
+        timeoutMs: 30_000,
+      });
+
+      // Said explicitly, the ended run's command goes back.
+      const forced = await keyflow(
+        ['dlq', 'redrive', 'task.slow.prepare.dlq', '--key', ended, '--allow-rerun'],
+        env,
+      );
+      expect([forced.code, forced.out]).toEqual([0, expect.stringMatching(/redriven: 1 of 1 records/)]);
+      await eventually('the forced command delivered', prepares, {
+        until: (n) => n === 2,
+        timeoutMs: 30_000,
+      });
+
+      // runs ls pages: --limit 1, then --cursor with the page's next.
+      const first = await keyflow(['runs', 'ls', '--workflow', 'holdpoke', '--limit', '1', '--json'], env);
+      expect(first.json().next).toEqual(expect.any(String));
+      const second = await keyflow(
+        ['runs', 'ls', '--workflow', 'holdpoke', '--limit', '1', '--cursor', first.json().next, '--json'],
+        env,
+      );
+      expect([first.json().runs[0].runId, second.json().runs[0].runId].sort()).toEqual(
+        [ended, awaited].sort(),
+      );
+      const human = await keyflow(['runs', 'ls', '--workflow', 'holdpoke', '--limit', '1'], env);
+      expect(human.out).toContain(`(more: --cursor ${first.json().next})`);
+    } finally {
+      await r.teardown();
     }
   });
 
@@ -277,7 +465,7 @@ describe('the keyflow CLI', () => {
     }
   });
 
-  it('runs cancel compensates the completed step and ends cancelled; runs terminate stops at once without compensating', async () => {
+  it('runs cancel compensates the completed step and ends cancelled (once, sent twice with one --idempotency-key); runs terminate stops at once without compensating', async () => {
     const r = new OrchestratorHarness('cli-cancel');
     try {
       const orch = await r.startOrchestrator();
@@ -298,7 +486,16 @@ describe('the keyflow CLI', () => {
         timeoutMs: 30_000,
       });
 
-      expect((await keyflow(['runs', 'cancel', cancelled, '--reason', 'customer asked'], env)).code).toBe(0);
+      // Sent twice with one --idempotency-key (a shell retry): the same answer, one cancel.
+      const cancelOnce = () =>
+        keyflow(
+          ['runs', 'cancel', cancelled, '--reason', 'customer asked', '--idempotency-key', 'c-1', '--json'],
+          env,
+        );
+      const [first, again] = [await cancelOnce(), await cancelOnce()];
+      expect([first.code, again.code]).toEqual([0, 0]);
+      expect(again.json()).toEqual(first.json());
+      expect(first.json().requestId).toMatch(/^[0-9a-f-]{36}$/);
       expect((await keyflow(['runs', 'terminate', terminated, '--reason', 'stop now'], env)).code).toBe(0);
       const ended = (id: string) =>
         r.events.items.find((e) => e.event === 'RunCancelled' && e.value.runId === id);
@@ -308,6 +505,9 @@ describe('the keyflow CLI', () => {
       const undone = (id: string) =>
         commands.filter((c) => c.taskType === 'slow.undo' && c.runId === id).length;
       expect([undone(cancelled), undone(terminated)]).toEqual([1, 0]);
+      expect(
+        r.events.items.filter((e) => e.event === 'RunCancelled' && e.value.runId === cancelled),
+      ).toHaveLength(1);
       const shown = await keyflow(['runs', 'show', terminated], env);
       expect(shown.out).toMatch(/RunTerminated\s+stop now/);
     } finally {

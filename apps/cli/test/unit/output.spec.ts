@@ -1,6 +1,6 @@
 import type { RunState } from '@keyflow/workflow';
 import { stepRows } from '../../src/commands/runs';
-import { duration, parseTime, table } from '../../src/output';
+import { duration, parseTime, print, table, terminalSafe } from '../../src/output';
 
 describe('CLI output and option parsing', () => {
   it('parses times as ms, ISO-8601 or a duration back from now', () => {
@@ -49,5 +49,41 @@ describe('runs show', () => {
       ['each', '1/3 done, 2 failed'],
       ['each.compensate', ''],
     ]);
+  });
+});
+
+/**
+ * The CLI never writes a control character it did not mean to (issue 39, fault 11): keys, error messages, signal
+ * names and every other value from a run, a DLQ record or an API answer reach the terminal with their C0 and C1
+ * controls (ANSI sequences, OSC titles, carriage returns, 8-bit CSI) and bidirectional overrides escaped as text.
+ */
+describe('terminal-safe output', () => {
+  it('escapes C0 and C1 controls, DEL and bidi overrides as visible text; other characters are left alone', () => {
+    expect(terminalSafe('a\x1b[31mred\x1b[0m')).toBe('a\\x1b[31mred\\x1b[0m');
+    expect(terminalSafe('\x1b]0;pwned\x07')).toBe('\\x1b]0;pwned\\x07');
+    expect(terminalSafe('x\u009b2Jy\u0085\u007f')).toBe('x\\x9b2Jy\\x85\\x7f');
+    expect(terminalSafe('ok\rFAKE\ttab\nline\u0000')).toBe('ok\\rFAKE\\ttab\\nline\\x00');
+    expect(terminalSafe('abc\u202edcba\u2066')).toBe('abc\\u202edcba\\u2066');
+    expect(terminalSafe('café ✓ 日本 🙂')).toBe('café ✓ 日本 🙂');
+    expect(terminalSafe('two\nlines\x1b', { keepNewlines: true })).toBe('two\nlines\\x1b');
+  });
+
+  it('print escapes human output (newlines kept) and JSON output (C1 controls and DEL as \\u escapes)', () => {
+    const out: string[] = [];
+    const spy = jest.spyOn(process.stdout, 'write').mockImplementation((s) => (out.push(String(s)), true));
+    try {
+      print({ key: 'k\x1b[2J\u009b' }, false, (d) => `key ${d.key}\nnext`);
+      print({ key: 'k\x1b[2J\u009b\u007f' }, true, () => '');
+    } finally {
+      spy.mockRestore();
+    }
+    expect(out[0]).toBe('key k\\x1b[2J\\x9b\nnext\n');
+    // eslint-disable-next-line no-control-regex
+    expect(out[1]).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+    expect(JSON.parse(out[1])).toEqual({ key: 'k\x1b[2J\u009b\u007f' }); // still the same data for scripts
+  });
+
+  it('table cells escape newlines too (a value cannot fake a row)', () => {
+    expect(table([{ a: 'x\ny\x1b' }]).split('\n')).toEqual(['a', 'x\\ny\\x1b']);
   });
 });

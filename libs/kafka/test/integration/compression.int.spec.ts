@@ -7,10 +7,14 @@ import {
   javaKafkaClient,
   produceWithJavaClient,
   produceWithKcat,
+  consumeWithKcat,
+  consumeWithJavaClient,
 } from '@keyflow/testing';
 import { ComponentHealth, createLogger } from '@keyflow/observability';
 import { CompressionCodecs, CompressionTypes } from 'kafkajs';
 import {
+  BatchingProducer,
+  COMPRESSION_SETTING,
   KAFKA_CODEC_IDS,
   OrderedConsumer,
   guardedCodec,
@@ -182,4 +186,65 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
       codecs[CompressionTypes.LZ4] = real;
     }
   });
+});
+
+describe('records keyflow writes with KEYFLOW_COMPRESSION=zstd', () => {
+  const ns = new TestNamespace('write-zstd');
+  const codecs = CompressionCodecs as Record<number, () => KafkaCodec>;
+  const registered = codecs[CompressionTypes.ZSTD];
+  let zstdBatches = 0;
+  beforeAll(() => {
+    // Counts the record batches kafkajs compresses with zstd, through keyflow's registered codec.
+    codecs[CompressionTypes.ZSTD] = () => {
+      const c = registered();
+      return { ...c, compress: (encoder) => (zstdBatches++, c.compress(encoder)) };
+    };
+  });
+  afterAll(async () => {
+    codecs[CompressionTypes.ZSTD] = registered;
+    delete process.env[COMPRESSION_SETTING];
+    await ns.cleanup();
+  });
+
+  it(
+    'are zstd batches that librdkafka (kcat) and the Java client read back',
+    async () => {
+      const noKcat = await kcatMissing();
+      if (noKcat) return console.warn(`skipped: ${noKcat}`);
+      const [topic] = await ns.createTopics({ name: 'w-zstd', numPartitions: 2 });
+      const records = Array.from({ length: 30 }, (_, i) => ({
+        key: `k${i % 5}`,
+        value: `zstd-${i}-${'keyflow '.repeat(40)}`,
+      }));
+      process.env[COMPRESSION_SETTING] = 'zstd';
+      const producer = ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      try {
+        await new BatchingProducer(producer).sendAll(
+          topic,
+          records.map((r) => ({ key: r.key, value: r.value })),
+        );
+      } finally {
+        await producer.disconnect();
+      }
+      expect(zstdBatches).toBeGreaterThan(0);
+
+      const byKeyValue = (a: { key: string; value: string }, b: { key: string; value: string }) =>
+        `${a.key} ${a.value}`.localeCompare(`${b.key} ${b.value}`);
+      const sorted = [...records].sort(byKeyValue);
+      const kcat = await consumeWithKcat({ brokers: ns.infra.kafkaBrokers, topic, count: records.length });
+      expect(kcat.sort(byKeyValue)).toEqual(sorted);
+
+      const java = javaKafkaClient();
+      if ('missing' in java) return console.warn(`Java client part skipped: ${java.missing}`);
+      const read = await consumeWithJavaClient({
+        classpath: java.classpath,
+        brokers: ns.infra.kafkaBrokers,
+        topic,
+        count: records.length,
+      });
+      expect(read.sort(byKeyValue)).toEqual(sorted);
+    },
+    JVM_START_BUDGET_MS * 3,
+  );
 });

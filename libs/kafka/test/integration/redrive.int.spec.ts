@@ -4,10 +4,13 @@ import { Collector, TestNamespace } from '@keyflow/testing';
 import { EventCodec } from '@keyflow/contracts';
 import { randomBytes } from 'node:crypto';
 import {
+  alignDlqLimits,
   createIdempotentProducer,
+  dlqRetention,
   dlqMessage,
   sendToDlq,
   dlqTopicFor,
+  listDlqTopics,
   readDlqLedger,
   redrive,
   summarizeDlqs,
@@ -206,6 +209,132 @@ describe('redrive of a record at the size limit of its topic', () => {
       expect(again.value!.equals(first.value!)).toBe(true);
     } finally {
       await producer.disconnect();
+    }
+  });
+});
+
+describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ's own source topic", () => {
+  const ns = new TestNamespace('redrive-own');
+  const prefix = `${ns.prefix}.`;
+  const codec = new EventCodec({ registryUrl: process.env.SCHEMA_REGISTRY_URL!, topicPrefix: prefix });
+  let producer: Producer;
+  afterAll(async () => {
+    await producer?.disconnect();
+    await ns.cleanup();
+  });
+
+  it('lists only the catalog DLQs under the prefix, and refuses a record naming another topic, with the reason', async () => {
+    const [charge, chargeDlq, , , elsewhere] = await ns.createTopics(
+      { name: 'task.charge', numPartitions: 1 },
+      { name: 'task.charge.dlq', numPartitions: 1 },
+      { name: 'orders.dlq', numPartitions: 1 }, // another application's DLQ in the same cluster
+      { name: 'wf.events.dlq', numPartitions: 1 },
+      { name: 'elsewhere', numPartitions: 1 },
+    );
+    expect(await listDlqTopics(ns.kafka, prefix)).toEqual([chargeDlq]);
+    expect(await listDlqTopics(ns.kafka, prefix, new Set(['wf.requests.dlq']))).toEqual([]);
+
+    producer = createIdempotentProducer(ns.kafka);
+    await producer.connect();
+    const dl = {
+      errorClass: 'TaskInputError',
+      errorMessage: 'bad',
+      attempts: 1,
+      firstFailureAt: 1,
+      lastFailureAt: 2,
+      consumerGroup: 'g',
+    };
+    const at = (topic: string, key: string) =>
+      dlqMessage(
+        { topic, partition: 0, offset: '0', key: Buffer.from(key), value: Buffer.from(key), headers: {} },
+        dl,
+      );
+    await producer.send({
+      topic: chargeDlq,
+      acks: -1,
+      messages: [at(charge, 'own'), at(elsewhere, 'foreign')],
+    });
+
+    const report = await redrive(ns.kafka, {
+      dlqTopic: chargeDlq,
+      producer,
+      logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec, handledBy: 'redrive-test' },
+    });
+    expect(report).toMatchObject({ scanned: 2, moved: 1, refused: 1, byTopic: { [charge]: 1 } });
+    expect(report.refusals).toEqual([
+      expect.objectContaining({
+        key: 'foreign',
+        code: 'NOT_OWN_SOURCE',
+        reason: expect.stringContaining(`names ${elsewhere}, not ${charge}`),
+      }),
+    ]);
+    expect(report.redriven).toEqual([expect.objectContaining({ key: 'own', topic: charge })]);
+    const admin = ns.kafka.admin();
+    await admin.connect();
+    const [end] = await admin.fetchTopicOffsets(elsewhere);
+    await admin.disconnect();
+    expect(end.high).toBe('0');
+
+    // A caller's own check (the run's status): what it refuses stays pending, named with its reason.
+    const checked = await redrive(ns.kafka, {
+      dlqTopic: chargeDlq,
+      producer,
+      includeHandled: true,
+      dryRun: true,
+      logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec, handledBy: 'redrive-test' },
+      admit: async (m) =>
+        m.key?.toString() === 'own' ? { code: 'RUN_ENDED', reason: 'run own is compensated' } : undefined,
+    });
+    expect(checked).toMatchObject({ moved: 0, refused: 2 });
+    expect(checked.refusals.map((r) => r.code).sort()).toEqual(['NOT_OWN_SOURCE', 'RUN_ENDED']);
+  });
+});
+
+describe('DLQ topics keep no record past the fences of its command', () => {
+  const ns = new TestNamespace('dlq-retention');
+  afterAll(() => ns.cleanup());
+
+  it('an existing DLQ (Kafka defaults) gets the retention.ms and segment.ms the completion TTL allows at start; its other settings stay', async () => {
+    const [source, dlq] = await ns.createTopics(
+      { name: 'task.pay', numPartitions: 1 },
+      {
+        name: 'task.pay.dlq',
+        numPartitions: 1,
+        configEntries: [{ name: 'cleanup.policy', value: 'delete' }],
+      },
+    );
+    const admin = ns.kafka.admin();
+    await admin.connect();
+    try {
+      const logger = createLogger('align', { level: 'silent' });
+      const changed = await alignDlqLimits(admin, [{ source, dlq }], logger, 60_000);
+      const want = dlqRetention(60_000);
+      expect(changed).toEqual([
+        expect.objectContaining({
+          dlq,
+          settings: expect.objectContaining({
+            'retention.ms': String(want.retentionMs),
+            'segment.ms': String(want.segmentMs),
+          }),
+        }),
+      ]);
+      const { resources } = await admin.describeConfigs({
+        includeSynonyms: false,
+        resources: [{ type: 2, name: dlq }],
+      });
+      const value = (name: string) =>
+        resources[0].configEntries.find((e) => e.configName === name)?.configValue;
+      expect([value('retention.ms'), value('segment.ms'), value('cleanup.policy')]).toEqual([
+        String(want.retentionMs),
+        String(want.segmentMs),
+        'delete',
+      ]);
+      // Aligned already: nothing more to change.
+      expect(await alignDlqLimits(admin, [{ source, dlq }], logger, 60_000)).toEqual([]);
+    } finally {
+      await admin.disconnect();
     }
   });
 });

@@ -25,6 +25,8 @@ export class HealthController {
    * `error` naming topic:partition and offsets; a restart would meet the same batch); or
    * 503 with `status: 'unhealthy'` and `failed` naming each part that stopped for good (component, error, code, at
    * in ms since epoch): the engine's consumer or producer, the read model, the API's producer.
+   * `degraded` also names owned runs that hold parked inputs for a workflow version this instance does not have (code
+   * INPUTS_PARKED, `error` naming how many and which `workflow@version`: docs/guarantees/deploys-and-client-retries.md).
    */
   @Get('health')
   @Public()

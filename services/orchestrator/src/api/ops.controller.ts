@@ -64,6 +64,11 @@ const ActSchema = z
     limit: z.number().int().min(1).optional(),
     dryRun: z.boolean().default(false),
     reason: z.string().min(1).max(1000).optional(),
+    /**
+     * Also redrive task commands nothing awaits (their run ended or was compensated, their step moved on, or the
+     * orchestrator does not know the run): their handlers run again. Without it they are refused, with the reason.
+     */
+    allowRerun: z.boolean().default(false),
   })
   .strict()
   .refine((b) => b.offset === undefined || b.partition !== undefined, {
@@ -133,7 +138,9 @@ export class OpsController {
     summary:
       'Redrive (or, with action "discard", mark handled) the pending records of a DLQ matching the filter: ' +
       'one record with partition and offset, a set by key, error class and failure time, or all with "all": true; ' +
-      'at most `limit`. dryRun counts only. JSON bodies only (415 otherwise); unknown fields are refused (400).',
+      'at most `limit`. dryRun counts only. A task command nothing awaits (its run ended or was compensated, its ' +
+      'step moved on) is refused and listed in `refusals` with the reason, unless `allowRerun: true`. ' +
+      'JSON bodies only (415 otherwise); unknown fields are refused (400).',
   })
   @ApiResponse({ status: 404, description: 'No such DLQ topic.' })
   @ApiResponse({ status: 415, description: 'Not a JSON body.' })
@@ -157,6 +164,7 @@ export class OpsController {
         dryRun: b.dryRun,
         limit: b.limit,
         reason: b.reason,
+        allowRerun: b.allowRerun,
       }),
     );
   }

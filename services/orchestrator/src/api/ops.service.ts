@@ -7,6 +7,7 @@ import {
   readDlqLedger,
   readDlqRecords,
   redrive,
+  rerunAdmission,
   taskTypeOfTopic,
   type DlqAction,
   type DlqRecord,
@@ -80,6 +81,11 @@ export class OpsService {
     private readonly logger: Logger,
     /** Masks the PII fields of the records listed (the contracts' `pii()` fields). */
     private readonly pii: PiiMasking,
+    /**
+     * The DLQs of this deployment's catalog (logical names: Engine.topics); the ops API acts on no other. Default: every
+     * DLQ keyflow declares under the prefix (libs/kafka isCatalogDlq).
+     */
+    private readonly declaredDlqs?: ReadonlySet<string>,
   ) {}
 
   /**
@@ -127,11 +133,11 @@ export class OpsService {
     };
   }
 
-  /** @throws RefusedRequest 404 DLQ_NOT_FOUND when `logicalDlq` is not an existing DLQ topic */
+  /** @throws RefusedRequest 404 DLQ_NOT_FOUND when `logicalDlq` is not an existing DLQ topic of this deployment */
   private async dlqTopic(logicalDlq: string): Promise<string> {
     const physical = this.codec.physical(logicalDlq);
-    if (!(await listDlqTopics(this.kafka, this.codec.physical(''))).includes(physical))
-      throw new RefusedRequest(404, DLQ_NOT_FOUND, `no DLQ topic ${logicalDlq}`);
+    if (!(await listDlqTopics(this.kafka, this.codec.physical(''), this.declaredDlqs)).includes(physical))
+      throw new RefusedRequest(404, DLQ_NOT_FOUND, `no DLQ topic ${logicalDlq} of this deployment`);
     return physical;
   }
 
@@ -162,14 +168,28 @@ export class OpsService {
   /**
    * Redrives (or discards) at most `limit` pending records of a DLQ that match `filter` (libs/kafka redrive),
    * recorded in the DLQ ledger as done by the console. After an action the overview's figures are measured again.
+   * A task command is redriven only while the engine awaits it (libs/workflow rerunVerdict on the read model's view
+   * of its run, the check `keyflow dlq redrive` and `keyflow replay` apply): one of a run that ended or was
+   * compensated, whose step moved on, or that the orchestrator does not know, is left pending and listed in the
+   * report's `refusals` (naming the run, its status and why), unless `allowRerun` says to run it again.
    * @throws RefusedRequest 404 DLQ_NOT_FOUND when the DLQ topic does not exist; what redrive throws
    */
   async act(
     logicalDlq: string,
-    o: { action: DlqAction; filter: RedriveFilter; dryRun: boolean; limit?: number; reason?: string },
+    o: {
+      action: DlqAction;
+      filter: RedriveFilter;
+      dryRun: boolean;
+      limit?: number;
+      reason?: string;
+      allowRerun?: boolean;
+    },
   ): Promise<RedriveReport> {
     const topic = await this.dlqTopic(logicalDlq);
     const report = await redrive(this.kafka, {
+      admit: o.allowRerun
+        ? undefined
+        : rerunAdmission(this.codec, async (cmd) => ({ run: this.readModel.get(cmd.runId) ?? null })),
       dlqTopic: topic,
       filter: o.filter,
       ratePerSec: API_REDRIVE_RATE,

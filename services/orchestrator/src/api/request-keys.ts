@@ -12,10 +12,15 @@ export function fingerprint(request: unknown): string {
     .digest('hex')}`;
 }
 
-/** What a key is bound to: the fingerprint of its first request and the run that request started. */
+/**
+ * What a key is bound to: the fingerprint of its first request and the run that request started (or was about).
+ * `answer` is the first request's HTTP answer once it has one (run requests: signal, cancel, terminate, retry),
+ * given again to a repeat of the request.
+ */
 export interface Binding {
   fingerprint: string;
   runId: string;
+  answer?: { status: number; body: unknown };
 }
 
 /**
@@ -46,6 +51,15 @@ export class RequestKeys {
       `${ttlMs}`,
     )) as string | null;
     return old === null ? undefined : (JSON.parse(old) as Binding);
+  }
+
+  /**
+   * Replaces the binding of a key this instance bound (adding the first request's answer), keeping its TTL; a key
+   * that expired meanwhile stays free. One `SET key value XX KEEPTTL` (Redis >= 6.0).
+   * @throws the Redis client's error when Redis does not answer.
+   */
+  async settle(space: string, key: string, binding: Binding): Promise<void> {
+    await this.redis.call('SET', this.redisKey(space, key), JSON.stringify(binding), 'XX', 'KEEPTTL');
   }
 
   /** Frees a key this instance bound when what it guarded did not happen (the StartRun was not written). */

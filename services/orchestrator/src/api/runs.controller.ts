@@ -28,10 +28,17 @@ import type { Request } from 'express';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
 import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
+import { RUN_CURSOR } from '../engine/run-index';
 import { answer, parse } from './validation';
 import { Public, ApiAuthGuard, SignedRequest } from './auth';
 import { guarded, KEY_SPACES, RefusedRequest, RunsService } from './runs.service';
 import type { RequestKeys } from './request-keys';
+import { answerOnce } from './request-once';
+
+const IDEMPOTENT_RUN_REQUEST =
+  'Idempotent: the same request with the same Idempotency-Key (kept at least as long as runs are, ' +
+  'ORCHESTRATOR_RUN_RETENTION_MS) gets the first answer again and is applied once; the answer names the ' +
+  "request's id (`requestId`).";
 
 /** Injection token of the webhook settings (WebhookSettings). */
 export const WEBHOOKS = Symbol('WEBHOOKS');
@@ -88,13 +95,16 @@ const CancelSchema = z.object({ reason: z.string().min(1).max(1000).default('can
 const TerminateSchema = z.object({ reason: z.string().min(1).max(1000).default('terminated by API') });
 const SignalSchema = z.object({ signal: z.string().min(1).max(200), payload: z.unknown().optional() });
 const RetrySchema = z.object({ fromStepId: z.string().min(1).optional() });
+/** Most runs one GET /runs page returns (`limit`). */
+export const RUN_LIST_LIMIT_MAX = 500;
 const ListSchema = z.object({
   workflow: z.string().optional(),
   status: z.enum(RUN_STATUSES).optional(),
   from: z.coerce.number().int().optional(),
   to: z.coerce.number().int().optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
-  cursor: z.string().optional(),
+  limit: z.coerce.number().int().min(1).max(RUN_LIST_LIMIT_MAX).default(50),
+  /** The `next` of the previous page. */
+  cursor: z.string().regex(RUN_CURSOR, 'a cursor: the `next` of a previous page').optional(),
 });
 
 @ApiTags('runs')
@@ -247,7 +257,10 @@ export class RunsController {
 
   @Get('runs')
   @ApiOperation({
-    summary: 'Runs by workflow, status and start time (ms), newest first, paginated with `cursor`.',
+    summary:
+      'Runs by workflow, status and start time (ms), newest first, paginated: `limit` (at most 500) per page, then ' +
+      "`cursor` = the previous page's `next`. With a filter a page may come short (even empty) with a `next`: each " +
+      'request looks at a bounded number of runs.',
   })
   @ApiQuery({ name: 'workflow', required: false })
   @ApiQuery({ name: 'status', required: false })
@@ -276,10 +289,14 @@ export class RunsController {
   @ApiOperation({
     summary:
       'Cancel a run: its completed steps are compensated, then it ends cancelled. 409 RUN_ENDED for a run that has ended.',
+    description: IDEMPOTENT_RUN_REQUEST,
   })
-  cancel(@Param('id') id: string, @Body() body: unknown) {
+  @ApiHeader({ name: 'Idempotency-Key', required: false })
+  cancel(@Param('id') id: string, @Body() body: unknown, @Headers('idempotency-key') key?: string) {
     const b = parse(CancelSchema, body);
-    return answer(() => this.runs.cancel(id, b.reason).then(() => ({ runId: id })));
+    return answerOnce(this.runs, { kind: 'cancel', runId: id, key, body: b }, (requestId) =>
+      this.runs.cancel(id, b.reason, false, requestId).then(() => ({ runId: id })),
+    );
   }
 
   @Post('runs/:id/terminate')
@@ -287,24 +304,38 @@ export class RunsController {
   @ApiOperation({
     summary:
       'Terminate a run: it stops at once, nothing is compensated (RunCancelled with terminated: true). 409 RUN_ENDED for a run that has ended.',
+    description: IDEMPOTENT_RUN_REQUEST,
   })
-  terminate(@Param('id') id: string, @Body() body: unknown) {
+  @ApiHeader({ name: 'Idempotency-Key', required: false })
+  terminate(@Param('id') id: string, @Body() body: unknown, @Headers('idempotency-key') key?: string) {
     const b = parse(TerminateSchema, body);
-    return answer(() => this.runs.cancel(id, b.reason, true).then(() => ({ runId: id })));
+    return answerOnce(this.runs, { kind: 'terminate', runId: id, key, body: b }, (requestId) =>
+      this.runs.cancel(id, b.reason, true, requestId).then(() => ({ runId: id })),
+    );
   }
 
   @Post('runs/:id/signal')
   @HttpCode(202)
-  signal(@Param('id') id: string, @Body() body: unknown) {
+  @ApiOperation({ summary: 'Send a signal to a run.', description: IDEMPOTENT_RUN_REQUEST })
+  @ApiHeader({ name: 'Idempotency-Key', required: false })
+  signal(@Param('id') id: string, @Body() body: unknown, @Headers('idempotency-key') key?: string) {
     const b = parse(SignalSchema, body);
-    return answer(() => this.runs.signal(id, b.signal, b.payload).then(() => ({ runId: id })));
+    return answerOnce(this.runs, { kind: 'signal', runId: id, key, body: b }, (requestId) =>
+      this.runs.signal(id, b.signal, b.payload, requestId).then(() => ({ runId: id })),
+    );
   }
 
   @Post('runs/:id/retry')
   @HttpCode(202)
-  @ApiOperation({ summary: 'Retry a failed run from its failed step (or fromStepId).' })
-  retry(@Param('id') id: string, @Body() body: unknown) {
+  @ApiOperation({
+    summary: 'Retry a failed run from its failed step (or fromStepId).',
+    description: IDEMPOTENT_RUN_REQUEST,
+  })
+  @ApiHeader({ name: 'Idempotency-Key', required: false })
+  retry(@Param('id') id: string, @Body() body: unknown, @Headers('idempotency-key') key?: string) {
     const b = parse(RetrySchema, body);
-    return answer(() => this.runs.retry(id, b.fromStepId).then(() => ({ runId: id })));
+    return answerOnce(this.runs, { kind: 'retry', runId: id, key, body: b }, (requestId) =>
+      this.runs.retry(id, b.fromStepId, requestId).then(() => ({ runId: id })),
+    );
   }
 }

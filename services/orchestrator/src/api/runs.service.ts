@@ -45,7 +45,12 @@ export class RefusedRequest extends RequestError {
 export const IDEMPOTENCY_KEY_REUSED = 'IDEMPOTENCY_KEY_REUSED';
 export const STORE_UNAVAILABLE = 'STORE_UNAVAILABLE';
 /** Redis key spaces of RequestKeys. */
-export const KEY_SPACES = { idempotency: 'idempotency', webhookDelivery: 'webhook-delivery' } as const;
+export const KEY_SPACES = {
+  idempotency: 'idempotency',
+  webhookDelivery: 'webhook-delivery',
+  /** Idempotency-Keys of run requests (signal, cancel, terminate, retry): see api/request-once.ts. */
+  runRequest: 'run-request',
+} as const;
 
 /** Runs a RequestKeys call; Redis failing is a 503 (retryable), never a run started unguarded. */
 export async function guarded<T>(f: () => Promise<T>): Promise<T> {
@@ -72,8 +77,10 @@ export class RunsService {
     private readonly producer: BatchingProducer,
     readonly registry: WorkflowRegistry,
     readonly readModel: RunReadModel,
-    private readonly keys: RequestKeys,
-    private readonly settings: { idempotencyKeyTtlMs: number; signalBufferLimit: number },
+    /** The API's Idempotency-Keys (Redis), shared by every instance. */
+    readonly keys: RequestKeys,
+    /** `idempotencyKeyTtlMs`: how long a key stays bound, ms (config.ts requestKeyTtlMs: at least the run retention). */
+    readonly settings: { idempotencyKeyTtlMs: number; signalBufferLimit: number },
   ) {
     this.pii = new PiiMasking(registry);
   }
@@ -85,7 +92,7 @@ export class RunsService {
    * Starts a run. The run id is the caller's, or derived from the Idempotency-Key (the same key for the same
    * workflow always names the same run, so a repeated start is a duplicate the engine ignores), or random.
    * An Idempotency-Key (trigger `api`) is bound in Redis, before the StartRun is written, to the fingerprint of
-   * the request (workflow, version, input, businessKey, runId) and its run for IDEMPOTENCY_KEY_TTL_MS: the same
+   * the request (workflow, version, input, businessKey, runId) and its run for requestKeyTtlMs (config.ts): the same
    * request again gets the same run; another request with the key is refused.
    * @throws RequestError for an unknown workflow or version; RefusedRequest 422 IDEMPOTENCY_KEY_REUSED (naming
    *   both fingerprints and the first run) for a key bound to another request, 503 STORE_UNAVAILABLE when Redis
@@ -185,8 +192,10 @@ export class RunsService {
    *   compensated or cancelled: the engine would ignore the request (reducer reason RUN_ENDED). A `failed` run is not
    *   refused: a retry just sent may be running it again before the read model shows it. A run that ends after this
    *   check is ignored the same way.
+   * @param requestId the CancelRun's event id (api/request-once.ts: derived from an Idempotency-Key): the engine
+   *   applies one id once per run (DUPLICATE_REQUEST). Default random.
    */
-  async cancel(runId: string, reason: string, terminate = false) {
+  async cancel(runId: string, reason: string, terminate = false, requestId?: string) {
     const s = this.mustExist(runId);
     if (TERMINAL.has(s.status) && s.status !== 'failed')
       throw new RefusedRequest(
@@ -195,15 +204,16 @@ export class RunsService {
         `run ${runId} has ended (${s.status}); nothing to ${terminate ? 'terminate' : 'cancel'}`,
         { status: s.status },
       );
-    await this.send(runId, 'CancelRun', { runId, reason, terminate });
+    await this.send(runId, 'CancelRun', { runId, reason, terminate }, requestId);
   }
 
   /**
    * Sends a signal. A run holds at most ORCHESTRATOR_SIGNAL_BUFFER_LIMIT distinct signals it does not wait for yet.
    * @throws RefusedRequest 429 SIGNAL_BUFFER_FULL (naming the limit) when this one would go past it (the engine
    *   refuses it too, by the same limit, if it gets there by another path or before the read model caught up).
+   * @param requestId the SignalRun's event id, as for {@link cancel}.
    */
-  async signal(runId: string, signal: string, payload: unknown) {
+  async signal(runId: string, signal: string, payload: unknown, requestId?: string) {
     const s = this.mustExist(runId);
     const step = this.registry.get(s.workflow, s.version)?.stepIndex.get(s.plan[s.position] ?? '');
     const awaited = s.status === 'waiting' && step?.kind === 'wait' && step.signal === signal;
@@ -216,16 +226,26 @@ export class RunsService {
         `run ${runId} already buffers ${held} signals it does not wait for (limit ${limit}, ORCHESTRATOR_SIGNAL_BUFFER_LIMIT); ${signal} was not sent`,
         { limit },
       );
-    await this.send(runId, 'SignalRun', { runId, signal, payload: JSON.stringify(payload ?? null) });
+    await this.send(
+      runId,
+      'SignalRun',
+      { runId, signal, payload: JSON.stringify(payload ?? null) },
+      requestId,
+    );
   }
 
-  async retry(runId: string, fromStepId?: string) {
+  /**
+   * Retries a failed run from its failed step (or `fromStepId`); the run's timeout is armed again.
+   * @param requestId the RetryRun's event id, as for {@link cancel}.
+   * @throws RequestError 404 for an unknown run, 400 for a run that is not `failed`.
+   */
+  async retry(runId: string, fromStepId?: string, requestId?: string) {
     const s = this.mustExist(runId);
     if (s.status !== 'failed')
       throw new RequestError(`run ${runId} is ${s.status}; only a failed run can be retried`, [
         { path: 'status', message: s.status },
       ]);
-    await this.send(runId, 'RetryRun', { runId, fromStepId: fromStepId ?? null });
+    await this.send(runId, 'RetryRun', { runId, fromStepId: fromStepId ?? null }, requestId);
   }
 
   private mustExist(runId: string) {
@@ -238,12 +258,14 @@ export class RunsService {
     runId: string,
     event: 'StartRun' | 'CancelRun' | 'SignalRun' | 'RetryRun',
     fields: Record<string, unknown>,
+    /** The record's event id (a run request's id: the engine applies one id once per run); default random. */
+    eventId?: string,
   ) {
     // The request's span (api/tracing.ts) is the active one: the run's trace starts from it. Injected once, for the
     // metadata and the headers alike.
     const traceContext = traceContextOf();
     const value = this.codec.encode('wf.requests', event, {
-      metadata: newMetadata(event, { key: runId, correlationId: runId, ...traceContext }),
+      metadata: newMetadata(event, { key: runId, correlationId: runId, eventId, ...traceContext }),
       ...fields,
     } as never);
     await this.producer.send(this.codec.physical('wf.requests'), {

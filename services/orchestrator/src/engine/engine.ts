@@ -9,6 +9,7 @@ import {
   type EachBatchPayload,
   type Kafka,
   type Producer,
+  writeCompression,
 } from '@keyflow/kafka';
 import {
   BlobError,
@@ -60,6 +61,11 @@ import {
   retryPolicy,
   segmentKey,
   SIGNAL_BUFFER_FULL,
+  isParkedStart,
+  UNPARK_TIMER,
+  type ParkedInput,
+  type WorkflowDefinition,
+  type WorkflowInput,
   type IgnoreReason,
   stepStateOf,
   TERMINAL,
@@ -158,6 +164,8 @@ export class Engine {
   private crashed?: Error;
   private readonly quarantine: PartitionQuarantine;
   private crashListeners: Array<(e: Error) => void> = [];
+  /** When the timer tick last named the parked runs in /health (reportParked), ms since epoch. */
+  private parkedReportedAt = 0;
 
   constructor(
     private readonly cfg: OrchestratorConfig,
@@ -176,6 +184,7 @@ export class Engine {
     metrics.setRunsSource(function* (this: void) {
       for (const o of owned.values()) yield* o.runs.values();
     });
+    metrics.setParkedSource(() => this.parkedRuns().values());
     this.quarantine = new PartitionQuarantine({
       component: COMPONENTS.engineConsumer,
       logger,
@@ -554,6 +563,70 @@ export class Engine {
   }
 
   /**
+   * The definition a run's parked inputs wait for, if this instance has it: the run's workflow version, or for a
+   * parked StartRun's run the version its StartRun asks for (0: the latest).
+   */
+  private parkedDefinition(s: RunState): WorkflowDefinition | undefined {
+    return this.registry.get(s.workflow, isParkedStart(s) ? s.version || null : s.version);
+  }
+
+  /** A parked input's record as the batch loop reads it (on its own topic: wf.requests or task.results). */
+  private parkedRecord(p: ParkedInput, runId: string): { m: InputRecord; topic: string } {
+    return {
+      topic: this.codec.physical(p.record.topic),
+      m: {
+        key: Buffer.from(runId),
+        value: Buffer.from(p.record.value, 'base64'),
+        offset: p.record.offset,
+        headers: p.record.headers,
+      },
+    };
+  }
+
+  /**
+   * The owned runs with parked inputs, by the definition they wait for (`<workflow>@<version>`, `latest` for a
+   * StartRun without a version): runs and inputs. O(owned runs): called by a scrape and once a second by the tick.
+   */
+  parkedRuns(): Map<string, { workflow: string; version: string; runs: number; inputs: number }> {
+    const out = new Map<string, { workflow: string; version: string; runs: number; inputs: number }>();
+    for (const o of this.owned.values())
+      for (const s of o.runs.values()) {
+        if (!s.parked?.length) continue;
+        const name = definitionName(s);
+        const entry = out.get(name) ?? {
+          workflow: s.workflow,
+          version: name.slice(s.workflow.length + 1),
+          runs: 0,
+          inputs: 0,
+        };
+        entry.runs++;
+        entry.inputs += s.parked.length;
+        out.set(name, entry);
+      }
+    return out;
+  }
+
+  /**
+   * Names the owned runs with parked inputs in /health (degraded, code INPUTS_PARKED: how many runs, and the
+   * workflow versions they wait for), or clears the condition when there are none.
+   */
+  private reportParked(): void {
+    const parked = [...this.parkedRuns()];
+    if (parked.length === 0) {
+      this.health.recover(INPUTS_PARKED);
+      return;
+    }
+    const runs = parked.reduce((n, [, p]) => n + p.runs, 0);
+    const inputs = parked.reduce((n, [, p]) => n + p.inputs, 0);
+    this.health.degrade(INPUTS_PARKED, {
+      code: INPUTS_PARKED,
+      error: `${runs} runs hold ${inputs} parked inputs for workflow versions this instance does not have: ${parked
+        .map(([name, p]) => `${name} (${p.runs} runs, ${p.inputs} inputs)`)
+        .join(', ')}; an instance that has them applies them when it owns the runs`,
+    });
+  }
+
+  /**
    * Applies a batch and commits it in one transaction. Snapshots: `per-batch` encodes each changed run's snapshot
    * once, after the batch's last input of it (a run's snapshot costs its size once per batch, not once per input);
    * `per-input` encodes one after every input, so that an input whose state cannot be encoded is dead-lettered alone.
@@ -575,7 +648,7 @@ export class Engine {
     }
     // Without a stand-in, past the whole batch (trailing transaction markers included); with one, up to it.
     const lastOffset = bad ? messages[messages.length - 1].offset : batch.lastOffset();
-    const logical = batch.topic === this.codec.physical('task.results') ? 'task.results' : 'wf.requests';
+    const resultsTopic = this.codec.physical('task.results');
     const pending = new PendingRuns((id) => o.runs.get(id), {
       signalBufferLimit: this.cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
     });
@@ -584,7 +657,8 @@ export class Engine {
     /** The trace context each run's outputs carry (its last applied input's span), kept for its timers. */
     const traces = new Map<string, TraceContext>();
     const records: OutputRecord[] = [];
-    const dlq: Array<{ m: (typeof batch.messages)[number]; err: Error }> = [];
+    /** Inputs to dead-letter, each to the DLQ of `topic` (physical: the batch's, or a parked input's own). */
+    const dlq: Array<{ m: InputRecord; err: Error; topic: string }> = [];
     let transitions = 0;
     const started: string[] = [];
     const finished: Array<{ workflow: string; status: string; ms: number }> = [];
@@ -595,17 +669,39 @@ export class Engine {
       outcome: 'completed' | 'failed';
       retry: boolean;
     }> = [];
-    for (const m of messages) {
+    /**
+     * The batch's records, in order; before a run's input, that run's parked inputs once this instance has their
+     * definition (taken out of the run's state and applied here first, in the order they came).
+     */
+    const work: Array<{ m: InputRecord; topic: string }> = messages.map((m) => ({ m, topic: batch.topic }));
+    /** Per input only: the snapshot of a run parked or unparked (applied inputs carry theirs: encodeOutputs). */
+    const snapshotNow = async (runId: string) => {
+      const state = pending.get(runId);
+      if (state)
+        records.push(
+          ...(await encodeSnapshotRecords(
+            this.codec,
+            state,
+            o.runs.get(runId),
+            causes.get(runId)!,
+            this.claim,
+            o.partition,
+          )),
+        );
+    };
+    for (let i = 0; i < work.length; i++) {
+      const { m, topic } = work[i];
+      const logical = topic === resultsTopic ? 'task.results' : 'wf.requests';
       let decoded;
       try {
         decoded = await this.codec.decode(logical, m.value, {
-          topic: batch.topic,
+          topic,
           partition: batch.partition,
           offset: m.offset,
         });
       } catch (err) {
         if (err instanceof ContractError && !err.retryable) {
-          dlq.push({ m, err });
+          dlq.push({ m, err, topic });
           continue;
         }
         throw err;
@@ -641,23 +737,89 @@ export class Engine {
               (name, v) => this.registry.get(name, v),
             )
           : toWorkflowInput(decoded, (name, v) => this.registry.get(name, v));
+      const runId = (decoded.value as { runId: string }).runId; // every input of the engine names its run
+      const now = Date.now();
+      const state = pending.get(runId);
+      // The run's parked inputs go first, in order, before this one (which is read again after them).
+      if (state?.parked?.length && this.parkedDefinition(state)) {
+        work.splice(i, 0, ...pending.unpark(runId).map((p) => this.parkedRecord(p, runId)));
+        causes.set(runId, { eventId: decoded.value.metadata.eventId, at: now });
+        // Per input, each change is snapshotted: this one too (a later input may be ignored, or the last one).
+        if (snapshots === 'per-input') await snapshotNow(runId);
+        i--;
+        continue;
+      }
+      /** Keeps this input on its run, in order, for an instance that has the run's definition (parked.ts). */
+      const park = async (
+        kind: ParkedInput['kind'],
+        detail: string,
+        start?: { workflow: string; version: number | null; businessKey: string },
+      ) => {
+        const held = state?.parked?.length ?? 0;
+        const wanted = start ?? state!;
+        if (held >= this.cfg.ORCHESTRATOR_PARKED_INPUTS_LIMIT) {
+          dlq.push({ m, err: new ParkedInputsFullError(runId, held, definitionName(wanted)), topic });
+          return;
+        }
+        const eventId = decoded.value.metadata.eventId;
+        pending.park(
+          runId,
+          {
+            kind,
+            eventId,
+            parkedAt: now,
+            detail,
+            record: {
+              topic: logical,
+              partition: batch.partition,
+              offset: m.offset,
+              value: m.value!.toString('base64'),
+              headers: textHeaders(m.headers),
+            },
+          },
+          now,
+          start,
+        );
+        causes.set(runId, { eventId, at: now });
+        if (snapshots === 'per-input') await snapshotNow(runId);
+        this.logger.warn(
+          { runId, kind, workflow: definitionName(wanted), offset: m.offset, topic: logical },
+          'input parked: its workflow version is not registered on this instance',
+        );
+      };
       if ('invalid' in decodedInput) {
-        dlq.push({ m, err: new InvalidRequestError(decodedInput.invalid) });
+        // A StartRun of a workflow or version this instance does not have: kept as a parked run.
+        const unknown = decodedInput.unknownDefinition;
+        if (unknown && (state === undefined || isParkedStart(state)))
+          await park('start', definitionName(unknown), unknown);
+        else dlq.push({ m, err: new InvalidRequestError(decodedInput.invalid), topic });
         continue;
       }
       // The engine's own clock, never the producer's occurredAt: a step's deadline starts when it is dispatched,
       // so a producer's clock skew or the engine's own lag cannot make a fresh command's timeout already due.
-      const input = { ...decodedInput, at: Date.now() };
-      const state = pending.get(input.runId);
-      const def = state
-        ? this.registry.get(state.workflow, state.version)
-        : input.kind === 'start'
-          ? this.registry.get(input.workflow, input.version)
-          : undefined;
+      const input = { ...decodedInput, at: now };
+      // The unpark timer did its work above, or cannot yet (no definition here): nothing else to do.
+      if (input.kind === 'timer-fired' && input.timerId === UNPARK_TIMER) continue;
+      const def =
+        state && !isParkedStart(state)
+          ? this.registry.get(state.workflow, state.version)
+          : input.kind === 'start' && !state
+            ? this.registry.get(input.workflow, input.version)
+            : undefined;
+      if (!def && isParkedStart(state) && input.kind === 'cancel') {
+        // A run that never started, of a workflow this instance does not have: cancelled as it is (parked.ts).
+        pending.cancelParked(runId, input.reason, now);
+        causes.set(runId, { eventId: input.eventId, at: now });
+        if (snapshots === 'per-input') await snapshotNow(runId);
+        this.logger.info(
+          { runId, reason: input.reason },
+          'a parked StartRun cancelled: the run never starts',
+        );
+        continue;
+      }
       if (!def) {
-        this.metrics.ignored.inc({ reason: state ? 'UNKNOWN_DEFINITION' : 'UNKNOWN_RUN' } satisfies {
-          reason: IgnoreReason;
-        });
+        if (state) await park(input.kind, parkedDetail(input));
+        else this.metrics.ignored.inc({ reason: 'UNKNOWN_RUN' } satisfies { reason: IgnoreReason });
         continue;
       }
       // A definition's mapping, condition or aggregate may throw (or an output may not encode): that input is
@@ -710,7 +872,11 @@ export class Engine {
           'applying an input failed; it goes to the DLQ',
         );
         const what = `${input.kind} for run ${input.runId}`;
-        dlq.push({ m, err: err instanceof PayloadTooLargeError ? err : new DefinitionError(what, err) });
+        dlq.push({
+          m,
+          err: err instanceof PayloadTooLargeError ? err : new DefinitionError(what, err),
+          topic,
+        });
         continue;
       }
       if (d.ignoredReason) {
@@ -742,6 +908,8 @@ export class Engine {
       records.push(...outputs);
     }
     const changed = pending.changed();
+    /** Parked StartRuns' runs whose start, applied at last, was dead-lettered: tombstoned on wf.state. */
+    const removed = pending.removed();
     if (snapshots === 'per-batch')
       for (const [runId, state] of changed) {
         try {
@@ -773,12 +941,12 @@ export class Engine {
       // does not bring under (it came compressed by its producer, zstd from librdkafka or Java, which may shrink
       // repeats further apart than gzip's 32 KiB window), or a stand-in without its value when no codec does (a few
       // KB of zstd may hold more than any request carries).
-      const dead: Array<ReturnType<typeof dlqMessage>> = [];
-      for (const { m, err } of dlq) {
+      const dead: Array<{ record: ReturnType<typeof dlqMessage>; dlqTopic: string }> = [];
+      for (const { m, err, topic } of dlq) {
         const now = Date.now();
         const record = dlqMessage(
           {
-            topic: batch.topic,
+            topic,
             partition: batch.partition,
             offset: m.offset,
             key: m.key ?? null,
@@ -796,20 +964,23 @@ export class Engine {
           },
           this.cfg.ORCHESTRATOR_INSTANCE_ID,
         );
-        dead.push(record);
+        dead.push({ record, dlqTopic: dlqTopicFor(topic) });
       }
       // Fitted before the transaction opens: measuring a large record takes a while.
       const dlqTopic = dlqTopicFor(batch.topic);
-      const fitted: Array<{ compression: CompressionTypes; records: Msg[] }> = [];
+      const fitted: Array<{ dlqTopic: string; compression: CompressionTypes; records: Msg[] }> = [];
+      /** Parked inputs' records of the other input topic (a parked result dead-lettered in a requests batch). */
+      const fittedElsewhere: typeof fitted = [];
       for (const d of dead) {
         const { record, compression } = await fitDlqRecord(
-          d,
-          dlqTopic,
+          d.record,
+          d.dlqTopic,
           dlqLimitBytes(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES),
         );
-        const run = fitted.at(-1);
-        if (run?.compression === compression) run.records.push(record);
-        else fitted.push({ compression, records: [record] });
+        const into = d.dlqTopic === dlqTopic ? fitted : fittedElsewhere;
+        const run = into.at(-1);
+        if (run?.compression === compression && run.dlqTopic === d.dlqTopic) run.records.push(record);
+        else into.push({ dlqTopic: d.dlqTopic, compression, records: [record] });
       }
       tx = await o.producer.transaction();
       const byTopic = new Map<string, Msg[]>();
@@ -826,12 +997,16 @@ export class Engine {
         if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
         add(r.topic, { key: r.key, value: r.value, partition: r.partition, headers: r.headers });
       });
+      for (const key of removed) add(snapshotTopic, { key, value: null, partition: o.partition });
       // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
       // exceeds what the broker accepts.
       for (const part of splitBySize([...byTopic], this.claim.thresholdBytes))
-        await tx.sendBatch({ compression: CompressionTypes.GZIP, topicMessages: part });
+        await tx.sendBatch({ compression: writeCompression(CompressionTypes.GZIP), topicMessages: part });
       for (const { compression, records: run } of fitted)
         for (const part of splitBySize([[dlqTopic, run]], this.claim.thresholdBytes))
+          await tx.sendBatch({ compression, topicMessages: part });
+      for (const { dlqTopic: elsewhere, compression, records: run } of fittedElsewhere)
+        for (const part of splitBySize([[elsewhere, run]], this.claim.thresholdBytes))
           await tx.sendBatch({ compression, topicMessages: part });
       const next = (BigInt(lastOffset) + 1n).toString();
       // First request of the transaction when every input was ignored (no send): kafkajs sends it once, and right
@@ -863,6 +1038,10 @@ export class Engine {
     }
     // Only now does the in-memory state move on.
     o.failures = null;
+    for (const id of removed) {
+      o.runs.delete(id);
+      o.traces.delete(id);
+    }
     for (const [id, s] of changed) {
       o.timers.track(s, o.runs.get(id));
       o.runs.set(id, s);
@@ -950,7 +1129,7 @@ export class Engine {
         await tx.send({
           topic: this.codec.physical('wf.state'),
           acks: -1,
-          compression: CompressionTypes.GZIP,
+          compression: writeCompression(CompressionTypes.GZIP),
           messages: keys
             .slice(i, i + FORGET_RECORDS_PER_REQUEST)
             .map((key) => ({ partition: o.partition, key, value: null })),
@@ -988,6 +1167,11 @@ export class Engine {
   private async fireTimers(): Promise<void> {
     if (this.stopping || !this.timerProducer) return;
     const now = Date.now();
+    // Once a second: the owned runs change with batches, take-overs, revocations and sweeps alike.
+    if (now - this.parkedReportedAt >= 1_000) {
+      this.parkedReportedAt = now;
+      this.reportParked();
+    }
     const messages: Array<{ key: string; value: Buffer; headers?: Record<string, string> }> = [];
     const taken: Array<[OwnedPartition, DueTimer[]]> = [];
     for (const o of this.owned.values()) {
@@ -1066,6 +1250,65 @@ class SnapshotPerInput extends KeyflowError {
 export class InvalidRequestError extends KeyflowError {
   readonly code = 'INVALID_REQUEST';
   readonly retryable = false;
+}
+
+/** The /health condition id and code of owned runs holding parked inputs (Engine.reportParked). */
+export const INPUTS_PARKED = 'INPUTS_PARKED';
+
+/**
+ * An input for a run that holds ORCHESTRATOR_PARKED_INPUTS_LIMIT parked inputs already (its workflow version is not
+ * registered on this instance): dead-lettered to its topic's DLQ with this class. Not retryable here: redrive it once
+ * an instance with the workflow version owns the run.
+ */
+export class ParkedInputsFullError extends KeyflowError {
+  readonly code = 'PARKED_INPUTS_FULL';
+  readonly retryable = false;
+  constructor(runId: string, held: number, definition: string) {
+    super(
+      `run ${runId} holds ${held} parked inputs (ORCHESTRATOR_PARKED_INPUTS_LIMIT) waiting for ${definition}, not registered here`,
+    );
+  }
+}
+
+/** A record of the engine's input topics as the batch loop reads it: fetched, or a parked input's (parked.ts). */
+type InputRecord = {
+  key: Buffer | null;
+  value: Buffer | null;
+  offset: string;
+  headers?: IHeaders;
+};
+
+/** `<workflow>@<version>` of a run, `latest` for a parked StartRun's run without a version (0). */
+const definitionName = (s: { workflow: string; version: number | null }) =>
+  `${s.workflow}@${s.version || 'latest'}`;
+
+/** A record's headers as text (what a parked input keeps: the trace context). */
+function textHeaders(headers: IHeaders | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers ?? {})) {
+    const one = Array.isArray(v) ? v[0] : v;
+    if (one !== undefined) out[k] = one.toString();
+  }
+  return out;
+}
+
+/** A word on a parked input for people (ParkedInput.detail). */
+function parkedDetail(input: WorkflowInput): string {
+  switch (input.kind) {
+    case 'signal':
+      return input.signal;
+    case 'cancel':
+      return input.terminate ? `terminate: ${input.reason}` : input.reason;
+    case 'task-completed':
+    case 'task-failed':
+      return `${input.stepId} attempt ${input.attempt}`;
+    case 'timer-fired':
+      return input.timerId;
+    case 'retry':
+      return input.fromStepId ?? 'from the failed step';
+    case 'start':
+      return definitionName(input);
+  }
 }
 
 /**

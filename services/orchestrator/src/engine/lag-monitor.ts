@@ -24,7 +24,7 @@ export interface LagReport {
  * Sets the lag metrics (consumer_lag_records, consumer_oldest_unread_age_seconds, dlq_records) every `intervalMs`:
  * per group of `groups`, topic and partition, the records still to read as a read_committed consumer counts them
  * (libs/kafka groupLag: transaction markers and aborted records are not lag), and the pending records of every DLQ
- * topic under the topic prefix (those the DLQ ledger does not name as redriven or discarded). Topics are labelled by
+ * topic of this deployment's catalog under the topic prefix (those the DLQ ledger does not name as redriven or discarded). Topics are labelled by
  * logical name. A pass that fails is logged and the previous figures stay (consumer_lag_scraped_at_seconds says how
  * old they are). The last pass's figures are also kept for the ops console ({@link latest}).
  */
@@ -39,8 +39,16 @@ export class LagMonitor {
     private readonly kafka: Kafka,
     private readonly metrics: OrchestratorMetrics,
     private readonly logger: Logger,
-    /** `codec` names the topics (its prefix) and reads the DLQ ledger. */
-    private readonly o: { groups: string[]; intervalMs: number; codec: LedgerCodec },
+    /**
+     * `codec` names the topics (its prefix) and reads the DLQ ledger; `dlqs`, the DLQs of this deployment's catalog
+     * (logical names: Engine.topics), default every DLQ keyflow declares under the prefix (libs/kafka isCatalogDlq).
+     */
+    private readonly o: {
+      groups: string[];
+      intervalMs: number;
+      codec: LedgerCodec;
+      dlqs?: ReadonlySet<string>;
+    },
   ) {}
 
   /** The last pass's figures, or undefined before the first pass ended. */
@@ -120,7 +128,7 @@ export class LagMonitor {
     for (const group of this.o.groups)
       for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 }))
         lags.push({ group, ...l, topic: this.logical(l.topic) });
-    const dlqTopics = await listDlqTopics(this.kafka, this.o.codec.physical(''));
+    const dlqTopics = await listDlqTopics(this.kafka, this.o.codec.physical(''), this.o.dlqs);
     const handled = await readDlqLedger(this.kafka, this.o.codec);
     // A large DLQ is not read every pass: its offset span is counted (an upper bound).
     const dlqs = (await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000, handled })).map((d) => ({

@@ -17,7 +17,9 @@ import {
 /**
  * An orchestrator input as decoded from wf.requests or task.results, as a reducer input; `invalid` (the reason) for
  * a StartRun of an unknown workflow, with an input that is not JSON or that does not match the workflow's input
- * schema (the engine dead-letters those; the API refuses them first with a 400).
+ * schema (the engine dead-letters those; the API refuses them first with a 400). For a StartRun of a workflow or
+ * version `resolve` does not know, `unknownDefinition` names what it asks for (the engine parks it: see
+ * libs/workflow parked.ts; a rebuild skips it).
  */
 export function toWorkflowInput(
   d: DecodedEvent,
@@ -27,7 +29,12 @@ export function toWorkflowInput(
    * StartRuns the engine applied (they caused events): the engine decided then, with the definitions of the time.
    */
   checkInput = true,
-): WorkflowInput | { invalid: string } {
+):
+  | WorkflowInput
+  | {
+      invalid: string;
+      unknownDefinition?: { workflow: string; version: number | null; businessKey: string };
+    } {
   const m = d.value.metadata;
   // Each input is written out whole: on Node 20 every property added after an object spread (`{ eventId, at, more }`)
   // is a slow map transition, about 1 µs each (7 µs for a TaskCompleted, 0.1 µs written out).
@@ -36,7 +43,14 @@ export function toWorkflowInput(
     case 'StartRun': {
       const def = resolve(d.value.workflow, d.value.workflowVersion);
       if (def === undefined)
-        return { invalid: `unknown workflow ${d.value.workflow} v${d.value.workflowVersion ?? 'latest'}` };
+        return {
+          invalid: `unknown workflow ${d.value.workflow} v${d.value.workflowVersion ?? 'latest'}`,
+          unknownDefinition: {
+            workflow: d.value.workflow,
+            version: d.value.workflowVersion ?? null,
+            businessKey: d.value.businessKey,
+          },
+        };
       const v = def.version;
       let input: unknown;
       try {

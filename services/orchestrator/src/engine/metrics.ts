@@ -32,12 +32,31 @@ export interface OrchestratorMetrics {
   lagScrapedAt: Gauge;
   /** Where runsInFlight reads the runs from at each scrape (the engine sets it to its owned runs). */
   setRunsSource(source: () => Iterable<{ workflow: string; status: string }>): void;
+  /**
+   * Inputs parked on the runs of the partitions this instance owns, by the workflow and version they wait for
+   * (`latest` for a StartRun without a version); set at each scrape from {@link setParkedSource}.
+   */
+  parkedInputs: Gauge<'workflow' | 'version'>;
+  /** Where parkedInputs reads the parked inputs from at each scrape (the engine sets it). */
+  setParkedSource(source: () => Iterable<{ workflow: string; version: string; inputs: number }>): void;
 }
 
 export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
   let runs: () => Iterable<{ workflow: string; status: string }> = () => [];
+  let parked: () => Iterable<{ workflow: string; version: string; inputs: number }> = () => [];
   return {
     setRunsSource: (source) => (runs = source),
+    setParkedSource: (source) => (parked = source),
+    parkedInputs: metric.gauge(
+      r,
+      'orchestrator_parked_inputs',
+      'Inputs parked on runs of the partitions this instance owns, waiting for an instance that has their workflow version (a rolling deploy: see docs/guarantees/deploys-and-client-retries.md), by workflow and version.',
+      ['workflow', 'version'],
+      (g) => {
+        g.reset();
+        for (const p of parked()) g.set({ workflow: p.workflow, version: p.version }, p.inputs);
+      },
+    ) as Gauge<'workflow' | 'version'>,
     registry: r,
     started: metric.counter(r, 'orchestrator_runs_started_total', 'Runs started.'),
     finished: metric.counter(r, 'orchestrator_runs_finished_total', 'Runs that reached a terminal status.', [
@@ -58,7 +77,7 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
     ignored: metric.counter(
       r,
       'orchestrator_inputs_ignored_total',
-      'Inputs that changed nothing, by reason (a code of libs/workflow IGNORE_REASONS: STALE_RESULT, STALE_TIMER, DUPLICATE_START, UNKNOWN_RUN, RUN_ENDED, SIGNAL_BUFFER_FULL, NOT_APPLICABLE, UNKNOWN_DEFINITION).',
+      'Inputs that changed nothing, by reason (a code of libs/workflow IGNORE_REASONS: STALE_RESULT, STALE_TIMER, DUPLICATE_START, UNKNOWN_RUN, RUN_ENDED, SIGNAL_BUFFER_FULL, NOT_APPLICABLE, UNKNOWN_DEFINITION, DUPLICATE_REQUEST).',
       ['reason'],
     ) as Counter<'reason'>,
     timersFired: metric.counter(

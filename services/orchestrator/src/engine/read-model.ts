@@ -17,6 +17,7 @@ import {
   type RunStatus,
 } from '@keyflow/workflow';
 import { COMPONENTS } from './components';
+import { StartIndexedMap } from './run-index';
 import { KeyflowError } from '@keyflow/errors';
 
 /** Key prefix of the barrier records the engine writes to wf.state when it takes a partition over. */
@@ -98,7 +99,11 @@ export function workflowStats(
  * before it was read.
  */
 export class RunReadModel {
-  private readonly runs = new Map<string, RunEntry>();
+  /** The runs, with an index by start time kept as they change (what {@link list} pages through). */
+  private readonly runs = new StartIndexedMap<RunEntry, RunState>((e) => ({
+    startedAt: e.state.startedAt,
+    item: e.state,
+  }));
   /** The latest segment records of each run's map items: run id -> segment key (segmentKey) -> segment. */
   private readonly segments = new Map<string, Map<string, ItemSegment>>();
   private readonly barriers = new Map<number, string>();
@@ -347,7 +352,9 @@ export class RunReadModel {
 
   /**
    * Runs filtered by workflow, status and start time (ms), newest first, `limit` per page; `cursor` is the
-   * `next` of the previous page.
+   * `next` of the previous page. Reads the start-time index kept as snapshots arrive ({@link RunIndex}): a page costs
+   * its size, or with a filter at most RUN_LIST_SCAN_MAX entries (a short page then comes with `next`).
+   * @throws RangeError when `cursor` is not a cursor of this listing
    */
   list(q: {
     workflow?: string;
@@ -357,20 +364,11 @@ export class RunReadModel {
     limit: number;
     cursor?: string;
   }): { runs: RunState[]; next?: string } {
-    const [cAt, cId] = q.cursor
-      ? [Number(q.cursor.split(':')[0]), q.cursor.slice(q.cursor.indexOf(':') + 1)]
-      : [Infinity, ''];
-    const all = [...this.runs.values()]
-      .map((e) => e.state)
-      .filter((s) => (!q.workflow || s.workflow === q.workflow) && (!q.status || s.status === q.status))
-      .filter(
-        (s) => (q.from === undefined || s.startedAt >= q.from) && (q.to === undefined || s.startedAt < q.to),
-      )
-      .sort((a, b) => b.startedAt - a.startedAt || (a.runId < b.runId ? -1 : 1))
-      .filter((s) => s.startedAt < cAt || (s.startedAt === cAt && s.runId > cId));
-    const page = all.slice(0, q.limit);
-    const last = page.at(-1);
-    return { runs: page, next: all.length > q.limit && last ? `${last.startedAt}:${last.runId}` : undefined };
+    const { items, next } = this.runs.index.page(
+      q,
+      (s) => (!q.workflow || s.workflow === q.workflow) && (!q.status || s.status === q.status),
+    );
+    return { runs: items, next };
   }
 
   /**

@@ -92,8 +92,13 @@ describe('the ops console (headless Chromium)', () => {
     // The fix for one of them, then a redrive of that one record from the console, confirmed with its count.
     await pg.query(`insert into ${table}_fix(name) values ('console-fix-a')`);
     await record.locator('[data-testid="redrive-one"]').click();
-    await eventually('the confirmation', () => dialogs.at(-1), { timeoutMs: LIVE_MS });
-    expect(dialogs.at(-1)).toMatch(/^Redrive 1 record\(s\): record \d+@\d+\?$/);
+    // Its run failed: the console first says why the API refuses it, and redrives it only once told to re-run it.
+    await eventually(
+      'the confirmation',
+      () => dialogs.find((d) => /^Redrive 1 record\(s\): record \d+@\d+\?$/.test(d)),
+      { timeoutMs: LIVE_MS },
+    );
+    expect(dialogs.find((d) => d.includes('refused'))).toContain(`run ${fixedLater} is failed`);
     await page.goto(`${url}/console/#/dlq`);
     await dlqRow.locator('[data-testid="pending"]', { hasText: /^1$/ }).waitFor({ timeout: LIVE_MS });
     await shot('dlq-after-redrive');
@@ -141,8 +146,17 @@ describe('the ops console (headless Chromium)', () => {
       const r = await send(JSON.stringify(body));
       expect([JSON.stringify(body), r.status]).toEqual([JSON.stringify(body), 400]);
     }
-    const all = await (await send(JSON.stringify({ all: true, dryRun: true }))).json();
-    expect(all).toMatchObject({ dryRun: true, moved: 1, alreadyHandled: 1 });
+    // The one pending record is a command of a failed run: refused, with the reason, unless allowRerun.
+    const all = (await (await send(JSON.stringify({ all: true, dryRun: true }))).json()) as {
+      refusals: Array<{ code: string; reason: string }>;
+    };
+    expect(all).toMatchObject({ dryRun: true, moved: 0, refused: 1, alreadyHandled: 1 });
+    expect(all.refusals[0]).toMatchObject({
+      code: 'RUN_ENDED',
+      reason: expect.stringMatching(/^run \S+ is failed/),
+    });
+    const allowed = await (await send(JSON.stringify({ all: true, dryRun: true, allowRerun: true }))).json();
+    expect(allowed).toMatchObject({ dryRun: true, moved: 1, refused: 0 });
     const missing = await fetch(`${url}/ops/dlq/task.nope.dlq/records`);
     expect([missing.status, ((await missing.json()) as { code?: string }).code]).toEqual([
       404,

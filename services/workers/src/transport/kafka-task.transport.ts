@@ -255,7 +255,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
             topic: dlqTopicFor(codec.physical(t)),
             partitions: 1,
             ...codec.replication(t),
-            configs: dlqTopicConfigs(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES),
+            configs: dlqTopicConfigs(this.cfg.KEYFLOW_MAX_MESSAGE_BYTES, this.cfg.WORKER_COMPLETION_TTL_MS),
           },
         ]),
       ]);
@@ -265,6 +265,8 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
         admin,
         taskTopics.map((t) => ({ source: codec.physical(t), dlq: dlqTopicFor(codec.physical(t)) })),
         this.log,
+        // Its records are deleted before the completion records and fences of their commands expire.
+        this.cfg.WORKER_COMPLETION_TTL_MS,
       );
       await assertGroupIdMigrated(admin, {
         service: 'workers',
