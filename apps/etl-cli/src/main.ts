@@ -10,9 +10,9 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Command } from 'commander';
 import { positiveInt } from './args';
@@ -185,8 +185,23 @@ async function main() {
     children.push(orch.proc);
     const url = await orch.url;
     say(`ops console: ${url}${CONSOLE_PATH} (API key ${apiKey}; API ${url}, OpenAPI ${url}/docs)`);
+    const sink = sinkSpec(opts.sink);
+    const source = opts.input ? resolve(process.cwd(), opts.input) : 'default';
+    // The workers read and write only where their settings allow (docs/guarantees/etl-run-input.md): this run's
+    // input directory, its SQLite file's directory, its PostgreSQL URL.
+    const confinement = {
+      ETL_INPUT_ROOTS:
+        source === 'default' ? '' : dirname(existsSync(source) ? realpathSync(source) : source),
+      ETL_SQLITE_ROOTS: sink.kind === 'sqlite' ? dirname(sink.path) : '',
+      ETL_POSTGRES_URLS: sink.kind === 'postgres' ? sink.url : '',
+    };
     const workers = Array.from({ length: opts.workers }, (_, i) =>
-      startService(`worker-${i + 1}`, 'services/workers/src/main.ts', common, 'worker ready'),
+      startService(
+        `worker-${i + 1}`,
+        'services/workers/src/main.ts',
+        { ...common, ...confinement },
+        'worker ready',
+      ),
     );
     children.push(...workers.map((w) => w.proc));
     await Promise.all(workers.map((w) => w.url));
@@ -198,9 +213,8 @@ async function main() {
       ...Object.fromEntries(workers.map((w, i) => [`worker-${i + 1}`, w.proc.pid])),
       ...localStackPids(ROOT),
     });
-    const sink = sinkSpec(opts.sink);
     const input = {
-      source: opts.input ? resolve(process.cwd(), opts.input) : 'default',
+      source,
       format: opts.format,
       chunkSize: opts.chunkSize,
       sink,

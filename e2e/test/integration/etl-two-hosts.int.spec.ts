@@ -65,6 +65,9 @@ describe('the GeoNames ETL across two hosts sharing the PostgreSQL blob store', 
       KEYFLOW_TOPIC_PREFIX: p,
       ORCHESTRATOR_GROUP_ID: `${p}orchestrator`,
       WORKER_GROUP_ID: `${p}workers`,
+      // The workers read and write only where these allow (docs/guarantees/etl-run-input.md).
+      ETL_INPUT_ROOTS: dir,
+      ETL_SQLITE_ROOTS: dir,
       ...shared,
     };
     const orch = startService('services/orchestrator/src/main.ts', env, 'orchestrator ready');

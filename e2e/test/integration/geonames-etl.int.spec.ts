@@ -79,6 +79,7 @@ describe('the GeoNames ETL, end to end', () => {
       ORCHESTRATOR_GROUP_ID: `${p}orchestrator`,
       WORKER_GROUP_ID: `${p}workers`,
       KEYFLOW_BLOB_DIR: join(dir, 'blobs'),
+      ETL_SQLITE_ROOTS: dir, // where the workers may write this run's SQLite file
     };
     const orch = startService('services/orchestrator/src/main.ts', env, 'orchestrator ready');
     const workers = [0, 1].map(() => startService('services/workers/src/main.ts', env, 'worker ready'));

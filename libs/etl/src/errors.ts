@@ -1,7 +1,14 @@
 import { KeyflowError } from '@keyflow/errors';
 /** Machine-readable codes of the ETL library's errors. */
 export type EtlErrorCode =
-  'INPUT_PARSE' | 'UNSUPPORTED_FORMAT' | 'DUPLICATE_COLUMN' | 'EMPTY_COLUMN' | 'SINK_BUSY';
+  | 'INPUT_PARSE'
+  | 'UNSUPPORTED_FORMAT'
+  | 'DUPLICATE_COLUMN'
+  | 'EMPTY_COLUMN'
+  | 'SINK_BUSY'
+  | 'SOURCE_NOT_ALLOWED'
+  | 'SINK_NOT_ALLOWED'
+  | 'SINK_FAILED';
 
 /**
  * The one error base of the ETL library: a stable `code` and whether another attempt can help (`retryable`).
@@ -85,5 +92,37 @@ export class SinkBusyError extends EtlError {
       `sink table "${table}": the writer lock stayed taken by another connection for ${waitedMs} ms`,
       options,
     );
+  }
+}
+
+/**
+ * A run's input named a source (`SOURCE_NOT_ALLOWED`) or a sink (`SINK_NOT_ALLOWED`) outside what the worker's
+ * settings allow (ETL_INPUT_ROOTS, ETL_SQLITE_ROOTS, ETL_POSTGRES_URLS; see confine.ts). The message names the setting,
+ * never what lies at the refused place (whether it exists, what it is). Not retryable: the same input is refused again.
+ */
+export class NotAllowedError extends EtlError {
+  readonly code: 'SOURCE_NOT_ALLOWED' | 'SINK_NOT_ALLOWED';
+  readonly retryable = false;
+  constructor(code: 'SOURCE_NOT_ALLOWED' | 'SINK_NOT_ALLOWED', message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+/**
+ * A PostgreSQL sink failed (connecting, or a query): the message names the target (host:port/database, from the
+ * allowed URL) and the error's code (SQLSTATE or errno), never the server's own text, so a run's visible error carries
+ * nothing the server said. Retryable when the failure can pass (a connection refused, reset or timed out; SQLSTATE
+ * classes 08 connection, 40 transaction rollback, 53 insufficient resources, 57 operator intervention), not otherwise.
+ */
+export class SinkFailedError extends EtlError {
+  readonly code = 'SINK_FAILED' as const;
+  constructor(
+    readonly target: string,
+    readonly causeCode: string | undefined,
+    readonly retryable: boolean,
+    options?: { cause?: unknown },
+  ) {
+    super(`PostgreSQL sink ${target} failed${causeCode ? ` (${causeCode})` : ''}`, options);
   }
 }

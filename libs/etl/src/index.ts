@@ -11,7 +11,23 @@ export type {
   UnreadableRecord,
   ValidRecord,
 } from './types';
-export { EtlError, InputColumnError, InputParseError, SinkBusyError, UnsupportedFormatError } from './errors';
+export {
+  EtlError,
+  InputColumnError,
+  InputParseError,
+  NotAllowedError,
+  SinkBusyError,
+  SinkFailedError,
+  UnsupportedFormatError,
+} from './errors';
+export {
+  confinePostgresUrl,
+  confineSource,
+  confineSqlitePath,
+  describePostgres,
+  postgresSinkError,
+  type EtlConfinement,
+} from './confine';
 export type { EtlErrorCode } from './errors';
 export { decodeUtf8, markInvalidUtf8, markedOffset } from './encoding';
 export type { Utf8Error, Utf8Result } from './encoding';

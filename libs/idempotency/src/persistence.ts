@@ -9,15 +9,31 @@ import { IdempotencyStoreUnavailableError } from './store';
  *   startup; with `appendfsync everysec` at most about one second of writes is lost on a crash.
  * - `rdbSave`: the RDB snapshot schedule (`CONFIG GET save`, e.g. `3600 1 300 100`), `''` when snapshots are off,
  *   `undefined` when the server refuses CONFIG (managed Redis services often rename or forbid it).
- * - `durable`: completion records survive a restart: AOF on, or RDB snapshots scheduled (those lose the writes since
- *   the last snapshot). `false` when neither is established, including when the snapshot schedule cannot be read.
+ * - `durable`: completion records survive a restart: AOF on. `false` otherwise: with RDB snapshots only, a crash or
+ *   restart loses the writes since the last snapshot (records of tasks that then run again); with neither, or when
+ *   the snapshot schedule cannot be read, everything.
+ * - `snapshotIntervalS`: with RDB snapshots, the longest interval of the schedule in seconds (`save 900 1 60 100`:
+ *   900): how long a single write may wait for the snapshot that keeps it, so how much may be lost. Undefined without
+ *   snapshots.
  * - `reason`: one sentence saying why, for logs and the workers' /health.
  */
 export interface RedisPersistence {
   aof: boolean;
   rdbSave: string | undefined;
   durable: boolean;
+  snapshotIntervalS?: number;
   reason: string;
+}
+
+/** The longest interval (seconds) of a `save` schedule (`<seconds> <changes>` pairs), undefined when there is none. */
+export function longestSnapshotIntervalS(save: string): number | undefined {
+  const n = save
+    .trim()
+    .split(/\s+/)
+    .filter((_, i) => i % 2 === 0)
+    .map(Number)
+    .filter((v) => Number.isFinite(v) && v > 0);
+  return n.length ? Math.max(...n) : undefined;
 }
 
 /** The `INFO persistence` field that says whether AOF is on. */
@@ -66,13 +82,19 @@ export async function checkRedisPersistence(redis: Redis): Promise<RedisPersiste
       durable: true,
       reason: 'AOF is on (aof_enabled:1): completion records survive a restart',
     };
-  if (rdb)
+  if (rdb) {
+    const snapshotIntervalS = longestSnapshotIntervalS(rdbSave ?? '');
     return {
       aof,
       rdbSave,
-      durable: true,
-      reason: `AOF is off; RDB snapshots (save "${rdbSave}") keep records up to the last snapshot`,
+      durable: false,
+      snapshotIntervalS,
+      reason:
+        `AOF is off; RDB snapshots only (save "${rdbSave}"): a crash or restart loses the writes since the last ` +
+        `snapshot, up to ${snapshotIntervalS ?? '?'} s of them, and the tasks of forgotten completion records would ` +
+        'run again (run Redis with appendonly yes)',
     };
+  }
   return {
     aof,
     rdbSave,

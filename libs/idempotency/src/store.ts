@@ -42,7 +42,7 @@ export interface Lease {
 /** Redis did not answer (down, or the connection is being re-established). Retryable. */
 export class IdempotencyStoreUnavailableError extends KeyflowError {
   readonly retryable = true;
-  readonly code = 'IDEMPOTENCY_STORE_UNAVAILABLE';
+  readonly code: string = 'IDEMPOTENCY_STORE_UNAVAILABLE';
   constructor(operation: string, cause: unknown) {
     super(
       `idempotency store (Redis) unavailable during ${operation}: ${(cause as Error)?.message ?? String(cause)}`,
@@ -50,6 +50,28 @@ export class IdempotencyStoreUnavailableError extends KeyflowError {
     );
   }
 }
+
+/**
+ * Redis refused a write because it is at its `maxmemory` with `maxmemory-policy noeviction` (its `OOM command not
+ * allowed` error reply). Retryable (it answers again once memory is freed or maxmemory raised), but not an outage:
+ * the store reports it through {@link IdempotencyStoreOptions.onFullChange} (the workers' /health shows it as
+ * degraded) instead of leaving callers to retry without a word. A subclass of IdempotencyStoreUnavailableError, so
+ * callers that hold their work while Redis is away hold it here too.
+ * Source: https://redis.io/docs/latest/develop/reference/eviction/ (noeviction: "New values aren't saved when memory
+ * limit is reached").
+ */
+export class IdempotencyStoreFullError extends IdempotencyStoreUnavailableError {
+  override readonly code = 'IDEMPOTENCY_STORE_FULL';
+  constructor(operation: string, cause: unknown) {
+    super(operation, cause);
+    this.message =
+      `idempotency store (Redis) is full during ${operation}: it reached maxmemory with maxmemory-policy ` +
+      `noeviction and refuses writes (${(cause as Error)?.message ?? String(cause)}); free memory or raise maxmemory`;
+  }
+}
+
+/** Whether `e` is Redis's refusal of a write at maxmemory (`OOM command not allowed ...`, also from a script). */
+const isOutOfMemory = (e: unknown) => /\bOOM command not allowed\b/.test((e as Error)?.message ?? '');
 
 /**
  * The key holds a value this store did not write (not a JSON object): something else uses the key prefix. Not
@@ -197,6 +219,11 @@ export interface IdempotencyStoreOptions {
   leaseMs?: number;
   /** How long a completion record answers redeliveries, in ms. Default 7 days (the task topics' retention). */
   completionTtlMs?: number;
+  /**
+   * Called when Redis starts refusing writes for want of memory (with the IdempotencyStoreFullError), and with null
+   * when a later call succeeds again: once per change, so a health report can show the condition while it lasts.
+   */
+  onFullChange?: (err: IdempotencyStoreFullError | null) => void;
 }
 
 /**
@@ -221,7 +248,8 @@ const MANY_KEYS = ['keyflowIdemBeginMany', 'keyflowIdemCompleteMany'] as const;
  * Most keys one begin or complete script call carries. Calls made in the same turn of the event loop (the tasks of a
  * fetched batch) share one script call each, up to this many keys: a script blocks Redis while it runs, so a call
  * stays short: a GET and a SET per key, and JSON decoding only of failed records (a complete call carries up to this
- * many whole records, each holding its task's output, so large outputs make a longer call). Keys of one call may hash
+ * many whole records, each holding its task's output up to the claim-check threshold: a larger one is stored as a blob
+ * and its record holds the reference, see the workers' StoredOutcome). Keys of one call may hash
  * to different slots: the store runs on one Redis primary, not on Redis Cluster.
  */
 export const BATCH_MAX_KEYS = 512;
@@ -339,12 +367,27 @@ export class IdempotencyStore<R = unknown> {
     return `${this.opts.keyPrefix}${key}`;
   }
 
+  /** Whether the last call met Redis's OOM refusal (see {@link IdempotencyStoreOptions.onFullChange}). */
+  private full = false;
+
   private async call<T>(operation: string, f: () => Promise<T>): Promise<T> {
+    let out: T;
     try {
-      return await f();
+      out = await f();
     } catch (e) {
-      throw new IdempotencyStoreUnavailableError(operation, e);
+      if (!isOutOfMemory(e)) throw new IdempotencyStoreUnavailableError(operation, e);
+      const err = new IdempotencyStoreFullError(operation, e);
+      if (!this.full) {
+        this.full = true;
+        this.opts.onFullChange?.(err);
+      }
+      throw err;
     }
+    if (this.full) {
+      this.full = false;
+      this.opts.onFullChange?.(null);
+    }
+    return out;
   }
 
   /**

@@ -47,6 +47,25 @@ const Schema = z.object({
     .enum(['true', 'false'])
     .default('false')
     .transform((v) => v === 'true'),
+  /**
+   * Names a request's Host header may give besides the listener's own address, localhost, 127.0.0.1, [::1] and
+   * ORCHESTRATOR_HTTP_HOST (each with the listener's port), comma-separated: `name` (any port) or `name:port`, e.g.
+   * the public name a proxy forwards. `*` turns the Host check off (the proxy checks it). Any other Host: 421
+   * HOST_NOT_ALLOWED (api/cross-site.ts: DNS rebinding).
+   */
+  KEYFLOW_API_ALLOWED_HOSTS: z
+    .string()
+    .default('')
+    .transform((v) =>
+      v
+        .split(',')
+        .map((h) => h.trim().toLowerCase())
+        .filter(Boolean),
+    )
+    .refine(
+      (hosts) => hosts.every((h) => h === '*' || /^(\[[0-9a-f:.]+\]|[a-z0-9._~-]+)(:\d{1,5})?$/.test(h)),
+      'comma-separated host names, each `name` or `name:port` ([v6] for IPv6), or `*`',
+    ),
   /** Partitions of wf.requests, task.results, wf.events and wf.state (co-partitioned). */
   ORCHESTRATOR_PARTITIONS: z.coerce.number().int().min(1).default(6),
   TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),

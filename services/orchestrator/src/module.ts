@@ -16,7 +16,8 @@ import type { WorkflowDefinition } from '@keyflow/workflow';
 import { HealthController, METRICS_REGISTRY } from './api/health.controller';
 import { RunsController, WEBHOOKS } from './api/runs.controller';
 import { RunsService } from './api/runs.service';
-import { API_KEYS } from './api/auth';
+import { API_KEYS, type ApiKeys } from './api/auth';
+import { hostCheck } from './api/cross-site';
 import { CONSOLE_DIR, CONSOLE_PATH } from './api/console';
 import { OpsController } from './api/ops.controller';
 import { httpSpans } from './api/tracing';
@@ -117,7 +118,8 @@ export class KeyflowOrchestratorModule {
 
 /**
  * What the orchestrator's HTTP side needs from the application itself: a SERVER span per request (continuing the
- * caller's `traceparent`), OpenAPI at /docs (JSON at /docs/openapi.json) and the ops console's files at /console/.
+ * caller's `traceparent`), the Host check on every request (421 HOST_NOT_ALLOWED for a Host that does not name the
+ * listener or a name of KEYFLOW_API_ALLOWED_HOSTS: api/cross-site.ts), OpenAPI at /docs (JSON at /docs/openapi.json) and the ops console's files at /console/.
  * Call it before `app.listen`. The spans cover every request of the application, and the OpenAPI document (titled
  * "keyflow orchestrator", bearer auth) lists the application's own routes too.
  * @throws TypeError when the application is not on Express (@nestjs/platform-express)
@@ -127,6 +129,8 @@ export function setupKeyflowOrchestrator(app: INestApplication): void {
   if (typeof express.useStaticAssets !== 'function')
     throw new TypeError('setupKeyflowOrchestrator needs an Express application (@nestjs/platform-express)');
   express.use(httpSpans);
+  // The Host rule for every request (the console's files and /docs included): DNS rebinding (api/cross-site.ts).
+  express.use(hostCheck(app.get<ApiKeys>(API_KEYS).hosts));
   const doc = SwaggerModule.createDocument(
     app,
     new DocumentBuilder()

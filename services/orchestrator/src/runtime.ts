@@ -18,7 +18,8 @@ import {
   type Registry,
 } from '@keyflow/observability';
 import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
-import { createRedis } from '@keyflow/idempotency';
+import { checkRedisMemoryPolicy, createRedis, IdempotencyStoreEvictsError } from '@keyflow/idempotency';
+import type Redis from 'ioredis';
 import { claimCheckFromConfig } from '@keyflow/blobs';
 import {
   lagGroups,
@@ -90,7 +91,10 @@ export async function createOrchestratorRuntime(
     security: cfg.kafkaSecurity,
   });
   const codec = new EventCodec({ ...cfg.registry, topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX });
-  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH, cfg.KEYFLOW_API_INSECURE);
+  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH, cfg.KEYFLOW_API_INSECURE, {
+    allowed: cfg.KEYFLOW_API_ALLOWED_HOSTS,
+    listen: cfg.ORCHESTRATOR_HTTP_HOST,
+  });
   if (!apiKeys.enabled)
     logger.warn(
       { insecure: cfg.KEYFLOW_API_INSECURE },
@@ -149,6 +153,9 @@ export async function createOrchestratorRuntime(
     // requests that need it answer 503 and the process stays up.
     const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
     redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
+    // Idempotency-Keys and webhook delivery ids evicted at maxmemory would let a retried request start a second run:
+    // checked at every connection and shown as degraded (docs/guarantees/idempotency-store.md).
+    redis.on('ready', () => void checkRequestKeyEviction(redis, health, logger));
     started.push(() => redis.disconnect());
     const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
     const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
@@ -242,4 +249,24 @@ export function checkSchedules(workflows: WorkflowRegistry, schedules: ScheduleD
     );
   });
   if (issues.length) throw new OrchestratorConfigError(issues);
+}
+
+/** The degraded condition of a request key store (Redis) whose maxmemory-policy evicts keys. */
+export const REQUEST_KEYS_EVICT_CONDITION = 'request-keys-evict';
+
+/**
+ * Asks the request key store's Redis what it does at maxmemory: a policy other than noeviction degrades /health
+ * (code IDEMPOTENCY_STORE_EVICTS, naming the policy) and is logged; noeviction clears it. A check Redis does not
+ * answer is logged and left to the next connection.
+ */
+async function checkRequestKeyEviction(redis: Redis, health: ComponentHealth, logger: Logger): Promise<void> {
+  try {
+    const p = await checkRedisMemoryPolicy(redis);
+    if (!p.evicts) return health.recover(REQUEST_KEYS_EVICT_CONDITION);
+    const err = new IdempotencyStoreEvictsError(p.policy);
+    health.degrade(REQUEST_KEYS_EVICT_CONDITION, { code: err.code, error: err.message });
+    logger.warn({ policy: p.policy }, `request key store: ${err.message}`);
+  } catch (err) {
+    logger.warn({ err }, "could not check the request key store's maxmemory-policy");
+  }
 }

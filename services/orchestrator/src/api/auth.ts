@@ -10,6 +10,7 @@ import {
 import { Reflector } from '@nestjs/core';
 import type { Request, Response } from 'express';
 import { z } from 'zod';
+import { crossSiteRefusal, type HostPolicy } from './cross-site';
 
 /**
  * What an API key may do: `read` (runs, DLQ records, lag: every GET) and `control` (start, cancel, terminate, signal,
@@ -48,8 +49,14 @@ export const API_KEYS = Symbol('API_KEYS');
 const PUBLIC = 'keyflow:public';
 const SCOPES = 'keyflow:scopes';
 const METRICS = 'keyflow:metrics';
+const SIGNED = 'keyflow:signed';
 /** A route anyone may call (health, the signed webhook door). */
 export const Public = () => SetMetadata(PUBLIC, true);
+/**
+ * A route that authenticates each request by a signature over its body (the Standard Webhooks door): exempt from the
+ * Origin and content-type rules of `crossSiteRefusal` (a page cannot sign), not from the Host rule.
+ */
+export const SignedRequest = () => SetMetadata(SIGNED, true);
 /** The metrics route: public unless KEYFLOW_METRICS_AUTH (decided by the route, not by its URL's spelling). */
 export const MetricsRoute = () => SetMetadata(METRICS, true);
 /**
@@ -79,6 +86,8 @@ export class ApiKeys {
     readonly metricsNeedAuth = false,
     /** Without keys, whether requests that reached a non-loopback address pass (KEYFLOW_API_INSECURE). */
     readonly insecure = false,
+    /** The names a request's Host may give besides the listener's address (KEYFLOW_API_ALLOWED_HOSTS). */
+    readonly hosts: HostPolicy = { allowed: [] },
   ) {
     this.entries = keys.map((k) => ({ name: k.name, digest: digest(k.key), scopes: new Set(k.scopes) }));
   }
@@ -108,7 +117,10 @@ export function credentialsOf(req: Pick<Request, 'headers'>): string | undefined
 }
 
 /**
- * Guards keyflow's controllers (runs, ops, health): public routes pass (and metrics unless KEYFLOW_METRICS_AUTH);
+ * Guards keyflow's controllers (runs, ops, health). First, on every route: a request a web page of another origin
+ * could have sent is refused (`crossSiteRefusal`: 421 HOST_NOT_ALLOWED for a Host that does not name the listener,
+ * without keys 403 CROSS_ORIGIN_REFUSED for another Origin, 415 UNSUPPORTED_MEDIA_TYPE for a body that is not JSON).
+ * Then public routes pass (and metrics unless KEYFLOW_METRICS_AUTH);
  * others need a known key (401 UNAUTHENTICATED, with `WWW-Authenticate: Bearer`, RFC 6750 section 3) with the
  * route's scope (403 FORBIDDEN naming the scope). Without keys configured, a request that reached a loopback
  * address passes and any other gets 403 API_KEYS_REQUIRED, unless KEYFLOW_API_INSECURE.
@@ -123,6 +135,13 @@ export class ApiAuthGuard implements CanActivate {
   canActivate(ctx: ExecutionContext): boolean {
     const targets = [ctx.getHandler(), ctx.getClass()];
     const req = ctx.switchToHttp().getRequest<Request>();
+    const refused = crossSiteRefusal(
+      req,
+      this.keys.hosts,
+      this.keys.enabled,
+      this.reflector.getAllAndOverride<boolean>(SIGNED, targets) === true,
+    );
+    if (refused) throw new HttpException({ message: refused.message, code: refused.code }, refused.status);
     const isMetrics = this.reflector.getAllAndOverride<boolean>(METRICS, targets) === true;
     if (isMetrics ? !this.keys.metricsNeedAuth : this.reflector.getAllAndOverride<boolean>(PUBLIC, targets))
       return true;

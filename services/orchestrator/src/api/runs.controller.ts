@@ -30,7 +30,7 @@ import { z } from 'zod';
 import { SCHEDULED_RUN_PREFIX } from '../engine/scheduler';
 import { RUN_CURSOR } from '../engine/run-index';
 import { answer, parse } from './validation';
-import { Public, ApiAuthGuard } from './auth';
+import { Public, ApiAuthGuard, SignedRequest } from './auth';
 import { guarded, KEY_SPACES, RefusedRequest, RunsService, unknownRun } from './runs.service';
 import type { RequestKeys } from './request-keys';
 import { answerOnce } from './request-once';
@@ -138,6 +138,7 @@ export class RunsController {
 
   @Post('webhooks/:workflow')
   @Public() // authenticated by its Standard Webhooks signature
+  @SignedRequest() // so no Origin or content-type rule: a page cannot sign
   @HttpCode(202)
   @ApiOperation({
     summary:

@@ -11,7 +11,11 @@ class Routes {
 
 /** An HTTP request to `handler` that arrived on the local address `localAddress`, without credentials. */
 function request(localAddress: string, handler: keyof Routes = 'list'): ExecutionContext {
-  const req = { method: 'GET', headers: {}, socket: { localAddress } };
+  const req = {
+    method: 'GET',
+    headers: { host: '127.0.0.1:3000' },
+    socket: { localAddress, localPort: 3000 },
+  };
   const res = { setHeader: () => undefined };
   return {
     getHandler: () => Routes.prototype[handler],

@@ -28,3 +28,16 @@ describe('orchestrator configuration', () => {
     expect([c.ORCHESTRATOR_GROUP_ID, c.WORKER_GROUP_ID]).toEqual(['engine', 'a.keyflow.workers']);
   });
 });
+
+describe('KEYFLOW_API_ALLOWED_HOSTS', () => {
+  it('is a lowercased list of host names (name or name:port, [v6], or *), empty by default; anything else is refused', () => {
+    expect(loadOrchestratorConfig(base).KEYFLOW_API_ALLOWED_HOSTS).toEqual([]);
+    expect(
+      loadOrchestratorConfig({ ...base, KEYFLOW_API_ALLOWED_HOSTS: 'API.example.com, proxy:8443,[::1]:80' })
+        .KEYFLOW_API_ALLOWED_HOSTS,
+    ).toEqual(['api.example.com', 'proxy:8443', '[::1]:80']);
+    expect(() =>
+      loadOrchestratorConfig({ ...base, KEYFLOW_API_ALLOWED_HOSTS: 'http://api.example.com' }),
+    ).toThrow(/KEYFLOW_API_ALLOWED_HOSTS/);
+  });
+});

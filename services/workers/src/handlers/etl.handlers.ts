@@ -2,6 +2,9 @@ import { Controller, Inject, type OnApplicationShutdown } from '@nestjs/common';
 import { Ctx, Payload } from '@nestjs/microservices';
 import {
   chunkRecords,
+  confinePostgresUrl,
+  confineSource,
+  confineSqlitePath,
   createPostgresSink,
   createSqliteSink,
   emptyStats,
@@ -9,12 +12,15 @@ import {
   loadReferenceData,
   mergeStats,
   naturalKey,
+  NotAllowedError,
+  postgresSinkError,
   PostgresPools,
   processChunk,
   readDefaultCities,
   readRecords,
   regionLabel,
   type CitySink,
+  type EtlConfinement,
   type EnrichedCity,
   type EtlStats,
   type ReferenceData,
@@ -24,7 +30,7 @@ import type { CityEnriched } from '@keyflow/schemas';
 import { blobJson, blobRetentionMs, type BlobStore, type PutOptions } from '@keyflow/blobs';
 import { BLOB_STORE } from '../runtime/blob-store';
 import { WORKER_RUNTIME, type WorkerRuntime } from '../module';
-import { TaskInputError } from '../runtime/errors';
+import { NonRetryableTaskError, TaskInputError } from '../runtime/errors';
 import { EventPublisher } from '../runtime/event-publisher';
 import type { TaskContext } from '../runtime/task-executor';
 import { TaskHandler } from '../transport/task-handler.decorator';
@@ -71,12 +77,19 @@ const DAY_MS = 24 * 3600 * 1000;
 export class EtlHandlers implements OnApplicationShutdown {
   /** One pool per PostgreSQL sink URL for this process's load and report tasks (at most POSTGRES_POOL_MAX each). */
   private readonly pgPools: PostgresPools;
+  /** Where a run's source and sinks may point (ETL_INPUT_ROOTS, ETL_SQLITE_ROOTS, ETL_POSTGRES_URLS). */
+  private readonly confinement: EtlConfinement;
 
   constructor(
     @Inject(BLOB_STORE) private readonly blobs: BlobStore,
     @Inject(EventPublisher) private readonly events: EventPublisher,
     @Inject(WORKER_RUNTIME) rt: WorkerRuntime,
   ) {
+    this.confinement = {
+      inputRoots: rt.cfg.ETL_INPUT_ROOTS,
+      sqliteRoots: rt.cfg.ETL_SQLITE_ROOTS,
+      postgresUrls: rt.cfg.ETL_POSTGRES_URLS,
+    };
     this.pgPools = new PostgresPools((err) =>
       rt.logger.warn({ err }, 'an idle connection to a PostgreSQL sink failed; the next query opens another'),
     );
@@ -87,10 +100,36 @@ export class EtlHandlers implements OnApplicationShutdown {
     return this.pgPools.end();
   }
 
+  /**
+   * The sink a run's input names, once the worker's settings allow it.
+   * @throws NonRetryableTaskError with code SINK_NOT_ALLOWED for a SQLite path outside ETL_SQLITE_ROOTS or a
+   * PostgreSQL URL no entry of ETL_POSTGRES_URLS allows
+   */
   private openSink(spec: SinkSpec): CitySink {
-    return spec.kind === 'sqlite'
-      ? createSqliteSink({ path: spec.path, table: spec.table })
-      : createPostgresSink({ pool: this.pgPools.get(spec.url), table: spec.table });
+    return refusedAsInput(() => {
+      if (spec.kind === 'sqlite')
+        return createSqliteSink({
+          path: confineSqlitePath(spec.path, this.confinement.sqliteRoots),
+          table: spec.table,
+        });
+      confinePostgresUrl(spec.url, this.confinement.postgresUrls);
+      return createPostgresSink({ pool: this.pgPools.get(spec.url), table: spec.table });
+    });
+  }
+
+  /**
+   * Runs `f` on a sink: a PostgreSQL failure reaches the run as SINK_FAILED naming the target and the error's code
+   * only (postgresSinkError), never the server's text; its retryability follows the error.
+   */
+  private async onSink<T>(spec: SinkSpec, f: () => Promise<T>): Promise<T> {
+    try {
+      return await f();
+    } catch (e) {
+      if (spec.kind !== 'postgres' || e instanceof EtlError) throw e;
+      const err = postgresSinkError(e, spec.url);
+      if (!err.retryable) throw new NonRetryableTaskError(err.message, { code: err.code, cause: err });
+      throw err;
+    }
   }
 
   private putLines(key: string, records: readonly unknown[]): Promise<string> {
@@ -113,8 +152,14 @@ export class EtlHandlers implements OnApplicationShutdown {
   @TaskHandler(etlExtract)
   async extract(@Payload() input: ParsedTaskInputOf<typeof etlExtract>, @Ctx() ctx: TaskContext) {
     const { source, chunkSize } = input;
+    // A path of the run's input is read only where ETL_INPUT_ROOTS allows, resolved (realpath) first.
     const records =
-      source === 'default' ? readDefaultCities() : readRecords(source, { format: input.format });
+      source === 'default'
+        ? readDefaultCities()
+        : readRecords(
+            refusedAsInput(() => confineSource(source, this.confinement.inputRoots)),
+            { format: input.format },
+          );
     const chunks: ChunkRef[] = [];
     let total = 0;
     try {
@@ -242,9 +287,11 @@ export class EtlHandlers implements OnApplicationShutdown {
     const records = await blobJson.getLines<EnrichedCity>(this.blobs, input.ref);
     const sink = this.openSink(input.sink);
     try {
-      await sink.init();
-      const r = await sink.upsert(records, { signal: ctx.signal });
-      return { index: input.index, loaded: r.rows, changed: r.changed };
+      return await this.onSink(input.sink, async () => {
+        await sink.init();
+        const r = await sink.upsert(records, { signal: ctx.signal });
+        return { index: input.index, loaded: r.rows, changed: r.changed };
+      });
     } finally {
       await sink.close();
     }
@@ -272,8 +319,10 @@ export class EtlHandlers implements OnApplicationShutdown {
     const sink = this.openSink(input.sink);
     let summary;
     try {
-      await sink.init();
-      summary = await sink.summary();
+      summary = await this.onSink(input.sink, async () => {
+        await sink.init();
+        return sink.summary();
+      });
     } finally {
       await sink.close();
     }
@@ -309,6 +358,20 @@ export class EtlHandlers implements OnApplicationShutdown {
       sinkByRegion: summary.byRegion,
     });
     return { ...report, reportRef };
+  }
+}
+
+/**
+ * `f`, with a refusal of the run's input (NotAllowedError: a source or sink the worker's settings do not allow) as a
+ * NonRetryableTaskError carrying its code: the step fails at once with SOURCE_NOT_ALLOWED or SINK_NOT_ALLOWED. Not a
+ * TaskInputError: the command is well-formed, and a redrive from the DLQ would be refused the same way.
+ */
+function refusedAsInput<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    if (e instanceof NotAllowedError) throw new NonRetryableTaskError(e.message, { code: e.code, cause: e });
+    throw e;
   }
 }
 

@@ -91,9 +91,16 @@ export interface TaskContext {
 /** A task handler: input parsed from the command's JSON; the result is serialised to JSON. */
 export type TaskHandlerFn = (input: unknown, ctx: TaskContext) => Promise<unknown>;
 
-/** Outcome stored in the completion record, so a redelivery re-publishes it without running the handler. */
+/**
+ * Outcome stored in the completion record, so a redelivery re-publishes it without running the handler. An output
+ * over the claim-check threshold is stored as a blob before the record is written, and the record holds its
+ * reference (`outputRef`, `blob:<key>`, with `output` empty), never the body: records stay small in Redis (whose
+ * memory bounds them) and a replay publishes the same reference. Records of earlier versions may hold a large
+ * `output` inline; publishing offloads it then.
+ */
 export type StoredOutcome =
-  { kind: 'completed'; output: string; durationMs: number } | { kind: 'failed'; error: TaskFailed['error'] };
+  | { kind: 'completed'; output: string; outputRef?: string; durationMs: number }
+  | { kind: 'failed'; error: TaskFailed['error'] };
 
 export interface ExecutorOptions {
   codec: EventCodec;
@@ -466,7 +473,57 @@ export class TaskExecutor {
       await this.deadLetterTask(t, outcome.error, outcome.attempts, outcome.firstFailureAt);
       return undefined;
     }
+    if (outcome.kind === 'completed' && !this.o.claimCheck.fitsInline(outcome.output))
+      try {
+        outcome = await this.offloaded(t, outcome);
+      } catch (e) {
+        // Shutdown interrupted the blob write: as above, the lease goes back.
+        unwatch();
+        await this.o.store.release(lease).catch(() => undefined);
+        throw e;
+      }
     return { t, lease, outcome, unwatch };
+  }
+
+  /**
+   * The outcome the completion record stores for an output over the claim-check threshold: the output written as a
+   * blob first (retried in place while the blob store does not answer, the lease still renewed) and its reference
+   * kept; an output the claim check cannot carry becomes the non-retryable failure PAYLOAD_TOO_LARGE.
+   */
+  private async offloaded(
+    t: Task,
+    outcome: Extract<StoredOutcome, { kind: 'completed' }>,
+  ): Promise<StoredOutcome> {
+    const { cmd } = t;
+    let stored: StoredOutcome = outcome;
+    await this.untilDone('store the output blob', t.hc.shutdown, t.log, async () => {
+      try {
+        const checked = await this.o.claimCheck.offload(
+          `output of ${cmd.idempotencyKey}`,
+          () => payloadBlobKey('results', cmd.runId, cmd.idempotencyKey),
+          outcome.output,
+          blobRetentionMs(),
+        );
+        stored = checked.ref
+          ? { kind: 'completed', output: '', outputRef: checked.ref, durationMs: outcome.durationMs }
+          : outcome;
+      } catch (e) {
+        if (!(e instanceof PayloadTooLargeError)) throw e;
+        stored = this.tooLarge(t, e);
+      }
+    });
+    return stored;
+  }
+
+  /** The failure an output the claim check cannot carry becomes (counted and logged). */
+  private tooLarge(t: Task, e: PayloadTooLargeError): StoredOutcome {
+    this.o.metrics.tasks.inc({ type: t.cmd.taskType, outcome: 'too_large' });
+    t.log().warn(
+      { idempotencyKey: t.cmd.idempotencyKey, code: e.code, err: e.message },
+      'output too large for its topic and the claim check: the step fails',
+    );
+    const now = Date.now();
+    return { kind: 'failed', error: failure(e, false, 1, now, now) };
   }
 
   /**
@@ -539,8 +596,11 @@ export class TaskExecutor {
             r,
             context.with(r.t.context, () => this.publish(r.t, r.outcome, false)),
           );
-        const output = r.outcome.kind === 'completed' ? r.outcome.output : '';
-        messages.push(this.resultMessage(r.t, r.outcome, false, { inline: output, ref: null }));
+        const checked =
+          r.outcome.kind === 'completed'
+            ? { inline: r.outcome.output, ref: r.outcome.outputRef ?? null }
+            : { inline: '', ref: null };
+        messages.push(this.resultMessage(r.t, r.outcome, false, checked));
         inline.push(r);
       } catch (e) {
         r.reject(e); // retried in place, as when its one-by-one publish fails
@@ -741,7 +801,9 @@ export class TaskExecutor {
   private async publish(t: Task, outcome: StoredOutcome, replayed: boolean): Promise<void> {
     const { cmd } = t;
     let checked = { inline: '', ref: null as string | null };
-    if (outcome.kind === 'completed') {
+    if (outcome.kind === 'completed' && outcome.outputRef)
+      checked = { inline: '', ref: outcome.outputRef }; // stored before its record (see offloaded)
+    else if (outcome.kind === 'completed') {
       try {
         checked = await this.o.claimCheck.offload(
           `output of ${cmd.idempotencyKey}`,
@@ -751,13 +813,7 @@ export class TaskExecutor {
         );
       } catch (e) {
         if (!(e instanceof PayloadTooLargeError)) throw e;
-        this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'too_large' });
-        t.log().warn(
-          { idempotencyKey: cmd.idempotencyKey, code: e.code, err: e.message },
-          'output too large for its topic and the claim check: the step fails',
-        );
-        const now = Date.now();
-        outcome = { kind: 'failed', error: failure(e, false, 1, now, now) };
+        outcome = this.tooLarge(t, e);
       }
     }
     await this.o.results.send(
@@ -1014,7 +1070,12 @@ function asText(v: unknown): string {
  */
 function storedOutcome(raw: StoredOutcome, idempotencyKey: string): StoredOutcome {
   if (raw?.kind === 'completed' && typeof raw.output === 'string')
-    return { ...raw, durationMs: Number(raw.durationMs) || 0 };
+    return {
+      kind: 'completed',
+      output: raw.output,
+      ...(typeof raw.outputRef === 'string' && raw.outputRef ? { outputRef: raw.outputRef } : {}),
+      durationMs: Number(raw.durationMs) || 0,
+    };
   const now = Date.now();
   if (raw?.kind !== 'failed' || typeof raw.error !== 'object' || raw.error === null) {
     const err = new OutputNotJsonError(`the stored output of ${idempotencyKey} is not JSON text`);

@@ -11,7 +11,10 @@ import {
 } from '@keyflow/blobs';
 import { EventCodec } from '@keyflow/contracts';
 import {
+  checkRedisMemoryPolicy,
   checkRedisPersistence,
+  requireNoEviction,
+  type IdempotencyStoreFullError,
   createRedis,
   IdempotencyStore,
   idempotencyKeyPrefix,
@@ -51,12 +54,34 @@ export const WORKER_COMPONENTS = {
   taskConsumer: 'task consumer',
   /** The producer of results (task.results), DLQ records and handler events. */
   resultProducer: 'result producer',
+  /** The idempotency store's Redis: failed for good when its maxmemory-policy evicts keys (not allowed). */
+  idempotencyStore: 'idempotency store',
 } as const;
 
+/** The degraded condition of a noeviction Redis at its memory limit (code IDEMPOTENCY_STORE_FULL). */
+export const IDEMPOTENCY_STORE_FULL_CONDITION = 'idempotency-store-full';
+
+/** Longest wait at startup for Redis to answer the eviction-policy check before tasks are consumed, in ms. */
+const REDIS_CHECK_WAIT_MS = 10_000;
+
 /** What /health says about the idempotency store's Redis (see checkRedisPersistence). */
-export type IdempotencyHealth =
-  | (Pick<RedisPersistence, 'durable' | 'reason'> & { aof: boolean; checkedAt: number })
-  | { durable: null; reason: string };
+export type IdempotencyHealth = (
+  | (Pick<RedisPersistence, 'durable' | 'reason' | 'snapshotIntervalS'> & { aof: boolean; checkedAt: number })
+  | { durable: null; reason: string }
+) & { eviction?: EvictionHealth };
+
+/**
+ * What /health says about the idempotency store's maxmemory-policy (see checkRedisMemoryPolicy): `allowed` false
+ * means the worker failed for good over it (component `idempotency store`).
+ */
+export interface EvictionHealth {
+  policy: string;
+  evicts: boolean;
+  allowed: boolean;
+  /** maxmemory in bytes (0: no limit). */
+  maxmemoryBytes: number;
+  reason: string;
+}
 
 /**
  * A custom transport strategy of @nestjs/microservices: NestJS handlers declared with @TaskHandler(type) consume
@@ -100,9 +125,60 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     return (this.consumer?.healthy() ?? false) && this.health.healthy;
   }
 
-  /** Whether the idempotency records' Redis persists them: checked at each (re)connection. Informational. */
+  /**
+   * Whether the idempotency records' Redis persists them and whether it evicts them: checked at each (re)connection.
+   */
   idempotency(): IdempotencyHealth {
-    return this.persistence;
+    return this.eviction ? { ...this.persistence, eviction: this.eviction } : this.persistence;
+  }
+
+  private eviction?: EvictionHealth;
+
+  /**
+   * Asks Redis what it does at its memory limit. An evicting policy (anything but noeviction) fails the worker for good
+   * (component `idempotency store`, code IDEMPOTENCY_STORE_EVICTS: /health 503, exit 1) unless
+   * WORKER_IDEMPOTENCY_ALLOW_EVICTION; resolves with that error, or undefined. A check Redis does not answer is
+   * logged and left to the next connection.
+   */
+  private async checkEviction(redis: Redis): Promise<Error | undefined> {
+    try {
+      const p = await checkRedisMemoryPolicy(redis);
+      const allowed = this.cfg.WORKER_IDEMPOTENCY_ALLOW_EVICTION;
+      this.eviction = {
+        policy: p.policy,
+        evicts: p.evicts,
+        allowed: !p.evicts || allowed,
+        maxmemoryBytes: p.maxmemoryBytes,
+        reason: !p.evicts
+          ? 'maxmemory-policy noeviction: records and fences are never evicted; at maxmemory writes are refused (/health degraded, IDEMPOTENCY_STORE_FULL)'
+          : `maxmemory-policy ${p.policy} evicts keys at maxmemory: records and fences may vanish and steps run again` +
+            (allowed ? ' (accepted: WORKER_IDEMPOTENCY_ALLOW_EVICTION=true)' : ''),
+      };
+      try {
+        requireNoEviction(p, allowed);
+      } catch (e) {
+        this.health.fail(WORKER_COMPONENTS.idempotencyStore, e);
+        return e as Error;
+      }
+      if (p.evicts) this.log.warn({ eviction: this.eviction }, this.eviction.reason);
+    } catch (err) {
+      this.log.warn({ err }, "could not check the idempotency store's maxmemory-policy");
+    }
+    return undefined;
+  }
+
+  /** A noeviction Redis at maxmemory refuses the store's writes: degraded while it lasts, logged once each way. */
+  private onStoreFull(err: IdempotencyStoreFullError | null): void {
+    if (err) {
+      this.health.degrade(IDEMPOTENCY_STORE_FULL_CONDITION, { code: err.code, error: err.message });
+      this.log.error(
+        { code: err.code, err: err.message },
+        'idempotency store full: tasks wait until Redis has room',
+      );
+    } else {
+      this.health.recover(IDEMPOTENCY_STORE_FULL_CONDITION);
+      this.log.info('idempotency store accepts writes again');
+    }
   }
 
   /**
@@ -216,13 +292,29 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       retryStrategy: (n) => Math.min(50 * n, 1_000),
     });
     this.redis.on('error', (err) => this.log.warn({ err: err.message }, 'redis connection error'));
-    // At every (re)connection: a Redis replaced by one without persistence is noticed too.
-    this.redis.on('ready', () => void this.checkPersistence(this.redis!));
+    // At every (re)connection: a Redis replaced by one without persistence, or with an evicting policy, is noticed too.
+    let firstCheck!: (refused: Error | undefined) => void;
+    const checked = new Promise<Error | undefined>((resolve) => (firstCheck = resolve));
+    this.redis.on('ready', () => {
+      void this.checkPersistence(this.redis!);
+      void this.checkEviction(this.redis!).then(firstCheck);
+    });
     const store = new IdempotencyStore<StoredOutcome>(this.redis, {
       keyPrefix: idempotencyKeyPrefix(this.cfg.KEYFLOW_TOPIC_PREFIX),
       leaseMs: this.cfg.WORKER_LEASE_MS,
       completionTtlMs: this.cfg.WORKER_COMPLETION_TTL_MS,
+      onFullChange: (err) => this.onStoreFull(err),
     });
+    // No task before the eviction policy is known to be safe (when Redis answers in time; later connections check too).
+    let waited: NodeJS.Timeout | undefined;
+    const refused = await Promise.race([
+      checked,
+      new Promise<undefined>(
+        (resolve) => (waited = setTimeout(() => resolve(undefined), REDIS_CHECK_WAIT_MS)),
+      ),
+    ]);
+    clearTimeout(waited);
+    if (refused) throw refused;
     // Requests of at most half of max.message.bytes (the claim check's threshold; KEYFLOW_MAX_MESSAGE_BYTES).
     const results = new BatchingProducer(this.producer, { maxBytes: this.claimCheck.thresholdBytes });
     this.publisher?.attach(codec, results, async (logical) => {

@@ -74,6 +74,26 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     expect(info!.expiresAt! - info!.createdAt).toBeGreaterThanOrEqual(30 * 24 * 3600 * 1000);
   });
 
+  it('the completion record of an output that went through the claim check holds its blob reference, not the body', async () => {
+    const cmd = h.command('big', 'b-ref', { bytes: 3 * MB });
+    await h.send([cmd]);
+    const v = (await resultFor(cmd.idempotencyKey)).value as TaskCompleted;
+    expect(v.outputRef).toMatch(/^blob:results\//);
+    const record = await h.ns.redis().get(`${idempotencyKeyPrefix(h.prefix)}${cmd.idempotencyKey}`);
+    expect(record).not.toBeNull();
+    expect(Buffer.byteLength(record!)).toBeLessThan(4096);
+    expect(JSON.parse(record!).r).toMatchObject({ kind: 'completed', output: '', outputRef: v.outputRef });
+    // A redelivery is answered from the record: the same reference, replayed, the handler not run again.
+    await h.send([cmd]);
+    await eventually('replayed result', () =>
+      h.results.items.find(
+        (r) => r.value.idempotencyKey === cmd.idempotencyKey && (r.value as TaskCompleted).replayed,
+      ),
+    );
+    const replayed = h.results.items.filter((r) => r.value.idempotencyKey === cmd.idempotencyKey);
+    expect(replayed.map((r) => (r.value as TaskCompleted).outputRef)).toEqual([v.outputRef, v.outputRef]);
+  });
+
   it('an output the claim check cannot carry fails its step with PAYLOAD_TOO_LARGE once; the key goes on and /health stays 200', async () => {
     const cmd = h.command('big', 'b2', { bytes: 10 * MB }, { maxAttempts: 3 });
     const next = h.command('seq', 'b2', { entity: 'b2', seq: 1 });
