@@ -207,12 +207,15 @@ function confluentGuarantees(): GuaranteeClient {
 }
 
 const results: { client: string; test: string; ok: boolean; detail: string }[] = [];
+/** The step a check is at, named in its failure: the harness's (topic, reassignment) or the client's. */
+let step = '';
 async function check(client: string, test: string, body: () => Promise<string | undefined>): Promise<void> {
   let detail: string | undefined;
+  step = 'start';
   try {
     detail = await body();
   } catch (e) {
-    detail = `threw ${(e as Error).name}: ${(e as Error).message}`;
+    detail = `threw at ${step}: ${(e as Error).name}: ${(e as Error).message}`;
   }
   results.push({ client, test, ok: detail === undefined, detail: detail ?? '' });
   console.log(
@@ -294,6 +297,7 @@ async function abortedTransactions(
 /** leader-change.int.spec.ts, both cases, on the 3-broker cluster behind `admin`. */
 async function leaderChange(c: GuaranteeClient, key: string, admin: Admin, brokers: string[], run: string) {
   const topicLedBy = async (name: string, replicas: number[][]) => {
+    step = 'harness: create the topic';
     await admin.createTopics({
       waitForLeaders: true,
       topics: [
@@ -311,6 +315,7 @@ async function leaderChange(c: GuaranteeClient, key: string, admin: Admin, broke
     return name;
   };
   const moveLeader = async (topic: string, partition: number, replicas: number[]) => {
+    step = 'harness: move the leader';
     await admin.alterPartitionReassignments({
       topics: [{ topic, partitionAssignment: [{ partition, replicas }] }],
     });
@@ -324,6 +329,7 @@ async function leaderChange(c: GuaranteeClient, key: string, admin: Admin, broke
   const readBack = (topic: string) =>
     c.readCommitted(brokers, topic, `${topic}-reader`, (v) => v.length >= 4);
   const expectTwoPerPartition = async (topic: string, first: string) => {
+    step = 'client: read back';
     const seen = byPartition(await readBack(topic));
     const want = { 0: [`${first}-0`, 'batch-0'], 1: [`${first}-1`, 'batch-1'] };
     return eq(seen, want) ? undefined : `read ${JSON.stringify(seen)}`;
@@ -339,8 +345,10 @@ async function leaderChange(c: GuaranteeClient, key: string, admin: Admin, broke
       ]);
       const p = await c.producer(brokers);
       try {
+        step = 'client: warm-up send';
         await p.send(topic, batchFor('warm'));
         await moveLeader(topic, 0, [2, 3]);
+        step = 'client: send after the move';
         const written = await p.send(topic, batchFor('batch'));
         if (!eq([...written].sort(), [0, 1])) return `send reported partitions ${JSON.stringify(written)}`;
       } finally {
@@ -361,8 +369,10 @@ async function leaderChange(c: GuaranteeClient, key: string, admin: Admin, broke
       try {
         const tx = await p.begin();
         try {
+          step = 'client: first send in the transaction';
           await tx.send(topic, batchFor('pre'));
           await moveLeader(topic, 0, [2, 1]);
+          step = 'client: send after the move, commit';
           await tx.send(topic, batchFor('batch'));
           await tx.commit();
         } catch (e) {
@@ -413,6 +423,8 @@ async function main() {
         brokers: cb,
         clientId: 'guarantees-admin',
         logLevel: logLevel.NOTHING,
+        // as leader-change.int.spec.ts: a cluster just started answers UNKNOWN_TOPIC_OR_PARTITION for a while
+        retry: { retries: 20, initialRetryTime: 100, maxRetryTime: 2_000 },
       }).admin();
       await cadmin.connect();
       for (const [key, c] of clients) await leaderChange(c, key, cadmin, cb, run);
