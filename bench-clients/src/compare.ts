@@ -20,6 +20,7 @@ const opts = new Command()
   .option('--seconds <n>', 'chain duration per client, s', '10')
   .option('--rounds <n>', 'rounds (each runs every measurement once per client)', '1')
   .option('--only <names>', 'comma-separated: kafkajs,platformatic,confluent')
+  .option('--measure <kinds>', 'comma-separated: batched,tx,chain', 'batched,tx,chain')
   .parse()
   .opts<{
     records: string;
@@ -28,7 +29,9 @@ const opts = new Command()
     seconds: string;
     rounds: string;
     only?: string;
+    measure: string;
   }>();
+const measure = new Set(opts.measure.split(','));
 
 const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 const run = `bench-clients-${Date.now().toString(36)}`;
@@ -132,7 +135,7 @@ async function main() {
 
   for (let round = 0; round < Number(opts.rounds); round++) {
     const order = ok.map((_, i) => ok[(i + round) % ok.length]);
-    for (const { key, c } of order) {
+    for (const { key, c } of measure.has('batched') ? order : []) {
       const out = topic(`batched-${key}-${round}`);
       await create(out);
       try {
@@ -142,7 +145,7 @@ async function main() {
         note(c, 'batched relay', `failed: ${(e as Error).message}`);
       }
     }
-    for (const { key, c } of order) {
+    for (const { key, c } of measure.has('tx') ? order : []) {
       const out = topic(`tx-${key}-${round}`);
       await create(out);
       try {
@@ -152,7 +155,7 @@ async function main() {
         note(c, 'transactional relay', `failed: ${(e as Error).message}`);
       }
     }
-    for (const { key, c } of order) {
+    for (const { key, c } of measure.has('chain') ? order : []) {
       const [head, mid, tail] = ['head', 'mid', 'tail'].map((t) => topic(`chain-${key}-${round}.${t}`));
       await create(head, mid, tail);
       try {

@@ -9,7 +9,8 @@ type EachBatchPayload = KafkaJS.EachBatchPayload;
  * @confluentinc/kafka-javascript (librdkafka underneath) through its KafkaJS-compatible API, as its MIGRATION.md
  * tells a kafkajs user to move: `acks`, `fromBeginning`, `autoCommit` in the top-level config, `sendOffsets` with the
  * consumer object (librdkafka's send_offsets_to_transaction sends the group's generation and member id), eachBatch
- * batches of at most `js.consumer.max.batch.size` records (default 32; here 1000, closer to one kafkajs fetch).
+ * batches of at most `js.consumer.max.batch.size` records (default 32; here -1, unlimited: what the client has
+ * fetched for the partition, as a kafkajs batch is one partition's fetch).
  */
 export function confluentClient(version: string): ClientUnderTest {
   const kafkaOf = (brokers: string[]) =>
@@ -28,7 +29,7 @@ export function confluentClient(version: string): ClientUnderTest {
         sessionTimeout: 10_000,
         heartbeatInterval: 1_000,
       },
-      'js.consumer.max.batch.size': 1000,
+      'js.consumer.max.batch.size': -1,
     });
     await c.connect();
     await c.subscribe({ topic });

@@ -1,4 +1,3 @@
-import { once } from 'node:events';
 import {
   Consumer,
   FetchIsolationLevels,
@@ -15,6 +14,9 @@ import type { ChainOptions, ClientUnderTest, RelayOptions, RelayResult, RunningC
 type Stream = MessagesStream<Buffer, Buffer, Buffer, Buffer>;
 type Msg = Message<Buffer, Buffer, Buffer, Buffer>;
 
+/** Records waiting to be handled at which the stream is paused (resumed when they are taken). */
+const PAUSE_AT = 20_000;
+
 /**
  * @platformatic/kafka 2.x (pure JavaScript), driven as its docs show (docs/producer.md, docs/consumer.md,
  * docs/transactions.md): a Producer with `idempotent` (and `transactionalId`), acks ALL, the Java-compatible
@@ -22,8 +24,7 @@ type Msg = Message<Buffer, Buffer, Buffer, Buffer>;
  * other partitions); a Consumer whose `consume()` returns a MessagesStream, read_committed, `autocommit: false`,
  * committing with `message.commit()`; a transaction per batch with `beginTransaction`, `addConsumer`,
  * `send`, `addOffset` (a TxnOffsetCommit carrying the group's generation and member id), `commit`.
- * A "batch" is what the stream holds when read: the records of the fetches it has buffered (up to its
- * highWaterMark), drained with `read()` after a 'readable' event.
+ * A "batch" is the records of one partition that arrived while the previous batch was handled (see batchesOf).
  */
 export function platformaticClient(version: string): ClientUnderTest {
   const base = (brokers: string[]) => ({ clientId: 'bench-clients-platformatic', bootstrapBrokers: brokers });
@@ -56,16 +57,43 @@ export function platformaticClient(version: string): ClientUnderTest {
       fallbackMode: MessagesStreamFallbackModes.EARLIEST,
     }) as Promise<Stream>;
 
-  /** The records the stream has buffered, waiting for at least one; `undefined` once the stream has ended. */
-  const nextBatch = async (s: Stream): Promise<Msg[] | undefined> => {
-    for (;;) {
-      const batch: Msg[] = [];
-      let m: Msg | null;
-      while ((m = s.read() as Msg | null) !== null) batch.push(m);
-      if (batch.length) return batch;
-      if (s.readableEnded || s.destroyed) return undefined;
-      await Promise.race([once(s, 'readable'), once(s, 'close')]);
-    }
+  /**
+   * Batches of the records `s` emits ('data' events, as the docs read a stream), for a loop that handles one batch
+   * at a time: `next()` resolves with the records that arrived since the last call, waiting for at least one, split
+   * by partition (as kafkajs's and librdkafka's eachBatch: one batch per partition); `undefined` once the stream has
+   * closed. The stream is paused while `PAUSE_AT` records wait.
+   */
+  const batchesOf = (s: Stream): (() => Promise<Msg[][] | undefined>) => {
+    let waiting: Msg[] = [];
+    let wake: (() => void) | undefined;
+    let closed = false;
+    s.on('data', (m: Msg) => {
+      waiting.push(m);
+      if (waiting.length >= PAUSE_AT) s.pause();
+      wake?.();
+    });
+    s.on('close', () => {
+      closed = true;
+      wake?.();
+    });
+    return async () => {
+      while (!waiting.length) {
+        if (closed) return undefined;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+      const taken = waiting;
+      waiting = [];
+      if (s.isPaused()) s.resume();
+      const byPartition = new Map<string, Msg[]>();
+      for (const m of taken) {
+        const key = `${m.topic}:${m.partition}`;
+        const batch = byPartition.get(key);
+        if (batch) batch.push(m);
+        else byPartition.set(key, [m]);
+      }
+      return [...byPartition.values()];
+    };
   };
 
   /** The last record of each partition in `batch`. */
@@ -95,9 +123,11 @@ export function platformaticClient(version: string): ClientUnderTest {
 
   /** Runs `each` on every batch of `s` until the stream closes or `each` returns true; rejects on its error. */
   const loop = async (s: Stream, each: (batch: Msg[]) => Promise<boolean | void>): Promise<void> => {
+    const next = batchesOf(s);
     for (;;) {
-      const batch = await nextBatch(s);
-      if (!batch || (await each(batch))) return;
+      const batches = await next();
+      if (!batches) return;
+      for (const batch of batches) if (await each(batch)) return;
     }
   };
 
@@ -160,7 +190,9 @@ export function platformaticClient(version: string): ClientUnderTest {
         },
         async stop() {
           await Promise.all([hop1, hop2, sink].map((c) => c.close(true)));
-          await Promise.all(loops);
+          // A loop waiting for records ends when its stream closes; not awaited longer than 2 s (the streams of a
+          // force-closed consumer did not always emit 'close' here).
+          await Promise.race([Promise.all(loops), new Promise((r) => setTimeout(r, 2_000))]);
           await Promise.all([tx, plain, head].map((p) => p.close()));
         },
       };
