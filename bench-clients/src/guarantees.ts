@@ -6,6 +6,7 @@ import { clusterControl, stackEnvOnPorts, eventually } from '@keyflow/testing';
  * The guarantee tests of libs/kafka that keyflow's kafkajs patch exists for, ported to each client (issue 40,
  * docs/adr/0001-kafka-client.md), run one after the other on the same brokers:
  *   - test/integration/aborted-transactions.int.spec.ts (both cases), on the local stack (KAFKA_BROKERS);
+ *   - test/integration/producer-health.int.spec.ts, its partial-refusal case (sequence numbers), on the local stack;
  *   - test/integration/leader-change.int.spec.ts (both cases), on a 3-broker cluster of its own started with
  *     infra/local/stack.sh (base port KEYFLOW_CLIENTS_LEADER_PORT, default 29300; stopped and purged at the end).
  * The cluster is driven with a kafkajs admin (topics with replica assignments, reassignments, metadata): that is
@@ -294,6 +295,48 @@ async function abortedTransactions(
   );
 }
 
+/** producer-health.int.spec.ts, the partial-refusal case (the patch's sequence-number fix), on the local stack. */
+async function partialRefusal(c: GuaranteeClient, key: string, admin: Admin, brokers: string[], run: string) {
+  await check(
+    c.name,
+    'a request refused for one partition (too large) loses nothing the broker wrote for another, nor what follows there',
+    async () => {
+      // One broker: every partition has the same leader, so one request carries both partitions.
+      step = 'harness: create the topic';
+      const topic = `${run}.${key}.mixed`;
+      await admin.createTopics({
+        waitForLeaders: true,
+        topics: [{ topic, numPartitions: 4, configEntries: [{ name: 'max.message.bytes', value: '1024' }] }],
+      });
+      const [refused, written] = [0, 1];
+      const p = await c.producer(brokers);
+      try {
+        step = 'client: the send refused for one partition';
+        const err = await p
+          .send(topic, [
+            { partition: refused, value: 'x'.repeat(4096) },
+            { partition: written, value: 'first' },
+          ])
+          .then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+        if (err === undefined) return 'the send with a record over max.message.bytes resolved';
+        step = 'client: the next send to the written partition';
+        await p.send(topic, [{ partition: written, value: 'second' }]);
+      } finally {
+        await p.close();
+      }
+      step = 'harness: high watermarks';
+      const high = Object.fromEntries(
+        (await admin.fetchTopicOffsets(topic)).map((o) => [o.partition, o.high]),
+      );
+      const got = { refused: high[refused], written: high[written] };
+      return eq(got, { refused: '0', written: '2' }) ? undefined : `high watermarks ${JSON.stringify(got)}`;
+    },
+  );
+}
+
 /** leader-change.int.spec.ts, both cases, on the 3-broker cluster behind `admin`. */
 async function leaderChange(c: GuaranteeClient, key: string, admin: Admin, brokers: string[], run: string) {
   const topicLedBy = async (name: string, replicas: number[][]) => {
@@ -410,6 +453,7 @@ async function main() {
   const admin = new Kafka({ brokers, clientId: 'guarantees-admin', logLevel: logLevel.NOTHING }).admin();
   await admin.connect();
   for (const [key, c] of clients) await abortedTransactions(c, key, admin, brokers, run);
+  for (const [key, c] of clients) await partialRefusal(c, key, admin, brokers, run);
   await admin.disconnect();
 
   if (!args.includes('--skip-cluster')) {
