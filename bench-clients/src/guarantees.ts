@@ -454,6 +454,8 @@ async function main() {
   await admin.connect();
   for (const [key, c] of clients) await abortedTransactions(c, key, admin, brokers, run);
   for (const [key, c] of clients) await partialRefusal(c, key, admin, brokers, run);
+  const created = (await admin.listTopics()).filter((t) => t.startsWith(`${run}.`));
+  if (created.length) await admin.deleteTopics({ topics: created });
   await admin.disconnect();
 
   if (!args.includes('--skip-cluster')) {
