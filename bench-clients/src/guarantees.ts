@@ -246,7 +246,9 @@ async function abortedTransactions(
     'read_committed never sees a record of an aborted transaction, when transactions of two producers interleave',
     async () => {
       const topic = t('interleaved');
+      step = 'harness: create the topic';
       await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1 }] });
+      step = 'client: the transactions';
       const a = await c.producer(brokers, t('tx-a'));
       const b = await c.producer(brokers, t('tx-b'));
       try {
@@ -274,7 +276,9 @@ async function abortedTransactions(
     "read_committed never takes a data record whose key looks like an abort marker's for the end of an aborted transaction",
     async () => {
       const topic = t('marker-key');
+      step = 'harness: create the topic';
       await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1 }] });
+      step = 'client: the transactions';
       const p = await c.producer(brokers, t('tx-marker-key'));
       try {
         const tx = await p.begin();
@@ -450,7 +454,12 @@ async function main() {
   const run = `guarantees-${Date.now().toString(36)}`;
 
   const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
-  const admin = new Kafka({ brokers, clientId: 'guarantees-admin', logLevel: logLevel.NOTHING }).admin();
+  const admin = new Kafka({
+    brokers,
+    clientId: 'guarantees-admin',
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 20, initialRetryTime: 100, maxRetryTime: 2_000 },
+  }).admin();
   await admin.connect();
   for (const [key, c] of clients) await abortedTransactions(c, key, admin, brokers, run);
   for (const [key, c] of clients) await partialRefusal(c, key, admin, brokers, run);
