@@ -339,6 +339,12 @@ async function main() {
   await consumer.disconnect();
   await Promise.all([...orchestrators.map((o) => o.service.stop()), ...workers.map((w) => w.stop())]);
   await Promise.all(orchestrators.map((o) => o.http.close()));
+  // The soak's topics (every one under its prefix) go with it: a long-lived local broker would keep them all.
+  const admin = kafka.admin();
+  await admin.connect();
+  const topics = (await admin.listTopics()).filter((t) => t.startsWith(prefix));
+  await admin.deleteTopics({ topics }).catch((e) => console.warn(`could not delete the soak's topics: ${e}`));
+  await admin.disconnect();
   await pg.query(`drop table ${table}`);
   await pg.end();
   await rm(dir, { recursive: true, force: true });
