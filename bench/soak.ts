@@ -1,7 +1,7 @@
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { Kafka, logLevel } from 'kafkajs';
+import { Kafka, logLevel } from '@keyflow/kafka';
 import { Pool as PgPool } from 'pg';
 import { Pool } from 'undici';
 import { FsBlobStore } from '@keyflow/blobs';

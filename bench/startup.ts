@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { Command } from 'commander';
-import { CompressionTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
+import { CompressionTypes, Kafka, logLevel, Partitioners } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { snapshotParts, type RunState } from '@keyflow/workflow';
 import { ROOT } from './support';

@@ -10,7 +10,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Command } from 'commander';
-import { Kafka, logLevel } from 'kafkajs';
+import { Kafka, logLevel } from '@keyflow/kafka';
 import { EventCodec } from '@keyflow/contracts';
 import type { CityEnriched } from '@keyflow/schemas';
 

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { EventCodec, registryConnectionFromEnv } from '@keyflow/contracts';
 import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger, type Logger } from '@keyflow/observability';
-import type { Kafka } from 'kafkajs';
+import type { Kafka } from '@keyflow/kafka';
 import { KeyflowError } from '@keyflow/errors';
 import { DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Pool } from 'pg';
-import { Kafka, logLevel } from 'kafkajs';
+import { Kafka, logLevel } from '@keyflow/kafka';
 import { EventCodec } from '@keyflow/contracts';
 import { readDefaultCities } from '@keyflow/etl';
 import { eventually } from '@keyflow/testing';

@@ -150,7 +150,27 @@ export { connectionSettingsFromEnv, type ConnectionSettings } from './connection
  * classes or types: import them from here, never from `kafkajs` itself, so one copy of kafkajs is loaded (the
  * published @keyflow/kafka bundles the patched copy; `instanceof KafkaJSError` holds only within one copy).
  */
-export { CompressionTypes, KafkaJSError, Partitioners } from 'kafkajs';
-export type { Consumer, EachBatchPayload, IHeaders, Kafka, Message, Producer } from 'kafkajs';
+export {
+  AssignerProtocol,
+  CompressionCodecs,
+  CompressionTypes,
+  Kafka,
+  KafkaJSConnectionError,
+  KafkaJSError,
+  KafkaJSNumberOfRetriesExceeded,
+  logLevel,
+  Partitioners,
+} from 'kafkajs';
+export type {
+  Admin,
+  Batch,
+  Consumer,
+  EachBatchPayload,
+  IHeaders,
+  ITopicConfig,
+  KafkaMessage,
+  Message,
+  Producer,
+} from 'kafkajs';
 export { blankAsUnset, unsetWhenEmpty } from './settings';
 export { JavaCompatiblePartitioner, keyPartition, murmur2 } from './partitioner';

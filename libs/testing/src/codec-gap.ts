@@ -1,4 +1,4 @@
-import { CompressionCodecs, CompressionTypes } from 'kafkajs';
+import { CompressionCodecs, CompressionTypes } from '@keyflow/kafka';
 import { KAFKA_CODEC_IDS, guardedCodec, type KafkaCodec } from '@keyflow/kafka';
 
 /**

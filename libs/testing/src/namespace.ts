@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Kafka, logLevel, type Admin, type ITopicConfig } from 'kafkajs';
+import { Kafka, logLevel, type Admin, type ITopicConfig } from '@keyflow/kafka';
 import Redis from 'ioredis';
 import { ensureTopics } from '@keyflow/kafka';
 import { testInfra, type InfraEndpoints } from './infra';

@@ -1,4 +1,4 @@
-import { CompressionTypes, type KafkaMessage } from 'kafkajs';
+import { CompressionTypes, type KafkaMessage } from '@keyflow/kafka';
 import { SchemaRegistry, SchemaType } from '@kafkajs/confluent-schema-registry';
 import { TestNamespace, Collector, testInfra } from '../../src';
 

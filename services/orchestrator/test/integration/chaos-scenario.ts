@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { Pool } from 'pg';
-import type { IHeaders, Producer } from 'kafkajs';
+import type { IHeaders, Producer } from '@keyflow/kafka';
 import { dlqTopicFor } from '@keyflow/kafka';
 import {
   AwaitTimeoutError,

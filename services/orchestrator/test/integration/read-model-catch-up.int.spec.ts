@@ -1,4 +1,4 @@
-import { CompressionTypes } from 'kafkajs';
+import { CompressionTypes } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { ComponentHealth, createLogger } from '@keyflow/observability';
 import { eventually, TestNamespace } from '@keyflow/testing';

@@ -1,4 +1,4 @@
-import { AssignerProtocol } from 'kafkajs';
+import { AssignerProtocol } from '@keyflow/kafka';
 import { AwaitTimeoutError, eventually } from '@keyflow/testing';
 import { builtinWorkflows } from '../../src/workflows/registry';
 import { OrchestratorHarness, TERMINAL_EVENTS, post, type ServiceProcess } from './support';

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
-import type { Consumer, Producer } from 'kafkajs';
+import type { Consumer, Producer } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand } from '@keyflow/schemas';
 import { chromium, type Browser } from 'playwright-core';

@@ -1,5 +1,5 @@
 import { createLogger } from '@keyflow/observability';
-import { KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded } from 'kafkajs';
+import { KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded } from '@keyflow/kafka';
 import { workflow, z } from '@keyflow/workflow';
 import { fireTimes, scheduledRunId, Scheduler } from '../../src/engine/scheduler';
 import { checkSchedules } from '../../src/runtime';

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { KafkaMessage } from 'kafkajs';
+import type { KafkaMessage } from '@keyflow/kafka';
 import { IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
 import { describeDlqRecord, DLQ_HEADERS, header, NODE_HAS_ZSTD, redrive } from '@keyflow/kafka';

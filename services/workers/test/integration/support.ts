@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { Pool } from 'pg';
-import type { Consumer, IHeaders, Producer } from 'kafkajs';
+import type { Consumer, IHeaders, Producer } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { TestNamespace, Collector } from '@keyflow/testing';

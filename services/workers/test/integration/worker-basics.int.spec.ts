@@ -5,7 +5,7 @@ import { idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { Collector, eventually } from '@keyflow/testing';
-import type { KafkaMessage } from 'kafkajs';
+import type { KafkaMessage } from '@keyflow/kafka';
 import { WorkerHarness } from './support';
 
 jest.setTimeout(120_000);
