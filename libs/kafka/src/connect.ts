@@ -41,14 +41,42 @@ export async function connectUntilAnswered(
     initialDelayMs?: number;
   },
 ): Promise<void> {
+  return untilAnswered(() => client.connect(), {
+    ...o,
+    failed: 'could not connect',
+    beforeRetry: () => client.disconnect().catch(() => undefined),
+  });
+}
+
+/**
+ * Runs `f` again while it fails with a retriable kafkajs error ({@link isRetriableKafkaError}: a partition without a
+ * leader right after its topic was created, NOT_LEADER_FOR_PARTITION, a broker away), waiting 250 ms doubled up to
+ * 5 000 between tries, until the deadline (default {@link STARTUP_TIMEOUT_MS}, ms). Each retry is logged as a warning
+ * naming `what`.
+ * @returns what `f` resolved with
+ * @throws the first non-retriable error, or the last one once the deadline has passed
+ */
+export async function untilAnswered<T>(
+  f: () => Promise<T>,
+  o: {
+    what: string;
+    logger: Logger;
+    deadlineMs?: number;
+    initialDelayMs?: number;
+    /** What the log line says happened (default `failed`). */
+    failed?: string;
+    /** Run before each new try (e.g. disconnecting a client, which drops kafkajs's cached metadata). */
+    beforeRetry?: () => Promise<unknown>;
+  },
+): Promise<T> {
   const deadline = Date.now() + (o.deadlineMs ?? STARTUP_TIMEOUT_MS);
   for (let attempt = 1, delay = o.initialDelayMs ?? 250; ; attempt++, delay = Math.min(delay * 2, 5_000)) {
     try {
-      return await client.connect();
+      return await f();
     } catch (err) {
       if (!isRetriableKafkaError(err) || Date.now() + delay > deadline) throw err;
-      o.logger.warn({ err, attempt, retryInMs: delay }, `${o.what}: could not connect; trying again`);
-      await client.disconnect().catch(() => undefined);
+      o.logger.warn({ err, attempt, retryInMs: delay }, `${o.what}: ${o.failed ?? 'failed'}; trying again`);
+      await o.beforeRetry?.();
       await new Promise((r) => setTimeout(r, delay));
     }
   }

@@ -142,7 +142,7 @@ export {
   type QuarantinedPartition,
   type PartitionSwitch,
 } from './undecodable';
-export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS } from './connect';
+export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS, untilAnswered } from './connect';
 export * from './security';
 export { connectionSettingsFromEnv, type ConnectionSettings } from './connections';
 /**

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { connectUntilAnswered, isRetriableKafkaError } from '../../src';
+import { connectUntilAnswered, isRetriableKafkaError, untilAnswered } from '../../src';
 
 const logger = pino({ level: 'silent' });
 
@@ -55,5 +55,43 @@ describe('connecting a kafkajs client at startup', () => {
     expect(isRetriableKafkaError(kafkaError('KafkaJSNumberOfRetriesExceeded', false))).toBe(true);
     expect(isRetriableKafkaError(kafkaError('KafkaJSNonRetriableError', false))).toBe(false);
     expect(isRetriableKafkaError(new Error('config'))).toBe(false);
+  });
+});
+
+describe('asking Kafka something at startup (untilAnswered)', () => {
+  it('a request answered NOT_LEADER_FOR_PARTITION (a topic just created) is asked again until it answers, and its answer returned', async () => {
+    let calls = 0;
+    const answer = await untilAnswered(
+      async () => {
+        if (calls++ < 2) throw kafkaError('KafkaJSProtocolError', true);
+        return 42;
+      },
+      { what: 'end offsets', logger, deadlineMs: 10_000, initialDelayMs: 1 },
+    );
+    expect([answer, calls]).toEqual([42, 3]);
+  });
+
+  it('a non-retriable error is thrown at once, and a retriable one once the deadline has passed', async () => {
+    let calls = 0;
+    const refused = kafkaError('KafkaJSProtocolError', false);
+    await expect(
+      untilAnswered(
+        async () => {
+          calls++;
+          throw refused;
+        },
+        { what: 'x', logger, initialDelayMs: 1 },
+      ),
+    ).rejects.toBe(refused);
+    expect(calls).toBe(1);
+    const away = kafkaError('KafkaJSConnectionError', true);
+    await expect(
+      untilAnswered(
+        async () => {
+          throw away;
+        },
+        { what: 'x', logger, deadlineMs: 50, initialDelayMs: 10 },
+      ),
+    ).rejects.toBe(away);
   });
 });

@@ -5,6 +5,8 @@ import { blobKeySegment, legacyRunSegment, type ClaimCheck } from '@keyflow/blob
 import { ContractError, type EventCodec } from '@keyflow/contracts';
 import {
   connectUntilAnswered,
+  lastStableOffsets,
+  untilAnswered,
   PartitionQuarantine,
   subscribeWhenReady,
   undecodableBatchOf,
@@ -266,16 +268,21 @@ export class RunReadModel {
     });
   }
 
-  /** wf.state's end offsets now, per partition with records; partitions without any are caught up already. */
+  /**
+   * wf.state's end offsets now (read_committed: each partition's last stable offset), per partition with records;
+   * partitions without any are caught up already. Asked again while the answer is a retriable error (a topic just
+   * created has partitions without a leader for a moment: NOT_LEADER_FOR_PARTITION), until STARTUP_TIMEOUT_MS.
+   */
   private async endOffsets(): Promise<Map<number, bigint>> {
     const admin = this.kafka.admin();
     await connectUntilAnswered(admin, { what: 'read model admin', logger: this.logger });
     try {
-      const offsets = await admin.fetchTopicOffsets(this.codec.physical('wf.state'));
+      const offsets = await untilAnswered(
+        () => lastStableOffsets(this.kafka, this.codec.physical('wf.state'), admin),
+        { what: "read model: wf.state's end offsets", logger: this.logger },
+      );
       return new Map(
-        offsets
-          .filter((o) => BigInt(o.high) > BigInt(o.low))
-          .map((o) => [o.partition, BigInt(o.high)] as [number, bigint]),
+        offsets.filter((o) => o.end > o.low).map((o) => [o.partition, o.end] as [number, bigint]),
       );
     } finally {
       await admin.disconnect();
