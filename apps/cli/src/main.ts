@@ -1,6 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { CliContext } from './context';
-import { terminalSafe } from './output';
+import { errorLine, terminalSafe } from './output';
 import { dlqCommand } from './commands/dlq';
 import { groupsCommand } from './commands/groups';
 import { rebuildCommand } from './commands/rebuild';
@@ -51,9 +51,7 @@ if (
         // Commander already printed its usage errors (and help or the version, which exit 0).
         if (e instanceof CommanderError) process.exit(e.exitCode === 0 ? 0 : 2);
         // The message may carry a value (a topic, a key, an API answer): its control characters are escaped.
-        process.stderr.write(
-          `keyflow: ${terminalSafe(e instanceof Error ? e.message : String(e), { keepNewlines: true })}\n`,
-        );
+        process.stderr.write(errorLine(e));
         process.exit(e instanceof InvalidArgumentError ? 2 : 1);
       },
     );

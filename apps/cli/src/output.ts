@@ -30,16 +30,39 @@ const jsonSafe = (json: string): string =>
   json.replace(UNSAFE_IN_JSON, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 
 /**
+ * `data` with every string in it (plain objects' keys and values, arrays' items, at any depth) passed through
+ * {@link terminalSafe}, newlines included; other values (numbers, class instances) as they are.
+ */
+function safeData<T>(data: T): T {
+  if (typeof data === 'string') return terminalSafe(data) as T;
+  if (Array.isArray(data)) return data.map(safeData) as T;
+  if (data !== null && typeof data === 'object') {
+    const proto = Object.getPrototypeOf(data);
+    if (proto === Object.prototype || proto === null)
+      return Object.fromEntries(Object.entries(data).map(([k, v]) => [terminalSafe(k), safeData(v)])) as T;
+  }
+  return data;
+}
+
+/**
  * Prints `data` as JSON (`--json`, for scripts) or as the human form `human` makes of it; either way no control
- * character of the data reaches the terminal (see {@link terminalSafe}; JSON keeps the same data, escaped).
+ * character of the data reaches the terminal (see {@link terminalSafe}; JSON keeps the same data, escaped). `human`
+ * gets the data with its strings escaped, newlines too, so the lines it writes are its own: a value cannot fake one.
  */
 export function print<T>(data: T, json: boolean | undefined, human: (data: T) => string): void {
   process.stdout.write(
     json
       ? `${jsonSafe(JSON.stringify(data, null, 2))}\n`
-      : `${terminalSafe(human(data), { keepNewlines: true })}\n`,
+      : `${terminalSafe(human(safeData(data)), { keepNewlines: true })}\n`,
   );
 }
+
+/**
+ * The line the CLI prints for an error `e` that ends it: `keyflow: <message>\n`, the message on one line with its
+ * control characters (newlines included) escaped, since it may carry a value (a topic, a key, an API answer).
+ */
+export const errorLine = (e: unknown): string =>
+  `keyflow: ${terminalSafe(e instanceof Error ? e.message : String(e))}\n`;
 
 /** A text table: one line per row, columns padded to their widest cell. */
 export function table(rows: Array<Record<string, unknown>>, columns?: string[]): string {

@@ -11,7 +11,8 @@ import { NotAllowedError, SinkFailedError } from './errors';
  *   FIFO or directory: `/dev/urandom` would fill the blob store).
  * - `sqliteRoots` (ETL_SQLITE_ROOTS): directories a SQLite sink file may lie under (its directory must exist).
  * - `postgresUrls` (ETL_POSTGRES_URLS): PostgreSQL URLs a sink may use: the same host and port (default 5432), the
- *   entry's database when it names one, its user when it names one.
+ *   entry's database when it names one, its user when it names one, and exactly the entry's query parameters (none
+ *   when it has none: node-postgres lets them override the host, port and user, and read certificate files).
  */
 export interface EtlConfinement {
   inputRoots: readonly string[];
@@ -106,12 +107,24 @@ export function confineSqlitePath(path: string, roots: readonly string[]): strin
 }
 
 const PG_DEFAULT_PORT = '5432';
-const pgTarget = (u: URL) => ({
-  host: u.hostname.toLowerCase(),
-  port: u.port || PG_DEFAULT_PORT,
-  database: decodeURIComponent(u.pathname.replace(/^\//, '')),
-  user: decodeURIComponent(u.username),
-});
+/**
+ * What a PostgreSQL URL connects to. The host is compared decoded, as node-postgres uses it: a name case-insensitively,
+ * a Unix socket directory (`%2Fvar%2Frun%2Fpostgresql`) exactly. `query` is the URL's parameters, sorted: node-postgres
+ * (pg-connection-string) lets them override the URL (`host`, `port`, `user`), read files (`sslcert`, `sslkey`,
+ * `sslrootcert`), set TLS (`sslmode`) and server settings (`options`), so a run's must be its entry's, exactly.
+ */
+const pgTarget = (u: URL) => {
+  const host = decodeURIComponent(u.hostname);
+  return {
+    host: host.startsWith('/') ? host : host.toLowerCase(),
+    port: u.port || PG_DEFAULT_PORT,
+    database: decodeURIComponent(u.pathname.replace(/^\//, '')),
+    user: decodeURIComponent(u.username),
+    query: JSON.stringify(
+      [...u.searchParams].sort(([a, x], [b, y]) => (a < b ? -1 : a > b ? 1 : x < y ? -1 : x > y ? 1 : 0)),
+    ),
+  };
+};
 
 /** `host:port/database` of a PostgreSQL URL (no credentials), or `a PostgreSQL URL` when it cannot be parsed. */
 export function describePostgres(url: string): string {
@@ -144,7 +157,8 @@ export function confinePostgresUrl(url: string, allowed: readonly string[]): voi
           a.host === t!.host &&
           a.port === t!.port &&
           (a.database === '' || a.database === t!.database) &&
-          (a.user === '' || a.user === t!.user)
+          (a.user === '' || a.user === t!.user) &&
+          a.query === t!.query
         );
       } catch {
         return false;

@@ -1,4 +1,5 @@
 import type Redis from 'ioredis';
+import { ReplyError } from 'ioredis';
 import { KeyflowError } from '@keyflow/errors';
 import { IdempotencyStoreUnavailableError } from './store';
 
@@ -37,8 +38,12 @@ export class IdempotencyStoreEvictsError extends KeyflowError {
   readonly code = 'IDEMPOTENCY_STORE_EVICTS';
   constructor(readonly policy: string) {
     super(
-      `the idempotency store's Redis has maxmemory-policy ${policy}: at its memory limit it evicts keys, completion ` +
-        `records and fences included, and their steps would run again; set maxmemory-policy ${NO_EVICTION} ` +
+      (policy.startsWith('unknown')
+        ? `the idempotency store's Redis does not say its maxmemory-policy (${policy}): it may evict keys at its ` +
+          'memory limit, completion records and fences included, and their steps would run again; let its user run INFO, with '
+        : `the idempotency store's Redis has maxmemory-policy ${policy}: at its memory limit it evicts keys, ` +
+          'completion records and fences included, and their steps would run again; set ') +
+        `maxmemory-policy ${NO_EVICTION} ` +
         '(or allow it explicitly: WORKER_IDEMPOTENCY_ALLOW_EVICTION=true)',
     );
   }
@@ -51,8 +56,14 @@ const field = (info: string, name: string) =>
     ?.slice(name.length + 1)
     .trim();
 
+/** The `policy` reported for a Redis that does not say its own: counted as evicting. */
+const unknownPolicy = (why: string) => `unknown (${why})`;
+
 /**
  * Asks a Redis what it does at its memory limit (`INFO memory`: `maxmemory_policy`, `maxmemory`, `used_memory`).
+ * A Redis that refuses INFO (an error reply: NOPERM for an ACL user without `@dangerous`, unknown command when it is
+ * renamed) or whose answer lacks `maxmemory_policy` is reported as `unknown (<why>)`, `evicts: true`: nothing shows
+ * it keeps records and fences.
  * @param redis a connected ioredis client; one round trip
  * @throws IdempotencyStoreUnavailableError (retryable) when Redis does not answer INFO
  */
@@ -61,9 +72,18 @@ export async function checkRedisMemoryPolicy(redis: Redis): Promise<RedisMemoryP
   try {
     info = await redis.info('memory');
   } catch (e) {
+    // Redis answered, with an error (an ACL user without @dangerous: NOPERM; INFO renamed away: unknown command): it
+    // will not say, so it may evict. Only no answer at all is an outage.
+    if (e instanceof ReplyError)
+      return {
+        policy: unknownPolicy(`INFO memory refused: ${(e as Error).message}`),
+        evicts: true,
+        maxmemoryBytes: 0,
+        usedMemoryBytes: 0,
+      };
     throw new IdempotencyStoreUnavailableError('INFO memory', e);
   }
-  const policy = field(info, 'maxmemory_policy') ?? NO_EVICTION;
+  const policy = field(info, 'maxmemory_policy') ?? unknownPolicy('INFO memory has no maxmemory_policy');
   const maxmemoryBytes = Number(field(info, 'maxmemory') ?? 0) || 0;
   const usedMemoryBytes = Number(field(info, 'used_memory') ?? 0) || 0;
   return {

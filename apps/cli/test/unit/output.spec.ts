@@ -1,6 +1,6 @@
 import type { RunState } from '@keyflow/workflow';
 import { stepRows } from '../../src/commands/runs';
-import { duration, parseTime, print, table, terminalSafe } from '../../src/output';
+import { duration, errorLine, parseTime, print, table, terminalSafe } from '../../src/output';
 
 describe('CLI output and option parsing', () => {
   it('parses times as ms, ISO-8601 or a duration back from now', () => {
@@ -81,6 +81,31 @@ describe('terminal-safe output', () => {
     // eslint-disable-next-line no-control-regex
     expect(out[1]).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
     expect(JSON.parse(out[1])).toEqual({ key: 'k\x1b[2J\u009b\u007f' }); // still the same data for scripts
+  });
+
+  it("print's human output keeps its own lines, but a value's newline cannot fake one (keys, error messages)", () => {
+    const out: string[] = [];
+    const spy = jest.spyOn(process.stdout, 'write').mockImplementation((s) => (out.push(String(s)), true));
+    try {
+      print(
+        { key: 'k\nredrove 0@7 key fake', byTopic: { 't\rx': 1 }, errors: [{ message: 'boom\n  pending' }] },
+        false,
+        (d) =>
+          `key ${d.key}\n` +
+          Object.keys(d.byTopic).join(',') +
+          `\n${d.errors.map((e) => e.message).join(';')}`,
+      );
+    } finally {
+      spy.mockRestore();
+    }
+    expect(out[0].split('\n')).toEqual(['key k\\nredrove 0@7 key fake', 't\\rx', 'boom\\n  pending', '']);
+  });
+
+  it('an error is printed on one line: a message carrying a value (an API answer, a key) cannot fake another', () => {
+    expect(errorLine(new Error('no such run r1\nkeyflow: run r1 completed\x1b[2J'))).toBe(
+      'keyflow: no such run r1\\nkeyflow: run r1 completed\\x1b[2J\n',
+    );
+    expect(errorLine('plain\u202e')).toBe('keyflow: plain\\u202e\n');
   });
 
   it('table cells escape newlines too (a value cannot fake a row)', () => {

@@ -82,6 +82,55 @@ describe('run input confined to the allowed roots and hosts', () => {
       ]);
   });
 
+  it("a PostgreSQL URL's query cannot override the allowed target or make the worker read files", () => {
+    // node-postgres (pg-connection-string) lets query parameters override the URL: `host`, `port`, `user` pick
+    // another server or role, `sslcert` / `sslkey` / `sslrootcert` are files it reads (synchronously, whole),
+    // `sslmode` downgrades TLS, `options` sets server settings.
+    const allowed = [
+      'postgres://postgres@db.internal:5432/etl',
+      'postgresql://127.0.0.1',
+      'postgres://%2Ftmp%2Fpg/etl',
+    ];
+    expect(
+      refusal(() =>
+        confinePostgresUrl('postgres://postgres@db.internal:5432/etl?sslmode=require', [
+          'postgres://postgres@db.internal:5432/etl?sslmode=require',
+        ]),
+      ),
+    ).toBe('allowed');
+    for (const url of [
+      'postgres://postgres@db.internal:5432/etl?host=169.254.169.254',
+      'postgres://127.0.0.1:5432/x?host=evil.example',
+      'postgres://127.0.0.1/x?port=6379',
+      'postgres://127.0.0.1/x?host=%2Fvar%2Frun%2Fpostgresql',
+      'postgres://postgres@db.internal:5432/etl?user=admin',
+      'postgres://127.0.0.1/x?sslrootcert=/proc/self/environ',
+      'postgres://127.0.0.1/x?sslcert=/dev/zero',
+      'postgres://127.0.0.1/x?options=-c%20statement_timeout%3D1',
+      // a socket path is case-sensitive: /TMP/PG is another directory
+      'postgres://%2FTMP%2FPG/etl',
+    ])
+      expect([url, refusal(() => confinePostgresUrl(url, allowed))]).toEqual([
+        url,
+        expect.objectContaining({ code: 'SINK_NOT_ALLOWED', retryable: false }),
+      ]);
+    // TLS an entry asks for cannot be dropped by the run
+    expect(
+      refusal(() =>
+        confinePostgresUrl('postgres://postgres@db.internal:5432/etl?sslmode=disable', [
+          'postgres://postgres@db.internal:5432/etl?sslmode=require',
+        ]),
+      ),
+    ).toEqual(expect.objectContaining({ code: 'SINK_NOT_ALLOWED' }));
+    expect(
+      refusal(() =>
+        confinePostgresUrl('postgres://postgres@db.internal:5432/etl', [
+          'postgres://postgres@db.internal:5432/etl?sslmode=require',
+        ]),
+      ),
+    ).toEqual(expect.objectContaining({ code: 'SINK_NOT_ALLOWED' }));
+  });
+
   it("a PostgreSQL failure names the allowed target and the error's code, never the server's text", () => {
     const e = postgresSinkError(
       Object.assign(new Error('FATAL: database "x" does not exist; banner: SSH-2.0-OpenSSH'), {

@@ -54,6 +54,37 @@ describe('the idempotency store checks what its Redis keeps', () => {
     expect(() => requireNoEviction(safe, false)).not.toThrow();
   });
 
+  it('a Redis that refuses to say its policy (INFO denied to the ACL user, or renamed away) is refused like an evicting one, unless allowed', async () => {
+    const admin = await own([...REDIS_AOF_ARGS, '--maxmemory', '64mb', '--maxmemory-policy', 'allkeys-lru']);
+    // A common managed-service ACL: every command but the @dangerous ones (INFO, CONFIG, ...).
+    await admin.call('ACL', 'SETUSER', 'worker', 'on', '>pw', '~*', '&*', '+@all', '-@dangerous');
+    const { port } = admin.options;
+    const worker = client(`redis://worker:pw@127.0.0.1:${port}`);
+    clients.push(worker);
+    await expect(worker.info('memory')).rejects.toThrow(/NOPERM/);
+    const p = await checkRedisMemoryPolicy(worker);
+    expect(p).toMatchObject({ evicts: true });
+    let refused: unknown;
+    try {
+      requireNoEviction(p, false);
+    } catch (e) {
+      refused = e;
+    }
+    expect(refused).toMatchObject({ code: 'IDEMPOTENCY_STORE_EVICTS', retryable: false });
+    expect((refused as Error).message).toMatch(/NOPERM/);
+    expect(() => requireNoEviction(p, true)).not.toThrow();
+
+    const renamed = await own([
+      ...REDIS_AOF_ARGS,
+      '--maxmemory-policy',
+      'allkeys-lru',
+      '--rename-command',
+      'INFO',
+      '',
+    ]);
+    expect(await checkRedisMemoryPolicy(renamed)).toMatchObject({ evicts: true });
+  });
+
   it('noeviction at its memory limit: a write fails with IDEMPOTENCY_STORE_FULL (not an outage), reported once, cleared when memory frees', async () => {
     const redis = await own([...REDIS_AOF_ARGS, '--maxmemory', '4mb', '--maxmemory-policy', 'noeviction']);
     const changes: Array<string | null> = [];

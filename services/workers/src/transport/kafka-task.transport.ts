@@ -188,7 +188,13 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
   private async checkPersistence(redis: Redis): Promise<void> {
     try {
       const p = await checkRedisPersistence(redis);
-      this.persistence = { durable: p.durable, reason: p.reason, aof: p.aof, checkedAt: Date.now() };
+      this.persistence = {
+        durable: p.durable,
+        reason: p.reason,
+        aof: p.aof,
+        ...(p.snapshotIntervalS === undefined ? {} : { snapshotIntervalS: p.snapshotIntervalS }),
+        checkedAt: Date.now(),
+      };
       if (p.durable) this.log.info({ idempotency: p }, 'idempotency store persists its records');
       else
         this.log.warn(

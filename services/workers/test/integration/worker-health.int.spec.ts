@@ -48,6 +48,16 @@ describe("a worker's /health", () => {
     expect(warning && JSON.parse(warning).level).toBe(40); // pino's warn
   });
 
+  it('on a Redis with RDB snapshots only: /health says durable: false and snapshotIntervalS, the longest interval of its schedule', async () => {
+    const redis = await OwnRedisServer.start(['--appendonly', 'no', '--save', '3600 1 300 100']);
+    servers.push(redis);
+    const w = await h.startWorker({ REDIS_URL: redis.url });
+    const { code, body } = await healthOf(await w.ready);
+    expect(code).toBe(200);
+    expect(body.idempotency).toMatchObject({ durable: false, aof: false, snapshotIntervalS: 3600 });
+    expect(body.idempotency.reason).toMatch(/RDB snapshots only/);
+  });
+
   it('on a Redis with AOF (as infra/local/stack.sh runs it): /health says durable: true, and no warning', async () => {
     const redis = await OwnRedisServer.start(REDIS_AOF_ARGS);
     servers.push(redis);
