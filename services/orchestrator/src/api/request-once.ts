@@ -37,8 +37,11 @@ export function runRequestId(r: RunRequest): string {
  * `idempotencyKeyTtlMs` (at least the run retention) to the request's fingerprint, then to its first answer (a 202,
  * or a refusal below 500 such as 409 RUN_ENDED): the same request again gets that answer, same status and body,
  * and nothing is sent again. A repeat that finds no answer yet (the first one still in flight, or its API died
- * before answering) is sent again with the same id, which the engine applies once. An answer of 500 or more (a
- * broker or Redis away) frees the key, so the client's retry goes through.
+ * before answering) is sent again with the same id, which the engine applies once. The first answer stored stays
+ * (`RequestKeys.settle`): a concurrent repeat's later answer (a 409 once the first cancel ended the run) does not
+ * replace it. An answer of 500 or more (a broker or Redis away) to the request that bound the key frees it, unless a
+ * concurrent repeat was answered meanwhile, so the client's retry goes through; a repeat's own 5xx frees nothing,
+ * since the request that bound the key may still be sent.
  * @throws HttpException with the first answer's status and body, or as `answer` maps `work`'s errors; 422
  *   IDEMPOTENCY_KEY_REUSED (naming the key) for a key bound to another request; 503 STORE_UNAVAILABLE when Redis does
  *   not answer.
@@ -72,6 +75,8 @@ export async function answerOnce<T extends object>(
         { idempotencyKey: r.key, runId: r.runId, fingerprints: { stored: bound.fingerprint, request: fp } },
       );
     });
+  /** Whether this call bound the key: only then may it free it. */
+  const claimed = !bound;
   if (bound?.answer) {
     if (bound.answer.status >= 300)
       throw new HttpException(bound.answer.body as Record<string, unknown>, bound.answer.status);
@@ -88,7 +93,8 @@ export async function answerOnce<T extends object>(
   } catch (e) {
     const status = e instanceof HttpException ? e.getStatus() : 500;
     if (status < 500) await settle(status, (e as HttpException).getResponse());
-    else await runs.keys.release(KEY_SPACES.runRequest, key).catch(() => undefined);
+    else if (claimed)
+      await runs.keys.releaseUnanswered(KEY_SPACES.runRequest, key, fp).catch(() => undefined);
     throw e;
   }
 }

@@ -42,6 +42,14 @@ export class RefusedRequest extends RequestError {
   }
 }
 
+/** The 202 answer of a start: the run's id, workflow, the version it runs and its business key. */
+export interface StartedRun {
+  runId: string;
+  workflow: string;
+  version: number;
+  businessKey: string;
+}
+
 export const IDEMPOTENCY_KEY_REUSED = 'IDEMPOTENCY_KEY_REUSED';
 export const CATCHING_UP = 'CATCHING_UP';
 
@@ -110,8 +118,9 @@ export class RunsService {
    * Starts a run. The run id is the caller's, or derived from the Idempotency-Key (the same key for the same
    * workflow always names the same run, so a repeated start is a duplicate the engine ignores), or random.
    * An Idempotency-Key (trigger `api`) is bound in Redis, before the StartRun is written, to the fingerprint of
-   * the request (workflow, version, input, businessKey, runId) and its run for requestKeyTtlMs (config.ts): the same
-   * request again gets the same run; another request with the key is refused.
+   * the request (workflow, version, input, businessKey, runId) and its run for requestKeyTtlMs (config.ts), then,
+   * once the StartRun is written, to that answer: the same request again gets the same run and, once answered, is
+   * not sent again (its run may have ended and been forgotten meanwhile); another request with the key is refused.
    * @throws RequestError for an unknown workflow or version; RefusedRequest 422 IDEMPOTENCY_KEY_REUSED (naming
    *   both fingerprints and the first run) for a key bound to another request, 503 STORE_UNAVAILABLE when Redis
    *   does not answer.
@@ -175,6 +184,9 @@ export class RunsService {
             fingerprints: { stored: bound.fingerprint, request: fp },
           },
         );
+      // The first request with this key was written (its answer stored): its run may be over and forgotten
+      // (ORCHESTRATOR_RUN_RETENTION_MS) while the key lives, so a StartRun sent again would run it a second time.
+      if (bound?.answer) return bound.answer.body as StartedRun;
       claimed = !bound;
     }
     try {
@@ -195,7 +207,17 @@ export class RunsService {
           .catch(() => undefined);
       throw e;
     }
-    return { runId, workflow: def.name, version: def.version, businessKey };
+    const started: StartedRun = { runId, workflow: def.name, version: def.version, businessKey };
+    if (keyed)
+      await this.keys
+        .settle(KEY_SPACES.idempotency, `${def.name}:${req.idempotencyKey}`, {
+          fingerprint: fp,
+          runId,
+          answer: { status: 202, body: started },
+        })
+        // Not stored: a repeat sends the StartRun again, a duplicate while the run is held (DUPLICATE_START).
+        .catch(() => undefined);
+    return started;
   }
 
   /** The run id an Idempotency-Key (or a webhook delivery id) names for a workflow: `run-<32 hex>`. */
