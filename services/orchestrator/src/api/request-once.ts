@@ -32,14 +32,21 @@ export function runRequestId(r: RunRequest): string {
 }
 
 /**
+ * Refusals that say "not now" rather than "no": 404 (a run the read model has not read yet: it is eventually
+ * consistent, and a signal sent right after a run's step completed may reach an instance 100 ms behind) and 429 (a
+ * full signal buffer). Like a 5xx they are not stored as the key's answer, so the client's retry is sent again.
+ */
+const NOT_YET = new Set([404, 429]);
+
+/**
  * Answers a run request once per Idempotency-Key: `work` gets the request's id (see {@link runRequestId}) and its
  * result is the 202 answer. With a key, the key is bound in Redis (shared by every API instance) for the service's
  * `idempotencyKeyTtlMs` (at least the run retention) to the request's fingerprint, then to its first answer (a 202,
- * or a refusal below 500 such as 409 RUN_ENDED): the same request again gets that answer, same status and body,
+ * or a refusal below 500 such as 409 RUN_ENDED, except the "not yet" ones: 404 and 429, see NOT_YET): the same request again gets that answer, same status and body,
  * and nothing is sent again. A repeat that finds no answer yet (the first one still in flight, or its API died
  * before answering) is sent again with the same id, which the engine applies once. The first answer stored stays
  * (`RequestKeys.settle`): a concurrent repeat's later answer (a 409 once the first cancel ended the run) does not
- * replace it. An answer of 500 or more (a broker or Redis away) to the request that bound the key frees it, unless a
+ * replace it. An answer of 500 or more (a broker or Redis away), 404 or 429 to the request that bound the key frees it, unless a
  * concurrent repeat was answered meanwhile, so the client's retry goes through; a repeat's own 5xx frees nothing,
  * since the request that bound the key may still be sent.
  * @throws HttpException with the first answer's status and body, or as `answer` maps `work`'s errors; 422
@@ -92,7 +99,7 @@ export async function answerOnce<T extends object>(
     return body;
   } catch (e) {
     const status = e instanceof HttpException ? e.getStatus() : 500;
-    if (status < 500) await settle(status, (e as HttpException).getResponse());
+    if (status < 500 && !NOT_YET.has(status)) await settle(status, (e as HttpException).getResponse());
     else if (claimed)
       await runs.keys.releaseUnanswered(KEY_SPACES.runRequest, key, fp).catch(() => undefined);
     throw e;
