@@ -70,3 +70,9 @@ test_step "integration and e2e tests" npm run -s test:integration
 
 step "broker durability across SIGKILL (a separate local stack)"
 if infra/local/verify-durability.sh; then echo '{"passed":1,"failed":0,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; else echo '{"passed":0,"failed":1,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; step_failed 1; fi
+
+# The week-one soak's sample (issue 39; the full one is `npm run soak -- --minutes 15`): retention and sweeps over a
+# blob store of 50,000 blobs, every request sent twice, a rolling restart to a new workflow version. It fails on a run
+# lost, an input dropped, a step executed twice or an approval taken twice; its latency figures are printed, not judged.
+step "week-one soak, 2-minute sample (npm run soak -- --minutes 2)"
+if npm run -s soak -- --minutes 2; then echo '{"passed":1,"failed":0,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; else echo '{"passed":0,"failed":1,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; step_failed 1; fi
