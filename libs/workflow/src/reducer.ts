@@ -669,187 +669,227 @@ export function reduceInPlace(
   return { state: c.s, commands: c.commands, events: c.events };
 }
 
+/** An input the reducer applies to a run that exists (all but a start), of one kind. */
+type RunInput<K extends WorkflowInput['kind']> = Extract<WorkflowInput, { kind: K }>;
+/** Why an input changed nothing: its code and words. */
+type Ignored = [IgnoreReason, string];
+
 /** @returns the reason (code and words) when the input is stale or does not apply. */
 function apply(
   c: Ctx,
   input: Exclude<WorkflowInput, { kind: 'start' }>,
   opts: ReduceOptions,
-): [IgnoreReason, string] | undefined {
-  const s = c.s;
+): Ignored | undefined {
   switch (input.kind) {
     case 'task-completed':
-    case 'task-failed': {
-      const isCompensation = input.stepId.endsWith(COMPENSATION_SUFFIX);
-      const st = stepStateOf(s, input.stepId);
-      // Every attempt of a step shares its idempotency key, so a completion of an earlier attempt that outlived its
-      // step timeout (the step is uncertain) is the step's one effect: it is taken while the step still waits for a
-      // result or a retry. A failure only counts for the current attempt.
-      const current = st?.status === 'scheduled' && st.attempt === input.attempt;
-      const earlierCompletion =
-        input.kind === 'task-completed' &&
-        st?.uncertain === true &&
-        (st?.status === 'scheduled' || st?.status === 'waiting-retry') &&
-        input.attempt <= st.attempt;
-      if (!st || !(current || earlierCompletion))
-        return ['STALE_RESULT', `stale result for ${input.stepId} attempt ${input.attempt}`];
-      if (
-        input.kind === 'task-completed' &&
-        input.idempotencyKey !== undefined &&
-        input.idempotencyKey !== idempotencyKeyOf(s.runId, input.stepId, st.generation)
-      )
-        return [
-          'STALE_RESULT',
-          `stale result for ${input.stepId}: key ${input.idempotencyKey} is another generation`,
-        ];
-      if (isCompensation !== (s.status === 'compensating'))
-        return ['STALE_RESULT', `stale result for ${input.stepId}`];
-      clearStepTimers(s, input.stepId);
-      if (input.kind === 'task-completed') onCompleted(c, input.stepId, st.attempt, input.output);
-      else {
-        if (input.code === DEAD_LETTERED) setStepState(s, input.stepId, { ...st, uncertain: true });
-        onFailed(c, input.stepId, input.attempt, {
-          errorClass: input.errorClass,
-          message: input.message,
-          retryable: input.retryable,
-          code: input.code ?? null,
-        });
-      }
-      return undefined;
-    }
-    case 'timer-fired': {
-      const t = s.timers[input.timerId];
-      if (!t || t.purpose === 'unpark') return ['STALE_TIMER', `stale timer ${input.timerId}`];
-      if (t.purpose === 'wait' && stepStateOf(s, t.stepId!)?.status !== 'waiting')
-        return ['STALE_TIMER', `stale wait timer for ${t.stepId}`];
-      delete s.timers[input.timerId];
-      if (t.purpose === 'retry') {
-        schedule(c, t.stepId!, t.attempt!);
-      } else if (t.purpose === 'step-timeout') {
-        const st = stepStateOf(s, t.stepId!);
-        if (st) setStepState(s, t.stepId!, { ...st, uncertain: true });
-        onFailed(c, t.stepId!, t.attempt!, {
-          errorClass: STEP_TIMEOUT_ERROR,
-          message: `no result within the step timeout`,
-          retryable: true,
-        });
-      } else if (t.purpose === 'run-timeout') {
-        const current =
-          s.status === 'compensating' ? s.compensation!.failedStepId : (s.plan[s.position] ?? 'run');
-        failRun(c, current, {
-          errorClass: 'RunTimeoutError',
-          message: `run exceeded ${c.def.runTimeoutMs} ms`,
-          retryable: false,
-        });
-      } else if (t.purpose === 'wait') {
-        const step = c.def.stepIndex.get(t.stepId!);
-        const st = s.steps[t.stepId!];
-        if (step?.kind === 'wait' && step.signal) {
-          s.steps[t.stepId!] = { ...st, status: 'failed' };
-          failRun(c, t.stepId!, {
-            errorClass: 'SignalTimeoutError',
-            message: `signal ${step.signal} not received within ${step.timerMs} ms`,
-            retryable: false,
-          });
-        } else completeStep(c, t.stepId!, 1, null);
-      }
-      return undefined;
-    }
-    case 'signal': {
-      const id = s.plan[s.position];
-      const step = id ? c.def.stepIndex.get(id) : undefined;
-      if (s.status === 'waiting' && step?.kind === 'wait' && step.signal === input.signal) {
-        delete s.timers[`wait:${id}`];
-        completeStep(c, id!, 1, input.payload);
-      } else {
-        const limit = opts.signalBufferLimit ?? DEFAULT_SIGNAL_BUFFER_LIMIT;
-        const held = Object.keys(s.signals).length;
-        if (!(input.signal in s.signals) && held >= limit)
-          return [
-            'SIGNAL_BUFFER_FULL',
-            `${SIGNAL_BUFFER_FULL}: run ${s.runId} already buffers ${held} signals (limit ${limit}); ${input.signal} rejected`,
-          ];
-        s.signals[input.signal] = input.payload; // delivered when a wait for it starts
-        c.log('SignalBuffered', undefined, undefined, input.signal);
-      }
-      return undefined;
-    }
+    case 'task-failed':
+      return applyTaskResult(c, input);
+    case 'timer-fired':
+      return applyTimer(c, input);
+    case 'signal':
+      return applySignal(c, input, opts);
     case 'cancel':
-      if (input.terminate) {
-        // Terminate: stop at once, compensating nothing (a compensation under way is cut off too). Commands out
-        // may still run; their results are stale.
-        endCancelled(c, input.reason, true);
-        return undefined;
-      }
-      // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
-      if (s.status === 'compensating')
-        return [
-          'NOT_APPLICABLE',
-          'run is compensating: cancel applies to a running run (terminate stops it at once)',
-        ];
-      // Cancel: the completed steps (and those outstanding, whose effect may happen) are compensated, in reverse
-      // order, then the run ends cancelled.
-      failRun(
-        c,
-        s.plan[s.position] ?? 'run',
-        { errorClass: 'RunCancelled', message: input.reason, retryable: false },
-        input.reason,
-      );
-      return undefined;
-    case 'retry': {
-      if (s.status !== 'failed' || s.compensation || !s.error)
-        return ['NOT_APPLICABLE', `retry applies to a failed run without compensation (status ${s.status})`];
-      const stepId = input.fromStepId ?? s.error.stepId;
-      const base = ITEM.test(stepId) ? ITEM.exec(stepId)![1] : stepId;
-      const at = s.plan.indexOf(base);
-      if (at < 0) return ['NOT_APPLICABLE', `step ${stepId} is not in the run's plan`];
-      const failedBase = ITEM.exec(s.error.stepId)?.[1] ?? s.error.stepId;
-      const failedAt = s.plan.indexOf(failedBase);
-      if (failedAt >= 0 && at > failedAt)
-        return ['NOT_APPLICABLE', `retry from ${stepId} would start after the failed step ${failedBase}`];
-      s.status = 'running';
-      s.position = at;
-      s.error = undefined;
-      s.endedAt = undefined;
-      // Branch steps a choice at or after the retry point spliced in are removed: the choice decides again.
-      const spliced = new Set<string>();
-      for (const id of s.plan.slice(at)) {
-        const st = c.def.stepIndex.get(id);
-        if (st?.kind === 'choice')
-          [...st.branches.flatMap((b) => b.steps), ...st.otherwise].forEach((x) => collectIds(x, spliced));
-      }
-      s.plan = [...s.plan.slice(0, at + 1), ...s.plan.slice(at + 1).filter((id) => !spliced.has(id))];
-      // Steps from the retried one on run again; map items included. Attempts keep counting. A step that had not
-      // completed keeps its idempotency key (its effect happens at most once: a redriven or late command of it and
-      // the retry's command meet on one key); one that had completed is re-run on purpose, in a new generation.
-      const reset = (prev: StepState): StepState => ({
-        status: 'failed',
-        attempt: prev.attempt,
-        generation: (prev.generation ?? 0) + (prev.status === 'completed' ? 1 : 0),
-      });
-      for (const [id, prev] of Object.entries(s.steps)) {
-        if (!spliced.has(id) && s.plan.indexOf(id) < at) continue;
-        const next = reset(prev);
-        // A map's items keep their attempts and generations (their idempotency keys) for its next fan-out.
-        if (prev.map)
-          next.map = {
-            total: prev.map.total,
-            next: 0,
-            done: 0,
-            segments: prev.map.segments.map((seg) => ({
-              steps: seg.steps.map((item) => item && reset(item)),
-              outputs: seg.outputs.map(() => null),
-            })),
-            ...(prev.map.retired ? { retired: prev.map.retired } : {}),
-          };
-        s.steps[id] = next;
-      }
-      c.log('RunRetried', stepId);
-      // The retried run gets its whole run timeout again, from now (the failure cleared every timer).
-      if (c.def.runTimeoutMs !== undefined)
-        s.timers['run-timeout'] = { dueAt: c.at + c.def.runTimeoutMs, purpose: 'run-timeout' };
-      if (startStep(c, base)) advance(c);
-      return undefined;
-    }
+      return applyCancel(c, input);
+    case 'retry':
+      return applyRetry(c, input);
+  }
+}
+
+/** A task's result (completed or failed): taken when it answers the step's current attempt (or see below). */
+function applyTaskResult(c: Ctx, input: RunInput<'task-completed' | 'task-failed'>): Ignored | undefined {
+  const s = c.s;
+  const isCompensation = input.stepId.endsWith(COMPENSATION_SUFFIX);
+  const st = stepStateOf(s, input.stepId);
+  // Every attempt of a step shares its idempotency key, so a completion of an earlier attempt that outlived its
+  // step timeout (the step is uncertain) is the step's one effect: it is taken while the step still waits for a
+  // result or a retry. A failure only counts for the current attempt.
+  const current = st?.status === 'scheduled' && st.attempt === input.attempt;
+  const earlierCompletion =
+    input.kind === 'task-completed' &&
+    st?.uncertain === true &&
+    (st?.status === 'scheduled' || st?.status === 'waiting-retry') &&
+    input.attempt <= st.attempt;
+  if (!st || !(current || earlierCompletion))
+    return ['STALE_RESULT', `stale result for ${input.stepId} attempt ${input.attempt}`];
+  if (
+    input.kind === 'task-completed' &&
+    input.idempotencyKey !== undefined &&
+    input.idempotencyKey !== idempotencyKeyOf(s.runId, input.stepId, st.generation)
+  )
+    return [
+      'STALE_RESULT',
+      `stale result for ${input.stepId}: key ${input.idempotencyKey} is another generation`,
+    ];
+  if (isCompensation !== (s.status === 'compensating'))
+    return ['STALE_RESULT', `stale result for ${input.stepId}`];
+  clearStepTimers(s, input.stepId);
+  if (input.kind === 'task-completed') onCompleted(c, input.stepId, st.attempt, input.output);
+  else {
+    if (input.code === DEAD_LETTERED) setStepState(s, input.stepId, { ...st, uncertain: true });
+    onFailed(c, input.stepId, input.attempt, {
+      errorClass: input.errorClass,
+      message: input.message,
+      retryable: input.retryable,
+      code: input.code ?? null,
+    });
+  }
+  return undefined;
+}
+
+/** A durable timer fired: a retry's backoff, a step's or the run's timeout, or a wait's end. */
+function applyTimer(c: Ctx, input: RunInput<'timer-fired'>): Ignored | undefined {
+  const s = c.s;
+  const t = s.timers[input.timerId];
+  if (!t || t.purpose === 'unpark') return ['STALE_TIMER', `stale timer ${input.timerId}`];
+  if (t.purpose === 'wait' && stepStateOf(s, t.stepId!)?.status !== 'waiting')
+    return ['STALE_TIMER', `stale wait timer for ${t.stepId}`];
+  delete s.timers[input.timerId];
+  if (t.purpose === 'retry') {
+    schedule(c, t.stepId!, t.attempt!);
+  } else if (t.purpose === 'step-timeout') {
+    const st = stepStateOf(s, t.stepId!);
+    if (st) setStepState(s, t.stepId!, { ...st, uncertain: true });
+    onFailed(c, t.stepId!, t.attempt!, {
+      errorClass: STEP_TIMEOUT_ERROR,
+      message: `no result within the step timeout`,
+      retryable: true,
+    });
+  } else if (t.purpose === 'run-timeout') {
+    const current =
+      s.status === 'compensating' ? s.compensation!.failedStepId : (s.plan[s.position] ?? 'run');
+    failRun(c, current, {
+      errorClass: 'RunTimeoutError',
+      message: `run exceeded ${c.def.runTimeoutMs} ms`,
+      retryable: false,
+    });
+  } else if (t.purpose === 'wait') endWait(c, t.stepId!);
+  return undefined;
+}
+
+/** A wait step's timer: a wait for a signal fails the run (SignalTimeoutError), a plain wait completes. */
+function endWait(c: Ctx, stepId: string): void {
+  const s = c.s;
+  const step = c.def.stepIndex.get(stepId);
+  const st = s.steps[stepId];
+  if (step?.kind === 'wait' && step.signal) {
+    s.steps[stepId] = { ...st, status: 'failed' };
+    failRun(c, stepId, {
+      errorClass: 'SignalTimeoutError',
+      message: `signal ${step.signal} not received within ${step.timerMs} ms`,
+      retryable: false,
+    });
+  } else completeStep(c, stepId, 1, null);
+}
+
+/** A signal: completes the wait for it under way, or is buffered (up to the limit) until a wait for it starts. */
+function applySignal(c: Ctx, input: RunInput<'signal'>, opts: ReduceOptions): Ignored | undefined {
+  const s = c.s;
+  const id = s.plan[s.position];
+  const step = id ? c.def.stepIndex.get(id) : undefined;
+  if (s.status === 'waiting' && step?.kind === 'wait' && step.signal === input.signal) {
+    delete s.timers[`wait:${id}`];
+    completeStep(c, id!, 1, input.payload);
+  } else {
+    const limit = opts.signalBufferLimit ?? DEFAULT_SIGNAL_BUFFER_LIMIT;
+    const held = Object.keys(s.signals).length;
+    if (!(input.signal in s.signals) && held >= limit)
+      return [
+        'SIGNAL_BUFFER_FULL',
+        `${SIGNAL_BUFFER_FULL}: run ${s.runId} already buffers ${held} signals (limit ${limit}); ${input.signal} rejected`,
+      ];
+    s.signals[input.signal] = input.payload; // delivered when a wait for it starts
+    c.log('SignalBuffered', undefined, undefined, input.signal);
+  }
+  return undefined;
+}
+
+/** A cancel (its completed steps compensated first) or a terminate (it stops at once). */
+function applyCancel(c: Ctx, input: RunInput<'cancel'>): Ignored | undefined {
+  const s = c.s;
+  if (input.terminate) {
+    // Terminate: stop at once, compensating nothing (a compensation under way is cut off too). Commands out
+    // may still run; their results are stale.
+    endCancelled(c, input.reason, true);
+    return undefined;
+  }
+  // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
+  if (s.status === 'compensating')
+    return [
+      'NOT_APPLICABLE',
+      'run is compensating: cancel applies to a running run (terminate stops it at once)',
+    ];
+  // Cancel: the completed steps (and those outstanding, whose effect may happen) are compensated, in reverse
+  // order, then the run ends cancelled.
+  failRun(
+    c,
+    s.plan[s.position] ?? 'run',
+    { errorClass: 'RunCancelled', message: input.reason, retryable: false },
+    input.reason,
+  );
+  return undefined;
+}
+
+/** A retry of a failed run (not compensated) from its failed step, or from an earlier `fromStepId`. */
+function applyRetry(c: Ctx, input: RunInput<'retry'>): Ignored | undefined {
+  const s = c.s;
+  if (s.status !== 'failed' || s.compensation || !s.error)
+    return ['NOT_APPLICABLE', `retry applies to a failed run without compensation (status ${s.status})`];
+  const stepId = input.fromStepId ?? s.error.stepId;
+  const base = ITEM.test(stepId) ? ITEM.exec(stepId)![1] : stepId;
+  const at = s.plan.indexOf(base);
+  if (at < 0) return ['NOT_APPLICABLE', `step ${stepId} is not in the run's plan`];
+  const failedBase = ITEM.exec(s.error.stepId)?.[1] ?? s.error.stepId;
+  const failedAt = s.plan.indexOf(failedBase);
+  if (failedAt >= 0 && at > failedAt)
+    return ['NOT_APPLICABLE', `retry from ${stepId} would start after the failed step ${failedBase}`];
+  s.status = 'running';
+  s.position = at;
+  s.error = undefined;
+  s.endedAt = undefined;
+  resetStepsFrom(c, at);
+  c.log('RunRetried', stepId);
+  // The retried run gets its whole run timeout again, from now (the failure cleared every timer).
+  if (c.def.runTimeoutMs !== undefined)
+    s.timers['run-timeout'] = { dueAt: c.at + c.def.runTimeoutMs, purpose: 'run-timeout' };
+  if (startStep(c, base)) advance(c);
+  return undefined;
+}
+
+/** Readies a retried run's plan and steps from plan position `at` on to run again. */
+function resetStepsFrom(c: Ctx, at: number): void {
+  const s = c.s;
+  // Branch steps a choice at or after the retry point spliced in are removed: the choice decides again.
+  const spliced = new Set<string>();
+  for (const id of s.plan.slice(at)) {
+    const st = c.def.stepIndex.get(id);
+    if (st?.kind === 'choice')
+      [...st.branches.flatMap((b) => b.steps), ...st.otherwise].forEach((x) => collectIds(x, spliced));
+  }
+  s.plan = [...s.plan.slice(0, at + 1), ...s.plan.slice(at + 1).filter((id) => !spliced.has(id))];
+  // Steps from the retried one on run again; map items included. Attempts keep counting. A step that had not
+  // completed keeps its idempotency key (its effect happens at most once: a redriven or late command of it and
+  // the retry's command meet on one key); one that had completed is re-run on purpose, in a new generation.
+  const reset = (prev: StepState): StepState => ({
+    status: 'failed',
+    attempt: prev.attempt,
+    generation: (prev.generation ?? 0) + (prev.status === 'completed' ? 1 : 0),
+  });
+  for (const [id, prev] of Object.entries(s.steps)) {
+    if (!spliced.has(id) && s.plan.indexOf(id) < at) continue;
+    const next = reset(prev);
+    // A map's items keep their attempts and generations (their idempotency keys) for its next fan-out.
+    if (prev.map)
+      next.map = {
+        total: prev.map.total,
+        next: 0,
+        done: 0,
+        segments: prev.map.segments.map((seg) => ({
+          steps: seg.steps.map((item) => item && reset(item)),
+          outputs: seg.outputs.map(() => null),
+        })),
+        ...(prev.map.retired ? { retired: prev.map.retired } : {}),
+      };
+    s.steps[id] = next;
   }
 }
 
