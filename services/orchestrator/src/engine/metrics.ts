@@ -41,6 +41,10 @@ export interface OrchestratorMetrics {
   setParkedSource(source: () => Iterable<{ workflow: string; version: string; inputs: number }>): void;
 }
 
+/**
+ * The orchestrator's metrics, registered in `r`: runs, inputs and lag (see {@link OrchestratorMetrics}), and the two
+ * gauges set at each scrape from the sources the engine sets.
+ */
 export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
   let runs: () => Iterable<{ workflow: string; status: string }> = () => [];
   let parked: () => Iterable<{ workflow: string; version: string; inputs: number }> = () => [];
@@ -58,15 +62,67 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       },
     ) as Gauge<'workflow' | 'version'>,
     registry: r,
+    ...runMetrics(r),
+    ...inputMetrics(r),
+    runsInFlight: metric.gauge(
+      r,
+      'orchestrator_runs',
+      'Runs this instance holds (its partitions), by workflow and status; ended runs until their retention.',
+      ['workflow', 'status'],
+      (g) => {
+        g.reset();
+        for (const s of runs()) g.inc({ workflow: s.workflow, status: s.status });
+      },
+    ) as Gauge<'workflow' | 'status'>,
+    ...lagMetrics(r),
+  };
+}
+
+/** Runs started, finished and forgotten, their duration, and the transitions applied to them. */
+function runMetrics(
+  r: Registry,
+): Pick<
+  OrchestratorMetrics,
+  'started' | 'finished' | 'runSeconds' | 'transitions' | 'restores' | 'forgotten'
+> {
+  return {
     started: metric.counter(r, 'orchestrator_runs_started_total', 'Runs started.'),
     finished: metric.counter(r, 'orchestrator_runs_finished_total', 'Runs that reached a terminal status.', [
       'status',
     ]) as Counter<'status'>,
+    runSeconds: metric.histogram(
+      r,
+      'orchestrator_run_duration_seconds',
+      'Start-to-finish time of runs (the chain time), seconds, by workflow and terminal status.',
+      ['workflow', 'status'],
+      [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600],
+    ) as Histogram<'workflow' | 'status'>,
     transitions: metric.counter(
       r,
       'orchestrator_transitions_total',
       'Inputs applied to run state (step transitions).',
     ),
+    restores: metric.counter(
+      r,
+      'orchestrator_partition_restores_total',
+      'Partitions restored from wf.state on assignment.',
+    ),
+    forgotten: metric.counter(
+      r,
+      'orchestrator_runs_forgotten_total',
+      'Ended runs forgotten past ORCHESTRATOR_RUN_RETENTION_MS (a tombstone written to wf.state).',
+    ),
+  };
+}
+
+/** Inputs applied, ignored or dead-lettered (per transaction, per task result); snapshots the read model skipped. */
+function inputMetrics(
+  r: Registry,
+): Pick<
+  OrchestratorMetrics,
+  'transactionInputs' | 'ignored' | 'timersFired' | 'dlq' | 'stepLatency' | 'taskResults' | 'snapshotsSkipped'
+> {
+  return {
     transactionInputs: metric.histogram(
       r,
       'orchestrator_transaction_inputs',
@@ -85,50 +141,37 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       'orchestrator_timers_fired_total',
       'Durable timers published as TimerFired.',
     ),
-    restores: metric.counter(
-      r,
-      'orchestrator_partition_restores_total',
-      'Partitions restored from wf.state on assignment.',
-    ),
-    forgotten: metric.counter(
-      r,
-      'orchestrator_runs_forgotten_total',
-      'Ended runs forgotten past ORCHESTRATOR_RUN_RETENTION_MS (a tombstone written to wf.state).',
-    ),
-    snapshotsSkipped: metric.counter(
-      r,
-      'orchestrator_read_model_snapshots_skipped_total',
-      'wf.state records the read model skipped: undecodable, a state that is not JSON or not a run.',
-      ['reason'],
-    ) as Counter<'reason'>,
     dlq: metric.counter(
       r,
       'orchestrator_dlq_total',
       'Orchestrator inputs sent to a DLQ (undecodable or invalid).',
     ),
-    runSeconds: metric.histogram(
-      r,
-      'orchestrator_run_duration_seconds',
-      'Start-to-finish time of runs (the chain time), seconds, by workflow and terminal status.',
-      ['workflow', 'status'],
-      [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600],
-    ) as Histogram<'workflow' | 'status'>,
-    runsInFlight: metric.gauge(
-      r,
-      'orchestrator_runs',
-      'Runs this instance holds (its partitions), by workflow and status; ended runs until their retention.',
-      ['workflow', 'status'],
-      (g) => {
-        g.reset();
-        for (const s of runs()) g.inc({ workflow: s.workflow, status: s.status });
-      },
-    ) as Gauge<'workflow' | 'status'>,
     stepLatency: metric.histogram(
       r,
       'orchestrator_step_latency_seconds',
       'Schedule-to-result time of task steps: from the command being dispatched to its result applied, seconds.',
       ['task_type'],
     ) as Histogram<'task_type'>,
+    taskResults: metric.counter(
+      r,
+      'orchestrator_task_results_total',
+      'Task results applied to runs, by task type, outcome (completed, failed) and retry (true when the attempt was not the first).',
+      ['task_type', 'outcome', 'retry'],
+    ) as Counter<'task_type' | 'outcome' | 'retry'>,
+    snapshotsSkipped: metric.counter(
+      r,
+      'orchestrator_read_model_snapshots_skipped_total',
+      'wf.state records the read model skipped: undecodable, a state that is not JSON or not a run.',
+      ['reason'],
+    ) as Counter<'reason'>,
+  };
+}
+
+/** What the LagMonitor sets: consumer lag, the age of the oldest unread record, DLQ depths, its last pass. */
+function lagMetrics(
+  r: Registry,
+): Pick<OrchestratorMetrics, 'consumerLag' | 'oldestUnread' | 'dlqRecords' | 'lagScrapedAt'> {
+  return {
     consumerLag: metric.gauge(
       r,
       'consumer_lag_records',
@@ -147,12 +190,6 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       'Records in each DLQ topic (read_committed) not yet redriven or discarded (the dlq.handled ledger).',
       ['topic'],
     ) as Gauge<'topic'>,
-    taskResults: metric.counter(
-      r,
-      'orchestrator_task_results_total',
-      'Task results applied to runs, by task type, outcome (completed, failed) and retry (true when the attempt was not the first).',
-      ['task_type', 'outcome', 'retry'],
-    ) as Counter<'task_type' | 'outcome' | 'retry'>,
     lagScrapedAt: metric.gauge(
       r,
       'consumer_lag_scraped_at_seconds',
