@@ -7,6 +7,7 @@ import {
   ensureDlqLedger,
   isCatalogDlq,
   watchProducer,
+  type Kafka,
 } from '@keyflow/kafka';
 import {
   ComponentHealth,
@@ -20,7 +21,7 @@ import {
 import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
 import { checkRedisMemoryPolicy, createRedis, IdempotencyStoreEvictsError } from '@keyflow/idempotency';
 import type Redis from 'ioredis';
-import { claimCheckFromConfig } from '@keyflow/blobs';
+import { claimCheckFromConfig, type ClaimCheck } from '@keyflow/blobs';
 import {
   lagGroups,
   loadOrchestratorConfig,
@@ -30,7 +31,7 @@ import {
 } from './config';
 import { LagMonitor } from './engine/lag-monitor';
 import { Engine } from './engine/engine';
-import { orchestratorMetrics } from './engine/metrics';
+import { orchestratorMetrics, type OrchestratorMetrics } from './engine/metrics';
 import { RunReadModel } from './engine/read-model';
 import { COMPONENTS } from './engine/components';
 import { Scheduler, type ScheduleDef } from './engine/scheduler';
@@ -91,85 +92,17 @@ export async function createOrchestratorRuntime(
     security: cfg.kafkaSecurity,
   });
   const codec = new EventCodec({ ...cfg.registry, topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX });
-  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH, cfg.KEYFLOW_API_INSECURE, {
-    allowed: cfg.KEYFLOW_API_ALLOWED_HOSTS,
-    listen: cfg.ORCHESTRATOR_HTTP_HOST,
-  });
-  if (!apiKeys.enabled)
-    logger.warn(
-      { insecure: cfg.KEYFLOW_API_INSECURE },
-      cfg.KEYFLOW_API_INSECURE
-        ? 'API authentication is off (no KEYFLOW_API_KEYS, KEYFLOW_API_INSECURE): anyone who reaches the port can start and control runs'
-        : 'API authentication is off (no KEYFLOW_API_KEYS): the API answers only requests to a loopback address',
-    );
+  const apiKeys = apiKeysOf(cfg, logger);
   // What started, stopped in reverse when a later part fails: an application that catches the failure is not left
   // with consumers, timers and connections running.
   const started: Array<() => unknown> = [];
   try {
     const health = new ComponentHealth();
     exitOnComponentFailure(health, logger);
-    const claim = claimCheckFromConfig(cfg);
-    const readModel = new RunReadModel(
-      kafka,
-      codec,
-      `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
-      logger,
-      { health, skipped: metrics.snapshotsSkipped, registry, claim },
-    );
-    const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
-    started.push(
-      () => engine.stop(),
-      () => readModel.stop(),
-    );
-    await engine.start(); // creates topics, checks co-partitioning, registers schemas
-    // The DLQ ledger the console's actions write to. Without it (no right to create topics, registry refusing) the
-    // orchestrator still runs: DLQ counts show every record as pending and a console action answers the error.
-    await ensureDlqLedger(kafka, codec).catch((err) =>
-      logger.warn(
-        { err },
-        'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
-      ),
-    );
-    // The DLQs this deployment declares: the only ones the lag monitor counts and the ops API acts on.
-    const dlqs = new Set(
-      Engine.topics(cfg, workflows)
-        .map((t) => t.topic)
-        .filter((t) => isCatalogDlq(t)),
-    );
-    const lagMonitor = new LagMonitor(kafka, metrics, logger, {
-      groups: lagGroups(cfg),
-      intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
-      codec,
-      dlqs,
-    });
-    lagMonitor.start();
-    started.push(() => lagMonitor.stop());
-    const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
-      health.fail(COMPONENTS.apiProducer, err),
-    );
-    started.push(() => producer.disconnect());
-    await connectUntilAnswered(producer, { what: 'API producer', logger });
-    // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
-    // requests that need it answer 503 and the process stays up.
-    const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
-    redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
-    // Idempotency-Keys and webhook delivery ids evicted at maxmemory would let a retried request start a second run:
-    // checked at every connection and shown as degraded (docs/guarantees/idempotency-store.md).
-    redis.on('ready', () => void checkRequestKeyEviction(redis, health, logger));
-    started.push(() => redis.disconnect());
-    const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
-    const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
-    const runs = new RunsService(
-      codec,
-      new BatchingProducer(producer, { maxBytes: claim.thresholdBytes }),
-      workflows,
-      readModel,
-      keys,
-      {
-        idempotencyKeyTtlMs: requestKeyTtlMs(cfg),
-        signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
-      },
-    );
+    const w: Wiring = { cfg, workflows, logger, metrics, registry, kafka, codec, health, started };
+    const { engine, readModel, claim } = await startEngine(w);
+    const { lagMonitor, dlqs } = await startLagMonitor(w);
+    const { producer, redis, webhooks, runs } = await startApi(w, readModel, claim);
     const ops = new OpsService(
       kafka,
       codec,
@@ -181,26 +114,7 @@ export async function createOrchestratorRuntime(
       runs.pii,
       dlqs,
     );
-    const scheduler = new Scheduler(
-      schedules,
-      (s, runId, fireAt) =>
-        runs.start({
-          workflow: s.workflow,
-          input: { ...(s.input ?? {}), scheduledAt: fireAt },
-          runId,
-          idempotencyKey: runId,
-          trigger: 'schedule',
-        }),
-      logger,
-      {
-        catchUp: {
-          mode: cfg.SCHEDULE_CATCH_UP,
-          windowMs: cfg.SCHEDULE_CATCH_UP_WINDOW_MS,
-          max: cfg.SCHEDULE_CATCH_UP_MAX,
-        },
-      },
-    );
-    scheduler.startTicking();
+    const scheduler = startScheduler(w, schedules, runs);
     let closing: Promise<void> | undefined;
     return {
       cfg,
@@ -231,6 +145,155 @@ export async function createOrchestratorRuntime(
         .catch(() => undefined);
     throw err;
   }
+}
+
+/** What the steps of {@link createOrchestratorRuntime} share; each step pushes how to stop what it started. */
+interface Wiring {
+  cfg: OrchestratorRuntime['cfg'];
+  workflows: WorkflowRegistry;
+  logger: Logger;
+  metrics: OrchestratorMetrics;
+  registry: Registry;
+  kafka: Kafka;
+  codec: EventCodec;
+  health: ComponentHealth;
+  /** Stops of what started so far, run in reverse when a later step fails. */
+  started: Array<() => unknown>;
+}
+
+/** The API's keys; with none, a warning that anyone who reaches the port (or only loopback) controls runs. */
+function apiKeysOf(cfg: OrchestratorRuntime['cfg'], logger: Logger): ApiKeys {
+  const apiKeys = new ApiKeys(cfg.apiKeys, cfg.KEYFLOW_METRICS_AUTH, cfg.KEYFLOW_API_INSECURE, {
+    allowed: cfg.KEYFLOW_API_ALLOWED_HOSTS,
+    listen: cfg.ORCHESTRATOR_HTTP_HOST,
+  });
+  if (!apiKeys.enabled)
+    logger.warn(
+      { insecure: cfg.KEYFLOW_API_INSECURE },
+      cfg.KEYFLOW_API_INSECURE
+        ? 'API authentication is off (no KEYFLOW_API_KEYS, KEYFLOW_API_INSECURE): anyone who reaches the port can start and control runs'
+        : 'API authentication is off (no KEYFLOW_API_KEYS): the API answers only requests to a loopback address',
+    );
+  return apiKeys;
+}
+
+/** Starts the read model (all of wf.state) and the engine (creates topics, checks co-partitioning, registers schemas). */
+async function startEngine({
+  cfg,
+  workflows,
+  logger,
+  metrics,
+  registry,
+  kafka,
+  codec,
+  health,
+  started,
+}: Wiring) {
+  const claim = claimCheckFromConfig(cfg);
+  const readModel = new RunReadModel(
+    kafka,
+    codec,
+    `${cfg.ORCHESTRATOR_GROUP_ID}.read-model.${cfg.ORCHESTRATOR_INSTANCE_ID}.${Date.now()}`,
+    logger,
+    { health, skipped: metrics.snapshotsSkipped, registry, claim },
+  );
+  const engine = new Engine(cfg, kafka, codec, workflows, readModel, logger, metrics, health, claim);
+  started.push(
+    () => engine.stop(),
+    () => readModel.stop(),
+  );
+  await engine.start(); // creates topics, checks co-partitioning, registers schemas
+  return { engine, readModel, claim };
+}
+
+/**
+ * Sets up the DLQ ledger (a failure only warns) and starts the lag monitor over this deployment's DLQs.
+ * @returns the monitor and the DLQs this deployment declares (the ops API acts on these only).
+ */
+async function startLagMonitor({ cfg, workflows, logger, metrics, kafka, codec, started }: Wiring) {
+  // The DLQ ledger the console's actions write to. Without it (no right to create topics, registry refusing) the
+  // orchestrator still runs: DLQ counts show every record as pending and a console action answers the error.
+  await ensureDlqLedger(kafka, codec).catch((err) =>
+    logger.warn(
+      { err },
+      'the DLQ ledger (dlq.handled) could not be set up; DLQ actions will fail until it can',
+    ),
+  );
+  // The DLQs this deployment declares: the only ones the lag monitor counts and the ops API acts on.
+  const dlqs = new Set(
+    Engine.topics(cfg, workflows)
+      .map((t) => t.topic)
+      .filter((t) => isCatalogDlq(t)),
+  );
+  const lagMonitor = new LagMonitor(kafka, metrics, logger, {
+    groups: lagGroups(cfg),
+    intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
+    codec,
+    dlqs,
+  });
+  lagMonitor.start();
+  started.push(() => lagMonitor.stop());
+  return { lagMonitor, dlqs };
+}
+
+/** Connects the API's producer and its request key store (Redis), and makes the runs service on them. */
+async function startApi(
+  { cfg, workflows, logger, kafka, codec, health, started }: Wiring,
+  readModel: RunReadModel,
+  claim: ClaimCheck,
+) {
+  const producer = watchProducer(createIdempotentProducer(kafka), (err) =>
+    health.fail(COMPONENTS.apiProducer, err),
+  );
+  started.push(() => producer.disconnect());
+  await connectUntilAnswered(producer, { what: 'API producer', logger });
+  // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
+  // requests that need it answer 503 and the process stays up.
+  const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
+  redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
+  // Idempotency-Keys and webhook delivery ids evicted at maxmemory would let a retried request start a second run:
+  // checked at every connection and shown as degraded (docs/guarantees/idempotency-store.md).
+  redis.on('ready', () => void checkRequestKeyEviction(redis, health, logger));
+  started.push(() => redis.disconnect());
+  const keys = new RequestKeys(redis, cfg.KEYFLOW_TOPIC_PREFIX);
+  const webhooks: WebhookSettings = { enabled: cfg.WEBHOOKS_ENABLED, secrets: cfg.WEBHOOK_SECRETS, keys };
+  const runs = new RunsService(
+    codec,
+    new BatchingProducer(producer, { maxBytes: claim.thresholdBytes }),
+    workflows,
+    readModel,
+    keys,
+    {
+      idempotencyKeyTtlMs: requestKeyTtlMs(cfg),
+      signalBufferLimit: cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
+    },
+  );
+  return { producer, redis, webhooks, runs };
+}
+
+/** Starts the schedules' ticking: each due firing starts its run through `runs` (trigger `schedule`). */
+function startScheduler({ cfg, logger }: Wiring, schedules: ScheduleDef[], runs: RunsService): Scheduler {
+  const scheduler = new Scheduler(
+    schedules,
+    (s, runId, fireAt) =>
+      runs.start({
+        workflow: s.workflow,
+        input: { ...(s.input ?? {}), scheduledAt: fireAt },
+        runId,
+        idempotencyKey: runId,
+        trigger: 'schedule',
+      }),
+    logger,
+    {
+      catchUp: {
+        mode: cfg.SCHEDULE_CATCH_UP,
+        windowMs: cfg.SCHEDULE_CATCH_UP_WINDOW_MS,
+        max: cfg.SCHEDULE_CATCH_UP_MAX,
+      },
+    },
+  );
+  scheduler.startTicking();
+  return scheduler;
 }
 
 /**

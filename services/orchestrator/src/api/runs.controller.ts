@@ -107,6 +107,48 @@ const ListSchema = z.object({
   cursor: z.string().regex(RUN_CURSOR, 'a cursor: the `next` of a previous page').optional(),
 });
 
+/**
+ * Checks a delivery's Standard Webhooks signature and timestamp over its raw body.
+ * @throws HttpException 401 WEBHOOK_SIGNATURE_INVALID for a missing or bad signature or a stale timestamp.
+ */
+function verifyDelivery(verifier: Webhook, raw: Buffer, headers: Record<string, string>): void {
+  try {
+    verifier.verify(raw, {
+      'webhook-id': headers['webhook-id'],
+      'webhook-timestamp': headers['webhook-timestamp'],
+      'webhook-signature': headers['webhook-signature'],
+    });
+  } catch (e) {
+    if (!(e instanceof WebhookVerificationError)) throw e;
+    throw new HttpException(
+      { message: `invalid webhook signature: ${e.message}`, code: WEBHOOK_SIGNATURE_INVALID },
+      401,
+    );
+  }
+}
+
+/**
+ * A delivery's body as the run's input (an empty body is `{}`).
+ * @throws HttpException 400 when it is not JSON or not a JSON object.
+ */
+function webhookInput(raw: Buffer): Record<string, unknown> {
+  let input: unknown;
+  try {
+    input = JSON.parse(raw.toString('utf8') || '{}');
+  } catch {
+    throw new HttpException(
+      { message: 'invalid request', errors: [{ path: '', message: 'body is not JSON' }] },
+      400,
+    );
+  }
+  if (typeof input !== 'object' || input === null || Array.isArray(input))
+    throw new HttpException(
+      { message: 'invalid request', errors: [{ path: '', message: 'body must be a JSON object' }] },
+      400,
+    );
+  return input as Record<string, unknown>;
+}
+
 @ApiTags('runs')
 @Controller()
 @UseGuards(ApiAuthGuard)
@@ -170,6 +212,16 @@ export class RunsController {
     @Req() req: RawBodyRequest<Request>,
     @Headers() headers: Record<string, string>,
   ) {
+    const verifier = this.webhookVerifier(workflow);
+    const raw = req.rawBody ?? Buffer.alloc(0);
+    verifyDelivery(verifier, raw, headers);
+    const input = webhookInput(raw);
+    const delivery = headers['webhook-id'];
+    return answer(() => this.startDelivery(workflow, delivery, input));
+  }
+
+  /** @throws HttpException 404 when webhooks are off or `workflow` has no secret. */
+  private webhookVerifier(workflow: string): Webhook {
     const verifier = this.webhooks.enabled ? this.verifiers.get(workflow) : undefined;
     if (!verifier)
       throw new HttpException(
@@ -180,69 +232,40 @@ export class RunsController {
         },
         404,
       );
-    const raw = req.rawBody ?? Buffer.alloc(0);
+    return verifier;
+  }
+
+  /**
+   * Starts the run of a verified delivery, once per delivery id (remembered DELIVERY_ID_TTL_MS); a start that fails
+   * forgets the id again, so the sender's retry is not refused.
+   * @throws RefusedRequest 409 WEBHOOK_DELIVERY_SEEN (naming the first run) for a delivery id seen before, 503
+   *   STORE_UNAVAILABLE when Redis does not answer; what RunsService.start throws.
+   */
+  private async startDelivery(workflow: string, delivery: string, input: Record<string, unknown>) {
+    const runId = this.runs.keyedRunId(workflow, delivery);
+    const key = `${workflow}:${delivery}`;
+    const seen = await guarded(() =>
+      this.webhooks.keys.claim(
+        KEY_SPACES.webhookDelivery,
+        key,
+        { fingerprint: '', runId },
+        DELIVERY_ID_TTL_MS,
+      ),
+    );
+    if (seen)
+      throw new RefusedRequest(
+        409,
+        WEBHOOK_DELIVERY_SEEN,
+        `webhook delivery ${delivery} was received before`,
+        { runId: seen.runId },
+      );
     try {
-      verifier.verify(raw, {
-        'webhook-id': headers['webhook-id'],
-        'webhook-timestamp': headers['webhook-timestamp'],
-        'webhook-signature': headers['webhook-signature'],
-      });
+      return await this.runs.start({ workflow, input, runId, idempotencyKey: delivery, trigger: 'webhook' });
     } catch (e) {
-      if (!(e instanceof WebhookVerificationError)) throw e;
-      throw new HttpException(
-        { message: `invalid webhook signature: ${e.message}`, code: WEBHOOK_SIGNATURE_INVALID },
-        401,
-      );
+      // Nothing started: the sender's retry with this delivery id must not be refused as seen.
+      await this.webhooks.keys.release(KEY_SPACES.webhookDelivery, key).catch(() => undefined);
+      throw e;
     }
-    let input: unknown;
-    try {
-      input = JSON.parse(raw.toString('utf8') || '{}');
-    } catch {
-      throw new HttpException(
-        { message: 'invalid request', errors: [{ path: '', message: 'body is not JSON' }] },
-        400,
-      );
-    }
-    if (typeof input !== 'object' || input === null || Array.isArray(input))
-      throw new HttpException(
-        { message: 'invalid request', errors: [{ path: '', message: 'body must be a JSON object' }] },
-        400,
-      );
-    const delivery = headers['webhook-id'];
-    return answer(async () => {
-      const runId = this.runs.keyedRunId(workflow, delivery);
-      const key = `${workflow}:${delivery}`;
-      const seen = await guarded(() =>
-        this.webhooks.keys.claim(
-          KEY_SPACES.webhookDelivery,
-          key,
-          { fingerprint: '', runId },
-          DELIVERY_ID_TTL_MS,
-        ),
-      );
-      if (seen)
-        throw new RefusedRequest(
-          409,
-          WEBHOOK_DELIVERY_SEEN,
-          `webhook delivery ${delivery} was received before`,
-          {
-            runId: seen.runId,
-          },
-        );
-      try {
-        return await this.runs.start({
-          workflow,
-          input: input as Record<string, unknown>,
-          runId,
-          idempotencyKey: delivery,
-          trigger: 'webhook',
-        });
-      } catch (e) {
-        // Nothing started: the sender's retry with this delivery id must not be refused as seen.
-        await this.webhooks.keys.release(KEY_SPACES.webhookDelivery, key).catch(() => undefined);
-        throw e;
-      }
-    });
   }
 
   @Get('runs/:id')

@@ -2,7 +2,13 @@ import { createHash, randomUUID } from 'node:crypto';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { BatchingProducer } from '@keyflow/kafka';
 import { traceContextOf, traceHeaders } from '@keyflow/observability';
-import { RUN_ENDED, runInputIssues, SIGNAL_BUFFER_FULL, TERMINAL } from '@keyflow/workflow';
+import {
+  RUN_ENDED,
+  runInputIssues,
+  SIGNAL_BUFFER_FULL,
+  TERMINAL,
+  type WorkflowDefinition,
+} from '@keyflow/workflow';
 import { PiiMasking } from './pii';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
@@ -48,6 +54,19 @@ export interface StartedRun {
   workflow: string;
   version: number;
   businessKey: string;
+}
+
+/** A start as the API, a webhook or a schedule asks for it (see {@link RunsService.start}). */
+export interface StartRunRequest {
+  workflow: string;
+  /** Default: the latest registered. */
+  version?: number;
+  input: Record<string, unknown>;
+  businessKey?: string;
+  runId?: string;
+  idempotencyKey?: string;
+  /** `api`, `webhook` or `schedule`: only an `api` start binds its Idempotency-Key in Redis. */
+  trigger: string;
 }
 
 export const IDEMPOTENCY_KEY_REUSED = 'IDEMPOTENCY_KEY_REUSED';
@@ -125,27 +144,8 @@ export class RunsService {
    *   both fingerprints and the first run) for a key bound to another request, 503 STORE_UNAVAILABLE when Redis
    *   does not answer.
    */
-  async start(req: {
-    workflow: string;
-    version?: number;
-    input: Record<string, unknown>;
-    businessKey?: string;
-    runId?: string;
-    idempotencyKey?: string;
-    trigger: string;
-  }) {
-    const def = this.registry.get(req.workflow, req.version);
-    if (!def)
-      throw new RequestError(`unknown workflow ${req.workflow}${req.version ? ` v${req.version}` : ''}`, [
-        { path: req.version ? 'version' : 'workflow', message: 'not registered' },
-      ]);
-    // What the engine will check: the input as the StartRun's JSON carries it (a schedule's input is code).
-    const issues = runInputIssues(def, JSON.parse(JSON.stringify(req.input ?? {})));
-    if (issues.length)
-      throw new RequestError(
-        `input does not match workflow ${def.name} v${def.version}'s input schema`,
-        issues.map((i) => ({ path: i.path === '(root)' ? 'input' : `input.${i.path}`, message: i.message })),
-      );
+  async start(req: StartRunRequest): Promise<StartedRun> {
+    const def = this.definitionOf(req);
     const keyed = req.idempotencyKey && req.trigger === 'api';
     const fp = fingerprint({
       workflow: req.workflow,
@@ -162,28 +162,10 @@ export class RunsService {
         ? this.keyedRunId(req.workflow, keyed ? `${req.idempotencyKey}\n${fp}` : req.idempotencyKey)
         : `run-${randomUUID()}`);
     const businessKey = req.businessKey ?? runId;
+    const keyName = `${def.name}:${req.idempotencyKey}`;
     let claimed = false;
     if (keyed) {
-      const keyName = `${def.name}:${req.idempotencyKey}`;
-      const bound = await guarded(() =>
-        this.keys.claim(
-          KEY_SPACES.idempotency,
-          keyName,
-          { fingerprint: fp, runId },
-          this.settings.idempotencyKeyTtlMs,
-        ),
-      );
-      if (bound && bound.fingerprint !== fp)
-        throw new RefusedRequest(
-          422,
-          IDEMPOTENCY_KEY_REUSED,
-          `Idempotency-Key ${req.idempotencyKey} was used for another request (run ${bound.runId}); nothing was started`,
-          {
-            idempotencyKey: req.idempotencyKey,
-            runId: bound.runId,
-            fingerprints: { stored: bound.fingerprint, request: fp },
-          },
-        );
+      const bound = await this.claimKey(keyName, req.idempotencyKey!, fp, runId);
       // The first request with this key was written (its answer stored): its run may be over and forgotten
       // (ORCHESTRATOR_RUN_RETENTION_MS) while the key lives, so a StartRun sent again would run it a second time.
       if (bound?.answer) return bound.answer.body as StartedRun;
@@ -201,16 +183,13 @@ export class RunsService {
       });
     } catch (e) {
       // Not written: free the key, so a retry with it (or another request) is not held to a run that never was.
-      if (claimed)
-        await this.keys
-          .release(KEY_SPACES.idempotency, `${def.name}:${req.idempotencyKey}`)
-          .catch(() => undefined);
+      if (claimed) await this.keys.release(KEY_SPACES.idempotency, keyName).catch(() => undefined);
       throw e;
     }
     const started: StartedRun = { runId, workflow: def.name, version: def.version, businessKey };
     if (keyed)
       await this.keys
-        .settle(KEY_SPACES.idempotency, `${def.name}:${req.idempotencyKey}`, {
+        .settle(KEY_SPACES.idempotency, keyName, {
           fingerprint: fp,
           runId,
           answer: { status: 202, body: started },
@@ -218,6 +197,54 @@ export class RunsService {
         // Not stored: a repeat sends the StartRun again, a duplicate while the run is held (DUPLICATE_START).
         .catch(() => undefined);
     return started;
+  }
+
+  /**
+   * The definition a start asks for, its input checked as the engine will check it.
+   * @throws RequestError for an unknown workflow or version, or an input its input schema refuses.
+   */
+  private definitionOf(req: StartRunRequest): WorkflowDefinition {
+    const def = this.registry.get(req.workflow, req.version);
+    if (!def)
+      throw new RequestError(`unknown workflow ${req.workflow}${req.version ? ` v${req.version}` : ''}`, [
+        { path: req.version ? 'version' : 'workflow', message: 'not registered' },
+      ]);
+    // What the engine will check: the input as the StartRun's JSON carries it (a schedule's input is code).
+    const issues = runInputIssues(def, JSON.parse(JSON.stringify(req.input ?? {})));
+    if (issues.length)
+      throw new RequestError(
+        `input does not match workflow ${def.name} v${def.version}'s input schema`,
+        issues.map((i) => ({ path: i.path === '(root)' ? 'input' : `input.${i.path}`, message: i.message })),
+      );
+    return def;
+  }
+
+  /**
+   * Binds Idempotency-Key `keyName` (`<workflow>:<key>`) to the request's fingerprint `fp` and `runId`, unless bound.
+   * @returns the binding it had (undefined: claimed now), of this same request.
+   * @throws RefusedRequest 422 IDEMPOTENCY_KEY_REUSED when bound to another request, 503 STORE_UNAVAILABLE.
+   */
+  private async claimKey(keyName: string, idempotencyKey: string, fp: string, runId: string) {
+    const bound = await guarded(() =>
+      this.keys.claim(
+        KEY_SPACES.idempotency,
+        keyName,
+        { fingerprint: fp, runId },
+        this.settings.idempotencyKeyTtlMs,
+      ),
+    );
+    if (bound && bound.fingerprint !== fp)
+      throw new RefusedRequest(
+        422,
+        IDEMPOTENCY_KEY_REUSED,
+        `Idempotency-Key ${idempotencyKey} was used for another request (run ${bound.runId}); nothing was started`,
+        {
+          idempotencyKey,
+          runId: bound.runId,
+          fingerprints: { stored: bound.fingerprint, request: fp },
+        },
+      );
+    return bound;
   }
 
   /** The run id an Idempotency-Key (or a webhook delivery id) names for a workflow: `run-<32 hex>`. */
