@@ -75,6 +75,42 @@ export default tseslint.config(
       ],
     },
   },
+  // Each unit does one thing (issue 41): a function at most 80 lines, blank lines and comments not counted
+  // (a method's decorators count: they are part of it). Source of packages, services, apps and examples; tests,
+  // benches and generated code are not held to it. A function that must stay longer gets its own override after
+  // this one, naming the function and the reason.
+  {
+    files: [
+      'libs/**/src/**/*.ts',
+      'services/**/src/**/*.ts',
+      'apps/**/src/**/*.ts',
+      'examples/**/src/**/*.ts',
+    ],
+    ignores: ['**/test/**', '**/*.spec.ts', '**/*.bench.ts', '**/generated/**'],
+    rules: {
+      'max-lines-per-function': ['error', { max: 80, skipBlankLines: true, skipComments: true }],
+    },
+  },
+  // TEMPORARY: being split in parallel branches, removed at merge (the final list of exceptions is settled there).
+  {
+    files: [
+      'services/orchestrator/src/engine/engine.ts',
+      'services/orchestrator/src/engine/read-model.ts',
+      'services/orchestrator/src/rebuild.ts',
+      'services/workers/src/runtime/task-executor.ts',
+      'services/workers/src/transport/kafka-task.transport.ts',
+      'libs/kafka/src/dlq.ts',
+      'libs/kafka/src/ordered-consumer.ts',
+      'libs/kafka/src/scan.ts',
+      'apps/cli/src/commands/dlq.ts',
+      'apps/cli/src/commands/replay.ts',
+      'apps/cli/src/commands/runs.ts',
+      'apps/etl-cli/src/main.ts',
+      'libs/etl/src/sinks/postgres.ts',
+      'libs/etl/src/sinks/sqlite.ts',
+    ],
+    rules: { 'max-lines-per-function': 'off' },
+  },
   {
     files: ['**/test/**/*.ts', '**/*.spec.ts'],
     rules: { '@typescript-eslint/no-non-null-assertion': 'off' },
