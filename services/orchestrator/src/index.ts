@@ -14,4 +14,5 @@ export {
 } from './module';
 export type { OrchestratorRuntime } from './runtime';
 export { OrchestratorConfigError } from './config';
+export { OrchestratorSettingsSchema } from './config';
 export type { ScheduleDef, CatchUp } from './engine/scheduler';

@@ -16,6 +16,7 @@ export {
 } from './module';
 export { BLOB_STORE } from './runtime/blob-store';
 export { loadWorkerConfig, WorkerConfigError, type WorkerConfig } from './config';
+export { WorkerSettingsSchema } from './config';
 export { TaskHandler, type ContractHandlerMethod } from './transport/task-handler.decorator';
 export type { TaskContext } from './runtime/task-executor';
 export {
