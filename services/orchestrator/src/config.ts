@@ -163,13 +163,16 @@ const Schema = z.object({
       }
       return z.NEVER;
     }),
-  /** Replaced by WEBHOOK_SECRETS (Standard Webhooks, per workflow): refused when set, see README "Webhooks". */
+  /**
+   * Replaced by WEBHOOK_SECRETS (Standard Webhooks, per workflow): refused when set, see docs/workflows.md
+   * "Webhooks".
+   */
   WEBHOOK_SECRET: z
     .string()
     .optional()
     .refine(
       (v) => v === undefined,
-      'replaced by WEBHOOK_SECRETS (Standard Webhooks, one secret per workflow); see README "Webhooks"',
+      'replaced by WEBHOOK_SECRETS (Standard Webhooks, one secret per workflow); see docs/workflows.md "Webhooks"',
     ),
   /** Distinct signals a run may hold buffered (sent while it does not wait for them); past it: 429 / rejected. */
   ORCHESTRATOR_SIGNAL_BUFFER_LIMIT: z.coerce.number().int().min(1).default(DEFAULT_SIGNAL_BUFFER_LIMIT),

@@ -159,7 +159,7 @@ export class WorkerConfigError extends SettingsError {
 }
 
 /**
- * The worker's settings from `env`, every default applied (README "Settings" lists them; times in ms). Public so that
+ * The worker's settings from `env`, every default applied (docs/reference/configuration.md lists them; times in ms). Public so that
  * tools measuring a worker (bench/) use its defaults instead of copies.
  * @throws WorkerConfigError listing every bad or missing variable (KAFKA_BROKERS, SCHEMA_REGISTRY_URL and REDIS_URL
  * are required).
