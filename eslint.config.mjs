@@ -41,6 +41,8 @@ export default tseslint.config(
             { sourceTag: 'type:cli', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
             // The NestJS SDK: the services' public API in one package.
             { sourceTag: 'type:sdk', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
+            // Docs generators and checks (tools/docs): read the services' settings schemas from their public API.
+            { sourceTag: 'type:tools', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
             // An application on keyflow (the tutorial): the libs and the services' public API (their src/index.ts).
             {
               sourceTag: 'type:example',

@@ -9,7 +9,7 @@
 #   ${KEYFLOW_CACHE_DIR:-~/.cache/keyflow}/node-<version>, outside the repo, and npm_config_nodedir points at it so
 #   node-gyp builds native modules (better-sqlite3) against it without downloading headers.
 #
-# Why 24 and not 26: see README's Prerequisites. The oldest line `engines` allows (22) runs the unit suites in
+# Why 24 and not 26: see docs/operating.md "Prerequisites". The oldest line `engines` allows (22) runs the unit suites in
 # scripts/test-all.sh with KEYFLOW_NODE_OLDEST_PINNED, installed the same way (keyflow_node_dir).
 # Linux x64 only (the package is that platform's binary); elsewhere install Node 24 by hand.
 

@@ -79,7 +79,7 @@ const out = resolve(ROOT, values.out!);
 const root = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
   version: string;
   license: string;
-  /** The Node lines every package supports: the repo's own (README's Prerequisites). */
+  /** The Node lines every package supports: the repo's own (docs/operating.md "Prerequisites"). */
   engines: { node: string };
   dependencies: Record<string, string>;
   devDependencies: Record<string, string>;

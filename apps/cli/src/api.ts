@@ -17,7 +17,7 @@ export class ApiError extends CliError {
 }
 
 /**
- * Calls the orchestrator's run API (README "Orchestrator") with the endpoint's key, if any. `path` starts with `/`.
+ * Calls the orchestrator's run API (docs/workflows.md "API") with the endpoint's key, if any. `path` starts with `/`.
  * @throws ApiError on a non-2xx answer (401 without a valid key, 403 without the route's scope); fetch's TypeError
  *   when nothing answers at the endpoint's URL
  */

@@ -8,7 +8,7 @@ import { replayCommand } from './commands/replay';
 import { runsCommand } from './commands/runs';
 
 /**
- * `keyflow`: one CLI for operators and scripts (README "Operating keyflow"). Reads KAFKA_BROKERS,
+ * `keyflow`: one CLI for operators and scripts (docs/operating.md). Reads KAFKA_BROKERS,
  * SCHEMA_REGISTRY_URL, KEYFLOW_TOPIC_PREFIX and KEYFLOW_API_URL from the environment; `--json` on every command for
  * scripts. Exit codes: 0 done, 1 an error (its message on stderr), 2 a usage error or (rebuild) differences found.
  */

@@ -20,6 +20,9 @@ export const KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588;
 export const BlobConfigSchema = {
   /** `fs` (one host's directory, KEYFLOW_BLOB_DIR) or `postgres` (shared, KEYFLOW_BLOB_URL). */
   KEYFLOW_BLOB_STORE: z.enum(['fs', 'postgres']).default('fs'),
+  /**
+   * The `fs` store's directory (relative to the working directory); one host's, so workers on several hosts use `postgres`.
+   */
   KEYFLOW_BLOB_DIR: z.string().min(1).default('.keyflow/blobs'),
   /** postgres:// URL of the shared store (required with KEYFLOW_BLOB_STORE=postgres). */
   KEYFLOW_BLOB_URL: z.string().default(''),

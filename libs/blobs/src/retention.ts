@@ -1,5 +1,5 @@
 /**
- * Retention rule of claim-check blobs (README "Claim check"): a blob lives at least as long as the longest
+ * Retention rule of claim-check blobs (docs/contracts.md "Claim check"): a blob lives at least as long as the longest
  * retention of the topics whose records may name it, plus a grace period, so a consumer replaying any record still
  * in its topic finds the blob. Sources: Kafka topic configs `retention.ms` (broker default log.retention.hours=168)
  * and, for compacted topics, `segment.ms` (a superseded record stays readable at least until its segment rolls and

@@ -13,7 +13,7 @@ export interface BlobInfo {
   sha256: string;
   /** When it was (last) written, ms since the epoch. */
   createdAt: number;
-  /** When the sweeper may delete it, ms since the epoch; null: never by age (see README "Claim check"). */
+  /** When the sweeper may delete it, ms since the epoch; null: never by age (see docs/contracts.md "Claim check"). */
   expiresAt: number | null;
 }
 

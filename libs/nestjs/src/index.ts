@@ -1,5 +1,5 @@
 /**
- * keyflow for a NestJS application (README "Packages"): the orchestrator and the worker as modules, and what a
+ * keyflow for a NestJS application (docs/packages.md): the orchestrator and the worker as modules, and what a
  * handler class needs. Task contracts and workflow definitions come from `@keyflow/workflow` (`defineTask`,
  * `workflow`, `z`).
  *

@@ -327,7 +327,7 @@ export const STEP_TIMEOUT_ERROR = 'StepTimeoutError';
  * on purpose after it had completed. Every attempt of a step (retries after a failure or a step timeout, a redrive
  * of its dead-lettered command, a run retry of the failed step) carries the same key, so a worker that finds the
  * key completed re-publishes the stored result instead of running the handler again, and a sink or an external API
- * that dedupes on the key sees one effect per logical step. Design: README "One effect per logical step".
+ * that dedupes on the key sees one effect per logical step. Design: docs/workflows.md "One effect per logical step".
  */
 export function idempotencyKeyOf(runId: string, stepId: string, generation = 0): string {
   return generation > 0 ? `${runId}/${stepId}#${generation}` : `${runId}/${stepId}`;

@@ -23,6 +23,7 @@ const Schema = z.object({
   ORCHESTRATOR_GROUP_ID: unsetWhenEmpty,
   /** Distinguishes instances: the read-model consumer group and the transactional ids' owner tag. */
   ORCHESTRATOR_INSTANCE_ID: z.string().min(1).default(`${process.pid}`),
+  /** Port of the HTTP API (0: any free port; the "orchestrator ready" log line names the URL). */
   ORCHESTRATOR_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
   /**
    * Address the HTTP API listens on (default loopback). Any other address needs API keys (KEYFLOW_API_KEYS or
@@ -68,8 +69,11 @@ const Schema = z.object({
     ),
   /** Partitions of wf.requests, task.results, wf.events and wf.state (co-partitioned). */
   ORCHESTRATOR_PARTITIONS: z.coerce.number().int().min(1).default(6),
+  /** Partitions of each task topic (`task.<type>`) the orchestrator creates; existing topics are not altered. */
   TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),
+  /** Session timeout of the engine's consumer group, in ms (heartbeats every fifth of it). */
   ORCHESTRATOR_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6000).default(10_000),
+  /** How often the engine looks for due timers (retry backoff, step and run timeouts, waits), in ms. */
   ORCHESTRATOR_TIMER_TICK_MS: z.coerce.number().int().min(10).default(200),
   /**
    * Longest the engine's fetch of wf.requests and task.results waits at the broker, in ms: a partition left out of
@@ -159,13 +163,16 @@ const Schema = z.object({
       }
       return z.NEVER;
     }),
-  /** Replaced by WEBHOOK_SECRETS (Standard Webhooks, per workflow): refused when set, see README "Webhooks". */
+  /**
+   * Replaced by WEBHOOK_SECRETS (Standard Webhooks, per workflow): refused when set, see docs/workflows.md
+   * "Webhooks".
+   */
   WEBHOOK_SECRET: z
     .string()
     .optional()
     .refine(
       (v) => v === undefined,
-      'replaced by WEBHOOK_SECRETS (Standard Webhooks, one secret per workflow); see README "Webhooks"',
+      'replaced by WEBHOOK_SECRETS (Standard Webhooks, one secret per workflow); see docs/workflows.md "Webhooks"',
     ),
   /** Distinct signals a run may hold buffered (sent while it does not wait for them); past it: 429 / rejected. */
   ORCHESTRATOR_SIGNAL_BUFFER_LIMIT: z.coerce.number().int().min(1).default(DEFAULT_SIGNAL_BUFFER_LIMIT),
@@ -315,3 +322,9 @@ export function requireApiSettings(
   if (issues.length) throw new OrchestratorConfigError(issues);
   return { ...(cfg as OrchestratorConfig & { REDIS_URL: string; redis: RedisConnection }), apiKeys };
 }
+
+/**
+ * The orchestrator's settings schema (zod, keyed by environment variable name), for the generated configuration
+ * reference (tools/docs, `npm run docs:config`): each setting's JSDoc above is its description there.
+ */
+export const OrchestratorSettingsSchema = Schema;

@@ -1,6 +1,6 @@
 /**
- * The orchestrator's public API, for an application that runs its own workflows on keyflow (README "Your first
- * workflow"): `KeyflowOrchestratorModule.forRoot({ workflows, schedules })` in a NestJS application of your own (with
+ * The orchestrator's public API, for an application that runs its own workflows on keyflow (docs/tutorial.md):
+ * `KeyflowOrchestratorModule.forRoot({ workflows, schedules })` in a NestJS application of your own (with
  * `setupKeyflowOrchestrator(app)`), or `bootstrapOrchestrator([myWorkflow], process.env, schedules)` for a process
  * that is only an orchestrator (the built-in workflows and these). `src/main.ts` is the built-in orchestrator.
  */
@@ -14,4 +14,5 @@ export {
 } from './module';
 export type { OrchestratorRuntime } from './runtime';
 export { OrchestratorConfigError } from './config';
+export { OrchestratorSettingsSchema } from './config';
 export type { ScheduleDef, CatchUp } from './engine/scheduler';

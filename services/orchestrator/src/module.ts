@@ -37,7 +37,7 @@ export interface KeyflowOrchestratorOptions {
   /** Runs started on a cron schedule; each must name one of `workflows` with an input its schema accepts. */
   schedules?: ScheduleDef[];
   /**
-   * Settings by their environment variable names (README "Configuration"); default `process.env`. LOG_LEVEL,
+   * Settings by their environment variable names (docs/reference/configuration.md); default `process.env`. LOG_LEVEL,
    * KEYFLOW_FATAL_EXIT_DELAY_MS, KEYFLOW_STARTUP_TIMEOUT_MS and KEYFLOW_UNDECODABLE_RETRY_MS are read from
    * `process.env` always (they are per process).
    */
@@ -65,7 +65,7 @@ class RuntimeShutdown implements OnApplicationShutdown {
 /**
  * An orchestrator instance in a NestJS application: the engine (its share of wf.requests/wf.results partitions),
  * the read model, the schedules, and the HTTP API's controllers (runs, webhooks, the ops API under /ops, /health,
- * /metrics), each route guarded by the API keys of KEYFLOW_API_KEYS (README "API authentication"). The engine starts
+ * /metrics), each route guarded by the API keys of KEYFLOW_API_KEYS (docs/security.md "API authentication"). The engine starts
  * while the application is created (Nest awaits the async provider), and stops on `app.close()`. Create the
  * application with `{ rawBody: true }` (webhook signatures are checked on the raw body) and call
  * {@link setupKeyflowOrchestrator} for the request spans, OpenAPI at /docs and the console at /console/.

@@ -214,7 +214,7 @@ export async function rebuildRuns(
     if (d.event !== 'RunSnapshot' || d.value.runId.startsWith(BARRIER_PREFIX)) continue;
     const text = claim ? await snapshotStateText(d.value, claim) : d.value.state;
     if (d.value.segment) {
-      // Segments of a run's map items come before its core record (README "Run state").
+      // Segments of a run's map items come before its core record (docs/workflows.md "Run state").
       const { mapId, index } = d.value.segment;
       segments.set(segmentKey(d.value.runId, mapId, index), JSON.parse(text) as ItemSegment);
       continue;

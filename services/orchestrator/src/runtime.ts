@@ -64,7 +64,7 @@ export interface OrchestratorRuntime {
  * Starts everything of an orchestrator instance but its HTTP listener: tracing, the read model (all of wf.state),
  * the engine (its share of the partitions; creates topics, checks co-partitioning, registers schemas), the lag
  * monitor, the API's producer and request key store, and the schedules. `workflows` are all it runs (the built-in
- * ones are `builtinWorkflows`); `env` holds the settings by their environment names (README "Configuration").
+ * ones are `builtinWorkflows`); `env` holds the settings by their environment names (docs/reference/configuration.md).
  * When a part fails for good (the engine's consumer crashes, its producer or the API's fails, the read model's
  * consumer crashes), /health answers 503 naming it and the process exits 1 shortly after
  * (KEYFLOW_FATAL_EXIT_DELAY_MS), so a supervisor restarts it.
@@ -80,7 +80,7 @@ export async function createOrchestratorRuntime(
   const cfg = requireApiSettings(loadOrchestratorConfig(env));
   const workflows = new WorkflowRegistry().register(...definitions);
   checkSchedules(workflows, schedules);
-  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
+  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operating.md "Tracing").
   const tracing = startTracing('keyflow-orchestrator', env);
   const logger = createLogger('orchestrator');
   const registry = createMetricsRegistry('orchestrator');

@@ -24,6 +24,7 @@ const Schema = z.object({
   WORKER_GROUP_ID: unsetWhenEmpty,
   /** Task types to consume (comma-separated); default: every registered handler. */
   WORKER_TASK_TYPES: z.string().default(''),
+  /** Port of /health and /metrics (0: any free port; the ready log line names it). */
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).default(0),
   /**
    * Commands dispatched and not yet answered, per process: waiting for a handler slot, running, or waiting for their
@@ -44,6 +45,7 @@ const Schema = z.object({
    * bounded handlers before this setting existed), else 128.
    */
   WORKER_MAX_CONCURRENT_HANDLERS: blankAsUnset(z.coerce.number().int().min(1)),
+  /** Partitions whose batches the task consumer works at once (kafkajs partitionsConsumedConcurrently). */
   WORKER_PARTITIONS_CONCURRENTLY: z.coerce.number().int().min(1).default(4),
   /**
    * Longest a task fetch waits at the broker, in ms. A partition paused while its batch runs is left out of the fetch
@@ -51,9 +53,13 @@ const Schema = z.object({
    * it bounds per-step latency; lower costs idle fetch requests (BENCHMARKS.md "Latency").
    */
   WORKER_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(10_000).default(10),
+  /** Session timeout of the workers' consumer group, in ms. */
   WORKER_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6000).default(30_000),
+  /** Heartbeat interval of the task consumer, in ms: at most a third of WORKER_SESSION_TIMEOUT_MS. */
   WORKER_HEARTBEAT_INTERVAL_MS: z.coerce.number().int().min(100).default(3_000),
+  /** How long SIGTERM (or app.close()) lets in-flight tasks finish before the worker stops, in ms. */
   WORKER_DRAIN_DEADLINE_MS: z.coerce.number().int().min(0).default(30_000),
+  /** A running task's idempotency lease, in ms; renewed every third of it while the handler runs. */
   WORKER_LEASE_MS: z.coerce.number().int().min(300).default(30_000),
   /**
    * Accepts an idempotency Redis whose maxmemory-policy evicts keys (anything but noeviction; volatile-lru is common
@@ -80,10 +86,18 @@ const Schema = z.object({
    * database and user when the entry names them. Default none. Anything else: SINK_NOT_ALLOWED.
    */
   ETL_POSTGRES_URLS: listSetting(''),
+  /**
+   * How long a step's completion record is kept (a redelivery within it re-publishes the stored result), in ms; the
+   * task DLQ topics the worker creates keep their records a little less (libs/kafka dlqRetention).
+   */
   WORKER_COMPLETION_TTL_MS: z.coerce.number().int().min(1000).default(DEFAULT_COMPLETION_TTL_MS),
+  /** First backoff of a task's in-process retries, in ms (exponential, full jitter). */
   WORKER_RETRY_INITIAL_MS: z.coerce.number().int().min(0).default(100),
+  /** Largest backoff of a task's in-process retries, in ms. */
   WORKER_RETRY_MAX_MS: z.coerce.number().int().min(0).default(5_000),
+  /** Partitions of each task topic the worker creates when missing; existing topics are not altered. */
   WORKER_TASK_PARTITIONS: z.coerce.number().int().min(1).default(6),
+  /** Partitions of task.results when the worker creates it (the orchestrator co-partitions it with wf.requests). */
   WORKER_RESULT_PARTITIONS: z.coerce.number().int().min(1).default(6),
   /**
    * Rest from the end of one sweep of expired blobs to the start of the next, in ms (0: this worker does not sweep);
@@ -145,7 +159,7 @@ export class WorkerConfigError extends SettingsError {
 }
 
 /**
- * The worker's settings from `env`, every default applied (README "Settings" lists them; times in ms). Public so that
+ * The worker's settings from `env`, every default applied (docs/reference/configuration.md lists them; times in ms). Public so that
  * tools measuring a worker (bench/) use its defaults instead of copies.
  * @throws WorkerConfigError listing every bad or missing variable (KAFKA_BROKERS, SCHEMA_REGISTRY_URL and REDIS_URL
  * are required).
@@ -185,3 +199,9 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
       .filter(Boolean),
   };
 }
+
+/**
+ * The worker's settings schema (zod, keyed by environment variable name), for the generated configuration reference
+ * (tools/docs, `npm run docs:config`): each setting's JSDoc above is its description there.
+ */
+export const WorkerSettingsSchema = Schema;

@@ -1,6 +1,6 @@
 /**
- * The workers' public API, for an application that runs its own handlers on keyflow (README "Your first
- * workflow"): `KeyflowWorkerModule.forRoot()` in a NestJS application of your own (then `startKeyflowWorker(app)`),
+ * The workers' public API, for an application that runs its own handlers on keyflow (docs/tutorial.md):
+ * `KeyflowWorkerModule.forRoot()` in a NestJS application of your own (then `startKeyflowWorker(app)`),
  * or `bootstrapWorker([MyHandlers])` for a process that is only a worker; `@TaskHandler(contract)` marks a
  * handler method (typed by the task contract, see `defineTask` in @keyflow/workflow); the error classes say what
  * kind of failure a handler met. `src/main.ts` is the built-in worker (the built-in handlers).
@@ -16,6 +16,7 @@ export {
 } from './module';
 export { BLOB_STORE } from './runtime/blob-store';
 export { loadWorkerConfig, WorkerConfigError, type WorkerConfig } from './config';
+export { WorkerSettingsSchema } from './config';
 export { TaskHandler, type ContractHandlerMethod } from './transport/task-handler.decorator';
 export type { TaskContext } from './runtime/task-executor';
 export {

@@ -26,7 +26,7 @@ import { BLOB_STORE } from './runtime/blob-store';
 /** Settings of a worker. */
 export interface KeyflowWorkerOptions {
   /**
-   * Settings by their environment variable names (README "Configuration"); default `process.env`. LOG_LEVEL,
+   * Settings by their environment variable names (docs/reference/configuration.md); default `process.env`. LOG_LEVEL,
    * KEYFLOW_FATAL_EXIT_DELAY_MS, KEYFLOW_STARTUP_TIMEOUT_MS and KEYFLOW_UNDECODABLE_RETRY_MS are read from
    * `process.env` always (they are per process).
    */
@@ -56,8 +56,8 @@ const OPTIONS = Symbol('keyflow.WorkerOptions');
 
 function createWorkerRuntime(env: NodeJS.ProcessEnv): WorkerRuntime {
   const cfg = loadWorkerConfig(env);
-  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (README "Tracing").
-  // Without an exporter, no AsyncLocalStorage: the executor passes trace contexts explicitly (README "Tracing").
+  // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operating.md "Tracing").
+  // Without an exporter, no AsyncLocalStorage: the executor passes trace contexts explicitly (docs/operating.md "Tracing").
   const tracing = startTracing('keyflow-worker', env, { activeContext: 'when-exporting' });
   const logger = createLogger('workers');
   const registry = createMetricsRegistry('workers');

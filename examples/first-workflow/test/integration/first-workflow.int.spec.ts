@@ -9,7 +9,7 @@ import { idempotencyKeyOf, PII_MASK } from '@keyflow/workflow';
 import { sendGreeting } from '../../src/tasks';
 
 /**
- * The tutorial (README "Your first workflow"), run as its reader runs it: the orchestrator, the worker and the new
+ * The tutorial (docs/tutorial.md), run as its reader runs it: the orchestrator, the worker and the new
  * consumer from this workspace's files, against the stack; a run started over HTTP ends in the consumer's output.
  */
 const src = join(__dirname, '..', '..', 'src');

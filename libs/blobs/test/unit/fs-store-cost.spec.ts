@@ -28,7 +28,7 @@ async function cost<T>(
 
 /**
  * What a retention sweep or a claim-checked snapshot costs must be what the run owns, never the size of the store:
- * the orchestrator does it for each run it forgets and each large snapshot it writes (README "Claim check").
+ * the orchestrator does it for each run it forgets and each large snapshot it writes (docs/contracts.md "Claim check").
  */
 describe('the fs blob store: expiring a run and sweeping cost what is due, not the size of the store', () => {
   const UNRELATED = 20_000;

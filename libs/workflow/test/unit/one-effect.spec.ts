@@ -1,7 +1,7 @@
 import { reduce, workflow, type CommandSpec, type Decision, type WorkflowInput } from '../../src';
 
 /**
- * One effect per logical step (issue "Scale-out", README "One effect per logical step"): every attempt of a step
+ * One effect per logical step (issue "Scale-out", docs/workflows.md "One effect per logical step"): every attempt of a step
  * carries the same idempotency key, a late completion of an earlier attempt is the step's one effect, a step whose
  * effect may have happened is compensated, and the compensation names the key it undoes so the worker can fence it.
  */

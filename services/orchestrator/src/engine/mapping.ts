@@ -194,7 +194,7 @@ const EVENT_PAYLOADS: Partial<Record<string, { field: 'output' | 'input'; ref: '
 /**
  * Encodes the reducer's commands, lifecycle events and (given `snapshot`) the snapshot as Kafka records. Every
  * payload over the claim check's threshold (a command's input, an event's output or input, the snapshot's state) is stored as a blob first
- * and the record carries its reference (README "Claim check").
+ * and the record carries its reference (docs/contracts.md "Claim check").
  * @throws PayloadTooLargeError (PAYLOAD_TOO_LARGE, not retryable) when one cannot be carried; store outages as is.
  */
 export async function encodeOutputs(
@@ -320,7 +320,7 @@ export function forgottenRunBlobPrefixes(runId: string, legacyShared: boolean): 
 
 /**
  * The wf.state records of `state`: one per segment of map items changed since `previous` (the state of the run's
- * last committed snapshot; undefined: all of them), then the core record (README "Run state"). All go to
+ * last committed snapshot; undefined: all of them), then the core record (docs/workflows.md "Run state"). All go to
  * `partition`, the run's. A part over the claim check's threshold is stored as a blob (kept while its record is the
  * latest for its key: wf.state is compacted) and the record carries `stateRef`; the part's earlier blobs then
  * expire once their records can be compacted away.

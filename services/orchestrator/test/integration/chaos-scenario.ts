@@ -172,7 +172,7 @@ function seededRandom(seed: number): { int(max: number): number; pick<T>(xs: rea
   return { int, pick: (xs) => xs[int(xs.length)] };
 }
 
-/** The idempotency keys a finished run must have executed once each (README "One effect per logical step"). */
+/** The idempotency keys a finished run must have executed once each (docs/workflows.md "One effect per logical step"). */
 function expectedKeys(runId: string, r: Run): string[] {
   if (r.workflow === 'chaos-three') return ['a', 'b', 'c'].map((s) => `${runId}/${s}`);
   if (r.workflow === 'chaos-etl')
@@ -605,7 +605,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     );
     const count = new Map(execs.rows.map((r) => [r.idempotency_key, Number(r.n)]));
     // A key executed again after its first executor was SIGKILLed (between the effect and the completion record) is
-    // the at-least-once window the README names; any other second execution is a double effect.
+    // the at-least-once window docs/development.md "Chaos suite" names; any other second execution is a double effect.
     const twice = execs.rows.filter((r) => Number(r.n) > 1);
     const afterKill = (r: (typeof twice)[number]) =>
       r.workers

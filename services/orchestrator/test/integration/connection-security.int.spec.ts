@@ -25,7 +25,7 @@ import { keyflowCli, OrchestratorHarness, TERMINAL_EVENTS, post } from './suppor
  * readers use; the services are given only the SASL_SSL listener. And a Redis of its own on base+6 that answers only
  * TLS (a certificate from a CA this test makes with openssl) and only with its password (requirepass). And, as
  * Apicurio authenticates only through an identity server, Debian's nginx on base+7 in front of the stack's registry:
- * https with that certificate and HTTP basic auth (the README's "secured Kafka cluster and Redis" section).
+ * https with that certificate and HTTP basic auth (docs/security.md).
  */
 jest.setTimeout(300_000);
 

@@ -4,7 +4,7 @@ import { OrchestratorHarness, TERMINAL_EVENTS, distinctEvents, post } from './su
 jest.setTimeout(180_000);
 
 /**
- * Two deployments on one cluster, told apart by KEYFLOW_TOPIC_PREFIX alone (the README's way to share a cluster),
+ * Two deployments on one cluster, told apart by KEYFLOW_TOPIC_PREFIX alone (docs/workers.md "Consumer groups": the way to share a cluster),
  * with the consumer group ids left at their defaults. Defaults the prefix does not reach put both orchestrators in
  * one consumer group (each member subscribed to its own prefix's topics) and give both the same transactional ids
  * (`<group>-p<n>`), so each fences the other's transactions.

@@ -60,7 +60,7 @@ export const TERMINAL_EVENTS: ReadonlySet<string> = new Set([
 /**
  * The distinct lifecycle events of `events`, first occurrence of each event id kept. A kafkajs consumer that restarts
  * (a crash it recovers from, a rebalance) reads again from its last committed offset, so a live reader can see an
- * event twice; consumers dedupe on `metadata.eventId` (README "Contracts"), and so do the checks. Two StepCompleted
+ * event twice; consumers dedupe on `metadata.eventId` (docs/contracts.md), and so do the checks. Two StepCompleted
  * of one step with different event ids are still two.
  */
 export function distinctEvents(events: { items: Lifecycle[] }): Lifecycle[] {
@@ -227,7 +227,7 @@ export class OrchestratorHarness {
             correlationId: cmd.runId,
             causationId: cmd.metadata.eventId,
             occurredAt: Date.now() + (opts.clockSkewMs ?? 0), // a worker whose clock is off
-            // As a traced worker would: the result continues the command's trace (README "Tracing").
+            // As a traced worker would: the result continues the command's trace (docs/operating.md "Tracing").
             traceparent: cmd.metadata.traceparent,
             tracestate: cmd.metadata.tracestate,
           });

@@ -68,7 +68,7 @@ const ref = () => (reference ??= loadReferenceData());
 
 /**
  * Expiry of an ETL blob: its references travel in task results, commands and StepCompleted events, so it is kept
- * as long as the longest of those topics (README "Claim check"), then swept.
+ * as long as the longest of those topics (docs/contracts.md "Claim check"), then swept.
  */
 const etlBlob = (): PutOptions => ({ expiresAt: Date.now() + blobRetentionMs() + DAY_MS });
 const DAY_MS = 24 * 3600 * 1000;

@@ -82,7 +82,7 @@ export interface TaskContext {
   /**
    * The W3C trace context of the handler's span (`traceparent`, `tracestate`; nulls when the run carries no trace):
    * put it on downstream calls (an HTTP `traceparent` header) to continue the run's trace there. Set with or without
-   * a trace exporter; without one, a worker does not carry the active context into handlers (README "Tracing"), and
+   * a trace exporter; without one, a worker does not carry the active context into handlers (docs/operating.md "Tracing"), and
    * for a task not recorded (no exporter, not sampled) it is the task span's, since no handler span is made.
    */
   readonly trace: TraceContext;
@@ -139,7 +139,7 @@ const workerId = `${hostname()}/${process.pid}`;
  * commit (by the runner). A crash before the record re-runs the handler after the lease expires (side effects must
  * use the idempotency key); after the record, a redelivery re-publishes the stored result with `replayed = true`.
  *
- * One effect per logical step (README "One effect per logical step"): the idempotency key names the step, not the
+ * One effect per logical step (docs/workflows.md "One effect per logical step"): the idempotency key names the step, not the
  * attempt, so a later attempt, a redrive or a run retry finds the earlier one's lease (and waits) or its completion
  * record (and re-publishes it under its own attempt number). A compensation first fences the key of the step it
  * undoes, so a command of that step still queued or redriven later is answered with StepCompensatedError and never
