@@ -48,7 +48,8 @@ export function toFailure(e: unknown, opts: FailureOptions = {}): Failure {
  * gRPC's) in decimal; null for anything else (no code, not an object).
  */
 export function failureCode(e: unknown, maxChars = Infinity): string | null {
-  const code = (typeof e === 'object' || typeof e === 'function') && e !== null ? Reflect.get(e, 'code') : undefined;
+  const code =
+    (typeof e === 'object' || typeof e === 'function') && e !== null ? Reflect.get(e, 'code') : undefined;
   if (typeof code === 'string') return bounded(code, maxChars);
   return typeof code === 'number' || typeof code === 'bigint' ? String(code) : null;
 }

@@ -6,7 +6,8 @@ import { ERROR_CODES, type ErrorCode } from './codes';
 export const ERROR_REFERENCE_PATH = 'docs/reference/errors.md';
 
 /** How a code's retry flag reads in the reference. */
-const flagText = (r: boolean | 'per-instance'): string => (r === 'per-instance' ? 'per error' : r ? 'yes' : 'no');
+const flagText = (r: boolean | 'per-instance'): string =>
+  r === 'per-instance' ? 'per error' : r ? 'yes' : 'no';
 
 /**
  * The text of docs/reference/errors.md, made from {@link ERROR_CODES} (one table row per code, in the list's

@@ -1,8 +1,4 @@
-import {
-  KafkaJSAggregateError,
-  KafkaJSNonRetriableError,
-  KafkaJSProtocolError,
-} from 'kafkajs';
+import { KafkaJSAggregateError, KafkaJSNonRetriableError, KafkaJSProtocolError } from 'kafkajs';
 
 /**
  * Classifies kafkajs errors by class and protocol error type (kafkajs 2.2.4 src/errors.js, src/protocol/error.js),

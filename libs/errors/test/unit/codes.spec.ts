@@ -11,20 +11,29 @@ const codes = Object.keys(ERROR_CODES) as ErrorCode[];
 function platformSources(): Array<{ path: string; text: string }> {
   const out = execFileSync(
     'git',
-    ['ls-files', '--', 'libs/*/src/*.ts', 'libs/*/src/**/*.ts', 'services/*/src/**/*.ts', 'apps/*/src/**/*.ts'],
+    [
+      'ls-files',
+      '--',
+      'libs/*/src/*.ts',
+      'libs/*/src/**/*.ts',
+      'services/*/src/**/*.ts',
+      'apps/*/src/**/*.ts',
+    ],
     { cwd: root, encoding: 'utf8' },
   );
   return out
     .split('\n')
-    .filter((p) => p && !p.startsWith('libs/etl/') && !p.startsWith('apps/etl-cli/') && !p.endsWith('.spec.ts'))
+    .filter(
+      (p) => p && !p.startsWith('libs/etl/') && !p.startsWith('apps/etl-cli/') && !p.endsWith('.spec.ts'),
+    )
     .map((path) => ({ path, text: readFileSync(join(root, path), 'utf8') }));
 }
 
 /** Each class of `text` that extends another, with its body (up to the first line that is a lone `}`). */
 function classes(text: string): Array<{ name: string; body: string }> {
-  return [...text.matchAll(/^(?:export )?(?:abstract )?class (\w+)[^\n]* extends [^\n]*\{\n([\s\S]*?)^\}/gm)].map(
-    (m) => ({ name: m[1], body: m[2] }),
-  );
+  return [
+    ...text.matchAll(/^(?:export )?(?:abstract )?class (\w+)[^\n]* extends [^\n]*\{\n([\s\S]*?)^\}/gm),
+  ].map((m) => ({ name: m[1], body: m[2] }));
 }
 
 describe('the closed list of error codes', () => {
@@ -52,8 +61,15 @@ describe('the closed list of error codes', () => {
         seen.push(...set.map((c) => `${c} (${path} ${name})`));
         const flag = /readonly retryable(?::[^=]+)? = (true|false);/.exec(body)?.[1];
         for (const c of set)
-          if (flag && isErrorCode(c) && ERROR_CODES[c].retryable !== 'per-instance' && String(ERROR_CODES[c].retryable) !== flag)
-            disagree.push(`${path} ${name}: ${c} retryable ${flag}, the list says ${ERROR_CODES[c].retryable}`);
+          if (
+            flag &&
+            isErrorCode(c) &&
+            ERROR_CODES[c].retryable !== 'per-instance' &&
+            String(ERROR_CODES[c].retryable) !== flag
+          )
+            disagree.push(
+              `${path} ${name}: ${c} retryable ${flag}, the list says ${ERROR_CODES[c].retryable}`,
+            );
       }
     expect(seen.length).toBeGreaterThan(50);
     expect(seen.filter((s) => !isErrorCode(s.split(' ')[0]))).toEqual([]);

@@ -5,7 +5,12 @@ import {
   KafkaJSNumberOfRetriesExceeded,
   KafkaJSProtocolError,
 } from 'kafkajs';
-import { isConsumerGroupNotInitialized, isTopicSettling, retryWhileTopicsSettle, TopicsStillMissingError } from '../../src';
+import {
+  isConsumerGroupNotInitialized,
+  isTopicSettling,
+  retryWhileTopicsSettle,
+  TopicsStillMissingError,
+} from '../../src';
 
 /** kafkajs's per-topic error of a CreateTopics answer (a KafkaJSProtocolError; exported, not in its typings). */
 const { KafkaJSCreateTopicError } = kafkajs as unknown as {
@@ -47,7 +52,9 @@ describe('kafkajs errors, classified by class and protocol error type (never by 
   it('another protocol error, or a message that only reads like one, is not settling', () => {
     expect(isTopicSettling(protocolError('TOPIC_AUTHORIZATION_FAILED', 29))).toBe(false);
     expect(isTopicSettling(new Error('This server does not host this topic-partition'))).toBe(false);
-    expect(isTopicSettling(protocolError('POLICY_VIOLATION', 44, 'UNKNOWN_TOPIC already exists'))).toBe(false);
+    expect(isTopicSettling(protocolError('POLICY_VIOLATION', 44, 'UNKNOWN_TOPIC already exists'))).toBe(
+      false,
+    );
     expect(isTopicSettling(undefined)).toBe(false);
   });
 
@@ -63,12 +70,17 @@ describe('kafkajs errors, classified by class and protocol error type (never by 
     ).resolves.toBe('ok');
     const other = protocolError('TOPIC_AUTHORIZATION_FAILED', 29);
     await expect(retryWhileTopicsSettle(() => Promise.reject(other))).rejects.toBe(other);
-    expect(new TopicsStillMissingError(['a', 'b']).message).toBe('UNKNOWN_TOPIC: still missing after create: a, b');
+    expect(new TopicsStillMissingError(['a', 'b']).message).toBe(
+      'UNKNOWN_TOPIC: still missing after create: a, b',
+    );
   });
 
   it("pause/resume's refusal without a consumer group is the plain KafkaJSNonRetriableError (not a subclass)", () => {
     expect(isConsumerGroupNotInitialized(new KafkaJSNonRetriableError('any text'))).toBe(true);
-    const exceeded = new KafkaJSNumberOfRetriesExceeded(new Error('x'), { retryCount: 1, retryTime: 1 } as never);
+    const exceeded = new KafkaJSNumberOfRetriesExceeded(new Error('x'), {
+      retryCount: 1,
+      retryTime: 1,
+    } as never);
     expect(isConsumerGroupNotInitialized(exceeded)).toBe(false);
     expect(isConsumerGroupNotInitialized(new Error('Consumer group was not initialized'))).toBe(false);
   });
