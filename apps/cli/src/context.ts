@@ -3,7 +3,7 @@ import { EventCodec, registryConnectionFromEnv } from '@keyflow/contracts';
 import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger, type Logger } from '@keyflow/observability';
 import type { Kafka } from '@keyflow/kafka';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, type ErrorCode } from '@keyflow/errors';
 import { DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
 
 /** What the CLI reads from the environment (the same variables the services and `stack.sh env` use). */
@@ -35,7 +35,7 @@ export interface ApiEndpoint {
 /** The CLI's error base: a machine-readable `code` and whether trying again may help (`retryable`). */
 export class CliError extends KeyflowError {
   constructor(
-    readonly code: string,
+    readonly code: ErrorCode,
     message: string,
     readonly retryable = false,
   ) {

@@ -1,8 +1,8 @@
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, type ErrorCode } from '@keyflow/errors';
 /** Base of every error of @keyflow/blobs: a stable `code` and whether trying again may succeed. */
 export class BlobError extends KeyflowError {
   constructor(
-    readonly code: string,
+    readonly code: ErrorCode,
     readonly retryable: boolean,
     message: string,
     options?: { cause?: unknown },

@@ -1,4 +1,4 @@
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 /**
  * Typed errors of the contracts layer. Every error has a stable `code` and says whether retrying can help
  * (`retryable`): a consumer retries a retryable one (the registry may come back) and sends a non-retryable one
@@ -45,19 +45,19 @@ export abstract class DecodeError extends ContractError {
 /** A null value (tombstone) where an event is required. Not retryable. */
 export class TombstoneError extends DecodeError {
   readonly code = 'TOMBSTONE' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('TOMBSTONE');
 }
 
 /** Bytes that do not start with the Confluent wire format header (magic byte 0 + 4-byte schema id). Not retryable. */
 export class MissingMagicByteError extends DecodeError {
   readonly code = 'MISSING_MAGIC_BYTE' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('MISSING_MAGIC_BYTE');
 }
 
 /** The schema id in the header is not known to the registry (HTTP 404). Not retryable. */
 export class UnknownSchemaIdError extends DecodeError {
   readonly code = 'UNKNOWN_SCHEMA_ID' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('UNKNOWN_SCHEMA_ID');
   constructor(
     location: MessageLocation,
     readonly schemaId: number,
@@ -69,19 +69,19 @@ export class UnknownSchemaIdError extends DecodeError {
 /** The Avro body is truncated, has trailing bytes, or holds a value that cannot be represented (e.g. a long above 2^53). */
 export class MalformedPayloadError extends DecodeError {
   readonly code = 'MALFORMED_PAYLOAD' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('MALFORMED_PAYLOAD');
 }
 
 /** The writer's schema cannot be resolved to this service's reader schema (Avro schema resolution fails). */
 export class IncompatibleWriterSchemaError extends DecodeError {
   readonly code = 'INCOMPATIBLE_WRITER_SCHEMA' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('INCOMPATIBLE_WRITER_SCHEMA');
 }
 
 /** The message is a valid event, but not one this topic's reader schema lists. */
 export class UnexpectedEventError extends DecodeError {
   readonly code = 'UNEXPECTED_EVENT' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('UNEXPECTED_EVENT');
 }
 
 /**
@@ -90,7 +90,7 @@ export class UnexpectedEventError extends DecodeError {
  */
 export class NotAvroSchemaError extends DecodeError {
   readonly code = 'NOT_AVRO_SCHEMA' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('NOT_AVRO_SCHEMA');
   constructor(
     location: MessageLocation,
     readonly schemaId: number,
@@ -107,7 +107,7 @@ export class NotAvroSchemaError extends DecodeError {
  */
 export class RegistryRefusedError extends ContractError {
   readonly code = 'REGISTRY_REFUSED' as const;
-  readonly retryable = true;
+  readonly retryable = retryableOf('REGISTRY_REFUSED');
   constructor(
     readonly operation: string,
     readonly status: number,
@@ -120,7 +120,7 @@ export class RegistryRefusedError extends ContractError {
 /** The registry could not be reached (network error or HTTP 5xx) for a schema that is not cached. Retryable. */
 export class RegistryUnavailableError extends ContractError {
   readonly code = 'REGISTRY_UNAVAILABLE' as const;
-  readonly retryable = true;
+  readonly retryable = retryableOf('REGISTRY_UNAVAILABLE');
   constructor(
     readonly operation: string,
     cause: unknown,
@@ -145,7 +145,7 @@ function causeChain(e: unknown): string {
 /** The registry refused a schema at startup (incompatible with the subject's history, or invalid). Not retryable. */
 export class SchemaRegistrationError extends ContractError {
   readonly code = 'SCHEMA_REGISTRATION_REJECTED' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('SCHEMA_REGISTRATION_REJECTED');
   constructor(
     readonly subject: string,
     readonly registryReason: string,
@@ -161,7 +161,7 @@ export class SchemaRegistrationError extends ContractError {
  */
 export class CompatibilityConflictError extends ContractError {
   readonly code = 'COMPATIBILITY_MODE_CONFLICT' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('COMPATIBILITY_MODE_CONFLICT');
   constructor(
     readonly subject: string,
     readonly wanted: string,
@@ -177,7 +177,7 @@ export class CompatibilityConflictError extends ContractError {
 /** A value to encode does not match its schema; `paths` names the offending fields. Not retryable. */
 export class InvalidEventError extends ContractError {
   readonly code = 'INVALID_EVENT' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('INVALID_EVENT');
   constructor(
     readonly event: string,
     readonly paths: string[],
@@ -189,7 +189,7 @@ export class InvalidEventError extends ContractError {
 /** encode() was called for a topic whose schema was not registered by registerTopics(). A programming error. */
 export class TopicNotRegisteredError extends ContractError {
   readonly code = 'TOPIC_NOT_REGISTERED' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('TOPIC_NOT_REGISTERED');
   constructor(readonly topic: string) {
     super(`topic ${topic} has no registered schema: call registerTopics([...]) at startup`);
   }

@@ -14,7 +14,7 @@ export type EtlErrorCode =
  * The one error base of the ETL library: a stable `code` and whether another attempt can help (`retryable`).
  * Every error about the input itself is not retryable: the same file fails the same way.
  */
-export abstract class EtlError extends KeyflowError {
+export abstract class EtlError extends KeyflowError<EtlErrorCode> {
   abstract override readonly code: EtlErrorCode;
 }
 

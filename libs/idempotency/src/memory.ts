@@ -1,6 +1,6 @@
 import type Redis from 'ioredis';
 import { ReplyError } from 'ioredis';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 import { IdempotencyStoreUnavailableError } from './store';
 
 /**
@@ -34,7 +34,7 @@ export const NO_EVICTION = 'noeviction';
  * Redis, or accept it explicitly (the workers' WORKER_IDEMPOTENCY_ALLOW_EVICTION).
  */
 export class IdempotencyStoreEvictsError extends KeyflowError {
-  readonly retryable = false;
+  readonly retryable = retryableOf('IDEMPOTENCY_STORE_EVICTS');
   readonly code = 'IDEMPOTENCY_STORE_EVICTS';
   constructor(readonly policy: string) {
     super(

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import DataLoader from 'dataloader';
 import type Redis from 'ioredis';
-import { KeyflowError } from '@keyflow/errors';
+import { type ErrorCode, KeyflowError, retryableOf } from '@keyflow/errors';
 
 /**
  * Idempotency store on Redis. One key per idempotency key (one per logical step: every attempt of a step shares it),
@@ -42,7 +42,7 @@ export interface Lease {
 /** Redis did not answer (down, or the connection is being re-established). Retryable. */
 export class IdempotencyStoreUnavailableError extends KeyflowError {
   readonly retryable = true;
-  readonly code: string = 'IDEMPOTENCY_STORE_UNAVAILABLE';
+  readonly code: ErrorCode = 'IDEMPOTENCY_STORE_UNAVAILABLE';
   constructor(operation: string, cause: unknown) {
     super(
       `idempotency store (Redis) unavailable during ${operation}: ${(cause as Error)?.message ?? String(cause)}`,
@@ -78,7 +78,7 @@ const isOutOfMemory = (e: unknown) => /\bOOM command not allowed\b/.test((e as E
  * retryable: the key must be cleaned up or the prefix changed (`keyPrefix`).
  */
 export class ForeignRecordError extends KeyflowError {
-  readonly retryable = false;
+  readonly retryable = retryableOf('IDEMPOTENCY_FOREIGN_RECORD');
   readonly code = 'IDEMPOTENCY_FOREIGN_RECORD';
   constructor(readonly redisKey: string) {
     super(

@@ -17,7 +17,7 @@
  * Formats: zstd RFC 8878 section 3.1; LZ4 frame format 1.6.x (lz4/doc/lz4_Frame_format.md); snappy
  * format_description.txt and snappy-java's xerial stream header; gzip RFC 1952.
  */
-import { KeyflowError, SettingsError } from '@keyflow/errors';
+import { KeyflowError, retryableOf, SettingsError } from '@keyflow/errors';
 
 /** The environment variable that sets the limit (bytes, a positive integer). Process-wide, read at each batch. */
 export const MAX_DECOMPRESSED_BYTES_SETTING = 'KEYFLOW_MAX_DECOMPRESSED_BYTES';
@@ -85,7 +85,7 @@ export function overLimitReason(what: string, limit: number): string {
  */
 export class OutputLimitError extends KeyflowError {
   readonly code = 'DECOMPRESSED_TOO_LARGE';
-  readonly retryable = false;
+  readonly retryable = retryableOf('DECOMPRESSED_TOO_LARGE');
 }
 
 /** Thrown by the walkers below for framing they cannot follow: the batch is refused. */

@@ -4,6 +4,7 @@ export {
   TRANSACTIONAL_RETRY,
   whileTransactionsConcurrent,
 } from './client';
+export { isConsumerGroupNotInitialized, isTopicSettling } from './kafka-errors';
 export { assertKafkajsPatched, KafkajsUnpatchedError, KAFKAJS_PATCHES } from './kafkajs-patch';
 export {
   ensureTopics,
@@ -12,6 +13,7 @@ export {
   partitionCounts,
   assertCoPartitioned,
   PartitionCountMismatchError,
+  TopicsStillMissingError,
   effectiveReplication,
   topicCreation,
   type TopicSpec,

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 
 /**
  * What `patches/kafkajs+2.2.4.patch` (applied by `patch-package` on `npm install`/`npm ci`) fixes in kafkajs 2.2.4,
@@ -61,7 +61,7 @@ export const KAFKAJS_PATCHES = {
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
 export class KafkajsUnpatchedError extends KeyflowError {
   readonly code = 'KAFKAJS_UNPATCHED' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('KAFKAJS_UNPATCHED');
   constructor(readonly file: string) {
     super(
       `${file} lacks the project's patch (a send can lose a partition's records when its leader moves; a ` +

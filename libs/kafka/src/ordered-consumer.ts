@@ -10,17 +10,18 @@ import { abortableSleep, linkSignals } from './sleep';
 import { subscribeWhenReady } from './topics';
 import { subscribedRoundRobinAssigner } from './subscribed-assigner';
 import { UndecodableBatchError } from './codecs';
+import { isConsumerGroupNotInitialized } from './kafka-errors';
 import {
   PartitionQuarantine,
   UNDECODABLE_RETRY_MS,
   undecodableAt,
   type QuarantinedPartition,
 } from './undecodable';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 
 /** The partition of a message was revoked in a rebalance while it ran: its new owner redelivers it. Retryable. */
 export class PartitionRevokedError extends KeyflowError {
-  readonly retryable = true;
+  readonly retryable = retryableOf('PARTITION_REVOKED');
   readonly code = 'PARTITION_REVOKED';
   constructor(readonly topicPartition: string) {
     super(`partition ${topicPartition} was revoked in a rebalance; its new owner redelivers the message`);
@@ -32,7 +33,7 @@ export class PartitionRevokedError extends KeyflowError {
  * committed, and its next owner (or this process after a restart) handles it.
  */
 export class ConsumerStoppingError extends KeyflowError {
-  readonly retryable = true;
+  readonly retryable = retryableOf('CONSUMER_STOPPING');
   readonly code = 'CONSUMER_STOPPING';
   constructor(readonly groupId: string) {
     super(`consumer of group ${groupId} is stopping; work not started yet is left for redelivery`);
@@ -43,7 +44,7 @@ export class ConsumerStoppingError extends KeyflowError {
 class BatchFailedError extends KeyflowError {
   readonly code = 'BATCH_FAILED';
   /** The consumer seeks back and fetches the batch again. */
-  readonly retryable = true;
+  readonly retryable = retryableOf('BATCH_FAILED');
   constructor(
     tp: string,
     readonly firstOpen: string,
@@ -410,7 +411,7 @@ export class OrderedConsumer {
     try {
       this.consumer?.[op]([{ topic, partitions: [partition] }]);
     } catch (err) {
-      if (!/Consumer group was not initialized/.test(String((err as Error)?.message))) throw err;
+      if (!isConsumerGroupNotInitialized(err)) throw err;
       this.o.logger.debug({ tp, op }, 'consumer restarting after a crash: the rejoin pauses busy partitions');
     }
   }

@@ -1,6 +1,7 @@
 import type { Admin, ITopicConfig } from 'kafkajs';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 import { TASK_TYPE } from '@keyflow/workflow';
+import { isTopicSettling } from './kafka-errors';
 
 export interface TopicSpec {
   topic: string;
@@ -74,7 +75,7 @@ export function topicCreation(spec: TopicSpec, liveBrokers: number): ITopicConfi
  */
 export class PartitionCountMismatchError extends KeyflowError {
   readonly code = 'PARTITION_COUNT_MISMATCH' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('PARTITION_COUNT_MISMATCH');
   constructor(readonly counts: Record<string, number>) {
     super(
       `topics must have the same partition count (co-partitioned by key) but have ${Object.entries(counts)
@@ -84,8 +85,14 @@ export class PartitionCountMismatchError extends KeyflowError {
   }
 }
 
-const TRANSIENT_METADATA =
-  /does not host this topic-partition|UNKNOWN_TOPIC|already exists|Topic creation errors|LEADER_NOT_AVAILABLE|There is no leader/i;
+/** Topics that a create left missing: their metadata lags the creation (retried by {@link retryWhileTopicsSettle}). */
+export class TopicsStillMissingError extends KeyflowError {
+  readonly code = 'TOPICS_STILL_MISSING';
+  readonly retryable = retryableOf('TOPICS_STILL_MISSING');
+  constructor(readonly topics: string[]) {
+    super(`UNKNOWN_TOPIC: still missing after create: ${topics.join(', ')}`);
+  }
+}
 
 /**
  * Runs `f` again while the broker's metadata lags a topic creation (by this or another service starting at the same
@@ -98,7 +105,8 @@ export async function retryWhileTopicsSettle<T>(f: () => Promise<T>, timeoutMs =
     try {
       return await f();
     } catch (e) {
-      if (!TRANSIENT_METADATA.test(String((e as Error)?.message)) || Date.now() > deadline) throw e;
+      const settling = e instanceof TopicsStillMissingError || isTopicSettling(e);
+      if (!settling || Date.now() > deadline) throw e;
       await new Promise((r) => setTimeout(r, Math.min(1_000, 100 * n)));
     }
   }
@@ -123,7 +131,7 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[]): Promise<vo
     await admin.createTopics({ topics: missing, waitForLeaders: true });
     const now = new Set(await admin.listTopics());
     const still = specs.filter((s) => !now.has(s.topic)).map((s) => s.topic);
-    if (still.length) throw new Error(`UNKNOWN_TOPIC: still missing after create: ${still.join(', ')}`);
+    if (still.length) throw new TopicsStillMissingError(still);
   });
 }
 
@@ -215,7 +223,7 @@ export const defaultGroupId = (service: keyof typeof DEFAULT_GROUP_IDS, topicPre
  */
 export class GroupIdMigrationError extends KeyflowError {
   readonly code = 'GROUP_ID_MIGRATION' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('GROUP_ID_MIGRATION');
   constructor(
     readonly groupId: string,
     readonly legacyGroupId: string,

@@ -1,4 +1,4 @@
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 /**
  * Await helpers: tests wait for the event they expect, with a deadline, never for a fixed time.
  */
@@ -6,7 +6,7 @@ import { KeyflowError } from '@keyflow/errors';
 /** The awaited condition did not hold before the deadline. */
 export class AwaitTimeoutError extends KeyflowError {
   readonly code = 'AWAIT_TIMEOUT';
-  readonly retryable = false;
+  readonly retryable = retryableOf('AWAIT_TIMEOUT');
   constructor(what: string, timeoutMs: number, last?: unknown) {
     super(
       `timed out after ${timeoutMs} ms waiting for ${what}${last === undefined ? '' : `; last value: ${JSON.stringify(last)}`}`,

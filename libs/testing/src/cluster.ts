@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -24,7 +24,7 @@ export interface BrokerInfo {
 /** A `stack.sh` command failed (exit code non-zero); `stderr` holds its `[infra]` lines. Not retryable. */
 export class StackCommandError extends KeyflowError {
   readonly code = 'STACK_COMMAND_FAILED' as const;
-  readonly retryable = false;
+  readonly retryable = retryableOf('STACK_COMMAND_FAILED');
   constructor(
     readonly args: string[],
     readonly stderr: string,

@@ -4,12 +4,12 @@
  * more after `apt-get update` if that fails. Memoised per command and process.
  */
 import { spawnSync } from 'node:child_process';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 
 /** A tool is missing and could not be installed; `message` says why. */
 export class ToolUnavailableError extends KeyflowError {
   readonly code = 'TOOL_UNAVAILABLE';
-  readonly retryable = false;
+  readonly retryable = retryableOf('TOOL_UNAVAILABLE');
   constructor(tool: string, reason: string) {
     super(`${tool} is not available and could not be installed: ${reason}`);
   }

@@ -1,4 +1,4 @@
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 /**
  * Where the integration tests' Kafka broker, schema registry and Redis come from.
  *
@@ -23,7 +23,7 @@ export interface InfraEndpoints {
 /** No endpoints in the environment and no Docker engine to start containers. Not retryable. */
 export class InfraUnavailableError extends KeyflowError {
   readonly code = 'INFRA_UNAVAILABLE';
-  readonly retryable = false;
+  readonly retryable = retryableOf('INFRA_UNAVAILABLE');
   constructor(detail: string) {
     super(
       `Integration tests need Kafka, a schema registry and Redis, and none were found: ${detail}.\n` +

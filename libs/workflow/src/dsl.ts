@@ -1,7 +1,7 @@
 import { retryPolicy, type RetryPolicy, type RetryPolicyInput } from './retry';
 import type { AnyTaskContract, TaskInputOf, TaskOutputOf } from './contract';
 import type { z } from 'zod/v4';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 
 /** Suffix of a compensation's step id (`<step>.compensate`); no step of a definition may use it. */
 export const COMPENSATION_SUFFIX = '.compensate';
@@ -265,7 +265,7 @@ export interface WorkflowDefinition {
 /** A definition that breaks a rule (duplicate step id, bad option). Not retryable: fix the definition. */
 export class InvalidDefinitionError extends KeyflowError {
   readonly code = 'INVALID_DEFINITION';
-  readonly retryable = false;
+  readonly retryable = retryableOf('INVALID_DEFINITION');
   constructor(workflow: string, reason: string) {
     super(`workflow ${workflow}: ${reason}`);
   }

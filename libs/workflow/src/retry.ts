@@ -1,4 +1,4 @@
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, retryableOf } from '@keyflow/errors';
 /**
  * Retry policy: bounded attempts, exponential backoff with full jitter.
  *
@@ -25,7 +25,7 @@ export type RetryPolicy = Readonly<Required<RetryPolicyInput>>;
 /** An invalid policy. Not retryable: fix the configuration. */
 export class InvalidRetryPolicyError extends KeyflowError {
   readonly code = 'INVALID_RETRY_POLICY';
-  readonly retryable = false;
+  readonly retryable = retryableOf('INVALID_RETRY_POLICY');
   constructor(field: string, value: unknown, rule: string) {
     super(`invalid retry policy: ${field} = ${JSON.stringify(value)}; ${rule}`);
   }

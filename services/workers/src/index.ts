@@ -21,6 +21,7 @@ export { TaskHandler, type ContractHandlerMethod } from './transport/task-handle
 export type { TaskContext } from './runtime/task-executor';
 export {
   TaskError,
+  type TaskErrorCode,
   RetryableTaskError,
   NonRetryableTaskError,
   TaskInputError,

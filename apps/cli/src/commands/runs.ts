@@ -80,7 +80,18 @@ export function runsCommand(ctx: CliContext): Command {
   const runs = new Command('runs').description(
     "runs through the orchestrator's API (--api or KEYFLOW_API_URL)",
   );
-  const apiOption = () => new Option('--api <url>', 'orchestrator API URL (default: KEYFLOW_API_URL)');
+  addLs(runs, ctx);
+  addShow(runs, ctx);
+  addStart(runs, ctx);
+  addControls(runs, ctx);
+  return runs;
+}
+
+/** The `--api` option every `runs` subcommand takes. */
+const apiOption = () => new Option('--api <url>', 'orchestrator API URL (default: KEYFLOW_API_URL)');
+
+/** `keyflow runs ls`: a page of runs, newest first. */
+function addLs(runs: Command, ctx: CliContext): void {
   runs
     .command('ls')
     .description('list runs, newest first, a page at a time (--limit, then --cursor)')
@@ -119,6 +130,10 @@ export function runsCommand(ctx: CliContext): Command {
           ) + (p.next ? `\n(more: --cursor ${p.next})` : ''),
       );
     });
+}
+
+/** `keyflow runs show <runId>`: one run with its steps, compensation and timeline. */
+function addShow(runs: Command, ctx: CliContext): void {
   runs
     .command('show <runId>')
     .description('a run: steps with attempts, durations and errors, compensation, timeline')
@@ -128,6 +143,10 @@ export function runsCommand(ctx: CliContext): Command {
       const run = await api<RunState>(ctx.endpoint(o.api), 'GET', `/runs/${encodeURIComponent(runId)}`);
       print(run, o.json, showRun);
     });
+}
+
+/** `keyflow runs start <workflow>`: starts a run. */
+function addStart(runs: Command, ctx: CliContext): void {
   runs
     .command('start <workflow>')
     .description('start a run (202: accepted; it runs asynchronously)')
@@ -157,6 +176,14 @@ export function runsCommand(ctx: CliContext): Command {
       );
       print(res, o.json, (r) => `started ${r.runId}`);
     });
+}
+
+/** The request's Idempotency-Key header, when --idempotency-key is given. */
+const keyed = (o: { idempotencyKey?: string }): Record<string, string> =>
+  o.idempotencyKey ? { 'Idempotency-Key': o.idempotencyKey } : {};
+
+/** `keyflow runs cancel|terminate|signal|retry`: requests to a run, each with an optional Idempotency-Key. */
+function addControls(runs: Command, ctx: CliContext): void {
   const control = (name: string, description: string) =>
     runs
       .command(name)
@@ -167,59 +194,56 @@ export function runsCommand(ctx: CliContext): Command {
         'Idempotency-Key: the same request again with the same key gets the first answer and is applied once',
       )
       .option('--json', 'JSON output');
-  /** The request's Idempotency-Key header, when --idempotency-key is given. */
-  const keyed = (o: { idempotencyKey?: string }): Record<string, string> =>
-    o.idempotencyKey ? { 'Idempotency-Key': o.idempotencyKey } : {};
+  /** POSTs `body` to the run's `action` and prints `done` (or the answer as JSON). */
+  const post = async (
+    o: { api?: string; json?: boolean; idempotencyKey?: string },
+    runId: string,
+    action: string,
+    body: object,
+    done: string,
+  ) => {
+    const res = await api(
+      ctx.endpoint(o.api),
+      'POST',
+      `/runs/${encodeURIComponent(runId)}/${action}`,
+      body,
+      keyed(o),
+    );
+    print(res, o.json, () => done);
+  };
   control('cancel <runId>', 'cancel a run: it stops, and its completed steps are compensated')
     .option('--reason <text>', 'recorded with RunCancelled', 'cancelled with the keyflow CLI')
-    .action(async (runId: string, o) => {
-      const res = await api(
-        ctx.endpoint(o.api),
-        'POST',
-        `/runs/${encodeURIComponent(runId)}/cancel`,
-        { reason: o.reason },
-        keyed(o),
-      );
-      print(res, o.json, () => `cancel of ${runId} accepted`);
-    });
+    .action((runId: string, o) =>
+      post(o, runId, 'cancel', { reason: o.reason }, `cancel of ${runId} accepted`),
+    );
   control(
     'terminate <runId>',
     'terminate a run: it stops at once, nothing is compensated (recorded as terminated)',
   )
     .option('--reason <text>', 'recorded with RunCancelled', 'terminated with the keyflow CLI')
-    .action(async (runId: string, o) => {
-      const res = await api(
-        ctx.endpoint(o.api),
-        'POST',
-        `/runs/${encodeURIComponent(runId)}/terminate`,
-        { reason: o.reason },
-        keyed(o),
-      );
-      print(res, o.json, () => `terminate of ${runId} accepted`);
-    });
+    .action((runId: string, o) =>
+      post(o, runId, 'terminate', { reason: o.reason }, `terminate of ${runId} accepted`),
+    );
   control('signal <runId> <signal>', 'send a signal to a run (a wait step takes it, or it is buffered)')
     .option('--payload <json>', 'signal payload (JSON)', opt.json)
-    .action(async (runId: string, signal: string, o) => {
-      const res = await api(
-        ctx.endpoint(o.api),
-        'POST',
-        `/runs/${encodeURIComponent(runId)}/signal`,
+    .action((runId: string, signal: string, o) =>
+      post(
+        o,
+        runId,
+        'signal',
         { signal, ...(o.payload !== undefined ? { payload: o.payload } : {}) },
-        keyed(o),
-      );
-      print(res, o.json, () => `signal ${signal} to ${runId} accepted`);
-    });
+        `signal ${signal} to ${runId} accepted`,
+      ),
+    );
   control('retry <runId>', 'retry a failed run from its failed step (or --from-step)')
     .option('--from-step <stepId>', 'step to re-run from (at or before the failed one)')
-    .action(async (runId: string, o) => {
-      const res = await api(
-        ctx.endpoint(o.api),
-        'POST',
-        `/runs/${encodeURIComponent(runId)}/retry`,
+    .action((runId: string, o) =>
+      post(
+        o,
+        runId,
+        'retry',
         { ...(o.fromStep ? { fromStepId: o.fromStep } : {}) },
-        keyed(o),
-      );
-      print(res, o.json, () => `retry of ${runId} accepted`);
-    });
-  return runs;
+        `retry of ${runId} accepted`,
+      ),
+    );
 }

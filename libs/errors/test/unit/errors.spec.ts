@@ -1,10 +1,10 @@
 import { isKeyflowError, isRetryable, KeyflowError } from '../../src';
 
-class Flaky extends KeyflowError {
+class Flaky extends KeyflowError<'FLAKY'> {
   readonly code = 'FLAKY';
   readonly retryable = true;
 }
-class Broken extends KeyflowError {
+class Broken extends KeyflowError<'BROKEN'> {
   readonly code = 'BROKEN';
   readonly retryable = false;
 }

@@ -13,14 +13,14 @@ import { PiiMasking } from './pii';
 import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
 import type { WorkflowRegistry } from '../workflows/registry';
-import { KeyflowError } from '@keyflow/errors';
+import { KeyflowError, type ErrorCode } from '@keyflow/errors';
 
 /**
  * A request the API refuses: `fields` names each failing field. Maps to HTTP 400 (or 404 with `notFound`); the
  * subclass RefusedRequest carries another status, a code and more of the answer.
  */
 export class RequestError extends KeyflowError {
-  readonly code: string = 'INVALID_REQUEST';
+  readonly code: ErrorCode = 'INVALID_REQUEST';
   readonly retryable: boolean = false;
   constructor(
     message: string,
@@ -33,11 +33,11 @@ export class RequestError extends KeyflowError {
 
 /** A refusal with its own HTTP status and code; `details` are merged into the answer's body. */
 export class RefusedRequest extends RequestError {
-  override readonly code: string;
+  override readonly code: ErrorCode;
   override readonly retryable: boolean;
   constructor(
     readonly status: 401 | 404 | 409 | 422 | 429 | 503,
-    code: string,
+    code: ErrorCode,
     message: string,
     readonly details: Record<string, unknown> = {},
   ) {

@@ -1,5 +1,5 @@
 import { HttpException } from '@nestjs/common';
-import { KafkaJSError } from '@keyflow/kafka';
+import { isRetryable } from '@keyflow/errors';
 import { RefusedRequest, RequestError } from './runs.service';
 import type { z } from 'zod';
 
@@ -34,9 +34,7 @@ export async function answer<T>(f: () => Promise<T> | T): Promise<T> {
       throw new HttpException({ message: e.message, code: e.code, ...e.details }, e.status);
     if (e instanceof RequestError)
       throw new HttpException({ message: e.message, errors: e.fields }, e.notFound ? 404 : 400);
-    const retryable =
-      (e as { retryable?: unknown }).retryable === true || (e instanceof KafkaJSError && e.retriable);
-    if (retryable)
+    if (isRetryable(e, false))
       throw new HttpException(
         {
           message: (e as Error).message,

@@ -73,7 +73,7 @@ import {
   type Decision,
   type RunState,
 } from '@keyflow/workflow';
-import { KeyflowError } from '@keyflow/errors';
+import { isRetryable, KeyflowError, retryableOf, toFailure } from '@keyflow/errors';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import {
@@ -772,7 +772,7 @@ export class Engine {
       try {
         decoded = await resolveInput(decoded, this.claim);
       } catch (err) {
-        if ((err as { retryable?: boolean }).retryable !== false) throw err;
+        if (isRetryable(err)) throw err;
         unreadable = err as Error;
       }
       const decodedInput =
@@ -784,10 +784,7 @@ export class Engine {
                 value: {
                   ...decoded.value,
                   error: {
-                    errorClass: unreadable.name,
-                    message: unreadable.message,
-                    retryable: false,
-                    code: unreadable.code ?? null,
+                    ...toFailure(unreadable, { retryable: false }),
                     attempts: 1,
                     firstFailureAt: decoded.value.metadata.occurredAt,
                     lastFailureAt: decoded.value.metadata.occurredAt,
@@ -925,7 +922,7 @@ export class Engine {
         // A blob store that does not answer aborts the batch (retried like a broker error); anything else about
         // this input (a definition's bug, a payload the claim check cannot carry) dead-letters only this input.
         if (e instanceof BlobError && e.retryable) throw e;
-        if (!(e instanceof BlobError) && (e as { retryable?: boolean }).retryable === true) throw e;
+        if (!(e instanceof BlobError) && isRetryable(e, false)) throw e;
         const err = e instanceof Error ? e : new Error(String(e));
         this.logger.error(
           { err, runId: input.runId, kind: input.kind },
@@ -984,7 +981,7 @@ export class Engine {
             )),
           );
         } catch (e) {
-          if ((e as { retryable?: boolean }).retryable === true) throw e; // a store outage: the batch is retried
+          if (isRetryable(e, false)) throw e; // a store outage: the batch is retried
           throw new SnapshotPerInput(runId, e);
         }
       }
@@ -1342,7 +1339,7 @@ export class Engine {
 class SnapshotPerInput extends KeyflowError {
   readonly code = 'SNAPSHOT_PER_INPUT';
   /** The engine applies the batch again, one input at a time. */
-  readonly retryable = true;
+  readonly retryable = retryableOf('SNAPSHOT_PER_INPUT');
   constructor(
     readonly runId: string,
     cause: unknown,
@@ -1357,7 +1354,7 @@ class SnapshotPerInput extends KeyflowError {
  */
 export class InvalidRequestError extends KeyflowError {
   readonly code = 'INVALID_REQUEST';
-  readonly retryable = false;
+  readonly retryable = retryableOf('INVALID_REQUEST');
 }
 
 /** The /health condition id and code of owned runs holding parked inputs (Engine.reportParked). */
@@ -1370,7 +1367,7 @@ export const INPUTS_PARKED = 'INPUTS_PARKED';
  */
 export class ParkedInputsFullError extends KeyflowError {
   readonly code = 'PARKED_INPUTS_FULL';
-  readonly retryable = false;
+  readonly retryable = retryableOf('PARKED_INPUTS_FULL');
   constructor(runId: string, held: number, definition: string) {
     super(
       `run ${runId} holds ${held} parked inputs (ORCHESTRATOR_PARKED_INPUTS_LIMIT) waiting for ${definition}, not registered here`,
@@ -1426,7 +1423,7 @@ function parkedDetail(input: WorkflowInput): string {
  */
 export class DefinitionError extends KeyflowError {
   readonly code = 'DEFINITION_FAILED';
-  readonly retryable = false;
+  readonly retryable = retryableOf('DEFINITION_FAILED');
   constructor(what: string, cause: Error) {
     super(`${what}: ${cause.message}`, { cause });
   }

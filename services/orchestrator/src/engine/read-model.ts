@@ -22,7 +22,7 @@ import {
 } from '@keyflow/workflow';
 import { COMPONENTS } from './components';
 import { StartIndexedMap } from './run-index';
-import { KeyflowError } from '@keyflow/errors';
+import { isRetryable, KeyflowError, retryableOf } from '@keyflow/errors';
 
 /** The /health condition id of the read model's start-up catch-up (code CATCHING_UP). */
 const CATCH_UP_CONDITION = 'read-model/catch-up';
@@ -42,7 +42,7 @@ export const SKIP_REASONS = {
 /** The read model's consumer died for good: take-overs waiting on a barrier stop waiting. Not retryable here. */
 export class ReadModelStoppedError extends KeyflowError {
   readonly code = 'READ_MODEL_STOPPED';
-  readonly retryable = false;
+  readonly retryable = retryableOf('READ_MODEL_STOPPED');
   constructor(cause: unknown) {
     super(`the read model's wf.state consumer stopped: ${(cause as Error)?.message ?? String(cause)}`, {
       cause,
@@ -56,7 +56,7 @@ export class ReadModelStoppedError extends KeyflowError {
  */
 export class CatchUpStalledError extends KeyflowError {
   readonly code = 'CATCH_UP_STALLED';
-  readonly retryable = true;
+  readonly retryable = retryableOf('CATCH_UP_STALLED');
   constructor(
     readonly partition: number,
     readonly idleMs: number,
@@ -397,7 +397,7 @@ export class RunReadModel {
       } catch (err) {
         // A store that does not answer is retried by the consumer; a blob gone for good is skipped and counted
         // (a superseded snapshot's blob may have been swept; the run's latest snapshot follows).
-        if ((err as { retryable?: boolean }).retryable !== false && this.opts.claim) throw err;
+        if (isRetryable(err) && this.opts.claim) throw err;
         this.skip(SKIP_REASONS.blobUnreadable, where, err);
         return;
       }

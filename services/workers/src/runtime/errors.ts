@@ -1,14 +1,20 @@
-import { KeyflowError } from '@keyflow/errors';
+import { type ErrorCode, KeyflowError, retryableOf } from '@keyflow/errors';
+
+/**
+ * The code of a task error: one of keyflow's (the class defaults, INPUT_SCHEMA, ...) or the handler's own (an
+ * application's code, e.g. DECLINED): TaskFailed.error.code and x-dlq-error-code carry it as it is.
+ */
+export type TaskErrorCode = ErrorCode | (string & NonNullable<unknown>);
 /**
  * Errors a task handler throws to say what kind of failure it is. Anything else a handler throws counts as
  * retryable (a transient failure is the safe guess), unless its class is listed in the policy's nonRetryableErrors.
  */
-export abstract class TaskError extends KeyflowError {
+export abstract class TaskError extends KeyflowError<TaskErrorCode> {
   /** The code when the thrower gives none (each class has its own; a subclass may set another). */
-  static readonly defaultCode: string = 'TASK_ERROR';
+  static readonly defaultCode: TaskErrorCode = 'TASK_ERROR';
   /** Machine-readable code, carried in TaskFailed.error.code: the handler's, else the class's default. */
-  readonly code: string;
-  constructor(message: string, opts: { code?: string; cause?: unknown } = {}) {
+  readonly code: TaskErrorCode;
+  constructor(message: string, opts: { code?: TaskErrorCode; cause?: unknown } = {}) {
     super(message, { cause: opts.cause });
     this.code = opts.code ?? (new.target as unknown as typeof TaskError).defaultCode;
   }
@@ -17,13 +23,13 @@ export abstract class TaskError extends KeyflowError {
 /** Another attempt may succeed (a downstream timeout, a 503). Default code TASK_RETRYABLE. */
 export class RetryableTaskError extends TaskError {
   readonly retryable = true;
-  static override readonly defaultCode: string = 'TASK_RETRYABLE';
+  static override readonly defaultCode: TaskErrorCode = 'TASK_RETRYABLE';
 }
 
 /** No attempt will succeed (a business rule said no): the task fails at once, with one attempt. Default code TASK_FAILED. */
 export class NonRetryableTaskError extends TaskError {
   readonly retryable = false;
-  static override readonly defaultCode: string = 'TASK_FAILED';
+  static override readonly defaultCode: TaskErrorCode = 'TASK_FAILED';
 }
 
 /**
@@ -32,7 +38,7 @@ export class NonRetryableTaskError extends TaskError {
  */
 export class TaskInputError extends TaskError {
   readonly retryable = false;
-  static override readonly defaultCode: string = 'TASK_INPUT';
+  static override readonly defaultCode: TaskErrorCode = 'TASK_INPUT';
 }
 
 /**
@@ -41,19 +47,19 @@ export class TaskInputError extends TaskError {
  */
 export class OutputNotJsonError extends TaskError {
   readonly retryable = false;
-  static override readonly defaultCode: string = 'OUTPUT_NOT_JSON';
+  static override readonly defaultCode: TaskErrorCode = 'OUTPUT_NOT_JSON';
 }
 
 /** An attempt ran past the command's timeoutMs. Retryable. Code TASK_TIMEOUT. */
 export class TaskTimeoutError extends TaskError {
   readonly retryable = true;
-  static override readonly defaultCode: string = 'TASK_TIMEOUT';
+  static override readonly defaultCode: TaskErrorCode = 'TASK_TIMEOUT';
 }
 
 /** Another worker holds this task's lease right now; the message waits and is retried (never run concurrently). */
 export class LeaseHeldError extends KeyflowError {
   readonly code = 'LEASE_HELD';
-  readonly retryable = true;
+  readonly retryable = retryableOf('LEASE_HELD');
   constructor(
     readonly idempotencyKey: string,
     readonly expiresInMs: number,
@@ -65,7 +71,7 @@ export class LeaseHeldError extends KeyflowError {
 /** The worker has no handler for the command's task type. Goes to the DLQ. */
 export class UnknownTaskTypeError extends KeyflowError {
   readonly code = 'UNKNOWN_TASK_TYPE';
-  readonly retryable = false;
+  readonly retryable = retryableOf('UNKNOWN_TASK_TYPE');
   constructor(readonly taskType: string) {
     super(`no handler for task type ${taskType}`);
   }
@@ -77,7 +83,7 @@ export class UnknownTaskTypeError extends KeyflowError {
  * retried in place, where it finds the other holder's outcome or takes the lease again. Retryable.
  */
 export class LeaseLostError extends KeyflowError {
-  readonly retryable = true;
+  readonly retryable = retryableOf('LEASE_LOST');
   readonly code = 'LEASE_LOST';
   constructor(
     readonly idempotencyKey: string,
@@ -89,7 +95,7 @@ export class LeaseLostError extends KeyflowError {
 
 /** The step's compensation fenced its idempotency key before this command ran: it never runs. Non-retryable. */
 export class StepCompensatedError extends KeyflowError {
-  readonly retryable = false;
+  readonly retryable = retryableOf('COMPENSATED');
   readonly code = 'COMPENSATED';
   constructor(
     readonly idempotencyKey: string,

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
+import { failureCode, isRetryable, textOf, toFailure } from '@keyflow/errors';
 import {
   ForeignRecordError,
   type BeginResult,
@@ -706,13 +707,13 @@ export class TaskExecutor {
         failSpan(handlerSpan, raw);
         failSpan(attemptSpan, raw);
         if (stop.stopped) throw stop.reason ?? raw;
-        const err = raw instanceof Error ? raw : new Error(asText(raw));
+        const err = raw instanceof Error ? raw : new Error(textOf(raw));
         const now = Date.now();
         firstFailureAt ||= now;
         this.o.metrics.attempts.inc({ type: cmd.taskType, result: err.name });
         if (err instanceof TaskInputError)
           return { kind: 'dlq' as const, error: err, attempts: attempt, firstFailureAt };
-        const retryable = (err as { retryable?: boolean }).retryable !== false;
+        const retryable = isRetryable(err);
         const policy = { ...this.policy, maxAttempts };
         if (shouldRetry(policy, attempt, err.name, retryable)) {
           const delay = backoffDelayMs(policy, attempt, this.o.random);
@@ -786,7 +787,7 @@ export class TaskExecutor {
     try {
       return parsedInput(cmd, await this.o.claimCheck.resolve(cmd.input, ref));
     } catch (e) {
-      if ((e as { retryable?: boolean }).retryable === false)
+      if (!isRetryable(e))
         return new TaskInputError(`input of ${cmd.idempotencyKey}: ${(e as Error).message}`, { cause: e });
       throw e;
     }
@@ -896,7 +897,7 @@ export class TaskExecutor {
     await sendToDlq(this.o.producer, m, {
       errorClass: err.name,
       errorMessage: err.message,
-      errorCode: codeOf(err),
+      errorCode: failureCode(err, MAX_ERROR_CLASS_CHARS),
       attempts,
       firstFailureAt,
       lastFailureAt: Date.now(),
@@ -977,7 +978,7 @@ const UNRECORDED_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
 
 /** Marks a span failed with `e` (OpenTelemetry: status ERROR and an exception event). */
 function failSpan(span: Span, e: unknown): void {
-  const err = e instanceof Error ? e : new Error(asText(e));
+  const err = e instanceof Error ? e : new Error(textOf(e));
   span.recordException(err);
   span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
 }
@@ -1021,46 +1022,26 @@ function failure(
   lastFailureAt: number,
   code?: string,
 ): TaskFailed['error'] {
-  // What a handler threw may carry anything in name, message and code: the record holds their text, bounded.
-  const message = asText(err.message ?? '');
-  return {
-    errorClass: bounded(asText(err.name), MAX_ERROR_CLASS_CHARS),
-    // Bounded, so a handler's huge error message cannot make the result record too large for its topic.
-    message: bounded(message, MAX_ERROR_MESSAGE_CHARS),
+  // What a handler threw may carry anything in name, message and code: the record holds their text, bounded (so a
+  // handler's huge error message cannot make the result record too large for its topic).
+  const f = toFailure(err, {
     retryable,
-    code: code ?? codeOf(err),
+    maxNameChars: MAX_ERROR_CLASS_CHARS,
+    maxMessageChars: MAX_ERROR_MESSAGE_CHARS,
+  });
+  return {
+    errorClass: f.errorClass,
+    message: f.message,
+    retryable,
+    code: code ?? f.code,
     attempts: Math.max(1, attempts),
     firstFailureAt,
     lastFailureAt,
   };
 }
 
-/**
- * An error's machine-readable `code` as text: a string one (TaskError, ContractError, EtlError, Node's `ECONNRESET`)
- * as it is, a number (database drivers' and gRPC's codes) in decimal; null for anything else. At most
- * MAX_ERROR_CLASS_CHARS characters.
- */
-function codeOf(err: object): string | null {
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string') return bounded(code, MAX_ERROR_CLASS_CHARS);
-  return typeof code === 'number' || typeof code === 'bigint' ? String(code) : null;
-}
-
 /** Longest error class name and code a TaskFailed carries, in characters (names and codes are short; a bound all the same). */
 const MAX_ERROR_CLASS_CHARS = 256;
-
-/** `s`, cut to `max` characters (an ellipsis marks the cut). */
-const bounded = (s: string, max: number): string => (s.length > max ? `${s.slice(0, max)}…` : s);
-
-/** Text of any thrown value: String() of it, or its type tag when String() throws (an object without a prototype). */
-function asText(v: unknown): string {
-  if (typeof v === 'string') return v;
-  try {
-    return String(v);
-  } catch {
-    return Object.prototype.toString.call(v);
-  }
-}
 
 /**
  * A stored outcome as this version writes it, whatever an earlier version (or another writer) stored: a failure's
@@ -1082,7 +1063,7 @@ function storedOutcome(raw: StoredOutcome, idempotencyKey: string): StoredOutcom
     return { kind: 'failed', error: failure(err, false, 1, now, now) };
   }
   const e = raw.error as Partial<Record<keyof TaskFailed['error'], unknown>>;
-  const stored = Object.assign(new Error(asText(e.message ?? '')), { name: asText(e.errorClass ?? 'Error') });
+  const stored = Object.assign(new Error(textOf(e.message ?? '')), { name: textOf(e.errorClass ?? 'Error') });
   return {
     kind: 'failed',
     error: failure(
@@ -1091,7 +1072,7 @@ function storedOutcome(raw: StoredOutcome, idempotencyKey: string): StoredOutcom
       Number(e.attempts) || 1,
       Number(e.firstFailureAt) || now,
       Number(e.lastFailureAt) || now,
-      codeOf(e) ?? undefined,
+      failureCode(e, MAX_ERROR_CLASS_CHARS) ?? undefined,
     ),
   };
 }
