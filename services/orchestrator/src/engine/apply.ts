@@ -130,7 +130,11 @@ export class BatchApply implements BatchOutputs {
       const logical: AtRecord['logical'] = topic === resultsTopic ? 'task.results' : 'wf.requests';
       let decoded: DecodedEvent;
       try {
-        decoded = await this.d.serde.decode(logical, m.value, { topic, partition: this.partition, offset: m.offset });
+        decoded = await this.d.serde.decode(logical, m.value, {
+          topic,
+          partition: this.partition,
+          offset: m.offset,
+        });
       } catch (err) {
         if (err instanceof ContractError && !err.retryable) {
           this.dlq.push({ m, err, topic });
@@ -159,7 +163,9 @@ export class BatchApply implements BatchOutputs {
         continue;
       }
       const decodedInput = toWorkflowInput(
-        unreadable && decoded.event === 'TaskCompleted' ? unreadableResultAsFailure(decoded, unreadable) : decoded,
+        unreadable && decoded.event === 'TaskCompleted'
+          ? unreadableResultAsFailure(decoded, unreadable)
+          : decoded,
         this.definition,
       );
       const eventId = decoded.value.metadata.eventId;
@@ -176,7 +182,8 @@ export class BatchApply implements BatchOutputs {
       const def = this.definitionOf(state, input);
       if (!def) {
         const at = { m, topic, logical, eventId, runId, state, now };
-        if (this.withoutDefinition(input, at) && this.snapshots === 'per-input') await this.snapshotNow(runId);
+        if (this.withoutDefinition(input, at) && this.snapshots === 'per-input')
+          await this.snapshotNow(runId);
         continue;
       }
       // A definition's mapping, condition or aggregate may throw (or an output may not encode): that input is
@@ -218,7 +225,10 @@ export class BatchApply implements BatchOutputs {
    * run; anything else is dead-lettered (InvalidRequestError). @returns whether the run's state changed
    */
   private invalid(
-    decoded: { invalid: string; unknownDefinition?: { workflow: string; version: number | null; businessKey: string } },
+    decoded: {
+      invalid: string;
+      unknownDefinition?: { workflow: string; version: number | null; businessKey: string };
+    },
     at: AtRecord,
   ): boolean {
     const unknown = decoded.unknownDefinition;
@@ -263,7 +273,11 @@ export class BatchApply implements BatchOutputs {
     const held = at.state?.parked?.length ?? 0;
     const wanted = start ?? at.state!;
     if (held >= this.d.cfg.ORCHESTRATOR_PARKED_INPUTS_LIMIT) {
-      this.dlq.push({ m, err: new ParkedInputsFullError(runId, held, definitionName(wanted)), topic: at.topic });
+      this.dlq.push({
+        m,
+        err: new ParkedInputsFullError(runId, held, definitionName(wanted)),
+        topic: at.topic,
+      });
       return false;
     }
     const record = {
@@ -341,14 +355,21 @@ export class BatchApply implements BatchOutputs {
       'applying an input failed; it goes to the DLQ',
     );
     const what = `${input.kind} for run ${input.runId}`;
-    this.dlq.push({ m, err: err instanceof PayloadTooLargeError ? err : new DefinitionError(what, err), topic });
+    this.dlq.push({
+      m,
+      err: err instanceof PayloadTooLargeError ? err : new DefinitionError(what, err),
+      topic,
+    });
   }
 
   /** An input the reducer ignored: counted by reason (a signal refused for a full buffer is logged). */
   private ignored(d: Decision, input: WorkflowInput): void {
     this.d.metrics.ignored.inc({ reason: d.ignoredReason! });
     if (d.ignoredReason === SIGNAL_BUFFER_FULL)
-      this.d.logger.warn({ runId: input.runId, reason: d.ignored }, 'signal rejected: the run buffers too many');
+      this.d.logger.warn(
+        { runId: input.runId, reason: d.ignored },
+        'signal rejected: the run buffers too many',
+      );
   }
 
   /** An input applied: its outputs kept, its run's cause set, and what the metrics observe after the commit. */
@@ -370,7 +391,11 @@ export class BatchApply implements BatchOutputs {
     this.transitions++;
     if (input.kind === 'start') this.started.push(next.runId);
     if (TERMINAL.has(next.status))
-      this.finished.push({ workflow: next.workflow, status: next.status, ms: next.updatedAt - next.startedAt });
+      this.finished.push({
+        workflow: next.workflow,
+        status: next.status,
+        ms: next.updatedAt - next.startedAt,
+      });
     this.records.push(...outputs);
   }
 
@@ -382,7 +407,14 @@ export class BatchApply implements BatchOutputs {
 
   private snapshotRecords(runId: string, state: RunState): Promise<OutputRecord[]> {
     const o = this.o;
-    return encodeSnapshotRecords(this.d.codec, state, o.runs.get(runId), this.causes.get(runId)!, this.d.claim, o.partition);
+    return encodeSnapshotRecords(
+      this.d.codec,
+      state,
+      o.runs.get(runId),
+      this.causes.get(runId)!,
+      this.d.claim,
+      o.partition,
+    );
   }
 
   /**

@@ -26,7 +26,12 @@ import type { OwnedPartition } from './ownership';
  */
 
 /** A record as the producer sends it. */
-export type Msg = { key: string | Buffer | null; value: Buffer | null; headers?: IHeaders; partition?: number };
+export type Msg = {
+  key: string | Buffer | null;
+  value: Buffer | null;
+  headers?: IHeaders;
+  partition?: number;
+};
 
 /** A record of the engine's input topics as the batch loop reads it: fetched, or a parked input's (parked.ts). */
 export type InputRecord = {

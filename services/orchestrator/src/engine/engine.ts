@@ -1,9 +1,4 @@
-import {
-  type Consumer,
-  type EachBatchPayload,
-  type Kafka,
-  type Producer,
-} from '@keyflow/kafka';
+import { type Consumer, type EachBatchPayload, type Kafka, type Producer } from '@keyflow/kafka';
 import { claimCheckFromConfig, WF_EVENTS_RETENTION_MS, type ClaimCheck } from '@keyflow/blobs';
 import {
   ContractError,
@@ -582,7 +577,9 @@ export class Engine {
       });
       this.wakeRetention = undefined;
       if (this.stopping) return;
-      await this.retention.forgetEndedRuns().catch((err) => this.logger.warn({ err }, 'retention sweep failed'));
+      await this.retention
+        .forgetEndedRuns()
+        .catch((err) => this.logger.warn({ err }, 'retention sweep failed'));
     }
   }
 

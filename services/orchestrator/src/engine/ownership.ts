@@ -1,10 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import {
-  JavaCompatiblePartitioner,
-  TRANSACTIONAL_RETRY,
-  type Kafka,
-  type Producer,
-} from '@keyflow/kafka';
+import { JavaCompatiblePartitioner, TRANSACTIONAL_RETRY, type Kafka, type Producer } from '@keyflow/kafka';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { Logger, TraceContext } from '@keyflow/observability';
 import { retryPolicy, type RunState } from '@keyflow/workflow';

@@ -165,7 +165,10 @@ export class RetentionSweeper {
  * The ended runs of `o` past their retention (`expired`), at most FORGET_RUNS_PER_SWEEP runs and
  * FORGET_RECORDS_PER_SWEEP tombstones; yields to the event loop every FORGET_SCAN_YIELD runs looked at.
  */
-async function expiredRuns(o: OwnedPartition, expired: (s: RunState | undefined) => boolean): Promise<string[]> {
+async function expiredRuns(
+  o: OwnedPartition,
+  expired: (s: RunState | undefined) => boolean,
+): Promise<string[]> {
   const found: string[] = [];
   let records = 0;
   let seen = 0;
