@@ -12,3 +12,14 @@ export {
 export { settingFileReader } from './setting-files';
 export { avroType } from './avro-type';
 export { avroPiiMarks, maskAvroPii, maskWithType, marksAny, mergeMarks, type PiiMarks } from './pii';
+export {
+  PayloadSerde,
+  NoBlobStoreError,
+  PayloadNotJsonError,
+  PayloadInvalidError,
+  CLAIM_CHECKED_FIELDS,
+  failureOf,
+  unreadableResultAsFailure,
+  type PayloadBlobs,
+  type PayloadCheck,
+} from './payload-serde';

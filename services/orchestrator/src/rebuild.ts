@@ -1,6 +1,6 @@
 import type { Kafka } from '@keyflow/kafka';
 import { undecodableBatchError, undecodableBatchOf } from '@keyflow/kafka';
-import type { EventCodec } from '@keyflow/contracts';
+import { PayloadSerde, type EventCodec } from '@keyflow/contracts';
 import {
   assembleRunState,
   flatRunState,
@@ -12,7 +12,7 @@ import {
   type WorkflowInput,
 } from '@keyflow/workflow';
 import type { ClaimCheck } from '@keyflow/blobs';
-import { resolveInput, snapshotStateText, toWorkflowInput } from './engine/mapping';
+import { toWorkflowInput } from './engine/mapping';
 import { BARRIER_PREFIX } from './engine/read-model';
 import type { WorkflowRegistry } from './workflows/registry';
 
@@ -134,29 +134,62 @@ export async function rebuildRuns(
     readAll(kafka, codec.physical('wf.state'), 'wf.state'),
     readAll(kafka, codec.physical('wf.events'), 'wf.events'),
   ]);
-  // Where and when the engine applied each input: its first lifecycle event (offset in the run's partition, time).
-  const applied = new Map<string, { offset: bigint; at: number }>();
-  // Undecodable records are skipped: the engine dead-lettered such inputs too.
-  const decodeOrSkip = (r: Raw) =>
-    codec
-      .decode(r.logical, r.value, { topic: r.topic, partition: r.partition, offset: r.offset })
-      .catch(() => undefined);
+  const serde = new PayloadSerde(codec, claim);
+  const applied = await appliedInputs(serde, events);
+  const { perRun, inputsRead } = await inputsByRun(serde, registry, [...requests, ...results], applied);
+  const { rebuilt, unrebuildable } = rebuildAll(registry, perRun, reduceOptions);
+  const live = await liveRuns(serde, snapshots);
+  return {
+    inputsRead,
+    runsRebuilt: rebuilt.size,
+    runsLive: live.size,
+    ...compareRuns(live, rebuilt),
+    unrebuildable,
+  };
+}
+
+/** Where and when the engine applied an input: its first lifecycle event (offset in the run's partition, time). */
+type Applied = Map<string, { offset: bigint; at: number }>;
+
+/** An input of a run as the rebuild orders it (see {@link rebuildRuns}). */
+type RunInput = { input: WorkflowInput; rank: number; offset: bigint; applied: boolean };
+
+/** A record decoded, or undefined when it does not decode (skipped: the engine dead-lettered such inputs too). */
+const decodeOrSkip = (serde: PayloadSerde, r: Raw) =>
+  serde
+    .decode(r.logical, r.value, { topic: r.topic, partition: r.partition, offset: r.offset })
+    .catch(() => undefined);
+
+/** Per input event id, where and when the engine applied it: its first lifecycle event on wf.events. */
+async function appliedInputs(serde: PayloadSerde, events: Raw[]): Promise<Applied> {
+  const applied: Applied = new Map();
   for (const r of events) {
-    const d = await decodeOrSkip(r);
+    const d = await decodeOrSkip(serde, r);
     if (!d) continue;
     const cause = d.value.metadata.causationId;
     if (cause && !applied.has(cause))
       applied.set(cause, { offset: BigInt(r.offset), at: d.value.metadata.occurredAt });
   }
-  const perRun = new Map<
-    string,
-    Array<{ input: WorkflowInput; rank: number; offset: bigint; applied: boolean }>
-  >();
+  return applied;
+}
+
+/**
+ * The inputs of each run (claim-checked outputs read back when the serde has a blob store); an applied input takes
+ * its first event's position and time. A StartRun's input is checked against its workflow's schema only when the
+ * engine did not apply it (then it decided with the definitions of the time).
+ */
+async function inputsByRun(
+  serde: PayloadSerde,
+  registry: WorkflowRegistry,
+  inputs: Raw[],
+  applied: Applied,
+): Promise<{ perRun: Map<string, RunInput[]>; inputsRead: number }> {
+  const perRun = new Map<string, RunInput[]>();
   let inputsRead = 0;
-  for (const r of [...requests, ...results]) {
-    const raw = await decodeOrSkip(r);
+  for (const r of inputs) {
+    const raw = await decodeOrSkip(serde, r);
     if (!raw) continue;
-    const d = claim ? await resolveInput(raw, claim) : raw;
+    const d = serde.blobs ? await serde.resolve(raw) : raw;
     const decoded = toWorkflowInput(
       d,
       (name, v) => registry.get(name, v),
@@ -176,21 +209,36 @@ export async function rebuildRuns(
       },
     ]);
   }
+  return { perRun, inputsRead };
+}
+
+const cmpOffsets = (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** A run's inputs in order: applied ones in the order of their events; the others merged in by time. */
+function ordered(inputs: RunInput[]): RunInput[] {
+  const byEvents = inputs.filter((x) => x.applied).sort((x, y) => cmpOffsets(x.offset, y.offset));
+  const byTime = inputs
+    .filter((x) => !x.applied)
+    .sort((x, y) => x.input.at - y.input.at || x.rank - y.rank || cmpOffsets(x.offset, y.offset));
+  const out: RunInput[] = [];
+  for (const x of byEvents) {
+    while (byTime.length && byTime[0].input.at < x.input.at) out.push(byTime.shift()!);
+    out.push(x);
+  }
+  out.push(...byTime);
+  return out;
+}
+
+/** Each run reduced from its ordered inputs; runs without a StartRun of a known definition are unrebuildable. */
+function rebuildAll(
+  registry: WorkflowRegistry,
+  perRun: Map<string, RunInput[]>,
+  reduceOptions: ReduceOptions,
+): { rebuilt: Map<string, RunState>; unrebuildable: string[] } {
   const rebuilt = new Map<string, RunState>();
   const unrebuildable: string[] = [];
-  for (const [runId, inputs] of perRun) {
-    const cmp = (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0);
-    // Applied inputs in the order of their events; the others merged in by time (see the doc above).
-    const byEvents = inputs.filter((x) => x.applied).sort((x, y) => cmp(x.offset, y.offset));
-    const byTime = inputs
-      .filter((x) => !x.applied)
-      .sort((x, y) => x.input.at - y.input.at || x.rank - y.rank || cmp(x.offset, y.offset));
-    inputs.length = 0;
-    for (const x of byEvents) {
-      while (byTime.length && byTime[0].input.at < x.input.at) inputs.push(byTime.shift()!);
-      inputs.push(x);
-    }
-    inputs.push(...byTime);
+  for (const [runId, unordered] of perRun) {
+    const inputs = ordered(unordered);
     const start = inputs.find((i) => i.input.kind === 'start')?.input;
     const def = start && start.kind === 'start' ? registry.get(start.workflow, start.version) : undefined;
     if (!def) {
@@ -202,29 +250,47 @@ export async function rebuildRuns(
     for (const { input } of inputs) s = reduceInPlace(def, s, input, reduceOptions).state;
     if (s) rebuilt.set(runId, s);
   }
+  return { rebuilt, unrebuildable };
+}
+
+/**
+ * The live runs of wf.state: each run's latest snapshot, assembled with its map item segments (claim-checked states
+ * read back when the serde has a blob store).
+ * @throws the codec's ContractErrors; PayloadNotJsonError for a state that is not JSON; the store's errors
+ */
+async function liveRuns(serde: PayloadSerde, snapshots: Raw[]): Promise<Map<string, RunState>> {
   const live = new Map<string, RunState>();
   const segments = new Map<string, ItemSegment>();
   for (const r of snapshots) {
     if (!r.value) continue;
-    const d = await codec.decode('wf.state', r.value, {
+    const d = await serde.decode('wf.state', r.value, {
       topic: r.topic,
       partition: r.partition,
       offset: r.offset,
     });
     if (d.event !== 'RunSnapshot' || d.value.runId.startsWith(BARRIER_PREFIX)) continue;
-    const text = claim ? await snapshotStateText(d.value, claim) : d.value.state;
+    const text = serde.blobs ? await serde.text(d.value.state, d.value.stateRef) : d.value.state;
+    const parsed = serde.parse(text, 'a RunSnapshot state');
     if (d.value.segment) {
       // Segments of a run's map items come before its core record (docs/workflows.md "Run state").
       const { mapId, index } = d.value.segment;
-      segments.set(segmentKey(d.value.runId, mapId, index), JSON.parse(text) as ItemSegment);
+      segments.set(segmentKey(d.value.runId, mapId, index), parsed as ItemSegment);
       continue;
     }
-    const s = assembleRunState(JSON.parse(text) as RunState, (mapId, index) =>
+    const s = assembleRunState(parsed as RunState, (mapId, index) =>
       segments.get(segmentKey(d.value.runId, mapId, index)),
     );
     const prev = live.get(s.runId);
     if (!prev || prev.sequence <= s.sequence) live.set(s.runId, s);
   }
+  return live;
+}
+
+/** The live runs against the rebuilt ones: how many match, and every difference (a run on one side only too). */
+function compareRuns(
+  live: Map<string, RunState>,
+  rebuilt: Map<string, RunState>,
+): { matching: number; differences: Difference[] } {
   const differences: Difference[] = [];
   let matching = 0;
   for (const [runId, l] of live) {
@@ -240,5 +306,5 @@ export async function rebuildRuns(
   for (const runId of rebuilt.keys())
     if (!live.has(runId))
       differences.push({ runId, field: 'existence', live: null, rebuilt: rebuilt.get(runId)!.status });
-  return { inputsRead, runsRebuilt: rebuilt.size, runsLive: live.size, matching, differences, unrebuildable };
+  return { matching, differences };
 }

@@ -173,16 +173,6 @@ export interface OutputRecord {
   headers?: Record<string, string>;
 }
 
-/**
- * A TaskCompleted's output text, resolved from the blob store when it came by claim check (`outputRef`).
- * @throws BlobNotFoundError / PayloadTooLargeError (not retryable) when the blob cannot be read; store outages as is.
- */
-export async function resolveInput(d: DecodedEvent, claim: ClaimCheck): Promise<DecodedEvent> {
-  if (d.event === 'TaskCompleted' && d.value.outputRef)
-    return { ...d, value: { ...d.value, output: await claim.resolve(d.value.output, d.value.outputRef) } };
-  return d;
-}
-
 /** Payload fields of lifecycle events that may carry user-sized data, and the field naming their blob. */
 const EVENT_PAYLOADS: Partial<Record<string, { field: 'output' | 'input'; ref: 'outputRef' | 'inputRef' }>> =
   {
@@ -412,12 +402,4 @@ async function encodeStatePart(
     stateRef: checked.ref,
     segment: p.segment,
   });
-}
-
-/**
- * A RunSnapshot's state text, from the blob store when it came by claim check.
- * @throws BlobNotFoundError (not retryable: swept or lost), store outages as is.
- */
-export async function snapshotStateText(v: { state: string; stateRef?: string | null }, claim: ClaimCheck) {
-  return claim.resolve(v.state, v.stateRef);
 }

@@ -2,7 +2,8 @@ import type { Consumer, EachBatchPayload, Kafka } from '@keyflow/kafka';
 
 type KafkaMessage = EachBatchPayload['batch']['messages'][number];
 import { blobKeySegment, legacyRunSegment, type ClaimCheck } from '@keyflow/blobs';
-import { ContractError, type EventCodec } from '@keyflow/contracts';
+import { ContractError, PayloadNotJsonError, PayloadSerde, type EventCodec } from '@keyflow/contracts';
+import type { RunSnapshot } from '@keyflow/schemas';
 import {
   connectUntilAnswered,
   lastStableOffsets,
@@ -159,6 +160,8 @@ export class RunReadModel {
   private catchUp?: Map<number, bigint>;
   snapshotsRead = 0;
   snapshotsSkipped = 0;
+  /** Bytes to a checked snapshot state: Avro, the claim-checked state read back, JSON (see PayloadSerde). */
+  private readonly serde: PayloadSerde;
 
   /**
    * @param opts.health where a crash for good of the consumer is reported (as {@link COMPONENTS.readModel})
@@ -177,6 +180,7 @@ export class RunReadModel {
       registry?: Registry;
     } = {},
   ) {
+    this.serde = new PayloadSerde(codec, opts.claim);
     this.quarantine = new PartitionQuarantine({
       component: COMPONENTS.readModel,
       logger,
@@ -233,39 +237,47 @@ export class RunReadModel {
       eachBatchAutoResolve: false,
       // Every partition of wf.state is read at once: a take-over waits for its own partition only.
       partitionsConsumedConcurrently: 64,
-      eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
-        const { topic, partition, messages } = batch;
-        // A run's core record whose key comes again later in the batch is superseded before anyone can read it: not
-        // decoded (a wf.state not yet compacted holds many versions of each run). Tombstones (a run id used again
-        // after one must not meet the forgotten run's sequence), segment records (a core record is assembled from
-        // the segments before it) and barriers are all applied.
-        const keys = messages.map((m) => m.key?.toString() ?? '');
-        const last = new Map<string, number>();
-        keys.forEach((k, i) => {
-          if (!k.startsWith(BARRIER_PREFIX) && !runOfSegmentKey(k)) last.set(k, i);
-        });
-        let beat = Date.now();
-        for (let i = 0; i < messages.length; i++) {
-          if (!isRunning() || isStale()) return;
-          const message = messages[i];
-          const key = keys[i];
-          const later = last.get(key);
-          if (later !== undefined && later !== i && message.value !== null && !undecodableBatchOf(message)) {
-            resolveOffset(message.offset);
-            continue;
-          }
-          if ((await this.apply(c, topic, partition, message, key)) === 'stop') return;
-          resolveOffset(message.offset);
-          this.progressed(partition);
-          if (Date.now() - beat > 1_000) {
-            await heartbeat();
-            beat = Date.now();
-          }
-        }
-        this.progressed(partition);
-        this.reached(partition, batch.lastOffset());
-      },
+      eachBatch: (p) => this.readBatch(c, p),
     });
+  }
+
+  /**
+   * Reads one batch of wf.state: each record applied in order ({@link apply}) and its offset resolved; a run's core
+   * record whose key comes again later in the batch is superseded before anyone can read it, so not decoded (a
+   * wf.state not yet compacted holds many versions of each run). Tombstones (a run id used again after one must not
+   * meet the forgotten run's sequence), segment records (a core record is assembled from the segments before it) and
+   * barriers are all applied. Stops early when the consumer stops, the batch goes stale, or a record asks to.
+   */
+  private async readBatch(
+    c: Consumer,
+    { batch, resolveOffset, heartbeat, isRunning, isStale }: EachBatchPayload,
+  ): Promise<void> {
+    const { topic, partition, messages } = batch;
+    const keys = messages.map((m) => m.key?.toString() ?? '');
+    const last = new Map<string, number>();
+    keys.forEach((k, i) => {
+      if (!k.startsWith(BARRIER_PREFIX) && !runOfSegmentKey(k)) last.set(k, i);
+    });
+    let beat = Date.now();
+    for (let i = 0; i < messages.length; i++) {
+      if (!isRunning() || isStale()) return;
+      const message = messages[i];
+      const key = keys[i];
+      const later = last.get(key);
+      if (later !== undefined && later !== i && message.value !== null && !undecodableBatchOf(message)) {
+        resolveOffset(message.offset);
+        continue;
+      }
+      if ((await this.apply(c, topic, partition, message, key)) === 'stop') return;
+      resolveOffset(message.offset);
+      this.progressed(partition);
+      if (Date.now() - beat > 1_000) {
+        await heartbeat();
+        beat = Date.now();
+      }
+    }
+    this.progressed(partition);
+    this.reached(partition, batch.lastOffset());
   }
 
   /**
@@ -348,14 +360,7 @@ export class RunReadModel {
       return 'stop';
     }
     if (message.value === null) {
-      // A tombstone of a run (its key is the run id) or of one of its segments (`<run>/<map>/<index>`).
-      const runOfSegment = runOfSegmentKey(key);
-      if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
-      else {
-        this.runs.delete(key);
-        this.segments.delete(key);
-        this.untrackLegacy(key);
-      }
+      this.tombstone(key);
       return;
     }
     const where = { topic, partition, offset: message.offset, key };
@@ -363,8 +368,8 @@ export class RunReadModel {
     try {
       // Without a turn of the event loop when the writer's schema is known (every record after the first).
       d =
-        this.codec.decodeIfKnown('wf.state', message.value, where) ??
-        (await this.codec.decode('wf.state', message.value, where));
+        this.serde.decodeIfKnown('wf.state', message.value, where) ??
+        (await this.serde.decode('wf.state', message.value, where));
     } catch (err) {
       // A registry that is away or refuses (retryable): the partition waits, named in /health, and this record
       // is fetched again with backoff. Bytes that never decode are skipped.
@@ -378,61 +383,78 @@ export class RunReadModel {
     }
     this.quarantine.ok(topic, partition);
     if (d.event !== 'RunSnapshot') return;
-    if (key.startsWith(BARRIER_PREFIX)) {
-      this.barriers.set(partition, d.value.state);
-      this.waiters = this.waiters.filter((w) => {
-        if (w.partition === partition && w.nonce === d.value.state) {
-          w.resolve();
-          return false;
-        }
-        return true;
-      });
-      return;
+    if (key.startsWith(BARRIER_PREFIX)) return this.barrierRead(partition, d.value.state);
+    // The state inline, or (only then a turn of the event loop) read back from the blob store.
+    let text: string | Promise<string> | undefined = this.serde.text(d.value.state, d.value.stateRef);
+    if (typeof text !== 'string' && (text = await this.blobText(text, where)) === undefined) return;
+    this.snapshotRead(d.value, text, where);
+  }
+
+  /** A tombstone of a run (its key is the run id) or of one of its segments (`<run>/<map>/<index>`). */
+  private tombstone(key: string): void {
+    const runOfSegment = runOfSegmentKey(key);
+    if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
+    else {
+      this.runs.delete(key);
+      this.segments.delete(key);
+      this.untrackLegacy(key);
     }
-    let text = d.value.state;
-    if (d.value.stateRef) {
-      try {
-        if (!this.opts.claim) throw new Error(`no blob store to read ${d.value.stateRef}`);
-        text = await this.opts.claim.resolve(d.value.state, d.value.stateRef);
-      } catch (err) {
-        // A store that does not answer is retried by the consumer; a blob gone for good is skipped and counted
-        // (a superseded snapshot's blob may have been swept; the run's latest snapshot follows).
-        if (isRetryable(err) && this.opts.claim) throw err;
-        this.skip(SKIP_REASONS.blobUnreadable, where, err);
-        return;
+  }
+
+  /** A take-over's barrier `nonce` read on `partition`: its waiter is released. */
+  private barrierRead(partition: number, nonce: string): void {
+    this.barriers.set(partition, nonce);
+    this.waiters = this.waiters.filter((w) => {
+      if (w.partition === partition && w.nonce === nonce) {
+        w.resolve();
+        return false;
       }
+      return true;
+    });
+  }
+
+  /**
+   * A snapshot's state read from the blob store: undefined (skipped, counted) when the blob cannot be read for good
+   * (a superseded snapshot's blob may have been swept; the run's latest snapshot follows) or there is no store here.
+   * @throws the store's retryable errors (a store that does not answer is retried by the consumer)
+   */
+  private async blobText(text: Promise<string>, where: SnapshotWhere): Promise<string | undefined> {
+    try {
+      return await text;
+    } catch (err) {
+      if (isRetryable(err) && this.opts.claim) throw err;
+      this.skip(SKIP_REASONS.blobUnreadable, where, err);
+      return undefined;
     }
+  }
+
+  /**
+   * A snapshot's state text, parsed and checked by the payload serde: a segment of a map's items is kept for its run's
+   * core record; a run's core record is assembled with its segments and kept when not older than the one held.
+   * Malformed ones are skipped and counted (SKIP_REASONS).
+   */
+  private snapshotRead(v: RunSnapshot, text: string, where: SnapshotWhere): void {
     let parsed: unknown;
     try {
-      parsed = JSON.parse(text);
+      parsed = this.serde.parse(text, SNAPSHOT_STATE, v.segment ? segmentIssue : runStateIssue);
     } catch (err) {
-      this.skip(SKIP_REASONS.stateNotJson, where, err);
+      const reason =
+        err instanceof PayloadNotJsonError
+          ? SKIP_REASONS.stateNotJson
+          : v.segment
+            ? SKIP_REASONS.notSegment
+            : SKIP_REASONS.notRunState;
+      this.skip(reason, where, err);
       return;
     }
-    if (d.value.segment) {
+    if (v.segment) {
       // One segment of a map's items, written before its run's core record in the same transaction.
-      const seg = parsed as ItemSegment;
-      if (!Array.isArray(seg?.steps) || !Array.isArray(seg?.outputs)) {
-        this.skip(SKIP_REASONS.notSegment, where);
-        return;
-      }
-      const own = this.segments.get(d.value.runId) ?? new Map<string, ItemSegment>();
-      own.set(segmentKey(d.value.runId, d.value.segment.mapId, d.value.segment.index), seg);
-      this.segments.set(d.value.runId, own);
+      const own = this.segments.get(v.runId) ?? new Map<string, ItemSegment>();
+      own.set(segmentKey(v.runId, v.segment.mapId, v.segment.index), parsed as ItemSegment);
+      this.segments.set(v.runId, own);
       return;
     }
     let state = parsed as RunState;
-    if (
-      typeof state !== 'object' ||
-      state === null ||
-      typeof state.runId !== 'string' ||
-      typeof state.sequence !== 'number' ||
-      typeof state.steps !== 'object' ||
-      state.steps === null
-    ) {
-      this.skip(SKIP_REASONS.notRunState, where);
-      return;
-    }
     const own = this.segments.get(state.runId);
     try {
       const runId = state.runId;
@@ -443,7 +465,8 @@ export class RunReadModel {
     }
     const prev = this.runs.get(state.runId);
     if (!prev) this.trackLegacy(state.runId);
-    if (!prev || prev.state.sequence <= state.sequence) this.runs.set(state.runId, { state, partition });
+    if (!prev || prev.state.sequence <= state.sequence)
+      this.runs.set(state.runId, { state, partition: where.partition });
     this.snapshotsRead++;
   }
 
@@ -567,4 +590,29 @@ export class RunReadModel {
   get size(): number {
     return this.runs.size;
   }
+}
+
+/** Where a wf.state record was read (what a skipped record's log line names). */
+type SnapshotWhere = { topic: string; partition: number; offset: string; key: string };
+
+/** How the payload serde names a snapshot's state in its errors. */
+const SNAPSHOT_STATE = 'a RunSnapshot state';
+
+/** Why a parsed state is not a segment of map items (undefined when it is one). */
+function segmentIssue(v: unknown): string | undefined {
+  const seg = v as ItemSegment | null;
+  return Array.isArray(seg?.steps) && Array.isArray(seg?.outputs) ? undefined : 'not a segment of map items';
+}
+
+/** Why a parsed state is not a run's core state (undefined when it is one). */
+function runStateIssue(v: unknown): string | undefined {
+  const s = v as RunState | null;
+  return typeof s === 'object' &&
+    s !== null &&
+    typeof s.runId === 'string' &&
+    typeof s.sequence === 'number' &&
+    typeof s.steps === 'object' &&
+    s.steps !== null
+    ? undefined
+    : 'not a run state';
 }

@@ -1,0 +1,256 @@
+import {
+  CompressionTypes,
+  KafkaJSError,
+  dlqLimitBytes,
+  dlqMessage,
+  dlqTopicFor,
+  fitDlqRecord,
+  messageBytes,
+  whileTransactionsConcurrent,
+  writeCompression,
+  type IHeaders,
+} from '@keyflow/kafka';
+import type { ClaimCheck } from '@keyflow/blobs';
+import type { EventCodec } from '@keyflow/contracts';
+import { KeyflowError } from '@keyflow/errors';
+import { ROOT_CONTEXT, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import { tracer, type Logger } from '@keyflow/observability';
+import type { OrchestratorConfig } from '../config';
+import type { OutputRecord } from './mapping';
+import type { OwnedPartition } from './ownership';
+
+/**
+ * The commit of an engine batch: its dead letters fitted to their DLQs, then ONE Kafka transaction of the partition's
+ * fenced producer with the batch's outputs (commands, lifecycle events, the last snapshot of each run), its dead
+ * letters and the consumer offsets (sendOffsets). See docs/architecture/engine.md.
+ */
+
+/** A record as the producer sends it. */
+export type Msg = {
+  key: string | Buffer | null;
+  value: Buffer | null;
+  headers?: IHeaders;
+  partition?: number;
+};
+
+/** A record of the engine's input topics as the batch loop reads it: fetched, or a parked input's (parked.ts). */
+export type InputRecord = {
+  key: Buffer | null;
+  value: Buffer | null;
+  offset: string;
+  headers?: IHeaders;
+};
+
+/** An input to dead-letter, to the DLQ of `topic` (physical: the batch's, or a parked input's own). */
+export interface DeadLetter {
+  m: InputRecord;
+  err: Error;
+  topic: string;
+}
+
+/** What an applied batch commits. */
+export interface BatchOutputs {
+  /** Commands, lifecycle events and snapshots, in order (only the last snapshot of a run is sent). */
+  records: OutputRecord[];
+  dlq: DeadLetter[];
+  /** Runs whose wf.state records are tombstoned (parked StartRuns' runs whose start was dead-lettered). */
+  removed: Iterable<string>;
+}
+
+/** What the commit needs of the engine. */
+export interface CommitDeps {
+  cfg: OrchestratorConfig;
+  codec: EventCodec;
+  claim: ClaimCheck;
+  logger: Logger;
+  /** Takes the partition over again (a failed commit or abort can leave the kafkajs producer unusable). */
+  retakeOver(o: OwnedPartition, err: unknown): void;
+}
+
+/** Runs of DLQ records of one DLQ topic in one compression codec, in order. */
+type Fitted = Array<{ dlqTopic: string; compression: CompressionTypes; records: Msg[] }>;
+
+/**
+ * Commits a batch of partition `o` in one transaction: outputs, dead letters, then the offsets past `lastOffset`.
+ * @throws KafkaJSError (always retriable) when the transaction fails: it is aborted and the partition taken over again;
+ *   nothing was resolved, so the batch is fetched again
+ */
+export async function commitBatch(
+  o: OwnedPartition,
+  d: CommitDeps,
+  batch: { topic: string; partition: number },
+  out: BatchOutputs,
+  lastOffset: string,
+  parent: Span,
+): Promise<void> {
+  let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
+  const txSpan = tracer().startSpan(
+    'keyflow.engine.transaction',
+    { attributes: { 'keyflow.records': out.records.length + out.dlq.length } },
+    trace.setSpan(ROOT_CONTEXT, parent),
+  );
+  try {
+    // Fitted before the transaction opens: measuring a large record takes a while.
+    const { fitted, elsewhere } = await fitDeadLetters(d.cfg, batch, out.dlq);
+    tx = await o.producer.transaction();
+    const byTopic = outputMessages(d.codec.physical('wf.state'), o.partition, out);
+    // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
+    // exceeds what the broker accepts.
+    for (const part of splitBySize([...byTopic], d.claim.thresholdBytes))
+      await tx.sendBatch({ compression: writeCompression(CompressionTypes.GZIP), topicMessages: part });
+    for (const { dlqTopic, compression, records } of [...fitted, ...elsewhere])
+      for (const part of splitBySize([[dlqTopic, records]], d.claim.thresholdBytes))
+        await tx.sendBatch({ compression, topicMessages: part });
+    const next = (BigInt(lastOffset) + 1n).toString();
+    // First request of the transaction when every input was ignored (no send): kafkajs sends it once, and right
+    // after the previous commit the coordinator may refuse it with CONCURRENT_TRANSACTIONS.
+    await whileTransactionsConcurrent(() =>
+      tx!.sendOffsets({
+        consumerGroupId: d.cfg.ORCHESTRATOR_GROUP_ID,
+        topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
+      }),
+    );
+    await tx.commit();
+    txSpan.end();
+  } catch (err) {
+    await tx?.abort().catch(() => undefined);
+    throw transactionFailed(o, d, batch, txSpan, err);
+  }
+}
+
+/**
+ * Ends a failed transaction's span, logs, takes the partition over again, and gives the error to throw on: retriable.
+ * Nothing was resolved, so the batch is fetched again. kafkajs crashes its consumer for good (no restart) on an error
+ * that is not retriable, such as a fenced producer's INVALID_PRODUCER_EPOCH when the partition's next owner took over
+ * first: the error goes on as retriable (kafkajs retries the batch, then rejoins the group).
+ */
+function transactionFailed(
+  o: OwnedPartition,
+  d: CommitDeps,
+  batch: { topic: string; partition: number },
+  txSpan: Span,
+  err: unknown,
+): KafkaJSError {
+  txSpan.recordException(err as Error);
+  txSpan.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+  txSpan.end();
+  d.logger.warn(
+    { err, topic: batch.topic, partition: batch.partition },
+    'transaction aborted; the batch will be redelivered',
+  );
+  d.retakeOver(o, err); // a failed commit or abort can leave the kafkajs producer unusable
+  return err instanceof KafkaJSError && err.retriable
+    ? err
+    : new KafkaJSError(err as Error, { retriable: true });
+}
+
+/**
+ * The batch's outputs by topic, in order: within one transaction only the last snapshot of a run matters (earlier
+ * ones are superseded at once), then a tombstone for each removed run.
+ */
+function outputMessages(snapshotTopic: string, partition: number, out: BatchOutputs): Map<string, Msg[]> {
+  const byTopic = new Map<string, Msg[]>();
+  const lastSnapshot = new Map<string, number>();
+  out.records.forEach((r, i) => r.topic === snapshotTopic && lastSnapshot.set(r.key, i));
+  const add = (topic: string, m: Msg) => {
+    const messages = byTopic.get(topic);
+    if (messages) messages.push(m);
+    else byTopic.set(topic, [m]);
+  };
+  out.records.forEach((r, i) => {
+    if (r.topic === snapshotTopic && lastSnapshot.get(r.key) !== i) return;
+    add(r.topic, { key: r.key, value: r.value, partition: r.partition, headers: r.headers });
+  });
+  for (const key of out.removed) add(snapshotTopic, { key, value: null, partition });
+  return byTopic;
+}
+
+/**
+ * The dead letters as DLQ records, in order, each in the codec measured to fit its DLQ (fitDlqRecord, against twice
+ * KEYFLOW_MAX_MESSAGE_BYTES plus headroom, the limit DLQs are created with): gzip, or zstd for one that gzip does not
+ * bring under (it came compressed by its producer, zstd from librdkafka or Java, which may shrink repeats further
+ * apart than gzip's 32 KiB window), or a stand-in without its value when no codec does (a few KB of zstd may hold
+ * more than any request carries). `fitted` goes to the batch topic's DLQ; `elsewhere` holds parked inputs' records
+ * of the other input topic (a parked result dead-lettered in a requests batch).
+ */
+async function fitDeadLetters(
+  cfg: OrchestratorConfig,
+  batch: { topic: string; partition: number },
+  dlq: DeadLetter[],
+): Promise<{ fitted: Fitted; elsewhere: Fitted }> {
+  const dlqTopic = dlqTopicFor(batch.topic);
+  const fitted: Fitted = [];
+  const elsewhere: Fitted = [];
+  for (const dead of dlq.map((x) => deadLetterRecord(cfg, batch.partition, x))) {
+    const { record, compression } = await fitDlqRecord(
+      dead.record,
+      dead.dlqTopic,
+      dlqLimitBytes(cfg.KEYFLOW_MAX_MESSAGE_BYTES),
+    );
+    const into = dead.dlqTopic === dlqTopic ? fitted : elsewhere;
+    const run = into.at(-1);
+    if (run?.compression === compression && run.dlqTopic === dead.dlqTopic) run.records.push(record);
+    else into.push({ dlqTopic: dead.dlqTopic, compression, records: [record] });
+  }
+  return { fitted, elsewhere };
+}
+
+/** A dead letter as its DLQ record (triage headers: the error, one attempt, now) and the DLQ it goes to. */
+function deadLetterRecord(
+  cfg: OrchestratorConfig,
+  partition: number,
+  { m, err, topic }: DeadLetter,
+): { record: ReturnType<typeof dlqMessage>; dlqTopic: string } {
+  const now = Date.now();
+  const record = dlqMessage(
+    {
+      topic,
+      partition,
+      offset: m.offset,
+      key: m.key ?? null,
+      value: m.value ?? null,
+      headers: m.headers ?? {},
+    },
+    {
+      errorClass: err.name,
+      errorMessage: err.message,
+      errorCode: err instanceof KeyflowError ? err.code : null,
+      attempts: 1,
+      firstFailureAt: now,
+      lastFailureAt: now,
+      consumerGroup: cfg.ORCHESTRATOR_GROUP_ID,
+    },
+    cfg.ORCHESTRATOR_INSTANCE_ID,
+  );
+  return { record, dlqTopic: dlqTopicFor(topic) };
+}
+
+/**
+ * Splits messages into groups of at most `maxBytes` as {@link messageBytes} counts them (key, value, headers and the
+ * record's overhead); a larger single message goes alone. The engine gives half of max.message.bytes (the claim
+ * check's threshold), so no partition's record batch in one request can exceed it.
+ */
+export function splitBySize(
+  byTopic: Array<[string, Msg[]]>,
+  maxBytes: number,
+): Array<Array<{ topic: string; messages: Msg[] }>> {
+  const parts: Array<Array<{ topic: string; messages: Msg[] }>> = [];
+  let current: Array<{ topic: string; messages: Msg[] }> = [];
+  let size = 0;
+  for (const [topic, messages] of byTopic) {
+    for (const m of messages) {
+      const bytes = messageBytes(m);
+      if (size > 0 && size + bytes > maxBytes) {
+        parts.push(current);
+        current = [];
+        size = 0;
+      }
+      const last = current.at(-1);
+      if (last?.topic === topic) last.messages.push(m);
+      else current.push({ topic, messages: [m] });
+      size += bytes;
+    }
+  }
+  if (current.length) parts.push(current);
+  return parts;
+}

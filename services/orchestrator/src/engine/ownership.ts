@@ -1,0 +1,150 @@
+import { randomUUID } from 'node:crypto';
+import { JavaCompatiblePartitioner, TRANSACTIONAL_RETRY, type Kafka, type Producer } from '@keyflow/kafka';
+import { newMetadata, type EventCodec } from '@keyflow/contracts';
+import type { Logger, TraceContext } from '@keyflow/observability';
+import { retryPolicy, type RunState } from '@keyflow/workflow';
+import type { OrchestratorConfig } from '../config';
+import { BARRIER_PREFIX, type RunReadModel } from './read-model';
+import type { OrchestratorMetrics } from './metrics';
+import { TimerQueue } from './timers';
+
+/**
+ * Ownership and fencing of the engine's partitions: one transactional producer per partition (transactional.id
+ * `<group>-p<partition>`, the pre-KIP-447 pattern), whose initTransactions fences the previous owner's producer; a
+ * barrier written to wf.state and read back by the read model proves every snapshot committed before it was read,
+ * so the partition's runs are restored from the read model. See docs/architecture/engine.md.
+ */
+
+/** Backoff between take-overs of a partition whose take-over or transaction failed (full jitter). */
+export const TAKEOVER_RETRY = retryPolicy({
+  maxAttempts: Number.MAX_SAFE_INTEGER,
+  initialDelayMs: 500,
+  maxDelayMs: 15_000,
+});
+
+/** A partition the engine owns: its fenced producer, its runs and timers, and what serialises its transactions. */
+export interface OwnedPartition {
+  partition: number;
+  producer: Producer;
+  runs: Map<string, RunState>;
+  /** The durable timers of `runs`, in due order. */
+  timers: TimerQueue;
+  ready: Promise<void>;
+  /**
+   * Failed take-overs or transactions of this partition since its last commit, and when the first of them happened
+   * (ms since epoch); carried over by a re-take-over.
+   */
+  failures: { count: number; since: number } | null;
+  /** Serialises the batches of wf.requests and task.results of this partition (one transaction at a time). */
+  lock: Promise<void>;
+  revoked: boolean;
+  /**
+   * Per input topic, since when (ms since epoch) a batch of this partition has been waiting to be committed; absent
+   * when none waits. What /health reads to name a stalled partition (ORCHESTRATOR_PARTITION_STALL_MS).
+   */
+  waitingSince: Map<string, number>;
+  /**
+   * Per running run, the trace context of its last applied input's span: what its timers fire continues that trace.
+   * In memory only (a take-over starts empty: a timer fired before the run's next input starts a new trace).
+   */
+  traces: Map<string, TraceContext>;
+}
+
+/**
+ * A partition taken over, not yet restored (`ready` is set by {@link restorePartition}): its producer's
+ * transactional id fences the previous owner once connected.
+ */
+export function ownedPartition(
+  kafka: Kafka,
+  cfg: OrchestratorConfig,
+  partition: number,
+  failures: OwnedPartition['failures'],
+): OwnedPartition {
+  const producer = kafka.producer({
+    transactionalId: `${cfg.ORCHESTRATOR_GROUP_ID}-p${partition}`,
+    createPartitioner: JavaCompatiblePartitioner, // murmur2, as Java: run-keyed topics stay co-partitioned
+    idempotent: true,
+    maxInFlightRequests: 1,
+    transactionTimeout: 30_000,
+    retry: TRANSACTIONAL_RETRY, // a CONCURRENT_TRANSACTIONS refusal between back-to-back transactions
+  });
+  return {
+    partition,
+    producer,
+    runs: new Map(),
+    timers: new TimerQueue(),
+    ready: Promise.resolve(),
+    failures,
+    lock: Promise.resolve(),
+    revoked: false,
+    waitingSince: new Map(),
+    traces: new Map(),
+  };
+}
+
+/** What a restore needs of the engine. */
+export interface RestoreDeps {
+  cfg: OrchestratorConfig;
+  codec: EventCodec;
+  readModel: RunReadModel;
+  metrics: OrchestratorMetrics;
+  logger: Logger;
+}
+
+/**
+ * Fences the previous owner (connecting the producer: InitProducerId), writes a barrier to the partition of wf.state
+ * in a transaction, waits until the read model has read it, and restores the partition's runs (terminal ones too: a
+ * late result for them must be recognised as stale, not as an unknown run).
+ * @throws what the producer throws (a fenced epoch, a broker away); ReadModelStoppedError or CatchUpStalledError
+ *   from the wait for the barrier
+ */
+export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promise<void> {
+  const { partition, producer } = o;
+  const t0 = Date.now();
+  await producer.connect(); // InitProducerId: fences a zombie with the same transactional id
+  const nonce = `${d.cfg.ORCHESTRATOR_INSTANCE_ID}/${randomUUID()}`;
+  const tx = await producer.transaction();
+  const barrierKey = `${BARRIER_PREFIX}${partition}`;
+  const value = d.codec.encode('wf.state', 'RunSnapshot', {
+    metadata: newMetadata('RunSnapshot', { key: barrierKey, correlationId: barrierKey }),
+    runId: barrierKey,
+    sequence: 0,
+    status: 'barrier',
+    state: nonce,
+    stateRef: null,
+    segment: null,
+  });
+  await tx.send({
+    topic: d.codec.physical('wf.state'),
+    messages: [{ partition, key: barrierKey, value }],
+  });
+  await tx.commit();
+  await d.readModel.waitForBarrier(partition, nonce, d.cfg.ORCHESTRATOR_CATCH_UP_STALL_MS);
+  for (const s of d.readModel.inPartition(partition)) {
+    o.runs.set(s.runId, s);
+    o.timers.track(s);
+  }
+  d.metrics.restores.inc();
+  d.logger.info({ partition, runs: o.runs.size, ms: Date.now() - t0 }, 'partition restored from wf.state');
+}
+
+/**
+ * Runs `f` with partition `o`'s lock: one transaction at a time per partition (the two input topics of partition
+ * p and the retention sweep share its producer), in the order the callers asked.
+ */
+export async function exclusively(o: OwnedPartition, f: () => Promise<void>): Promise<void> {
+  const previous = o.lock;
+  let release!: () => void;
+  o.lock = new Promise((r) => (release = r));
+  await previous;
+  try {
+    await f();
+  } finally {
+    release();
+  }
+}
+
+/** The failures of `o` counted one more (the first one's time kept). */
+export function oneMoreFailure(o: OwnedPartition): { count: number; since: number } {
+  return { count: (o.failures?.count ?? 0) + 1, since: o.failures?.since ?? Date.now() };
+}
