@@ -253,7 +253,8 @@ export class TaskExecutor {
 
   /** A message no codec makes a command of: to the DLQ when that is for good, else rejected (retried in place). */
   private undecodable(m: ConsumedMessage, e: unknown): Promise<void> {
-    if (e instanceof ContractError && !e.retryable) return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
+    if (e instanceof ContractError && !e.retryable)
+      return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
     return Promise.reject(e);
   }
 
@@ -555,7 +556,7 @@ export class TaskExecutor {
 
   /**
    * The completion records of the tasks whose attempts ended in this turn, in one complete call, then their results
-   * in one send. A Redis error sends each task the one-by-one way (it retries the write); an output too large to go
+   * in one send. A Redis error records each task alone (recordAndPublish: it retries the write); an output too large to go
    * inline is published alone (the claim check stores it).
    */
   private async recordWave(): Promise<void> {
@@ -580,7 +581,7 @@ export class TaskExecutor {
     const messages: Message[] = [];
     batch.forEach((r, i) => {
       const written = held[i];
-      // Redis did not answer this call: the one-by-one way retries the write (the lease is still renewed).
+      // Redis did not answer this call: recordAndPublish retries the write alone (the lease is still renewed).
       if (written instanceof Error) return oneByOne(r);
       r.unwatch();
       try {
@@ -597,7 +598,7 @@ export class TaskExecutor {
         messages.push(this.resultMessage(r.t, r.outcome, false, checked));
         inline.push(r);
       } catch (e) {
-        r.reject(e); // retried in place, as when its one-by-one publish fails
+        r.reject(e); // retried in place, as when a publish alone fails
       }
     });
     if (inline.length === 0) return;
@@ -963,8 +964,7 @@ const settle = (to: Settlement, done: Promise<void>): void => void done.then(to.
 
 /** What a task's attempts end with: an outcome to record, or `dlq` (the command goes to the DLQ, nothing recorded). */
 type AttemptsOutcome =
-  | StoredOutcome
-  | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
+  StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
 
 /** One answer of the store's beginMany. */
 type BeginAnswer = Awaited<ReturnType<IdempotencyStore<StoredOutcome>['beginMany']>>[number];
