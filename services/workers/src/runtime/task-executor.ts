@@ -206,9 +206,10 @@ export class TaskExecutor {
    * call for all their leases, their handlers run side by side, one complete script call for the records of those
    * that finish together, and their results in one send. Each message still resolves on its own, once its result
    * is acknowledged, so the ordered consumer's per-key order and prefix commits are unchanged. A message that needs
-   * a step of its own first (a schema not yet fetched, a compensation's fence) joins a wave of one after it; a
-   * result that cannot go in the shared send (a redelivery's stored result, an output too large to go inline) is
-   * published alone, and a Redis error while recording writes that task's record alone, retried.
+   * a step of its own first joins a later wave (after a schema fetch: with the others that waited for it; after a
+   * compensation's fence: a wave of one); a result that cannot go in the shared send (a redelivery's stored result,
+   * an output too large to go inline) is published alone, and a Redis error while recording writes that task's
+   * record alone, retried.
    */
   handle(m: ConsumedMessage, hc: HandleContext): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -219,6 +220,8 @@ export class TaskExecutor {
 
   /** Messages handed to {@link handle} in this turn of the event loop, handled together at its end. */
   private waiting: Waiting[] = [];
+  /** Tasks decoded after a schema fetch, waiting for their shared begin call (see {@link leaseLater}). */
+  private late: Task[] = [];
   /** Tasks whose attempts ended, waiting for the next shared complete call (see {@link recordWave}). */
   private recording: Array<Recorded & Settlement> = [];
 
@@ -234,7 +237,7 @@ export class TaskExecutor {
 
   /**
    * Decodes a message once and routes its command (see {@link route}): with the wave's `leasing` when it decodes
-   * without a turn, else once its schema is fetched, as a wave of one. A message that is no command of its topic goes
+   * without a turn, else once its schema is fetched, with the others that waited for it. A message that is no command of its topic goes
    * to the DLQ (see {@link undecodable}).
    */
   private admit(w: Waiting, leasing: Task[]): void {
@@ -261,7 +264,7 @@ export class TaskExecutor {
   /**
    * Starts a decoded command's task (its span, context and logger) and routes it: an unknown task type to the DLQ,
    * a compensation to its fence first (then a wave of one), any other command to `leasing` (the wave's), or, without
-   * one, to a lease call of its own. Settles the message however the task ends.
+   * one (decoded after a schema fetch), to {@link leaseLater}. Settles the message however the task ends.
    */
   private route(cmd: TaskCommand, w: Waiting, leasing: Task[] | undefined): void {
     let t: Task;
@@ -283,7 +286,21 @@ export class TaskExecutor {
         context.with(t.context, () => this.fenceThenBegin(t, cmd.compensates!)),
       );
     else if (leasing) leasing.push(t);
-    else void this.lease([t]);
+    else this.leaseLater(t);
+  }
+
+  /**
+   * Leases `t` with the other tasks that decoded after a schema fetch in this turn (the messages of a wave that
+   * waited for the same schema), in one begin call at the turn's end.
+   */
+  private leaseLater(t: Task): void {
+    this.late.push(t);
+    if (this.late.length === 1)
+      setImmediate(() => {
+        const late = this.late;
+        this.late = [];
+        void this.lease(late);
+      });
   }
 
   /** Takes the leases of `tasks` in one begin call, then goes on with each (see {@link begun}); never rejects. */
