@@ -56,7 +56,9 @@ import {
   TaskTimeoutError,
   UnknownTaskTypeError,
 } from './errors';
-import { AbortFanout, AttemptSignals, LeaseRenewer, type AttemptSignal } from './lease-renewer';
+import { LeaseRenewer } from './lease-renewer';
+import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
+import { decodeTask, taskInput } from './task-decode';
 import type { WorkerMetrics } from './metrics';
 
 /** What a handler gets besides its input. */
@@ -198,17 +200,18 @@ export class TaskExecutor {
    * Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place), or
    * when the consumer drains before the task's handler started (ConsumerStoppingError: given up, redelivered).
    *
-   * Messages handed over in one turn of the event loop (the ordered consumer dispatches a fetched batch's messages,
-   * up to its in-flight bounds, in one turn) are handled as a wave: decoded without a turn each, one begin script
+   * One path for every message: those handed over in one turn of the event loop (the ordered consumer dispatches a
+   * fetched batch's messages, up to its in-flight bounds, in one turn) are handled as a wave, a single message being
+   * a wave of one: each decoded once ({@link decodeTask}, without a turn when its schema is known), one begin script
    * call for all their leases, their handlers run side by side, one complete script call for the records of those
    * that finish together, and their results in one send. Each message still resolves on its own, once its result
-   * is acknowledged, so the ordered consumer's per-key order and prefix commits are unchanged; whatever is not the
-   * common case (a redelivery, a schema not yet fetched, a compensation, an input behind a claim check, a lease
-   * not taken, an output too large to go inline, a Redis error while recording) takes the one-by-one path, which
-   * keeps every rule stated on the class.
+   * is acknowledged, so the ordered consumer's per-key order and prefix commits are unchanged. A message that needs
+   * a step of its own first joins a later wave (after a schema fetch: with the others that waited for it; after a
+   * compensation's fence: a wave of one); a result that cannot go in the shared send (a redelivery's stored result,
+   * an output too large to go inline) is published alone, and a Redis error while recording writes that task's
+   * record alone, retried.
    */
   handle(m: ConsumedMessage, hc: HandleContext): Promise<void> {
-    if (hc.redeliveries > 0) return this.handleOne(m, hc);
     return new Promise((resolve, reject) => {
       this.waiting.push({ m, hc, resolve, reject });
       if (this.waiting.length === 1) setImmediate(() => void this.runWave());
@@ -217,6 +220,8 @@ export class TaskExecutor {
 
   /** Messages handed to {@link handle} in this turn of the event loop, handled together at its end. */
   private waiting: Waiting[] = [];
+  /** Tasks decoded after a schema fetch, waiting for their shared begin call (see {@link leaseLater}). */
+  private late: Task[] = [];
   /** Tasks whose attempts ended, waiting for the next shared complete call (see {@link recordWave}). */
   private recording: Array<Recorded & Settlement> = [];
 
@@ -226,92 +231,121 @@ export class TaskExecutor {
     this.waiting = [];
     this.o.metrics.waveTasks.observe(wave.length);
     const leasing: Task[] = [];
-    for (const w of wave) {
-      try {
-        const cmd = this.decodedIfKnown(w.m);
-        if (!cmd) settle(w, this.handleOne(w.m, w.hc));
-        else if (!this.o.handlers.has(cmd.taskType) || cmd.compensates || cmd.inputRef)
-          settle(w, this.handleDecoded(cmd, w.m, w.hc));
-        else leasing.push(this.task(cmd, w.m, w.hc, w));
-      } catch (e) {
-        w.reject(e); // not started: retried in place by the ordered consumer
-      }
+    for (const w of wave) this.admit(w, leasing);
+    if (leasing.length > 0) await this.lease(leasing);
+  }
+
+  /**
+   * Decodes a message once and routes its command (see {@link route}): with the wave's `leasing` when it decodes
+   * without a turn, else once its schema is fetched, with the others that waited for it. A message that is no command of its topic goes
+   * to the DLQ (see {@link undecodable}).
+   */
+  private admit(w: Waiting, leasing: Task[]): void {
+    let cmd: TaskCommand | Promise<TaskCommand>;
+    try {
+      cmd = decodeTask(this.o.codec, this.logical(w.m.topic), w.m);
+    } catch (e) {
+      return settle(w, this.undecodable(w.m, e));
     }
-    if (leasing.length === 0) return;
+    if (!(cmd instanceof Promise)) return this.route(cmd, w, leasing);
+    cmd.then(
+      (c) => this.route(c, w, undefined),
+      (e: unknown) => settle(w, this.undecodable(w.m, e)),
+    );
+  }
+
+  /** A message no codec makes a command of: to the DLQ when that is for good, else rejected (retried in place). */
+  private undecodable(m: ConsumedMessage, e: unknown): Promise<void> {
+    if (e instanceof ContractError && !e.retryable)
+      return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
+    return Promise.reject(e);
+  }
+
+  /**
+   * Starts a decoded command's task (its span, context and logger) and routes it: an unknown task type to the DLQ,
+   * a compensation to its fence first (then a wave of one), any other command to `leasing` (the wave's), or, without
+   * one (decoded after a schema fetch), to {@link leaseLater}. Settles the message however the task ends.
+   */
+  private route(cmd: TaskCommand, w: Waiting, leasing: Task[] | undefined): void {
+    let t: Task;
+    try {
+      t = this.task(cmd, w.m, w.hc, w);
+    } catch (e) {
+      return w.reject(e); // not started: retried in place by the ordered consumer
+    }
+    if (!this.o.handlers.has(cmd.taskType))
+      this.finish(
+        t,
+        context.with(t.context, () =>
+          this.deadLetterTask(t, new UnknownTaskTypeError(cmd.taskType), 1, Date.now()),
+        ),
+      );
+    else if (cmd.compensates)
+      this.finish(
+        t,
+        context.with(t.context, () => this.fenceThenBegin(t, cmd.compensates!)),
+      );
+    else if (leasing) leasing.push(t);
+    else this.leaseLater(t);
+  }
+
+  /**
+   * Leases `t` with the other tasks that decoded after a schema fetch in this turn (the messages of a wave that
+   * waited for the same schema), in one begin call at the turn's end.
+   */
+  private leaseLater(t: Task): void {
+    this.late.push(t);
+    if (this.late.length === 1)
+      setImmediate(() => {
+        const late = this.late;
+        this.late = [];
+        void this.lease(late);
+      });
+  }
+
+  /** Takes the leases of `tasks` in one begin call, then goes on with each (see {@link begun}); never rejects. */
+  private async lease(tasks: Task[]): Promise<void> {
     let begun: Awaited<ReturnType<IdempotencyStore<StoredOutcome>['beginMany']>>;
     try {
       begun = await this.o.store.beginMany(
-        leasing.map((t) => ({ key: t.cmd.idempotencyKey, attempt: t.cmd.attempt })),
+        tasks.map((t) => ({ key: t.cmd.idempotencyKey, attempt: t.cmd.attempt })),
       );
     } catch (e) {
-      for (const t of leasing) this.finish(t, Promise.reject(e));
+      for (const t of tasks) this.finish(t, Promise.reject(e));
       return;
     }
-    leasing.forEach((t, i) => {
-      const b = begun[i];
+    tasks.forEach((t, i) =>
+      this.finish(
+        t,
+        context.with(t.context, () => this.begun(t, begun[i])),
+      ),
+    );
+  }
+
+  /** A task after its begin: dead-lettered, answered without a lease, or run under its lease and recorded. */
+  private begun(t: Task, b: BeginAnswer): Promise<unknown> {
+    // A value this store did not write sits on the key: no retry fixes that, the command goes to the DLQ.
+    if (b instanceof ForeignRecordError) return this.deadLetterTask(t, b, 0, Date.now());
+    if (b instanceof Error) return Promise.reject(b); // Redis did not answer: retried in place
+    if (b.state !== 'acquired') return this.afterBegin(t, b);
+    return this.runLeased(t, b.lease).then((ran) => ran && this.queueRecord(ran));
+  }
+
+  /**
+   * A compensation: fences the step it undoes first (after this no command of that step runs; a running one
+   * finishes first: LeaseHeldError, retried in place), then begins as a wave of one.
+   */
+  private async fenceThenBegin(t: Task, undone: string): Promise<unknown> {
+    try {
+      const fence = await this.o.store.fence(undone, t.cmd.idempotencyKey);
+      if (fence.state === 'running') throw new LeaseHeldError(undone, fence.expiresInMs);
+    } catch (e) {
       // A value this store did not write sits on the key: no retry fixes that, the command goes to the DLQ.
-      if (b instanceof ForeignRecordError)
-        this.finish(
-          t,
-          context.with(t.context, () => this.deadLetterTask(t, b, 0, Date.now())),
-        );
-      else if (b instanceof Error)
-        this.finish(t, Promise.reject(b)); // Redis did not answer: retried in place
-      else if (b.state !== 'acquired')
-        this.finish(
-          t,
-          context.with(t.context, () => this.afterBegin(t, b)),
-        );
-      else
-        this.finish(
-          t,
-          context
-            .with(t.context, () => this.runLeased(t, b.lease))
-            .then((ran) => ran && this.queueRecord(ran)),
-        );
-    });
-  }
-
-  /** The command of `m` when its writer schema is known here (no registry call), else undefined. */
-  private decodedIfKnown(m: ConsumedMessage): TaskCommand | undefined {
-    try {
-      const decoded = this.o.codec.decodeIfKnown(this.logical(m.topic), m.value, {
-        topic: m.topic,
-        partition: m.partition,
-        offset: m.offset,
-      });
-      return decoded?.value as TaskCommand | undefined;
-    } catch {
-      return undefined; // the one-by-one path decodes it again and sends it to the DLQ
-    }
-  }
-
-  /** One message on its own: decode (fetching its writer schema when needed), then {@link handleDecoded}. */
-  private async handleOne(m: ConsumedMessage, hc: HandleContext): Promise<void> {
-    const loc = { topic: m.topic, partition: m.partition, offset: m.offset };
-    let cmd: TaskCommand;
-    try {
-      const decoded = await this.o.codec.decode(this.logical(m.topic), m.value, loc);
-      cmd = decoded.value as TaskCommand;
-    } catch (e) {
-      if (e instanceof ContractError && !e.retryable)
-        return this.deadLetter(m, e, 1, Date.now(), 'undecodable');
+      if (e instanceof ForeignRecordError) return this.deadLetterTask(t, e, 0, Date.now());
       throw e;
     }
-    return this.handleDecoded(cmd, m, hc);
-  }
-
-  /** A decoded command on its own, inside its task span. */
-  private async handleDecoded(cmd: TaskCommand, m: ConsumedMessage, hc: HandleContext): Promise<void> {
-    const t = this.task(cmd, m, hc);
-    try {
-      await context.with(t.context, () => this.handleCommand(t));
-    } catch (e) {
-      failSpan(t.span, e);
-      throw e;
-    } finally {
-      t.span.end();
-    }
+    const [b] = await this.o.store.beginMany([{ key: t.cmd.idempotencyKey, attempt: t.cmd.attempt }]);
+    return this.begun(t, b);
   }
 
   /**
@@ -389,29 +423,6 @@ export class TaskExecutor {
     );
   }
 
-  /** The one-by-one path of a decoded command: lease, attempts, record, result. */
-  private async handleCommand(t: Task): Promise<void> {
-    const { cmd } = t;
-    if (!this.o.handlers.has(cmd.taskType))
-      return this.deadLetterTask(t, new UnknownTaskTypeError(cmd.taskType), 1, Date.now());
-    let begin: BeginResult<StoredOutcome>;
-    try {
-      if (cmd.compensates) {
-        // Fence the undone step first: after this no command of it runs (a running one finishes first).
-        const fence = await this.o.store.fence(cmd.compensates, cmd.idempotencyKey);
-        if (fence.state === 'running') throw new LeaseHeldError(cmd.compensates, fence.expiresInMs);
-      }
-      begin = await this.o.store.begin(cmd.idempotencyKey, cmd.attempt);
-    } catch (e) {
-      // A value this store did not write sits on the key: no retry fixes that, the command goes to the DLQ.
-      if (e instanceof ForeignRecordError) return this.deadLetterTask(t, e, 0, Date.now());
-      throw e;
-    }
-    if (begin.state !== 'acquired') return this.afterBegin(t, begin);
-    const ran = await this.runLeased(t, begin.lease);
-    if (ran) await this.recordAndPublish(ran);
-  }
-
   /** A begin that took no lease: the step was fenced, completed (re-published), or runs elsewhere (retried). */
   private async afterBegin(
     t: Task,
@@ -456,9 +467,9 @@ export class TaskExecutor {
       stop.stop(new LeaseLostError(cmd.idempotencyKey, reason));
     });
     const unlink = this.aborts.on(t.hc.signal, () => stop.stop(t.hc.signal.reason));
-    let outcome: StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
+    let outcome: AttemptsOutcome;
     try {
-      outcome = await this.runAttempts(cmd, handler, stop, t.hc.draining, t.log, t.context);
+      outcome = await this.runAttempts(t, handler, stop);
     } catch (e) {
       unwatch();
       unlink();
@@ -562,7 +573,7 @@ export class TaskExecutor {
 
   /**
    * The completion records of the tasks whose attempts ended in this turn, in one complete call, then their results
-   * in one send. A Redis error sends each task the one-by-one way (it retries the write); an output too large to go
+   * in one send. A Redis error records each task alone (recordAndPublish: it retries the write); an output too large to go
    * inline is published alone (the claim check stores it).
    */
   private async recordWave(): Promise<void> {
@@ -587,7 +598,7 @@ export class TaskExecutor {
     const messages: Message[] = [];
     batch.forEach((r, i) => {
       const written = held[i];
-      // Redis did not answer this call: the one-by-one way retries the write (the lease is still renewed).
+      // Redis did not answer this call: recordAndPublish retries the write alone (the lease is still renewed).
       if (written instanceof Error) return oneByOne(r);
       r.unwatch();
       try {
@@ -604,7 +615,7 @@ export class TaskExecutor {
         messages.push(this.resultMessage(r.t, r.outcome, false, checked));
         inline.push(r);
       } catch (e) {
-        r.reject(e); // retried in place, as when its one-by-one publish fails
+        r.reject(e); // retried in place, as when a publish alone fails
       }
     });
     if (inline.length === 0) return;
@@ -612,132 +623,148 @@ export class TaskExecutor {
     for (const r of inline) settle(r, sent);
   }
 
-  private async runAttempts(
-    cmd: TaskCommand,
-    handler: TaskHandlerFn,
-    stop: AttemptSignals,
-    draining: AbortSignal,
-    log: () => Logger,
-    taskContext: Context,
-  ) {
+  /**
+   * Runs a leased task's attempts: its input read once ({@link taskInput}), then its handler, retried with backoff
+   * while the retry policy and the command's maxAttempts allow. Resolves with the outcome (a `dlq` one for input
+   * that is not JSON or a TaskInputError); rejects with the stop's reason when shutdown, revocation or a lost lease
+   * stopped the attempts, or ConsumerStoppingError when the drain began before the first handler started.
+   */
+  private async runAttempts(t: Task, handler: TaskHandlerFn, stop: AttemptSignals): Promise<AttemptsOutcome> {
+    const { cmd } = t;
     // Inline input is parsed without a turn; one behind a claim check is read from the blob store first.
-    const input = cmd.inputRef ? await this.inputFromBlob(cmd, cmd.inputRef) : parsedInput(cmd, cmd.input);
+    const read = taskInput(this.o.claimCheck, cmd);
+    const input = read instanceof Promise ? await read : read;
     if (input instanceof Error)
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
     const maxAttempts = Math.max(1, cmd.maxAttempts);
-    const traced = trace.getSpan(taskContext)?.isRecording() === true;
+    const traced = trace.getSpan(t.context)?.isRecording() === true;
     /** Handler time across attempts (TaskCompleted.durationMs): not the waits for a slot, nor the backoffs. */
     let handlerMs = 0;
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
       // Draining stops only a task whose handler has not run yet; one between attempts goes on as before.
-      const slot = this.handlerSlot(stop, attempt === 1 ? draining : undefined);
+      const slot = this.handlerSlot(stop, attempt === 1 ? t.hc.draining : undefined);
       if (slot) await slot;
       // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
       // soon as the handler settles (before any backoff), at most once, and the handler's time is counted then.
-      let holding = true;
-      let handlerStarted = 0;
-      const release = () => {
-        if (!holding) return;
-        holding = false;
-        this.handlerSlots.release();
-        if (handlerStarted > 0) handlerMs += Date.now() - handlerStarted;
-      };
-      let attemptSignal: AttemptSignal | undefined;
-      let end: (() => void) | undefined;
-      let attemptSpan = UNRECORDED_SPAN;
-      let handlerSpan = UNRECORDED_SPAN;
+      const a = new Attempt(this.handlerSlots);
       try {
-        // The attempt's timeout and spans start with its handler, not with its wait for a slot.
-        attemptSignal = stop.attempt(
-          cmd.timeoutMs,
-          () => new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`),
-        );
-        const counters = this.countersOf(cmd.taskType);
-        end = counters.handlerSeconds.startTimer();
-        // The attempt's and the handler's spans are children of the task span, made only when it is recorded: with
-        // no trace exporter, or the task not sampled (every standard sampler then drops its children too), the
-        // handler runs in the task's context, whose trace context is the one the children would have passed on.
-        if (traced)
-          attemptSpan = tracer().startSpan(
-            'keyflow.task.attempt',
-            { attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs } },
-            taskContext,
-          );
-        const attemptContext = traced ? trace.setSpan(taskContext, attemptSpan) : taskContext;
-        if (traced) handlerSpan = tracer().startSpan(`keyflow.handler ${cmd.taskType}`, {}, attemptContext);
-        // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and
-        // the lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler
-        // that ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
-        const handlerContext = traced ? trace.setSpan(attemptContext, handlerSpan) : taskContext;
-        const signals = attemptSignal;
-        handlerStarted = Date.now();
-        const result = await context.with(handlerContext, () =>
-          handler(input, {
-            runId: cmd.runId,
-            stepId: cmd.stepId,
-            taskType: cmd.taskType,
-            stepAttempt: cmd.attempt,
-            attempt,
-            idempotencyKey: cmd.idempotencyKey,
-            // Made when the handler first reads it (most never do): see AttemptSignals.attempt.
-            get signal() {
-              return signals.signal;
-            },
-            correlationId: cmd.metadata.correlationId,
-            // The task's child logger, made when the handler first reads it.
-            get logger() {
-              return log();
-            },
-            get trace() {
-              return traceContextOf(handlerContext);
-            },
-          }),
-        );
-        release();
+        const result = await this.callHandler(t, handler, input, attempt, stop, traced, a);
+        handlerMs += a.release();
         // Serialised here, so an output JSON cannot hold fails this attempt (not retried) instead of the record.
         const output = outputJson(result, cmd.idempotencyKey);
-        end();
-        counters.attemptsOk.inc();
-        counters.completed.inc();
+        a.end!();
+        a.counters!.attemptsOk.inc();
+        a.counters!.completed.inc();
         return { kind: 'completed' as const, output, durationMs: handlerMs };
       } catch (raw) {
-        release();
-        end?.();
-        failSpan(handlerSpan, raw);
-        failSpan(attemptSpan, raw);
+        handlerMs += a.release();
+        a.failed(raw);
         if (stop.stopped) throw stop.reason ?? raw;
         const err = raw instanceof Error ? raw : new Error(textOf(raw));
         const now = Date.now();
         firstFailureAt ||= now;
-        this.o.metrics.attempts.inc({ type: cmd.taskType, result: err.name });
-        if (err instanceof TaskInputError)
-          return { kind: 'dlq' as const, error: err, attempts: attempt, firstFailureAt };
-        const retryable = isRetryable(err);
-        const policy = { ...this.policy, maxAttempts };
-        if (shouldRetry(policy, attempt, err.name, retryable)) {
-          const delay = backoffDelayMs(policy, attempt, this.o.random);
-          this.o.metrics.retries.inc({ type: cmd.taskType });
-          log().warn(
-            { attempt, maxAttempts, errorClass: err.name, err: err.message, retryInMs: delay },
-            'task attempt failed; retrying',
-          );
-          await abortableSleep(delay, stop.next().signal);
-          continue;
-        }
-        this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'failed' });
-        log().warn({ attempt, errorClass: err.name, err: err.message, retryable }, 'task failed for good');
-        return {
-          kind: 'failed' as const,
-          error: failure(err, retryable, attempt, firstFailureAt, now),
-        };
+        const next = this.afterFailure(t, err, attempt, maxAttempts, firstFailureAt, now);
+        if (typeof next !== 'number') return next;
+        await abortableSleep(next, stop.next().signal);
       } finally {
-        release();
-        attemptSignal?.dispose();
-        handlerSpan.end();
-        attemptSpan.end();
+        handlerMs += a.release();
+        a.dispose();
       }
     }
+  }
+
+  /**
+   * Calls the handler for attempt `attempt` and returns what it returns (a promise, awaited by
+   * {@link runAttempts}). The attempt's timeout, timer and spans start here, with its handler, not with its wait for
+   * a slot; they are kept on `a` for the attempt's end.
+   */
+  private callHandler(
+    t: Task,
+    handler: TaskHandlerFn,
+    input: unknown,
+    attempt: number,
+    stop: AttemptSignals,
+    traced: boolean,
+    a: Attempt,
+  ): Promise<unknown> {
+    const { cmd, log } = t;
+    const signals = (a.signal = stop.attempt(
+      cmd.timeoutMs,
+      () => new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`),
+    ));
+    a.counters = this.countersOf(cmd.taskType);
+    a.end = a.counters.handlerSeconds.startTimer();
+    // The attempt's and the handler's spans are children of the task span, made only when it is recorded: with no
+    // trace exporter, or the task not sampled (every standard sampler then drops its children too), the handler runs
+    // in the task's context, whose trace context is the one the children would have passed on.
+    if (traced)
+      a.attemptSpan = tracer().startSpan(
+        'keyflow.task.attempt',
+        { attributes: { 'keyflow.attempt': attempt, 'keyflow.timeout_ms': cmd.timeoutMs } },
+        t.context,
+      );
+    const attemptContext = traced ? trace.setSpan(t.context, a.attemptSpan) : t.context;
+    if (traced) a.handlerSpan = tracer().startSpan(`keyflow.handler ${cmd.taskType}`, {}, attemptContext);
+    // The handler is never abandoned: its signal asks it to stop (timeout, shutdown, revocation, lost lease), and the
+    // lease is held until it has settled, so no other attempt or worker runs the step meanwhile. A handler that
+    // ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
+    const handlerContext = traced ? trace.setSpan(attemptContext, a.handlerSpan) : t.context;
+    a.started = Date.now();
+    return context.with(handlerContext, () =>
+      handler(input, {
+        runId: cmd.runId,
+        stepId: cmd.stepId,
+        taskType: cmd.taskType,
+        stepAttempt: cmd.attempt,
+        attempt,
+        idempotencyKey: cmd.idempotencyKey,
+        // Made when the handler first reads it (most never do): see AttemptSignals.attempt.
+        get signal() {
+          return signals.signal;
+        },
+        correlationId: cmd.metadata.correlationId,
+        // The task's child logger, made when the handler first reads it.
+        get logger() {
+          return log();
+        },
+        get trace() {
+          return traceContextOf(handlerContext);
+        },
+      }),
+    );
+  }
+
+  /**
+   * What follows a failed attempt (counted): the backoff delay in ms before the next one when the retry policy
+   * allows it, else the outcome: `dlq` for a TaskInputError, `failed` (with the error record) for anything else.
+   */
+  private afterFailure(
+    t: Task,
+    err: Error,
+    attempt: number,
+    maxAttempts: number,
+    firstFailureAt: number,
+    now: number,
+  ): AttemptsOutcome | number {
+    const { cmd } = t;
+    this.o.metrics.attempts.inc({ type: cmd.taskType, result: err.name });
+    if (err instanceof TaskInputError)
+      return { kind: 'dlq' as const, error: err, attempts: attempt, firstFailureAt };
+    const retryable = isRetryable(err, true);
+    const policy = { ...this.policy, maxAttempts };
+    if (shouldRetry(policy, attempt, err.name, retryable)) {
+      const delay = backoffDelayMs(policy, attempt, this.o.random);
+      this.o.metrics.retries.inc({ type: cmd.taskType });
+      t.log().warn(
+        { attempt, maxAttempts, errorClass: err.name, err: err.message, retryInMs: delay },
+        'task attempt failed; retrying',
+      );
+      return delay;
+    }
+    this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'failed' });
+    t.log().warn({ attempt, errorClass: err.name, err: err.message, retryable }, 'task failed for good');
+    return { kind: 'failed' as const, error: failure(err, retryable, attempt, firstFailureAt, now) };
   }
 
   /**
@@ -777,20 +804,6 @@ export class TaskExecutor {
         throw e;
       },
     );
-  }
-
-  /**
-   * The input of a command behind a claim check: the blob its inputRef names, as JSON. A TaskInputError (returned,
-   * not thrown) when the text is not JSON or the blob cannot be read for good; rejects when the store does not answer.
-   */
-  private async inputFromBlob(cmd: TaskCommand, ref: string): Promise<unknown> {
-    try {
-      return parsedInput(cmd, await this.o.claimCheck.resolve(cmd.input, ref));
-    } catch (e) {
-      if (!isRetryable(e))
-        return new TaskInputError(`input of ${cmd.idempotencyKey}: ${(e as Error).message}`, { cause: e });
-      throw e;
-    }
   }
 
   /**
@@ -966,6 +979,53 @@ interface Recorded {
 /** Settles a queued message or outcome with `done`. */
 const settle = (to: Settlement, done: Promise<void>): void => void done.then(to.resolve, to.reject);
 
+/** What a task's attempts end with: an outcome to record, or `dlq` (the command goes to the DLQ, nothing recorded). */
+type AttemptsOutcome =
+  StoredOutcome | { kind: 'dlq'; error: Error; attempts: number; firstFailureAt: number };
+
+/** One answer of the store's beginMany. */
+type BeginAnswer = Awaited<ReturnType<IdempotencyStore<StoredOutcome>['beginMany']>>[number];
+
+/**
+ * One attempt's handler slot, timer, spans and signal, as its end needs them (see TaskExecutor.runAttempts): one
+ * object per attempt where closures would be several.
+ */
+class Attempt {
+  private holding = true;
+  /** When the handler was called (ms since epoch); 0 before. */
+  started = 0;
+  signal?: AttemptSignal;
+  counters?: TypeCounters;
+  /** Ends the handler-duration timer. */
+  end?: () => void;
+  attemptSpan = UNRECORDED_SPAN;
+  handlerSpan = UNRECORDED_SPAN;
+
+  constructor(private readonly slots: Semaphore) {}
+
+  /** Gives the handler slot back (the first call only): the handler's time in ms then, else 0. */
+  release(): number {
+    if (!this.holding) return 0;
+    this.holding = false;
+    this.slots.release();
+    return this.started > 0 ? Date.now() - this.started : 0;
+  }
+
+  /** The attempt failed with `raw`: its timer ends, its spans are marked failed. */
+  failed(raw: unknown): void {
+    this.end?.();
+    failSpan(this.handlerSpan, raw);
+    failSpan(this.attemptSpan, raw);
+  }
+
+  /** The attempt is over: its signal's timer is cleared and its spans end. */
+  dispose(): void {
+    this.signal?.dispose();
+    this.handlerSpan.end();
+    this.attemptSpan.end();
+  }
+}
+
 /** Labelled metric children of one task type (see TaskExecutor.countersOf). */
 interface TypeCounters {
   handlerSeconds: ReturnType<WorkerMetrics['handlerSeconds']['labels']>;
@@ -981,16 +1041,6 @@ function failSpan(span: Span, e: unknown): void {
   const err = e instanceof Error ? e : new Error(textOf(e));
   span.recordException(err);
   span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
-}
-
-/** A command's input text as JSON, or a TaskInputError (returned) when it is not JSON. */
-function parsedInput(cmd: TaskCommand, text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    // Not the parser's message: it quotes the text around the fault, which may be personal data.
-    return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON (${(e as Error).name})`);
-  }
 }
 
 /** Longest error message a TaskFailed carries, in characters (UTF-16 units; at most 4x as many bytes). */

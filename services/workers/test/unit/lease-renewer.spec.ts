@@ -1,5 +1,6 @@
 import pino from 'pino';
-import { AbortFanout, AttemptSignals, LeaseRenewer } from '../../src/runtime/lease-renewer';
+import { LeaseRenewer } from '../../src/runtime/lease-renewer';
+import { AbortFanout, AttemptSignals } from '../../src/runtime/attempt-signals';
 
 const logger = pino({ level: 'silent' });
 const lease = (key: string) => ({ key, token: `t-${key}`, attempt: 1 });

@@ -1,0 +1,146 @@
+/**
+ * The signals of a task's attempts: what aborts a running handler (its attempt's timeout; shutdown, revocation or a
+ * lost lease for all attempts of the task) and the one-listener-per-signal fan-out the tasks in flight share.
+ */
+/** One attempt's abort signal (see {@link AttemptSignals.attempt}). */
+export interface AttemptSignal {
+  readonly signal: AbortSignal;
+  dispose(): void;
+}
+
+/**
+ * The signals of one task's attempts: each attempt gets its own AbortSignal ({@link attempt}, or {@link next} for a
+ * backoff); {@link stop} (shutdown, revocation, a lost lease) aborts the newest one and every later one with the
+ * same reason.
+ */
+export class AttemptSignals {
+  stopped = false;
+  reason: unknown;
+  private current?: AbortController;
+  /** Bumped by every {@link attempt} and {@link next}: an attempt whose number is not the latest is over. */
+  private generation = 0;
+
+  /** A fresh signal for the next attempt (or backoff), already aborted once stopped; the one a stop aborts. */
+  next(): AbortController {
+    this.generation++;
+    return (this.current = this.fresh());
+  }
+
+  /** A new controller, already aborted once stopped. */
+  private fresh(): AbortController {
+    const ac = new AbortController();
+    if (this.stopped) ac.abort(this.reason);
+    return ac;
+  }
+
+  /**
+   * The signal of one attempt with a timeout of `timeoutMs` from now, made on first read: a handler that never reads
+   * `signal` costs no AbortController and no timer (the timeout only aborts the signal: a handler is never
+   * abandoned, so nothing else needs the timer). Read late, the signal is already aborted when the deadline or a
+   * stop has passed. Call `dispose` when the attempt settles (clears the timer). A first read once the attempt is
+   * over (disposed, or a later attempt or backoff began: work the handler left behind) gets a signal of its own,
+   * aborted only if a stop came before: it never takes the place of the newest signal, which a stop must reach.
+   */
+  attempt(timeoutMs: number, timeoutReason: () => Error): AttemptSignal {
+    const deadline = Date.now() + timeoutMs;
+    const own = ++this.generation;
+    const live = () => !disposed && own === this.generation;
+    // The live attempt's controller becomes the one a stop aborts; a late one stays apart.
+    const newest = () => (this.current = this.fresh());
+    const late = () => this.fresh();
+    let ac: AbortController | undefined;
+    let timer: NodeJS.Timeout | undefined;
+    let disposed = false;
+    return {
+      get signal() {
+        if (ac) return ac.signal;
+        if (!live()) return (ac = late()).signal;
+        ac = newest();
+        if (!ac.signal.aborted) {
+          const left = deadline - Date.now();
+          const timed = ac;
+          if (left <= 0) timed.abort(timeoutReason());
+          else timer = setTimeout(() => timed.abort(timeoutReason()), left);
+        }
+        return ac.signal;
+      },
+      dispose() {
+        disposed = true;
+        clearTimeout(timer);
+      },
+    };
+  }
+
+  /** Called with the reason on {@link stop} (set by {@link onStop}). */
+  private stopListener?: (reason: unknown) => void;
+
+  /**
+   * Calls `f` with the reason when the attempts stop (at once if they have): a plain callback, for a wait that needs
+   * no AbortSignal of its own (a place in the handler-slot line). One at a time; returns the function that removes it.
+   */
+  onStop(f: (reason: unknown) => void): () => void {
+    if (this.stopped) {
+      f(this.reason);
+      return () => undefined;
+    }
+    // One wait at a time per task (its attempts run one after another): a second would silently drop the first.
+    if (this.stopListener) throw new Error('AttemptSignals.onStop: a stop callback is already registered');
+    this.stopListener = f;
+    return () => {
+      if (this.stopListener === f) this.stopListener = undefined;
+    };
+  }
+
+  stop(reason: unknown): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.reason = reason;
+    this.current?.abort(reason);
+    this.stopListener?.(reason);
+  }
+}
+
+/**
+ * Calls each function registered on a signal once when that signal aborts, through one listener per signal however
+ * many functions are registered. Many tasks in flight wait on one signal (their partition's revocation, their
+ * consumer's drain), and an AbortSignal's `removeEventListener` walks its listeners: with a listener per task, each
+ * task's removal was linear in the tasks in flight. A function that throws does not keep the others from being
+ * called; its error is rethrown in a microtask (uncaught, as from an event listener).
+ */
+export class AbortFanout {
+  private readonly bySignal = new WeakMap<AbortSignal, Set<() => void>>();
+
+  /** Registers `f` (called at once if `signal` has aborted); returns the function that unregisters it. */
+  on(signal: AbortSignal, f: () => void): () => void {
+    if (signal.aborted) {
+      f();
+      return () => undefined;
+    }
+    let fs = this.bySignal.get(signal);
+    if (!fs) {
+      const all = (fs = new Set());
+      this.bySignal.set(signal, all);
+      signal.addEventListener(
+        'abort',
+        () => {
+          this.bySignal.delete(signal);
+          for (const g of all)
+            try {
+              g();
+            } catch (e) {
+              queueMicrotask(() => {
+                throw e;
+              });
+            }
+          all.clear();
+        },
+        { once: true },
+      );
+    }
+    // A wrapper per registration: the same function registered twice is called twice, and removed once each.
+    const entry = () => f();
+    fs.add(entry);
+    const set = fs;
+    return () => void set.delete(entry);
+  }
+}
