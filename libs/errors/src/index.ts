@@ -49,3 +49,6 @@ export abstract class SettingsError extends KeyflowError {
     super(`invalid ${what}:\n${issues.map((i) => `  - ${i}`).join('\n')}`);
   }
 }
+
+/** Reads the files connection settings name, collecting issues (see ./setting-files). */
+export { settingFileReader } from './setting-files';

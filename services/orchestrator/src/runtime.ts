@@ -4,10 +4,9 @@ import {
   connectUntilAnswered,
   createIdempotentProducer,
   createKafka,
-  ensureDlqLedger,
-  isCatalogDlq,
   watchProducer,
 } from '@keyflow/kafka';
+import { ensureDlqLedger, isCatalogDlq } from '@keyflow/ops';
 import {
   ComponentHealth,
   createLogger,

@@ -1,6 +1,6 @@
 import { Command } from 'commander';
+import { createIdempotentProducer } from '@keyflow/kafka';
 import {
-  createIdempotentProducer,
   handledBy,
   listDlqTopics,
   NOT_OWN_SOURCE,
@@ -12,7 +12,7 @@ import {
   summarizeDlqs,
   type DlqSummary,
   type RedriveFilter,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import { CliError, type CliContext } from '../context';
 import { opt } from '../options';
 import { iso, print, table } from '../output';

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
-import { describeKafkaSecurity, KafkaSecurityConfigError, kafkaSecurityFromEnv } from '../../src/security';
+import { describeKafkaSecurity, KafkaSecurityConfigError, kafkaSecurityFromEnv } from '../../src/client/security';
 
 const { file, dir } = tempFiles('kafka-security-');
 const ca = file('ca.pem', PEM_TEXT);

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { CompressionTypes } from 'kafkajs';
+import { CompressionTypes, messageBytes } from '@keyflow/kafka';
 import { longRangeRepeats } from '@keyflow/testing/src/kcat';
 import {
   DLQ_ERROR_MESSAGE_MAX_BYTES,
@@ -9,7 +9,6 @@ import {
   dlqMessage,
   fitDlqRecord,
   header,
-  messageBytes,
   REQUEST_RECORD_MAX_BYTES,
   SOCKET_REQUEST_MAX_BYTES,
   truncateUtf8,

@@ -14,7 +14,7 @@ import {
   type DlqSummary,
   type RedriveFilter,
   type RedriveReport,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import type { Logger } from '@keyflow/observability';
 import { COMPENSATION_SUFFIX, RUN_STATUSES, TIMELINE_MAX } from '@keyflow/workflow';
 import type { LagMonitor } from '../engine/lag-monitor';

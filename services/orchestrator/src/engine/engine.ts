@@ -22,12 +22,10 @@ import {
 } from '@keyflow/blobs';
 import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import {
-  dlqMessage,
   assertCoPartitioned,
   assertGroupIdMigrated,
   coPartitionedAssigner,
   createIdempotentProducer,
-  dlqTopicFor,
   ensureTopics,
   subscribeWhenReady,
   UndecodableBatchError,
@@ -36,14 +34,18 @@ import {
   watchProducer,
   type TopicSpec,
   connectUntilAnswered,
+  TRANSACTIONAL_RETRY,
+  whileTransactionsConcurrent,
+} from '@keyflow/kafka';
+import {
+  dlqMessage,
+  dlqTopicFor,
   taskTopicOf,
   alignDlqLimits,
   dlqTopicConfigs,
   fitDlqRecord,
   dlqLimitBytes,
-  TRANSACTIONAL_RETRY,
-  whileTransactionsConcurrent,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import {
   ComponentHealth,

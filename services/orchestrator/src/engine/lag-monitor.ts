@@ -7,7 +7,7 @@ import {
   type DlqSummary,
   type LedgerCodec,
   type PartitionLag,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import type { Logger } from '@keyflow/observability';
 import type { OrchestratorMetrics } from './metrics';
 

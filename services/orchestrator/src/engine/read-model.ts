@@ -5,12 +5,12 @@ import { blobKeySegment, legacyRunSegment, type ClaimCheck } from '@keyflow/blob
 import { ContractError, type EventCodec } from '@keyflow/contracts';
 import {
   connectUntilAnswered,
-  lastStableOffsets,
   untilAnswered,
   PartitionQuarantine,
   subscribeWhenReady,
   undecodableBatchOf,
 } from '@keyflow/kafka';
+import { lastStableOffsets } from '@keyflow/ops';
 import type { ComponentHealth, Counter, Logger, Registry } from '@keyflow/observability';
 import {
   assembleRunState,

@@ -21,19 +21,16 @@ import {
   type RedisPersistence,
 } from '@keyflow/idempotency';
 import {
-  alignDlqLimits,
   assertGroupIdMigrated,
-  dlqTopicConfigs,
   BatchingProducer,
   createIdempotentProducer,
   createKafka,
-  dlqTopicFor,
   ensureTopics,
   OrderedConsumer,
   watchProducer,
   connectUntilAnswered,
-  taskTopicOf,
 } from '@keyflow/kafka';
+import { alignDlqLimits, dlqTopicConfigs, dlqTopicFor, taskTopicOf } from '@keyflow/ops';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from '../config';
 import {

@@ -1,0 +1,16 @@
+export {
+  ensureTopics,
+  subscribeWhenReady,
+  retryWhileTopicsSettle,
+  partitionCounts,
+  assertCoPartitioned,
+  PartitionCountMismatchError,
+  effectiveReplication,
+  topicCreation,
+  type TopicSpec,
+  type EffectiveReplication,
+  DEFAULT_GROUP_IDS,
+  defaultGroupId,
+  assertGroupIdMigrated,
+  GroupIdMigrationError,
+} from './topics';
