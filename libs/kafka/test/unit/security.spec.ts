@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
+import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/settings';
 import { describeKafkaSecurity, KafkaSecurityConfigError, kafkaSecurityFromEnv } from '../../src/client/security';
 
 const { file, dir } = tempFiles('kafka-security-');

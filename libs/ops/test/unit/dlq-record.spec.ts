@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { CompressionTypes, messageBytes } from '@keyflow/kafka';
-import { longRangeRepeats } from '@keyflow/testing/src/kcat';
+import { longRangeRepeats } from '@keyflow/testing/kcat';
 import {
   DLQ_ERROR_MESSAGE_MAX_BYTES,
   DLQ_HEADERS,
