@@ -32,6 +32,7 @@ export {
   type RedriveReport,
   type RedriveRefusal,
   type RedriveAdmit,
+  type RedriveOptions,
 } from './redrive';
 export {
   DLQ_LEDGER_TOPIC,

@@ -1,6 +1,6 @@
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import { PartitionAssigners, type Consumer, type EachBatchPayload, type Kafka } from 'kafkajs';
+import { PartitionAssigners, type Consumer, type EachBatchPayload } from 'kafkajs';
 import { connectUntilAnswered } from '../client/connect';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
@@ -8,11 +8,7 @@ import { abortableSleep, linkSignals } from '../client/sleep';
 import { subscribeWhenReady } from '../admin/topics';
 import { subscribedRoundRobinAssigner } from './subscribed-assigner';
 import { UndecodableBatchError } from '../codecs/codecs';
-import {
-  PartitionQuarantine,
-  UNDECODABLE_RETRY_MS,
-  undecodableAt,
-} from './undecodable';
+import { PartitionQuarantine, undecodableAt } from './undecodable';
 import { backoffDelayMs, resolveOptions, type OrderedConsumerOptions, type Resolved } from './options';
 import type { ConsumedMessage, ConsumerStats } from './types';
 import { KeyflowError } from '@keyflow/errors';
@@ -418,8 +414,6 @@ export class OrderedConsumer {
     const tracker = new OffsetTracker(messages.map((m) => m.offset));
     const partitionSlots = new Semaphore(this.o.maxInFlightPerPartition);
     const chains = new Map<string, Promise<boolean>>();
-    let lastCommit = Date.now();
-    let committing: Promise<void> = Promise.resolve();
 
     const revoker = new AbortController();
     this.revokers.set(tp, revoker);
@@ -431,7 +425,55 @@ export class OrderedConsumer {
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const owned = () => !lost() && this.assignment.has(tp) && !this.rebalancing;
-    const commit = async (force: boolean) => {
+    const commit = this.batchCommitter(batch, tp, tracker, owned);
+
+    try {
+      for (const m of messages) {
+        if (this.stopping || lost() || this.stopController.signal.aborted) break;
+        // Both slots free (the common case): taken without a turn of the event loop.
+        const partitionSlot = partitionSlots.tryAcquire();
+        if (!partitionSlot || !this.processSlots.tryAcquire()) {
+          this.blocked.add(tp);
+          if (!partitionSlot) await partitionSlots.acquire();
+          await this.processSlots.acquire();
+          this.blocked.delete(tp);
+        }
+        if (this.stopping || lost()) {
+          partitionSlots.release();
+          this.processSlots.release();
+          break;
+        }
+        this.inFlight++;
+        this.chainMessage(chains, batch, m, { tp, lost, signal, tracker, commit, partitionSlots });
+      }
+      // Every chain settles before the batch ends, also when one fails: the partition's next work must not start
+      // beside messages of this batch still running.
+      const settled = await Promise.allSettled(chains.values());
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+      await commit(true);
+    } catch (err) {
+      throw new BatchFailedError(tp, tracker.committable() ?? messages[0].offset, err);
+    } finally {
+      this.blocked.delete(tp);
+      if (this.revokers.get(tp) === revoker) this.revokers.delete(tp);
+      link.dispose();
+    }
+  }
+
+  /**
+   * The commit of a batch's completed prefix (its tracker's committable offset): at most every commitIntervalMs
+   * unless `force`, only while the partition is `owned`, one commit at a time. A failed commit is logged, not thrown.
+   */
+  private batchCommitter(
+    batch: EachBatchPayload['batch'],
+    tp: string,
+    tracker: OffsetTracker,
+    owned: () => boolean,
+  ): (force: boolean) => Promise<void> {
+    let lastCommit = Date.now();
+    let committing: Promise<void> = Promise.resolve();
+    return async (force: boolean) => {
       const next = tracker.committable();
       if (next === undefined || !owned()) return;
       if (!force && Date.now() - lastCommit < this.o.commitIntervalMs) return;
@@ -453,65 +495,52 @@ export class OrderedConsumer {
       });
       await committing;
     };
+  }
 
-    try {
-      for (const m of messages) {
-        if (this.stopping || lost() || this.stopController.signal.aborted) break;
-        // Both slots free (the common case): taken without a turn of the event loop.
-        const partitionSlot = partitionSlots.tryAcquire();
-        if (!partitionSlot || !this.processSlots.tryAcquire()) {
-          this.blocked.add(tp);
-          if (!partitionSlot) await partitionSlots.acquire();
-          await this.processSlots.acquire();
-          this.blocked.delete(tp);
-        }
-        if (this.stopping || lost()) {
-          partitionSlots.release();
-          this.processSlots.release();
-          break;
-        }
-        this.inFlight++;
-        const message: ConsumedMessage = {
-          topic: batch.topic,
-          partition: batch.partition,
-          offset: m.offset,
-          key: m.key ?? null,
-          value: m.value ?? null,
-          headers: m.headers ?? {},
-          timestamp: m.timestamp,
-        };
-        // A null key has no order to keep: it gets a chain of its own. Each link resolves true when its message was
-        // handled; a message given up (the consumer stops, the partition is lost) gives up the rest of its key, so
-        // none of them runs ahead of it.
-        const key = m.key ? m.key.toString('latin1') : `\u0000offset:${m.offset}`;
-        const previous = chains.get(key) ?? HANDLED;
-        const run = previous.then(async (handledBefore) => {
-          try {
-            if (!handledBefore) return false;
-            const done = await this.handleWithRetry(message, tp, lost, signal);
-            if (done && tracker.complete(m.offset) !== undefined) await commit(false);
-            return done;
-          } finally {
-            this.inFlight--;
-            partitionSlots.release();
-            this.processSlots.release();
-          }
-        });
-        chains.set(key, run);
+  /**
+   * Runs message `m` of the batch after the earlier messages of its key (`chains`, per key the last one's promise),
+   * with retries (handleWithRetry), then marks it complete and commits; releases its two slots when it is done.
+   */
+  private chainMessage(
+    chains: Map<string, Promise<boolean>>,
+    batch: EachBatchPayload['batch'],
+    m: EachBatchPayload['batch']['messages'][number],
+    run: {
+      tp: string;
+      lost: () => boolean;
+      signal: AbortSignal;
+      tracker: OffsetTracker;
+      commit: (force: boolean) => Promise<void>;
+      partitionSlots: Semaphore;
+    },
+  ): void {
+    const message: ConsumedMessage = {
+      topic: batch.topic,
+      partition: batch.partition,
+      offset: m.offset,
+      key: m.key ?? null,
+      value: m.value ?? null,
+      headers: m.headers ?? {},
+      timestamp: m.timestamp,
+    };
+    // A null key has no order to keep: it gets a chain of its own. Each link resolves true when its message was
+    // handled; a message given up (the consumer stops, the partition is lost) gives up the rest of its key, so
+    // none of them runs ahead of it.
+    const key = m.key ? m.key.toString('latin1') : `\u0000offset:${m.offset}`;
+    const previous = chains.get(key) ?? HANDLED;
+    const next = previous.then(async (handledBefore) => {
+      try {
+        if (!handledBefore) return false;
+        const done = await this.handleWithRetry(message, run.tp, run.lost, run.signal);
+        if (done && run.tracker.complete(m.offset) !== undefined) await run.commit(false);
+        return done;
+      } finally {
+        this.inFlight--;
+        run.partitionSlots.release();
+        this.processSlots.release();
       }
-      // Every chain settles before the batch ends, also when one fails: the partition's next work must not start
-      // beside messages of this batch still running.
-      const settled = await Promise.allSettled(chains.values());
-      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) throw failed.reason;
-      await commit(true);
-    } catch (err) {
-      throw new BatchFailedError(tp, tracker.committable() ?? messages[0].offset, err);
-    } finally {
-      this.blocked.delete(tp);
-      if (this.revokers.get(tp) === revoker) this.revokers.delete(tp);
-      link.dispose();
-    }
+    });
+    chains.set(key, next);
   }
 
   /** @returns true when handled (committable), false when abandoned because the consumer stops or lost the partition. */
