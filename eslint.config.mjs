@@ -87,7 +87,10 @@ export default tseslint.config(
               message: 'import it from @keyflow/kafka (the only place that imports kafkajs)',
             },
           ],
-          patterns: [{ group: ['kafkajs/*'], message: 'kafkajs internals belong to libs/kafka' }, DEEP_IMPORT],
+          patterns: [
+            { group: ['kafkajs/*'], message: 'kafkajs internals belong to libs/kafka' },
+            DEEP_IMPORT,
+          ],
         },
       ],
     },

@@ -455,4 +455,3 @@ export async function alignDlqLimits(
   }
   return changed;
 }
-

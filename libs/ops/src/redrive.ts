@@ -167,7 +167,10 @@ export async function redrive(kafka: Kafka, opts: RedriveOptions): Promise<Redri
     (_topic, partition, message) => redriveRecord(run, partition, message),
     { groupPrefix: 'keyflow-redrive' },
   );
-  opts.logger.info({ dlqTopic, filter, ...run.report }, dryRun ? 'redrive dry run finished' : 'redrive finished');
+  opts.logger.info(
+    { dlqTopic, filter, ...run.report },
+    dryRun ? 'redrive dry run finished' : 'redrive finished',
+  );
   return run.report;
 }
 
@@ -217,7 +220,11 @@ function pacer(ratePerSec: number): () => Promise<void> {
  * One DLQ record of the scan: passed over, refused, or acted on (sent back and/or entered in the ledger) and counted.
  * @returns false to end the scan of its partition (the limit is reached)
  */
-async function redriveRecord(run: RedriveRun, partition: number, message: KafkaMessage): Promise<void | boolean> {
+async function redriveRecord(
+  run: RedriveRun,
+  partition: number,
+  message: KafkaMessage,
+): Promise<void | boolean> {
   run.report.scanned++;
   const original = header(message.headers ?? {}, DLQ_HEADERS.originalTopic);
   if (passedOver(run, partition, message, original)) return;
@@ -239,7 +246,12 @@ const limitReached = (run: RedriveRun): boolean =>
  * Whether the record is left alone before its destination is looked at, counting why: it does not match the filter,
  * the ledger says it was handled, or (to redrive) it names no original topic or is a stand-in without its value.
  */
-function passedOver(run: RedriveRun, partition: number, message: KafkaMessage, original: string | undefined): boolean {
+function passedOver(
+  run: RedriveRun,
+  partition: number,
+  message: KafkaMessage,
+  original: string | undefined,
+): boolean {
   const { report } = run;
   if (!matchesRedriveFilter(message, run.filter, partition)) {
     report.skipped++;
@@ -288,10 +300,22 @@ async function destinationCheck(
   return 'refused';
 }
 
-function refuse(report: RedriveReport, partition: number, message: KafkaMessage, code: string, reason: string): void {
+function refuse(
+  report: RedriveReport,
+  partition: number,
+  message: KafkaMessage,
+  code: string,
+  reason: string,
+): void {
   report.refused++;
   if (report.refusals.length < REPORT_RECORDS_MAX)
-    report.refusals.push({ partition, offset: message.offset, key: message.key?.toString() ?? null, code, reason });
+    report.refusals.push({
+      partition,
+      offset: message.offset,
+      key: message.key?.toString() ?? null,
+      code,
+      reason,
+    });
 }
 
 /**
@@ -325,7 +349,12 @@ async function act(
  * x-dlq-redrive-count; if that is too large, as its topic accepted it (without the count).
  * @returns false when it is too large even so (counted as tooLarge and logged); other send errors are thrown
  */
-async function sendBack(run: RedriveRun, partition: number, message: KafkaMessage, original: string): Promise<boolean> {
+async function sendBack(
+  run: RedriveRun,
+  partition: number,
+  message: KafkaMessage,
+  original: string,
+): Promise<boolean> {
   const h = message.headers ?? {};
   const kept: IHeaders = Object.fromEntries(Object.entries(h).filter(([k]) => !OURS.has(k)));
   kept[DLQ_HEADERS.redriveCount] = String(Number(header(h, DLQ_HEADERS.redriveCount) ?? 0) + 1);
@@ -350,11 +379,21 @@ async function sendBack(run: RedriveRun, partition: number, message: KafkaMessag
   }
 }
 
-function countMoved(run: RedriveRun, partition: number, message: KafkaMessage, original: string | undefined): void {
+function countMoved(
+  run: RedriveRun,
+  partition: number,
+  message: KafkaMessage,
+  original: string | undefined,
+): void {
   const { report } = run;
   report.moved++;
   if (run.action === 'REDRIVEN' && report.redriven.length < REPORT_RECORDS_MAX)
-    report.redriven.push({ partition, offset: message.offset, key: message.key?.toString() ?? null, topic: original! });
+    report.redriven.push({
+      partition,
+      offset: message.offset,
+      key: message.key?.toString() ?? null,
+      topic: original!,
+    });
   const to = run.action === 'REDRIVEN' ? original! : '(discarded)';
   report.byTopic[to] = (report.byTopic[to] ?? 0) + 1;
 }

@@ -97,7 +97,11 @@ export async function scanRanges(
 }
 
 /** What {@link scanRanges} calls per record; returning false ends that range there. */
-type ScanEach = (topic: string, partition: number, message: KafkaMessage) => void | boolean | Promise<void | boolean>;
+type ScanEach = (
+  topic: string,
+  partition: number,
+  message: KafkaMessage,
+) => void | boolean | Promise<void | boolean>;
 
 /** Where a partition's reading starts (offset a decimal string). */
 type Start = { topic: string; partition: number; offset: string };

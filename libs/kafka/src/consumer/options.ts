@@ -30,9 +30,16 @@ export const DEFAULT_INFRA_BACKOFF: BackoffPolicy = Object.freeze({
  * Delay in ms before the retry after failure number `failures` (1-based): uniform in [0, cap] with
  * cap = floor(min(maxDelayMs, initialDelayMs * multiplier^(failures-1))).
  */
-export function backoffDelayMs(policy: BackoffPolicy, failures: number, random: () => number = Math.random): number {
+export function backoffDelayMs(
+  policy: BackoffPolicy,
+  failures: number,
+  random: () => number = Math.random,
+): number {
   const cap = Math.floor(
-    Math.min(policy.maxDelayMs, policy.initialDelayMs * Math.pow(policy.multiplier, Math.max(0, failures - 1))),
+    Math.min(
+      policy.maxDelayMs,
+      policy.initialDelayMs * Math.pow(policy.multiplier, Math.max(0, failures - 1)),
+    ),
   );
   return Math.floor(random() * (cap + 1));
 }

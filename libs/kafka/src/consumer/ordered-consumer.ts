@@ -59,7 +59,6 @@ const splitTp = (tp: string): [string, number] => {
   return [tp.slice(0, i), Number(tp.slice(i + 1))];
 };
 
-
 /**
  * A consumer-group runner that keeps per-key order while running different keys concurrently.
  *
