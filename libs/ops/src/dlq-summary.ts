@@ -46,7 +46,7 @@ export interface DlqSummary {
 
 /**
  * Reads each DLQ topic (physical names) up to its last stable offset, in one scan, and sums it up: record count,
- * oldest and newest failure, top error classes (from the x-dlq-* triage headers, libs/kafka dlq.ts).
+ * oldest and newest failure, top error classes (from the x-dlq-* triage headers, ./dlq-headers).
  */
 export async function summarizeDlqs(
   kafka: Kafka,

@@ -19,7 +19,7 @@ import { iso, print, table } from '../output';
 import { RerunCheck } from '../rerun-check';
 
 /**
- * Every DLQ topic of this deployment (the catalog's `*.dlq` under the topic prefix: libs/kafka isCatalogDlq), summed up
+ * Every DLQ topic of this deployment (the catalog's `*.dlq` under the topic prefix: libs/ops isCatalogDlq), summed up
  * against the DLQ ledger, with logical names.
  */
 export async function dlqSummaries(ctx: CliContext): Promise<DlqSummary[]> {
