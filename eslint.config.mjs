@@ -4,6 +4,13 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import nx from '@nx/eslint-plugin';
 
+/** A deep import into another keyflow package (`@keyflow/<package>/src/...`): import its public entry instead. */
+const DEEP_IMPORT = {
+  group: ['@keyflow/*/src', '@keyflow/*/src/**'],
+  message:
+    "import the package's public entry (@keyflow/<package>); export what you need from its src/index.ts",
+};
+
 export default tseslint.config(
   {
     ignores: [
@@ -56,6 +63,16 @@ export default tseslint.config(
       'no-console': 'off',
     },
   },
+  // Import boundaries (issue 41): a package is used through its public entry (its package.json `main`, or a path
+  // it gives for that, such as @keyflow/testing/settings), never by reaching into another package's src/. Applies
+  // to every TypeScript file, tests included. The kafkajs rule below repeats this pattern: a file's
+  // no-restricted-imports is the last matching block's, not a merge.
+  {
+    files: ['**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: [DEEP_IMPORT] }],
+    },
+  },
   // libs/kafka is the one place that imports the Kafka client (issue 40): everything else takes kafkajs's classes and
   // types from @keyflow/kafka, which re-exports them (one patched copy loaded). The plain-client baselines of bench/
   // measure the client itself, and bench-clients/ compares clients.
@@ -72,7 +89,10 @@ export default tseslint.config(
               message: 'import it from @keyflow/kafka (the only place that imports kafkajs)',
             },
           ],
-          patterns: [{ group: ['kafkajs/*'], message: 'kafkajs internals belong to libs/kafka' }],
+          patterns: [
+            { group: ['kafkajs/*'], message: 'kafkajs internals belong to libs/kafka' },
+            DEEP_IMPORT,
+          ],
         },
       ],
     },

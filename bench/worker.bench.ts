@@ -4,14 +4,8 @@ import { derivedEventId, EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { noop } from '@keyflow/tasks';
-import {
-  BatchingProducer,
-  createIdempotentProducer,
-  createKafka,
-  dlqTopicFor,
-  OrderedConsumer,
-  taskTopicOf,
-} from '@keyflow/kafka';
+import { BatchingProducer, createIdempotentProducer, createKafka, OrderedConsumer } from '@keyflow/kafka';
+import { dlqTopicFor, taskTopicOf } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
 import { loadWorkerConfig } from '@keyflow/workers';
 

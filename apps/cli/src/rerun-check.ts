@@ -6,7 +6,7 @@ import {
   redisConnectionFromEnv,
   type RecordState,
 } from '@keyflow/idempotency';
-import type { CheckedCommand } from '@keyflow/kafka';
+import type { CheckedCommand } from '@keyflow/ops';
 import type { RerunFacts, RunView } from '@keyflow/workflow';
 import { api, ApiError } from './api';
 import type { CliContext } from './context';

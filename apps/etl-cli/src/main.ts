@@ -17,7 +17,7 @@ import { createInterface } from 'node:readline';
 import { Command } from 'commander';
 import { positiveInt } from './args';
 import { Format, SingleBar, Presets } from 'cli-progress';
-import { CONSOLE_PATH } from '@keyflow/orchestrator/src/api/console';
+import { CONSOLE_PATH } from '@keyflow/orchestrator';
 import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
 import { TERMINAL, type RunState, type TaskOutputOf } from '@keyflow/workflow';
 import type { etlExtract, etlLoad, etlReport, etlTransform, SinkSpec } from '@keyflow/tasks';

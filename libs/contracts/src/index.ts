@@ -9,7 +9,7 @@ export {
   RegistryConnectionConfigError,
   type RegistryConnection,
 } from './registry-connection';
-export { settingFileReader } from './setting-files';
+export { settingFileReader } from '@keyflow/errors';
 export { avroType } from './avro-type';
 export { avroPiiMarks, maskAvroPii, maskWithType, marksAny, mergeMarks, type PiiMarks } from './pii';
 export {

@@ -1,5 +1,5 @@
 import type { CodecOptions } from './codec';
-import { settingFileReader } from './setting-files';
+import { settingFileReader } from '@keyflow/errors';
 import { SettingsError } from '@keyflow/errors';
 
 /**

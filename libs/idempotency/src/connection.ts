@@ -1,6 +1,5 @@
-import { settingFileReader } from '@keyflow/contracts';
 import Redis, { type RedisOptions } from 'ioredis';
-import { SettingsError } from '@keyflow/errors';
+import { settingFileReader, SettingsError } from '@keyflow/errors';
 
 /**
  * How a keyflow process connects to Redis, from the environment:

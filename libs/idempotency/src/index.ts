@@ -23,3 +23,4 @@ export {
   RedisConnectionConfigError,
   type RedisConnection,
 } from './connection';
+export { connectionSettingsFromEnv, type ConnectionSettings } from './connections';

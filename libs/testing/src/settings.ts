@@ -5,7 +5,7 @@ import type { SettingsError } from '@keyflow/errors';
 
 /**
  * Helpers of the connection settings' unit tests (Kafka, registry, Redis). A module of its own, without the
- * containers and clients the rest of this lib loads: import `@keyflow/testing/src/settings`.
+ * containers and clients the rest of this lib loads: import it as `@keyflow/testing/settings` (../settings.ts).
  */
 
 /** A text with PEM certificate headers (what the settings checks look for in a CA or certificate file). */

@@ -2,12 +2,8 @@ import { BlobConfigSchema } from '@keyflow/blobs';
 import type { RegistryConnection } from '@keyflow/contracts';
 import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
-import {
-  connectionSettingsFromEnv,
-  defaultGroupId,
-  unsetWhenEmpty,
-  type KafkaSecurity,
-} from '@keyflow/kafka';
+import { defaultGroupId, unsetWhenEmpty, type KafkaSecurity } from '@keyflow/kafka';
+import { connectionSettingsFromEnv } from '@keyflow/idempotency';
 import { DEFAULT_PARKED_INPUTS_LIMIT, DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, LOOPBACK_ADDRESS, type ApiKeyEntry } from './api/auth';

@@ -13,6 +13,12 @@ export {
   type KeyflowOrchestratorAsyncOptions,
 } from './module';
 export type { OrchestratorRuntime } from './runtime';
-export { OrchestratorConfigError } from './config';
-export { OrchestratorSettingsSchema } from './config';
+export { OrchestratorConfigError, loadOrchestratorConfig, OrchestratorSettingsSchema } from './config';
 export type { ScheduleDef, CatchUp } from './engine/scheduler';
+/** The one-shot rebuild check (`keyflow rebuild` in apps/cli): every run rebuilt from the input topics, compared with wf.state. */
+export { rebuildRuns, diffRun, type RebuildReport, type Difference } from './rebuild';
+export { WorkflowRegistry } from './workflows/registry';
+/** The definitions the built-in orchestrator registers (the CLI's rebuild knows them without --definitions). */
+export { builtinWorkflows } from './workflows/registry';
+/** Where the orchestrator serves the operator console (its HTTP path). */
+export { CONSOLE_PATH } from './api/console';

@@ -4,11 +4,10 @@ import {
   connectUntilAnswered,
   createIdempotentProducer,
   createKafka,
-  ensureDlqLedger,
-  isCatalogDlq,
   watchProducer,
   type Kafka,
 } from '@keyflow/kafka';
+import { ensureDlqLedger, isCatalogDlq } from '@keyflow/ops';
 import {
   ComponentHealth,
   createLogger,

@@ -2,13 +2,8 @@ import { BlobConfigSchema } from '@keyflow/blobs';
 import type { RegistryConnection } from '@keyflow/contracts';
 import { DEFAULT_COMPLETION_TTL_MS, type RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
-import {
-  connectionSettingsFromEnv,
-  defaultGroupId,
-  blankAsUnset,
-  unsetWhenEmpty,
-  type KafkaSecurity,
-} from '@keyflow/kafka';
+import { defaultGroupId, blankAsUnset, unsetWhenEmpty, type KafkaSecurity } from '@keyflow/kafka';
+import { connectionSettingsFromEnv } from '@keyflow/idempotency';
 import { SettingsError } from '@keyflow/errors';
 
 /**

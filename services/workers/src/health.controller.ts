@@ -15,7 +15,7 @@ export class HealthController {
    * 200 `{ status: 'ok', stats, idempotency: { durable, reason }, failed: [], degraded: [] }` while the group member
    * and the result producer are alive; 200 with `status: 'degraded'` while `degraded` lists conditions that stop part
    * of the work but not the process (a partition paused on a record batch no codec decodes: code UNDECODABLE_BATCH,
-   * `error` naming topic:partition and offsets; see libs/kafka/src/undecodable.ts; a restart would meet the same
+   * `error` naming topic:partition and offsets; see libs/kafka/src/consumer/undecodable.ts; a restart would meet the same
    * batch, so this is not a liveness failure); 503 with `status: 'unhealthy'` and `failed` naming what stopped for good (component,
    * error, code, at in ms since epoch), or before the consumer started. `idempotency.durable: false` (a Redis that
    * persists nothing) is reported, not unhealthy: the worker still works, with weaker redelivery guarantees.

@@ -9,21 +9,18 @@ import {
 import { EventCodec } from '@keyflow/contracts';
 import { createRedis, IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
 import {
-  alignDlqLimits,
   assertGroupIdMigrated,
   BatchingProducer,
   connectUntilAnswered,
   createIdempotentProducer,
   createKafka,
-  dlqTopicConfigs,
-  dlqTopicFor,
   ensureTopics,
   OrderedConsumer,
-  taskTopicOf,
   watchProducer,
   type Kafka,
   type Producer,
 } from '@keyflow/kafka';
+import { alignDlqLimits, dlqTopicConfigs, dlqTopicFor, taskTopicOf } from '@keyflow/ops';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from './config';
 import type { EventPublisher } from './runtime/event-publisher';

@@ -1,6 +1,6 @@
 import { Command } from 'commander';
+import { createIdempotentProducer } from '@keyflow/kafka';
 import {
-  createIdempotentProducer,
   handledBy,
   listDlqTopics,
   NOT_OWN_SOURCE,
@@ -13,14 +13,14 @@ import {
   type DlqSummary,
   type RedriveReport,
   type RedriveFilter,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import { CliError, type CliContext } from '../context';
 import { opt } from '../options';
 import { iso, print, table } from '../output';
 import { RerunCheck } from '../rerun-check';
 
 /**
- * Every DLQ topic of this deployment (the catalog's `*.dlq` under the topic prefix: libs/kafka isCatalogDlq), summed up
+ * Every DLQ topic of this deployment (the catalog's `*.dlq` under the topic prefix: libs/ops isCatalogDlq), summed up
  * against the DLQ ledger, with logical names.
  */
 export async function dlqSummaries(ctx: CliContext): Promise<DlqSummary[]> {

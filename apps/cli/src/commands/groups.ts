@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { groupLag, SCAN_GROUP_PREFIXES, type PartitionLag } from '@keyflow/kafka';
+import { groupLag, SCAN_GROUP_PREFIXES, type PartitionLag } from '@keyflow/ops';
 import type { CliContext } from '../context';
 import { opt } from '../options';
 import { duration, print, table } from '../output';

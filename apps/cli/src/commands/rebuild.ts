@@ -2,9 +2,8 @@ import { resolve } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { claimCheckFromConfig } from '@keyflow/blobs';
 import type { WorkflowDefinition } from '@keyflow/workflow';
-import { loadOrchestratorConfig } from '@keyflow/orchestrator/src/config';
-import { rebuildRuns } from '@keyflow/orchestrator/src/rebuild';
-import { builtinWorkflows, WorkflowRegistry } from '@keyflow/orchestrator/src/workflows/registry';
+import { loadOrchestratorConfig, rebuildRuns, WorkflowRegistry } from '@keyflow/orchestrator';
+import { builtinWorkflows } from '@keyflow/orchestrator';
 import type { CliContext } from '../context';
 import { print } from '../output';
 

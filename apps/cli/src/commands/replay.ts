@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { lastStableOffsets, resumePosition, scanRanges, type CheckedCommand } from '@keyflow/kafka';
+import { lastStableOffsets, resumePosition, scanRanges, type CheckedCommand } from '@keyflow/ops';
 import { rerunVerdict } from '@keyflow/workflow';
 import type { CliContext } from '../context';
 import { CliConfigError, CliError } from '../context';

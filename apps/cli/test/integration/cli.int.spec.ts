@@ -1,4 +1,4 @@
-import { dlqMessage } from '@keyflow/kafka';
+import { dlqMessage } from '@keyflow/ops';
 import { eventually, TestNamespace } from '@keyflow/testing';
 import { idempotencyKeyPrefix } from '@keyflow/idempotency';
 import {

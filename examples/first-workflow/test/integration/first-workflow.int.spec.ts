@@ -1,7 +1,8 @@
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { EventCodec, newMetadata, registryConnectionFromEnv } from '@keyflow/contracts';
-import { createKafka, taskTopicOf } from '@keyflow/kafka';
+import { createKafka } from '@keyflow/kafka';
+import { taskTopicOf } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCommand } from '@keyflow/schemas';
 import { Collector, eventually, startServiceProcess, type ServiceProcess } from '@keyflow/testing';

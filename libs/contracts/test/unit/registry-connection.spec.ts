@@ -1,4 +1,4 @@
-import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
+import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/settings';
 import { RegistryConnectionConfigError, registryConnectionFromEnv } from '../../src/registry-connection';
 import { RegistryUnavailableError } from '../../src/errors';
 

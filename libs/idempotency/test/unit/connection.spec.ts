@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
+import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/settings';
 import { describeRedis, RedisConnectionConfigError, redisConnectionFromEnv } from '../../src/connection';
 
 const { file, dir } = tempFiles('redis-connection-');

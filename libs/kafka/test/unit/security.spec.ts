@@ -1,6 +1,10 @@
 import { join } from 'node:path';
-import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/src/settings';
-import { describeKafkaSecurity, KafkaSecurityConfigError, kafkaSecurityFromEnv } from '../../src/security';
+import { PEM_TEXT, settingsIssues, tempFiles } from '@keyflow/testing/settings';
+import {
+  describeKafkaSecurity,
+  KafkaSecurityConfigError,
+  kafkaSecurityFromEnv,
+} from '../../src/client/security';
 
 const { file, dir } = tempFiles('kafka-security-');
 const ca = file('ca.pem', PEM_TEXT);

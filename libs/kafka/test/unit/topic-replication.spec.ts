@@ -1,4 +1,4 @@
-import { effectiveReplication, topicCreation } from '../../src/topics';
+import { effectiveReplication, topicCreation } from '../../src/admin/topics';
 
 const catalog = { replicationFactor: 3, minInsyncReplicas: 2 };
 

@@ -1,4 +1,4 @@
-import { taskTopicOf } from '@keyflow/kafka';
+import { taskTopicOf } from '@keyflow/ops';
 import { BUILTIN_TASKS, chargePayment, etlExtract, etlLoad } from '../../src';
 
 describe('the built-in task catalog', () => {

@@ -14,7 +14,7 @@ import {
   type DlqSummary,
   type RedriveFilter,
   type RedriveReport,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import type { Logger } from '@keyflow/observability';
 import { COMPENSATION_SUFFIX, RUN_STATUSES, TIMELINE_MAX } from '@keyflow/workflow';
 import type { LagMonitor } from '../engine/lag-monitor';
@@ -83,7 +83,7 @@ export class OpsService {
     private readonly pii: PiiMasking,
     /**
      * The DLQs of this deployment's catalog (logical names: Engine.topics); the ops API acts on no other. Default: every
-     * DLQ keyflow declares under the prefix (libs/kafka isCatalogDlq).
+     * DLQ keyflow declares under the prefix (libs/ops isCatalogDlq).
      */
     private readonly declaredDlqs?: ReadonlySet<string>,
   ) {}
@@ -166,7 +166,7 @@ export class OpsService {
   }
 
   /**
-   * Redrives (or discards) at most `limit` pending records of a DLQ that match `filter` (libs/kafka redrive),
+   * Redrives (or discards) at most `limit` pending records of a DLQ that match `filter` (libs/ops redrive),
    * recorded in the DLQ ledger as done by the console. After an action the overview's figures are measured again.
    * A task command is redriven only while the engine awaits it (libs/workflow rerunVerdict on the read model's view
    * of its run, the check `keyflow dlq redrive` and `keyflow replay` apply): one of a run that ended or was

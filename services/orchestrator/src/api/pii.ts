@@ -1,4 +1,4 @@
-import type { DlqRecord } from '@keyflow/kafka';
+import type { DlqRecord } from '@keyflow/ops';
 import { marksPii, maskPii, maskRunView, PII_MASK, type AnyTaskContract, type z } from '@keyflow/workflow';
 import type { WorkflowRegistry } from '../workflows/registry';
 

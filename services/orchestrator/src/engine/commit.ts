@@ -1,15 +1,12 @@
 import {
   CompressionTypes,
   KafkaJSError,
-  dlqLimitBytes,
-  dlqMessage,
-  dlqTopicFor,
-  fitDlqRecord,
   messageBytes,
   whileTransactionsConcurrent,
   writeCompression,
   type IHeaders,
 } from '@keyflow/kafka';
+import { dlqLimitBytes, dlqMessage, dlqTopicFor, fitDlqRecord } from '@keyflow/ops';
 import type { ClaimCheck } from '@keyflow/blobs';
 import type { EventCodec } from '@keyflow/contracts';
 import { KeyflowError } from '@keyflow/errors';

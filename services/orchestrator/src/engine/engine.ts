@@ -12,7 +12,6 @@ import {
   assertGroupIdMigrated,
   coPartitionedAssigner,
   createIdempotentProducer,
-  dlqTopicFor,
   ensureTopics,
   subscribeWhenReady,
   UndecodableBatchError,
@@ -21,10 +20,16 @@ import {
   watchProducer,
   type TopicSpec,
   connectUntilAnswered,
+  TRANSACTIONAL_RETRY,
+  whileTransactionsConcurrent,
+} from '@keyflow/kafka';
+import {
+  dlqMessage,
+  dlqTopicFor,
   taskTopicOf,
   alignDlqLimits,
   dlqTopicConfigs,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import {
   ComponentHealth,

@@ -7,7 +7,7 @@ import {
   type DlqSummary,
   type LedgerCodec,
   type PartitionLag,
-} from '@keyflow/kafka';
+} from '@keyflow/ops';
 import type { Logger } from '@keyflow/observability';
 import type { OrchestratorMetrics } from './metrics';
 
@@ -23,7 +23,7 @@ export interface LagReport {
 /**
  * Sets the lag metrics (consumer_lag_records, consumer_oldest_unread_age_seconds, dlq_records) every `intervalMs`:
  * per group of `groups`, topic and partition, the records still to read as a read_committed consumer counts them
- * (libs/kafka groupLag: transaction markers and aborted records are not lag), and the pending records of every DLQ
+ * (libs/ops groupLag: transaction markers and aborted records are not lag), and the pending records of every DLQ
  * topic of this deployment's catalog under the topic prefix (those the DLQ ledger does not name as redriven or discarded). Topics are labelled by
  * logical name. A pass that fails is logged and the previous figures stay (consumer_lag_scraped_at_seconds says how
  * old they are). The last pass's figures are also kept for the ops console ({@link latest}).
@@ -41,7 +41,7 @@ export class LagMonitor {
     private readonly logger: Logger,
     /**
      * `codec` names the topics (its prefix) and reads the DLQ ledger; `dlqs`, the DLQs of this deployment's catalog
-     * (logical names: Engine.topics), default every DLQ keyflow declares under the prefix (libs/kafka isCatalogDlq).
+     * (logical names: Engine.topics), default every DLQ keyflow declares under the prefix (libs/ops isCatalogDlq).
      */
     private readonly o: {
       groups: string[];

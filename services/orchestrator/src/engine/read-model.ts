@@ -6,12 +6,12 @@ import { ContractError, PayloadNotJsonError, PayloadSerde, type EventCodec } fro
 import type { RunSnapshot } from '@keyflow/schemas';
 import {
   connectUntilAnswered,
-  lastStableOffsets,
   untilAnswered,
   PartitionQuarantine,
   subscribeWhenReady,
   undecodableBatchOf,
 } from '@keyflow/kafka';
+import { lastStableOffsets } from '@keyflow/ops';
 import type { ComponentHealth, Counter, Logger, Registry } from '@keyflow/observability';
 import {
   assembleRunState,

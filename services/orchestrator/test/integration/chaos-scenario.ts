@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { Pool } from 'pg';
 import type { IHeaders, Producer } from '@keyflow/kafka';
-import { dlqTopicFor } from '@keyflow/kafka';
+import { dlqTopicFor } from '@keyflow/ops';
 import {
   AwaitTimeoutError,
   Collector,

@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { Partitioners, type KafkaMessage } from '@keyflow/kafka';
 import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES } from '@keyflow/blobs';
 import { newMetadata } from '@keyflow/contracts';
-import { DLQ_HEADERS, header, NODE_HAS_ZSTD } from '@keyflow/kafka';
+import { NODE_HAS_ZSTD } from '@keyflow/kafka';
+import { DLQ_HEADERS, header } from '@keyflow/ops';
 import type { RunSnapshot } from '@keyflow/schemas';
 import {
   Collector,

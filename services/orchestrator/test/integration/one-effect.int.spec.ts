@@ -1,5 +1,5 @@
 import { Pool } from 'pg';
-import { redrive } from '@keyflow/kafka';
+import { redrive } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
 import { eventually } from '@keyflow/testing';
 import { OrchestratorHarness, post, type ServiceProcess } from './support';

@@ -1,5 +1,5 @@
 import { workflowStats } from '../../src/engine/read-model';
-import { taskTypeOfTopic, taskTopicOf } from '@keyflow/kafka';
+import { taskTypeOfTopic, taskTopicOf } from '@keyflow/ops';
 
 const run = (workflow: string, status: string, startedAt: number, endedAt?: number) => ({
   workflow,

@@ -11,13 +11,13 @@ import {
 import {
   abortableSleep,
   Semaphore,
-  sendToDlq,
   type BatchingProducer,
   type Producer,
   type ConsumedMessage,
   type HandleContext,
   type Message,
 } from '@keyflow/kafka';
+import { sendToDlq } from '@keyflow/ops';
 import {
   context,
   INVALID_SPAN_CONTEXT,

@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import type { KafkaMessage } from '@keyflow/kafka';
 import { IdempotencyStore, idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { KAFKA_DEFAULT_MAX_MESSAGE_BYTES, PgBlobStore } from '@keyflow/blobs';
-import { describeDlqRecord, DLQ_HEADERS, header, NODE_HAS_ZSTD, redrive } from '@keyflow/kafka';
+import { NODE_HAS_ZSTD } from '@keyflow/kafka';
+import { describeDlqRecord, DLQ_HEADERS, header, redrive } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { toWireFormat } from '@keyflow/contracts';
-import { DLQ_HEADERS, header, redrive } from '@keyflow/kafka';
+import { DLQ_HEADERS, header, redrive } from '@keyflow/ops';
 import { idempotencyKeyPrefix } from '@keyflow/idempotency';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';

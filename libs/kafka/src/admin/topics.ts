@@ -1,7 +1,6 @@
 import type { Admin, ITopicConfig } from 'kafkajs';
 import { KeyflowError, retryableOf } from '@keyflow/errors';
-import { TASK_TYPE } from '@keyflow/workflow';
-import { isTopicSettling } from './kafka-errors';
+import { isTopicSettling } from '../kafka-errors';
 
 export interface TopicSpec {
   topic: string;
@@ -161,45 +160,6 @@ export async function subscribeWhenReady(
 ): Promise<void> {
   await retryWhileTopicsSettle(() => consumer.subscribe({ topic, fromBeginning }), timeoutMs);
 }
-
-/** Logical topic of a task type's commands: `task.<type>` (schemas/catalog.yaml). */
-export const taskTopicOf = (taskType: string) => `task.${taskType}`;
-
-/** The task type whose commands a logical topic carries, or undefined (task.results, DLQs, other topics). */
-export function taskTypeOfTopic(logicalTopic: string): string | undefined {
-  if (!logicalTopic.startsWith('task.') || logicalTopic.endsWith('.dlq') || logicalTopic === 'task.results')
-    return undefined;
-  return logicalTopic.slice('task.'.length);
-}
-
-/** The suffix of a DLQ topic's name: `<topic>.dlq` (see dlqTopicFor). */
-const DLQ_SUFFIX = '.dlq';
-/** The topics keyflow dead-letters into `<topic>.dlq` besides the task topics (schemas/catalog.yaml). */
-const DLQ_SOURCES = new Set(['wf.requests', 'task.results']);
-
-/**
- * Whether a logical topic name is a DLQ keyflow declares (schemas/catalog.yaml; Engine.topics and the workers'
- * topics): `wf.requests.dlq`, `task.results.dlq` or `task.<type>.dlq` for a legal task type (libs/workflow
- * TASK_TYPE, not itself ending in `.dlq`). With `declared` (logical DLQ names: a deployment's exact catalog, such as
- * the orchestrator's Engine.topics), only those. DLQ tools (CLI, ops API and console, lag monitor) act on no other
- * topic: another application's `*.dlq` in a shared cluster is not theirs to list, redrive or discard.
- */
-export function isCatalogDlq(logical: string, declared?: ReadonlySet<string>): boolean {
-  if (!logical.endsWith(DLQ_SUFFIX)) return false;
-  const source = logical.slice(0, -DLQ_SUFFIX.length);
-  const type = taskTypeOfTopic(source);
-  const known =
-    DLQ_SOURCES.has(source) ||
-    (type !== undefined &&
-      source === taskTopicOf(type) &&
-      TASK_TYPE.test(type) &&
-      !type.endsWith(DLQ_SUFFIX));
-  return known && (declared === undefined || declared.has(logical));
-}
-
-/** The one topic a DLQ's records may be redriven to: its source, `<topic>` of `<topic>.dlq` (physical names). */
-export const catalogDlqSource = (physicalDlq: string): string =>
-  physicalDlq.endsWith(DLQ_SUFFIX) ? physicalDlq.slice(0, -DLQ_SUFFIX.length) : physicalDlq;
 
 /** Default consumer group ids of the services without a topic prefix (see {@link defaultGroupId}). */
 export const DEFAULT_GROUP_IDS = {

@@ -37,7 +37,7 @@ import { promisify } from 'node:util';
 import { constants } from 'node:buffer';
 import { CompressionCodecs, CompressionTypes, KafkaJSNotImplemented } from 'kafkajs';
 import { KeyflowError } from '@keyflow/errors';
-import { UNDECODABLE_CODE, isStandInRecords, standInRecords } from './undecodable';
+import { UNDECODABLE_CODE, isStandInRecords, standInRecords } from '../consumer/undecodable';
 import {
   OutputLimitError,
   PARSED_RECORD_BYTES,

@@ -1,10 +1,10 @@
 import avsc from 'avsc';
-import type { Producer } from 'kafkajs';
+import { createIdempotentProducer, type Producer } from '@keyflow/kafka';
 import { EventCodec, toWireFormat } from '@keyflow/contracts';
 import { schemaSet, type AvroSchema } from '@keyflow/schemas';
 import { TestNamespace } from '@keyflow/testing';
 import { PII_MASK } from '@keyflow/workflow';
-import { createIdempotentProducer, dlqMessage, dlqTopicFor, readDlqRecords } from '../../src';
+import { dlqMessage, dlqTopicFor, readDlqRecords } from '../../src';
 
 jest.setTimeout(60_000);
 

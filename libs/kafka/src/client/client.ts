@@ -1,11 +1,11 @@
 import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Producer } from 'kafkajs';
 import type { Logger } from '@keyflow/observability';
 // For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
-import './codecs';
+import '../codecs/codecs';
 import { assertKafkajsPatched } from './kafkajs-patch';
-import { JavaCompatiblePartitioner } from './partitioner';
-import { maxDecompressedBytes } from './decompression-limit';
-import { compressionSetting } from './write-compression';
+import { JavaCompatiblePartitioner } from '../producer/partitioner';
+import { maxDecompressedBytes } from '../codecs/decompression-limit';
+import { compressionSetting } from '../producer/write-compression';
 import type { KafkaSecurity } from './security';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {

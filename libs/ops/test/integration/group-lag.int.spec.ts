@@ -1,4 +1,4 @@
-import type { Producer } from 'kafkajs';
+import type { Producer } from '@keyflow/kafka';
 import { TestNamespace } from '@keyflow/testing';
 import { groupLag } from '../../src';
 

@@ -1,7 +1,7 @@
 import { SettingsError } from '@keyflow/errors';
 import { registryConnectionFromEnv, type RegistryConnection } from '@keyflow/contracts';
-import { redisConnectionFromEnv, type RedisConnection } from '@keyflow/idempotency';
-import { kafkaSecurityFromEnv, type KafkaSecurity } from './security';
+import { kafkaSecurityFromEnv, type KafkaSecurity } from '@keyflow/kafka';
+import { redisConnectionFromEnv, type RedisConnection } from './connection';
 
 /** The three connections a keyflow service makes, as the environment sets them (each checked at startup). */
 export interface ConnectionSettings {
@@ -12,8 +12,8 @@ export interface ConnectionSettings {
 }
 
 /**
- * Kafka (./security), schema registry (libs/contracts registryConnectionFromEnv) and, given its URL, Redis
- * (libs/idempotency redisConnectionFromEnv) settings of `env`, all checked before any of them is used.
+ * Kafka (@keyflow/kafka kafkaSecurityFromEnv), schema registry (libs/contracts registryConnectionFromEnv) and, given its URL, Redis
+ * (./connection redisConnectionFromEnv) settings of `env`, all checked before any of them is used.
  * @returns the settings, or `{ issues }` naming every setting of the three that cannot work (none is thrown, so a
  *   service reports them in its own configuration error beside its other settings' issues)
  */

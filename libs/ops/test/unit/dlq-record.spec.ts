@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { CompressionTypes } from 'kafkajs';
-import { longRangeRepeats } from '@keyflow/testing/src/kcat';
+import { CompressionTypes, messageBytes } from '@keyflow/kafka';
+import { longRangeRepeats } from '@keyflow/testing/kcat';
 import {
   DLQ_ERROR_MESSAGE_MAX_BYTES,
   DLQ_HEADERS,
@@ -9,7 +9,6 @@ import {
   dlqMessage,
   fitDlqRecord,
   header,
-  messageBytes,
   REQUEST_RECORD_MAX_BYTES,
   SOCKET_REQUEST_MAX_BYTES,
   truncateUtf8,

@@ -1,23 +1,18 @@
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import { PartitionAssigners, type Consumer, type EachBatchPayload, type IHeaders, type Kafka } from 'kafkajs';
-import { backoffDelayMs, retryPolicy, type RetryPolicy } from '@keyflow/workflow';
-import type { ComponentHealth, Logger, Registry } from '@keyflow/observability';
-import { connectUntilAnswered } from './connect';
+import { PartitionAssigners, type Consumer, type EachBatchPayload } from 'kafkajs';
+import { connectUntilAnswered } from '../client/connect';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
-import { abortableSleep, linkSignals } from './sleep';
-import { subscribeWhenReady } from './topics';
+import { abortableSleep, linkSignals } from '../client/sleep';
+import { subscribeWhenReady } from '../admin/topics';
 import { subscribedRoundRobinAssigner } from './subscribed-assigner';
-import { UndecodableBatchError } from './codecs';
-import { isConsumerGroupNotInitialized } from './kafka-errors';
-import {
-  PartitionQuarantine,
-  UNDECODABLE_RETRY_MS,
-  undecodableAt,
-  type QuarantinedPartition,
-} from './undecodable';
+import { UndecodableBatchError } from '../codecs/codecs';
+import { PartitionQuarantine, undecodableAt } from './undecodable';
+import { backoffDelayMs, resolveOptions, type OrderedConsumerOptions, type Resolved } from './options';
+import type { ConsumedMessage, ConsumerStats } from './types';
 import { KeyflowError, retryableOf } from '@keyflow/errors';
+import { isConsumerGroupNotInitialized } from '../kafka-errors';
 
 /** The partition of a message was revoked in a rebalance while it ran: its new owner redelivers it. Retryable. */
 export class PartitionRevokedError extends KeyflowError {
@@ -64,115 +59,6 @@ const splitTp = (tp: string): [string, number] => {
   const i = tp.lastIndexOf(':');
   return [tp.slice(0, i), Number(tp.slice(i + 1))];
 };
-
-/** One record as the handler sees it. `offset` is a decimal string (int64). */
-export interface ConsumedMessage {
-  topic: string;
-  partition: number;
-  offset: string;
-  key: Buffer | null;
-  value: Buffer | null;
-  headers: IHeaders;
-  /** Broker or producer timestamp, ms since epoch, as a decimal string. */
-  timestamp: string;
-}
-
-export interface HandleContext {
-  /**
-   * Aborted when the consumer stops and the drain deadline passes (reason: an Error naming the deadline), or when
-   * the message's partition is revoked in a rebalance (reason: PartitionRevokedError): its new owner redelivers it.
-   */
-  signal: AbortSignal;
-  /**
-   * Aborted only when the consumer stops and its drain deadline passes (not on revocation): work that must finish
-   * even for a revoked partition (writing the record of a step that ran) stops on this one.
-   */
-  shutdown: AbortSignal;
-  /**
-   * Aborted as soon as stop() is called (reason: ConsumerStoppingError), before the drain deadline: work already
-   * running goes on, work not started yet (e.g. waiting for a slot of its own) should not start. A handler that
-   * rejects once this is aborted is not retried in place: the message stays uncommitted and is redelivered.
-   */
-  draining: AbortSignal;
-  /** Which infrastructure retry this is (0 on first delivery to the handler in this process). */
-  redeliveries: number;
-}
-
-/**
- * Handles one message. Resolve = done (it may be committed). Reject = the message could not even be dealt with
- * (broker or Redis down, DLQ unreachable): it is retried in place with backoff, holding its key, and never skipped.
- * Business failures must be turned into results or DLQ records by the handler, not thrown.
- */
-export type MessageHandler = (message: ConsumedMessage, ctx: HandleContext) => Promise<void>;
-
-export interface OrderedConsumerOptions {
-  kafka: Kafka;
-  /** Consumer group id, used on the broker exactly as given. */
-  groupId: string;
-  topics: string[];
-  handle: MessageHandler;
-  logger: Logger;
-  /** A new group starts from the earliest offset (default true): a new consumer reads full history, on purpose. */
-  fromBeginning?: boolean;
-  /** Messages dispatched and not completed, per partition (default 32). */
-  maxInFlightPerPartition?: number;
-  /** Messages dispatched and not completed, per process (default 128). */
-  maxInFlight?: number;
-  /** Partitions whose batches run at once (kafkajs partitionsConsumedConcurrently, default 4). */
-  partitionsConsumedConcurrently?: number;
-  /** Group session timeout in ms (default 30 000). Long handlers are covered by heartbeats, not by raising it. */
-  sessionTimeoutMs?: number;
-  /** Heartbeat period in ms while a batch runs (default 3 000; must be well under the session timeout). */
-  heartbeatIntervalMs?: number;
-  /** Rebalance timeout in ms: how long a rebalance waits for this member's batches (default 60 000). */
-  rebalanceTimeoutMs?: number;
-  /** Commit the completed prefix at most this often while a batch runs, in ms (default 1 000). */
-  commitIntervalMs?: number;
-  /** Backoff for handler rejections (infrastructure failures); attempts are unbounded, delays are not. */
-  infraRetry?: RetryPolicy;
-  /** Largest fetch per partition in bytes (default 1 MiB): bounds memory with a large backlog. */
-  maxBytesPerPartition?: number;
-  /**
-   * Longest a fetch waits at the broker for data, in ms (default 100). A partition resumed after its batch waits for
-   * the fetch in flight, so this bounds the added latency; lower costs more idle fetch requests.
-   */
-  fetchMaxWaitMs?: number;
-  /** Where a partition paused on an undecodable batch is reported (degraded, see ./undecodable). */
-  health?: ComponentHealth;
-  /** Where the undecodable-batch metrics are registered. */
-  registry?: Registry;
-  /** The name /health gives this consumer (default `consumer:<groupId>`). */
-  component?: string;
-  /** ms between tries of a partition paused on an undecodable batch (default KEYFLOW_UNDECODABLE_RETRY_MS, 60 000). */
-  undecodableRetryMs?: number;
-  /**
-   * A message whose handler keeps rejecting (an infrastructure outage: registry, Redis, broker) is named in /health
-   * as degraded after this many ms of retries (default 30 000), until it is handled.
-   */
-  retryingDegradedAfterMs?: number;
-}
-
-type Resolved = Required<Omit<OrderedConsumerOptions, 'infraRetry' | 'health' | 'registry'>> & {
-  infraRetry: RetryPolicy;
-  health?: ComponentHealth;
-  registry?: Registry;
-};
-
-/** Live figures for metrics and health. */
-export interface ConsumerStats {
-  inFlight: number;
-  /** Partitions that cannot dispatch more work now: in-flight limit reached, or a message waiting to be retried. */
-  pausedPartitions: number;
-  assigned: number;
-  committedTotal: number;
-  /** Group joins since start: 1 when no rebalance happened. */
-  joins: number;
-  /** Partitions paused on a record batch no codec can decode (see ./undecodable). */
-  quarantined: QuarantinedPartition[];
-  /** Partitions whose next batch was fetched while their current one runs, and waits for it. */
-  prefetched: number;
-  crashed?: Error;
-}
 
 /**
  * A consumer-group runner that keeps per-key order while running different keys concurrently.
@@ -239,25 +125,7 @@ export class OrderedConsumer {
   private readonly quarantine: PartitionQuarantine;
 
   constructor(opts: OrderedConsumerOptions) {
-    this.o = {
-      fromBeginning: true,
-      maxInFlightPerPartition: 32,
-      maxInFlight: 128,
-      partitionsConsumedConcurrently: 4,
-      sessionTimeoutMs: 30_000,
-      heartbeatIntervalMs: 3_000,
-      rebalanceTimeoutMs: 60_000,
-      commitIntervalMs: 1_000,
-      maxBytesPerPartition: 1024 * 1024,
-      fetchMaxWaitMs: 100,
-      component: `consumer:${opts.groupId}`,
-      undecodableRetryMs: UNDECODABLE_RETRY_MS,
-      retryingDegradedAfterMs: 30_000,
-      ...opts,
-      infraRetry:
-        opts.infraRetry ??
-        retryPolicy({ maxAttempts: Number.MAX_SAFE_INTEGER, initialDelayMs: 200, maxDelayMs: 5_000 }),
-    };
+    this.o = resolveOptions(opts);
     if (this.o.heartbeatIntervalMs * 3 > this.o.sessionTimeoutMs)
       throw new Error(
         `heartbeatIntervalMs (${this.o.heartbeatIntervalMs}) must be at most a third of sessionTimeoutMs (${this.o.sessionTimeoutMs})`,
@@ -546,8 +414,6 @@ export class OrderedConsumer {
     const tracker = new OffsetTracker(messages.map((m) => m.offset));
     const partitionSlots = new Semaphore(this.o.maxInFlightPerPartition);
     const chains = new Map<string, Promise<boolean>>();
-    let lastCommit = Date.now();
-    let committing: Promise<void> = Promise.resolve();
 
     const revoker = new AbortController();
     this.revokers.set(tp, revoker);
@@ -559,7 +425,55 @@ export class OrderedConsumer {
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const owned = () => !lost() && this.assignment.has(tp) && !this.rebalancing;
-    const commit = async (force: boolean) => {
+    const commit = this.batchCommitter(batch, tp, tracker, owned);
+
+    try {
+      for (const m of messages) {
+        if (this.stopping || lost() || this.stopController.signal.aborted) break;
+        // Both slots free (the common case): taken without a turn of the event loop.
+        const partitionSlot = partitionSlots.tryAcquire();
+        if (!partitionSlot || !this.processSlots.tryAcquire()) {
+          this.blocked.add(tp);
+          if (!partitionSlot) await partitionSlots.acquire();
+          await this.processSlots.acquire();
+          this.blocked.delete(tp);
+        }
+        if (this.stopping || lost()) {
+          partitionSlots.release();
+          this.processSlots.release();
+          break;
+        }
+        this.inFlight++;
+        this.chainMessage(chains, batch, m, { tp, lost, signal, tracker, commit, partitionSlots });
+      }
+      // Every chain settles before the batch ends, also when one fails: the partition's next work must not start
+      // beside messages of this batch still running.
+      const settled = await Promise.allSettled(chains.values());
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+      await commit(true);
+    } catch (err) {
+      throw new BatchFailedError(tp, tracker.committable() ?? messages[0].offset, err);
+    } finally {
+      this.blocked.delete(tp);
+      if (this.revokers.get(tp) === revoker) this.revokers.delete(tp);
+      link.dispose();
+    }
+  }
+
+  /**
+   * The commit of a batch's completed prefix (its tracker's committable offset): at most every commitIntervalMs
+   * unless `force`, only while the partition is `owned`, one commit at a time. A failed commit is logged, not thrown.
+   */
+  private batchCommitter(
+    batch: EachBatchPayload['batch'],
+    tp: string,
+    tracker: OffsetTracker,
+    owned: () => boolean,
+  ): (force: boolean) => Promise<void> {
+    let lastCommit = Date.now();
+    let committing: Promise<void> = Promise.resolve();
+    return async (force: boolean) => {
       const next = tracker.committable();
       if (next === undefined || !owned()) return;
       if (!force && Date.now() - lastCommit < this.o.commitIntervalMs) return;
@@ -581,65 +495,52 @@ export class OrderedConsumer {
       });
       await committing;
     };
+  }
 
-    try {
-      for (const m of messages) {
-        if (this.stopping || lost() || this.stopController.signal.aborted) break;
-        // Both slots free (the common case): taken without a turn of the event loop.
-        const partitionSlot = partitionSlots.tryAcquire();
-        if (!partitionSlot || !this.processSlots.tryAcquire()) {
-          this.blocked.add(tp);
-          if (!partitionSlot) await partitionSlots.acquire();
-          await this.processSlots.acquire();
-          this.blocked.delete(tp);
-        }
-        if (this.stopping || lost()) {
-          partitionSlots.release();
-          this.processSlots.release();
-          break;
-        }
-        this.inFlight++;
-        const message: ConsumedMessage = {
-          topic: batch.topic,
-          partition: batch.partition,
-          offset: m.offset,
-          key: m.key ?? null,
-          value: m.value ?? null,
-          headers: m.headers ?? {},
-          timestamp: m.timestamp,
-        };
-        // A null key has no order to keep: it gets a chain of its own. Each link resolves true when its message was
-        // handled; a message given up (the consumer stops, the partition is lost) gives up the rest of its key, so
-        // none of them runs ahead of it.
-        const key = m.key ? m.key.toString('latin1') : `\u0000offset:${m.offset}`;
-        const previous = chains.get(key) ?? HANDLED;
-        const run = previous.then(async (handledBefore) => {
-          try {
-            if (!handledBefore) return false;
-            const done = await this.handleWithRetry(message, tp, lost, signal);
-            if (done && tracker.complete(m.offset) !== undefined) await commit(false);
-            return done;
-          } finally {
-            this.inFlight--;
-            partitionSlots.release();
-            this.processSlots.release();
-          }
-        });
-        chains.set(key, run);
+  /**
+   * Runs message `m` of the batch after the earlier messages of its key (`chains`, per key the last one's promise),
+   * with retries (handleWithRetry), then marks it complete and commits; releases its two slots when it is done.
+   */
+  private chainMessage(
+    chains: Map<string, Promise<boolean>>,
+    batch: EachBatchPayload['batch'],
+    m: EachBatchPayload['batch']['messages'][number],
+    run: {
+      tp: string;
+      lost: () => boolean;
+      signal: AbortSignal;
+      tracker: OffsetTracker;
+      commit: (force: boolean) => Promise<void>;
+      partitionSlots: Semaphore;
+    },
+  ): void {
+    const message: ConsumedMessage = {
+      topic: batch.topic,
+      partition: batch.partition,
+      offset: m.offset,
+      key: m.key ?? null,
+      value: m.value ?? null,
+      headers: m.headers ?? {},
+      timestamp: m.timestamp,
+    };
+    // A null key has no order to keep: it gets a chain of its own. Each link resolves true when its message was
+    // handled; a message given up (the consumer stops, the partition is lost) gives up the rest of its key, so
+    // none of them runs ahead of it.
+    const key = m.key ? m.key.toString('latin1') : `\u0000offset:${m.offset}`;
+    const previous = chains.get(key) ?? HANDLED;
+    const next = previous.then(async (handledBefore) => {
+      try {
+        if (!handledBefore) return false;
+        const done = await this.handleWithRetry(message, run.tp, run.lost, run.signal);
+        if (done && run.tracker.complete(m.offset) !== undefined) await run.commit(false);
+        return done;
+      } finally {
+        this.inFlight--;
+        run.partitionSlots.release();
+        this.processSlots.release();
       }
-      // Every chain settles before the batch ends, also when one fails: the partition's next work must not start
-      // beside messages of this batch still running.
-      const settled = await Promise.allSettled(chains.values());
-      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) throw failed.reason;
-      await commit(true);
-    } catch (err) {
-      throw new BatchFailedError(tp, tracker.committable() ?? messages[0].offset, err);
-    } finally {
-      this.blocked.delete(tp);
-      if (this.revokers.get(tp) === revoker) this.revokers.delete(tp);
-      link.dispose();
-    }
+    });
+    chains.set(key, next);
   }
 
   /** @returns true when handled (committable), false when abandoned because the consumer stops or lost the partition. */

@@ -1,7 +1,8 @@
-import type { Kafka, KafkaMessage } from 'kafkajs';
+import type { Kafka, KafkaMessage } from '@keyflow/kafka';
 import type { EventCodec } from '@keyflow/contracts';
 import { PII_MASK } from '@keyflow/workflow';
-import { DLQ_HEADERS, header, matchesRedriveFilter, type RedriveFilter } from './dlq';
+import { DLQ_HEADERS, header } from './dlq-headers';
+import { matchesRedriveFilter, type RedriveFilter } from './redrive';
 import { handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
 

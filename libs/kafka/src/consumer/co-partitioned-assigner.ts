@@ -1,5 +1,5 @@
 import { AssignerProtocol, type PartitionAssigner } from 'kafkajs';
-import { PartitionCountMismatchError } from './topics';
+import { PartitionCountMismatchError } from '../admin/topics';
 
 /**
  * Co-partitioning, sticky partition assignment for a consumer group that reads several topics keyed alike.

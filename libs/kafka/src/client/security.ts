@@ -1,8 +1,7 @@
 import type { ConnectionOptions } from 'node:tls';
 import type { SASLOptions } from 'kafkajs';
 import { z } from 'zod';
-import { settingFileReader } from '@keyflow/contracts';
-import { SettingsError } from '@keyflow/errors';
+import { settingFileReader, SettingsError } from '@keyflow/errors';
 
 /**
  * How every keyflow process connects to Kafka, read from the environment with the Java client's names and values

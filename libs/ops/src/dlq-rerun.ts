@@ -1,7 +1,7 @@
 import type { EventCodec } from '@keyflow/contracts';
 import { rerunVerdict, type RerunFacts, type TaskCommandRef } from '@keyflow/workflow';
-import type { RedriveAdmit } from './dlq';
-import { taskTypeOfTopic } from './topics';
+import type { RedriveAdmit } from './redrive';
+import { taskTypeOfTopic } from './catalog';
 
 /** Refusal code of a task command DLQ record that does not decode: its run cannot be checked. */
 export const UNDECODABLE_COMMAND = 'UNDECODABLE_COMMAND';

@@ -1,10 +1,9 @@
 import { hostname } from 'node:os';
-import type { Admin, Kafka, Message } from 'kafkajs';
+import { ensureTopics, type Admin, type Kafka, type Message } from '@keyflow/kafka';
 import { DecodeError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { DlqRecordHandled } from '@keyflow/schemas';
-import { dlqRecordId } from './dlq';
+import { dlqRecordId } from './dlq-headers';
 import { lastStableOffsets, scanRanges } from './scan';
-import { ensureTopics } from './topics';
 
 /** What was done to a DLQ record: REDRIVEN (re-published to its original topic) or DISCARDED. */
 export type DlqAction = DlqRecordHandled['action'];

@@ -1,5 +1,5 @@
 import type { Producer } from 'kafkajs';
-import { TOO_LARGE_ERROR_TYPES } from './client';
+import { TOO_LARGE_ERROR_TYPES } from '../client/client';
 
 /**
  * kafkajs error types (broker error codes, https://kafka.apache.org/protocol#protocol_error_codes) that concern the

@@ -1,11 +1,10 @@
-import type { KafkaMessage, Producer } from 'kafkajs';
+import { createIdempotentProducer, type KafkaMessage, type Producer } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
 import { Collector, TestNamespace } from '@keyflow/testing';
 import { EventCodec } from '@keyflow/contracts';
 import { randomBytes } from 'node:crypto';
 import {
   alignDlqLimits,
-  createIdempotentProducer,
   dlqRetention,
   dlqMessage,
   sendToDlq,

@@ -1,0 +1,17 @@
+export {
+  ensureTopics,
+  subscribeWhenReady,
+  retryWhileTopicsSettle,
+  partitionCounts,
+  assertCoPartitioned,
+  PartitionCountMismatchError,
+  TopicsStillMissingError,
+  effectiveReplication,
+  topicCreation,
+  type TopicSpec,
+  type EffectiveReplication,
+  DEFAULT_GROUP_IDS,
+  defaultGroupId,
+  assertGroupIdMigrated,
+  GroupIdMigrationError,
+} from './topics';
