@@ -1,14 +1,14 @@
-import type { ClaimCheck } from '@keyflow/blobs';
-import type { EventCodec } from '@keyflow/contracts';
+import type { PayloadSerde } from '@keyflow/contracts';
 import type { ConsumedMessage } from '@keyflow/kafka';
 import type { TaskCommand } from '@keyflow/schemas';
 import { isRetryable } from '@keyflow/errors';
 import { TaskInputError } from './errors';
 
 /**
- * The worker's bytes-to-value steps, the only places a task command's payload is read: the command from its record
- * ({@link decodeTask}), then, once its lease is held, its input ({@link taskInput}). Both are meant to become calls
- * of the contracts' payload serde; nothing else in the worker decodes.
+ * The worker's bytes-to-value steps, the only places a task command's payload is read, both through the contracts'
+ * {@link PayloadSerde} (the one serde the engine, the read model and rebuild use too): the command from its record
+ * ({@link decodeTask}), then, once its lease is held, its input ({@link taskInput}). Nothing else in the worker
+ * decodes.
  */
 
 /**
@@ -19,14 +19,14 @@ import { TaskInputError } from './errors';
  *   (the caller dead-letters them), retryable when the registry does not answer
  */
 export function decodeTask(
-  codec: EventCodec,
+  serde: PayloadSerde,
   logicalTopic: string,
   m: ConsumedMessage,
 ): TaskCommand | Promise<TaskCommand> {
   const loc = { topic: m.topic, partition: m.partition, offset: m.offset };
-  const known = codec.decodeIfKnown(logicalTopic, m.value, loc);
+  const known = serde.decodeIfKnown(logicalTopic, m.value, loc);
   if (known) return known.value as TaskCommand;
-  return codec.decode(logicalTopic, m.value, loc).then((d) => d.value as TaskCommand);
+  return serde.decode(logicalTopic, m.value, loc).then((d) => d.value as TaskCommand);
 }
 
 /**
@@ -35,27 +35,26 @@ export function decodeTask(
  * or the blob cannot be read for good.
  * @throws (rejects) the blob store's retryable error when it does not answer
  */
-export function taskInput(claimCheck: ClaimCheck, cmd: TaskCommand): unknown {
-  return cmd.inputRef ? inputFromBlob(claimCheck, cmd, cmd.inputRef) : parsedInput(cmd, cmd.input);
-}
-
-/** The input behind a claim check (see {@link taskInput}). */
-async function inputFromBlob(claimCheck: ClaimCheck, cmd: TaskCommand, ref: string): Promise<unknown> {
-  try {
-    return parsedInput(cmd, await claimCheck.resolve(cmd.input, ref));
-  } catch (e) {
-    if (!isRetryable(e, true))
+export function taskInput(serde: PayloadSerde, cmd: TaskCommand): unknown {
+  const text = serde.text(cmd.input, cmd.inputRef);
+  if (typeof text === 'string') return parsedInput(serde, cmd, text);
+  return text.then(
+    (t) => parsedInput(serde, cmd, t),
+    (e: unknown) => {
+      if (isRetryable(e, true)) throw e;
       return new TaskInputError(`input of ${cmd.idempotencyKey}: ${(e as Error).message}`, { cause: e });
-    throw e;
-  }
+    },
+  );
 }
 
-/** A command's input text as JSON, or a TaskInputError (returned) when it is not JSON. */
-function parsedInput(cmd: TaskCommand, text: string): unknown {
+/**
+ * A command's input text as JSON, or a TaskInputError (returned) when it is not JSON. The message names the class
+ * of the parser's error, never its message (it quotes the text around the fault, which may be personal data).
+ */
+function parsedInput(serde: PayloadSerde, cmd: TaskCommand, text: string): unknown {
   try {
-    return JSON.parse(text);
+    return serde.parse(text, `input of ${cmd.idempotencyKey}`);
   } catch (e) {
-    // Not the parser's message: it quotes the text around the fault, which may be personal data.
-    return new TaskInputError(`input of ${cmd.idempotencyKey} is not JSON (${(e as Error).name})`);
+    return new TaskInputError((e as Error).message, { cause: e });
   }
 }

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
-import { ContractError, derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
+import { ContractError, derivedEventId, newMetadata, PayloadSerde, type EventCodec } from '@keyflow/contracts';
 import { failureCode, isRetryable, textOf, toFailure } from '@keyflow/errors';
 import {
   ForeignRecordError,
@@ -152,6 +152,8 @@ const workerId = `${hostname()}/${process.pid}`;
  */
 export class TaskExecutor {
   private readonly policy: RetryPolicy;
+  /** Bytes to a command and its input: the contracts' one payload serde. */
+  private readonly serde: PayloadSerde;
   private readonly renewer: LeaseRenewer;
 
   /** The tasks' listeners on their partitions' revocation and their consumer's drain, one listener per signal. */
@@ -161,6 +163,7 @@ export class TaskExecutor {
   private readonly handlerSlots: Semaphore;
 
   constructor(private readonly o: ExecutorOptions) {
+    this.serde = new PayloadSerde(o.codec, o.claimCheck);
     this.policy = retryPolicy(o.retry ?? { initialDelayMs: 100, maxDelayMs: 5_000 });
     this.renewer = new LeaseRenewer(o.store, o.logger);
     this.handlerSlots = new Semaphore(o.maxConcurrentHandlers);
@@ -243,7 +246,7 @@ export class TaskExecutor {
   private admit(w: Waiting, leasing: Task[]): void {
     let cmd: TaskCommand | Promise<TaskCommand>;
     try {
-      cmd = decodeTask(this.o.codec, this.logical(w.m.topic), w.m);
+      cmd = decodeTask(this.serde, this.logical(w.m.topic), w.m);
     } catch (e) {
       return settle(w, this.undecodable(w.m, e));
     }
@@ -632,7 +635,7 @@ export class TaskExecutor {
   private async runAttempts(t: Task, handler: TaskHandlerFn, stop: AttemptSignals): Promise<AttemptsOutcome> {
     const { cmd } = t;
     // Inline input is parsed without a turn; one behind a claim check is read from the blob store first.
-    const read = taskInput(this.o.claimCheck, cmd);
+    const read = taskInput(this.serde, cmd);
     const input = read instanceof Promise ? await read : read;
     if (input instanceof Error)
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
