@@ -2,7 +2,7 @@
  * The orchestrator's public API, for an application that runs its own workflows on keyflow (README "Your first
  * workflow"): `KeyflowOrchestratorModule.forRoot({ workflows, schedules })` in a NestJS application of your own (with
  * `setupKeyflowOrchestrator(app)`), or `bootstrapOrchestrator([myWorkflow], process.env, schedules)` for a process
- * that is only an orchestrator (the built-in workflows and these). `src/main.ts` is the built-in orchestrator.
+ * that is only an orchestrator (these workflows and no others: examples/ holds applications built this way).
  */
 export { bootstrapOrchestrator } from './bootstrap';
 export {
@@ -15,3 +15,4 @@ export {
 export type { OrchestratorRuntime } from './runtime';
 export { OrchestratorConfigError } from './config';
 export type { ScheduleDef, CatchUp } from './engine/scheduler';
+export { CONSOLE_PATH } from './api/console';

@@ -4,7 +4,7 @@ import { claimCheckFromConfig } from '@keyflow/blobs';
 import type { WorkflowDefinition } from '@keyflow/workflow';
 import { loadOrchestratorConfig } from '@keyflow/orchestrator/src/config';
 import { rebuildRuns } from '@keyflow/orchestrator/src/rebuild';
-import { builtinWorkflows, WorkflowRegistry } from '@keyflow/orchestrator/src/workflows/registry';
+import { WorkflowRegistry } from '@keyflow/orchestrator/src/workflows/registry';
 import type { CliContext } from '../context';
 import { print } from '../output';
 
@@ -27,13 +27,12 @@ export function rebuildCommand(ctx: CliContext): Command {
       'rebuild every run from wf.requests and task.results with the definitions and compare with wf.state ' +
         "(exit 0: they agree, 2: they differ); reads the orchestrator's environment",
     )
-    .option('--definitions <module...>', 'modules exporting `workflows` (yours), besides the built-ins')
+    .option('--definitions <module...>', 'modules exporting `workflows`: the definitions of the runs (the orchestrator has no built-in ones)')
     .option('--max-differences <n>', 'differences to print', '20')
     .option('--json', 'JSON output')
     .action(async (o) => {
       const cfg = loadOrchestratorConfig();
       const registry = new WorkflowRegistry().register(
-        ...builtinWorkflows,
         ...((o.definitions as string[] | undefined) ?? []).flatMap(definitionsOf),
       );
       const report = await rebuildRuns(ctx.kafka, ctx.codec!, registry, claimCheckFromConfig(cfg), {
