@@ -168,7 +168,9 @@ async function main() {
   }
   const acceptTotal = acceptN * (acceptN > 0 ? opts.acceptConcurrency.split(',').length : 0);
 
-  const workers = [0, 1].map(() => spawnService('examples/test-workloads/src/worker.ts', workerEnv, 'worker ready'));
+  const workers = [0, 1].map(() =>
+    spawnService('examples/test-workloads/src/worker.ts', workerEnv, 'worker ready'),
+  );
   await Promise.all(workers.map((w) => w.ready));
   const tReady = Date.now();
   const drainCpu = cpuSplit({

@@ -178,12 +178,7 @@ async function main() {
   process.once('SIGINT', () => void stopAll().then(() => process.exit(130)));
   try {
     say(`starting the orchestrator and ${opts.workers} worker(s); logs in ${logDir}`);
-    const orch = startService(
-      'orchestrator',
-      `${HERE}/orchestrator.ts`,
-      common,
-      'orchestrator ready',
-    );
+    const orch = startService('orchestrator', `${HERE}/orchestrator.ts`, common, 'orchestrator ready');
     children.push(orch.proc);
     const url = await orch.url;
     say(`ops console: ${url}${CONSOLE_PATH} (API key ${apiKey}; API ${url}, OpenAPI ${url}/docs)`);
@@ -198,12 +193,7 @@ async function main() {
       ETL_POSTGRES_URLS: sink.kind === 'postgres' ? sink.url : '',
     };
     const workers = Array.from({ length: opts.workers }, (_, i) =>
-      startService(
-        `worker-${i + 1}`,
-        `${HERE}/worker.ts`,
-        { ...common, ...confinement },
-        'worker ready',
-      ),
+      startService(`worker-${i + 1}`, `${HERE}/worker.ts`, { ...common, ...confinement }, 'worker ready'),
     );
     children.push(...workers.map((w) => w.proc));
     await Promise.all(workers.map((w) => w.url));

@@ -119,4 +119,10 @@ export const etlReport = defineTask({
 });
 
 /** The GeoNames ETL's task contracts, in the order the workflow runs them. */
-export const ETL_TASKS: readonly AnyTaskContract[] = [etlExtract, etlTransform, etlDedupe, etlLoad, etlReport];
+export const ETL_TASKS: readonly AnyTaskContract[] = [
+  etlExtract,
+  etlTransform,
+  etlDedupe,
+  etlLoad,
+  etlReport,
+];

@@ -27,7 +27,10 @@ export function rebuildCommand(ctx: CliContext): Command {
       'rebuild every run from wf.requests and task.results with the definitions and compare with wf.state ' +
         "(exit 0: they agree, 2: they differ); reads the orchestrator's environment",
     )
-    .option('--definitions <module...>', 'modules exporting `workflows`: the definitions of the runs (the orchestrator has no built-in ones)')
+    .option(
+      '--definitions <module...>',
+      'modules exporting `workflows`: the definitions of the runs (the orchestrator has no built-in ones)',
+    )
     .option('--max-differences <n>', 'differences to print', '20')
     .option('--json', 'JSON output')
     .action(async (o) => {

@@ -1,7 +1,13 @@
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { confinePostgresUrl, confineSource, confineSqlitePath, EtlError, postgresSinkError } from '../../src/lib';
+import {
+  confinePostgresUrl,
+  confineSource,
+  confineSqlitePath,
+  EtlError,
+  postgresSinkError,
+} from '../../src/lib';
 
 const refusal = (f: () => unknown) => {
   try {

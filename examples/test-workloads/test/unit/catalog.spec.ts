@@ -25,4 +25,3 @@ describe('the built-in workflows', () => {
     expect(types.filter((t) => !BUILTIN_TASKS.has(t))).toEqual([]);
   });
 });
-
