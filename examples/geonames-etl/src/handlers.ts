@@ -49,6 +49,7 @@ import {
   type SinkSpec,
 } from './tasks';
 import type { ParsedTaskInputOf, TaskOutputOf } from '@keyflow/workflow';
+import { etlConfinementOf, loadEtlSettings } from './settings';
 
 /**
  * Task handlers of the `geonames-etl` workflow. Records travel between steps as JSON Lines blobs (claim check):
@@ -81,7 +82,7 @@ const DAY_MS = 24 * 3600 * 1000;
 export class EtlHandlers implements OnApplicationShutdown {
   /** One pool per PostgreSQL sink URL for this process's load and report tasks (at most POSTGRES_POOL_MAX each). */
   private readonly pgPools: PostgresPools;
-  /** Where a run's source and sinks may point (ETL_INPUT_ROOTS, ETL_SQLITE_ROOTS, ETL_POSTGRES_URLS). */
+  /** Where a run's source and sinks may point (ETL_INPUT_ROOTS, ETL_SQLITE_ROOTS, ETL_POSTGRES_URLS: ./settings). */
   private readonly confinement: EtlConfinement;
 
   constructor(
@@ -89,11 +90,7 @@ export class EtlHandlers implements OnApplicationShutdown {
     @Inject(EventPublisher) private readonly events: EventPublisher,
     @Inject(WORKER_RUNTIME) rt: WorkerRuntime,
   ) {
-    this.confinement = {
-      inputRoots: rt.cfg.ETL_INPUT_ROOTS,
-      sqliteRoots: rt.cfg.ETL_SQLITE_ROOTS,
-      postgresUrls: rt.cfg.ETL_POSTGRES_URLS,
-    };
+    this.confinement = etlConfinementOf(loadEtlSettings());
     this.pgPools = new PostgresPools((err) =>
       rt.logger.warn({ err }, 'an idle connection to a PostgreSQL sink failed; the next query opens another'),
     );

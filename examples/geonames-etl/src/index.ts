@@ -8,3 +8,4 @@ export * from './tasks';
 export * from './lib';
 export { EtlHandlers } from './handlers';
 export { geonamesEtl, geonamesEtlInput } from './workflow';
+export { etlConfinementOf, etlSettingsSchema, loadEtlSettings, type EtlSettings } from './settings';

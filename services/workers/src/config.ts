@@ -64,22 +64,6 @@ const Schema = z.object({
     .enum(['true', 'false'])
     .default('false')
     .transform((v) => v === 'true'),
-  /**
-   * Directories the GeoNames ETL's extract may read a run's `source` file from (comma-separated; realpath-resolved,
-   * regular files only). Default none: only the bundled `default` input. `npm start` sets it to its --input's
-   * directory. Anything else: SOURCE_NOT_ALLOWED (libs/etl confine.ts).
-   */
-  ETL_INPUT_ROOTS: listSetting(''),
-  /**
-   * Directories the ETL's SQLite sink files may lie under (comma-separated, relative to the worker's working
-   * directory). Default `.keyflow` (npm start's `.keyflow/geonames.sqlite`). Anything else: SINK_NOT_ALLOWED.
-   */
-  ETL_SQLITE_ROOTS: listSetting('.keyflow'),
-  /**
-   * PostgreSQL URLs the ETL's sink may use (comma-separated): a sink URL must name an entry's host and port, and its
-   * database and user when the entry names them. Default none. Anything else: SINK_NOT_ALLOWED.
-   */
-  ETL_POSTGRES_URLS: listSetting(''),
   WORKER_COMPLETION_TTL_MS: z.coerce.number().int().min(1000).default(DEFAULT_COMPLETION_TTL_MS),
   WORKER_RETRY_INITIAL_MS: z.coerce.number().int().min(0).default(100),
   WORKER_RETRY_MAX_MS: z.coerce.number().int().min(0).default(5_000),
@@ -122,19 +106,6 @@ const DEFAULT_MAX_IN_FLIGHT = 512;
 const DEFAULT_MAX_CONCURRENT_HANDLERS = 128;
 /** Largest default of WORKER_MAX_IN_FLIGHT_PER_PARTITION (otherwise half the handler slots). */
 const MAX_DEFAULT_IN_FLIGHT_PER_PARTITION = 64;
-
-/** A comma-separated list setting (blanks dropped), `fallback` when unset. */
-function listSetting(fallback: string) {
-  return z
-    .string()
-    .default(fallback)
-    .transform((v) =>
-      v
-        .split(',')
-        .map((x) => x.trim())
-        .filter(Boolean),
-    );
-}
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
 export class WorkerConfigError extends SettingsError {
