@@ -139,6 +139,87 @@ function stepTimings(run: Run): Record<string, number> {
   );
 }
 
+/**
+ * Follows run `runId` on the orchestrator at `url` (GET /runs/:id every 500 ms, with the API key's `auth` header),
+ * showing a progress bar, until the run ends; resolves with its last projection.
+ * @throws Error when the run API refuses to show the run (401/403)
+ */
+async function watchRun(url: string, runId: string, auth: Record<string, string>): Promise<Run> {
+  const bar = new SingleBar(
+    {
+      format:
+        ' {bar} {percentage}% | {stage} | extracted {extracted} | loaded {loaded} | rejected {rejected} | {speed} rec/s | ETA {eta_formatted}',
+      noTTYOutput: true,
+      notTTYSchedule: 3000,
+      etaBuffer: 20,
+      // cli-progress gives an unknown ETA as the strings 'NULL' or 'INF', which its own formatter prints as "LLs"
+      // or "NFs" (the last two characters, as seconds): shown as "-" instead.
+      formatTime: (t, options, roundTo) =>
+        typeof t === 'number' && Number.isFinite(t) ? Format.TimeFormat(t, options, roundTo) : '-',
+    },
+    Presets.shades_classic,
+  );
+  bar.start(1, 0, { stage: 'extract', extracted: 0, loaded: 0, rejected: 0, speed: 0 });
+  let run: Run;
+  const t0 = Date.now();
+  for (;;) {
+    const r = await fetch(`${url}/runs/${runId}`, { headers: auth });
+    if (r.status === 401 || r.status === 403)
+      throw new Error(`the run API refused to show run ${runId}: HTTP ${r.status} ${await r.text()}`);
+    if (r.status === 200) {
+      run = (await r.json()) as Run;
+      const p = progress(run);
+      const total = Math.max(1, p.extracted * 2);
+      bar.setTotal(total);
+      bar.update(Math.min(total, p.transformedRecords + p.loaded), {
+        ...p,
+        speed: Math.round((p.transformedRecords + p.loaded) / 2 / Math.max(0.001, (Date.now() - t0) / 1000)),
+      });
+      if (TERMINAL.has(run.status)) break;
+    }
+    await new Promise((r2) => setTimeout(r2, 500));
+  }
+  bar.stop();
+  return run;
+}
+
+/** The run's figures as `npm start` prints them: the JSON document on stdout, two summary lines on stderr. */
+function printOutcome(
+  run: Run,
+  sink: SinkSpec & { table: string },
+  cpu: Record<string, number>,
+  peakRss: Record<string, unknown>,
+): void {
+  const runId = run.runId;
+  const seconds = (run.updatedAt - run.startedAt) / 1000;
+  const report = run.output as Report;
+  console.log(
+    JSON.stringify(
+      {
+        runId,
+        seconds,
+        recordsPerSecond: Math.round(report.read / seconds),
+        stepMs: stepTimings(run),
+        peakRssMiB: peakRss,
+        cpuSeconds: cpu,
+        report,
+      },
+      null,
+      2,
+    ),
+  );
+  say(
+    `${report.read} records in ${seconds.toFixed(1)} s: loaded ${report.loaded}; sink: ${sink.kind === 'sqlite' ? sink.path : sink.url} (table ${sink.table}); balanced: ${report.balanced}, sink matches report: ${report.sinkMatches}`,
+  );
+  say(
+    `CPU seconds over the run (${seconds.toFixed(1)} s on ${availableParallelism()} cores): ${Object.entries(
+      cpu,
+    )
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
+}
+
 async function main() {
   const apiKey = randomBytes(24).toString('base64url');
   const infra = join(ROOT, 'infra/local/stack.sh');
@@ -221,44 +302,7 @@ async function main() {
     const { runId } = (await res.json()) as { runId: string };
     say(`run ${runId} started (${url}/runs/${runId})`);
 
-    const bar = new SingleBar(
-      {
-        format:
-          ' {bar} {percentage}% | {stage} | extracted {extracted} | loaded {loaded} | rejected {rejected} | {speed} rec/s | ETA {eta_formatted}',
-        noTTYOutput: true,
-        notTTYSchedule: 3000,
-        etaBuffer: 20,
-        // cli-progress gives an unknown ETA as the strings 'NULL' or 'INF', which its own formatter prints as "LLs"
-        // or "NFs" (the last two characters, as seconds): shown as "-" instead.
-        formatTime: (t, options, roundTo) =>
-          typeof t === 'number' && Number.isFinite(t) ? Format.TimeFormat(t, options, roundTo) : '-',
-      },
-      Presets.shades_classic,
-    );
-    bar.start(1, 0, { stage: 'extract', extracted: 0, loaded: 0, rejected: 0, speed: 0 });
-    let run: Run;
-    const t0 = Date.now();
-    for (;;) {
-      const r = await fetch(`${url}/runs/${runId}`, { headers: auth });
-      if (r.status === 401 || r.status === 403)
-        throw new Error(`the run API refused to show run ${runId}: HTTP ${r.status} ${await r.text()}`);
-      if (r.status === 200) {
-        run = (await r.json()) as Run;
-        const p = progress(run);
-        const total = Math.max(1, p.extracted * 2);
-        bar.setTotal(total);
-        bar.update(Math.min(total, p.transformedRecords + p.loaded), {
-          ...p,
-          speed: Math.round(
-            (p.transformedRecords + p.loaded) / 2 / Math.max(0.001, (Date.now() - t0) / 1000),
-          ),
-        });
-        if (TERMINAL.has(run.status)) break;
-      }
-      await new Promise((r2) => setTimeout(r2, 500));
-    }
-    bar.stop();
-    const seconds = (run.updatedAt - run.startedAt) / 1000;
+    const run = await watchRun(url, runId, auth);
     if (run.status !== 'completed') {
       say(`run ${runId} ended ${run.status}: ${run.error?.message ?? ''}`);
       process.exitCode = 1;
@@ -274,31 +318,7 @@ async function main() {
       workers: workers.map((w) => rssMiB(w.proc.pid)),
       ...Object.fromEntries(Object.entries(localStackPids(ROOT)).map(([name, pid]) => [name, rssMiB(pid)])),
     };
-    console.log(
-      JSON.stringify(
-        {
-          runId,
-          seconds,
-          recordsPerSecond: Math.round(report.read / seconds),
-          stepMs: stepTimings(run),
-          peakRssMiB: peakRss,
-          cpuSeconds: cpu,
-          report,
-        },
-        null,
-        2,
-      ),
-    );
-    say(
-      `${report.read} records in ${seconds.toFixed(1)} s: loaded ${report.loaded}; sink: ${sink.kind === 'sqlite' ? sink.path : sink.url} (table ${sink.table}); balanced: ${report.balanced}, sink matches report: ${report.sinkMatches}`,
-    );
-    say(
-      `CPU seconds over the run (${seconds.toFixed(1)} s on ${availableParallelism()} cores): ${Object.entries(
-        cpu,
-      )
-        .map(([k, v]) => `${k} ${v}`)
-        .join(', ')}`,
-    );
+    printOutcome(run, sink, cpu, peakRss);
     if (!report.balanced || !report.sinkMatches) process.exitCode = 1;
     if (opts.keepRunning) {
       say(
