@@ -41,19 +41,21 @@ export default tseslint.config(
             // A bench measures the services: it may read their settings' defaults from their public API.
             {
               sourceTag: 'type:bench',
-              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'],
+              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service', 'type:example'],
             },
-            { sourceTag: 'type:e2e', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
+            // The end-to-end tests run the examples (the GeoNames ETL) and read their contracts.
+            { sourceTag: 'type:e2e', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:example'] },
             // The CLI folds in the services' one-shot commands (rebuild needs the orchestrator's projection).
             { sourceTag: 'type:cli', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
             // The NestJS SDK: the services' public API in one package.
             { sourceTag: 'type:sdk', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
             // Docs generators and checks (tools/docs): read the services' settings schemas from their public API.
             { sourceTag: 'type:tools', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'] },
-            // An application on keyflow (the tutorial): the libs and the services' public API (their src/index.ts).
+            // An application on keyflow (the tutorial, examples/*): the libs and the services' public API (their
+            // src/index.ts); examples/test-workloads gathers the other examples into one process of each service.
             {
               sourceTag: 'type:example',
-              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'],
+              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service', 'type:example'],
             },
           ],
         },
@@ -71,6 +73,26 @@ export default tseslint.config(
     files: ['**/*.ts'],
     rules: {
       'no-restricted-imports': ['error', { patterns: [DEEP_IMPORT] }],
+    },
+  },
+  // A service's tests run the examples as workloads (the order saga in the tests' orchestrator): the one place a
+  // service's folder may import an example. Its source stays free of them (the rule above).
+  {
+    files: ['services/*/test/**/*.ts'],
+    rules: {
+      '@nx/enforce-module-boundaries': [
+        'error',
+        {
+          enforceBuildableLibDependency: false,
+          allow: [],
+          depConstraints: [
+            {
+              sourceTag: 'type:service',
+              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:example'],
+            },
+          ],
+        },
+      ],
     },
   },
   // libs/kafka is the one place that imports the Kafka client (issue 40): everything else takes kafkajs's classes and

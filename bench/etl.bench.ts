@@ -72,7 +72,7 @@ async function main() {
         [
           '-r',
           '@swc-node/register',
-          join(ROOT, 'apps/etl-cli/src/main.ts'),
+          join(ROOT, 'examples/geonames-etl/src/main.ts'),
           '--workers',
           String(w),
           '--sink',

@@ -10,7 +10,7 @@ import {
   type RunState,
   type WorkflowInput,
 } from '@keyflow/workflow';
-import { echo } from '@keyflow/tasks';
+import { echo } from '@keyflow/testing';
 import { spawnService, until } from './support';
 
 /**
@@ -170,10 +170,10 @@ async function e2e() {
     ORCHESTRATOR_GROUP_ID: `${prefix}orch`,
     WORKER_GROUP_ID: `${prefix}workers`,
   };
-  const orch = spawnService('services/orchestrator/src/main.ts', env, 'orchestrator ready');
+  const orch = spawnService('examples/test-workloads/src/orchestrator.ts', env, 'orchestrator ready');
   const url = await orch.ready;
   const worker = spawnService(
-    'services/workers/src/main.ts',
+    'examples/test-workloads/src/worker.ts',
     { ...env, WORKER_TASK_TYPES: echo.type },
     'worker ready',
   );

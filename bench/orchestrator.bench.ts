@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import { CompressionTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { TRANSACTIONAL_RETRY } from '@keyflow/kafka';
-import { echo } from '@keyflow/tasks';
+import { echo } from '@keyflow/testing';
 import { chainLatency } from './chain';
 import {
   closeSink,
@@ -108,7 +108,7 @@ async function main() {
   }
   const tServices = Date.now();
   const orch = spawnService(
-    'services/orchestrator/src/main.ts',
+    'examples/test-workloads/src/orchestrator.ts',
     orchEnv,
     'orchestrator ready',
     // Node writes the profile when the process exits (the bench stops it with SIGTERM).
@@ -168,7 +168,9 @@ async function main() {
   }
   const acceptTotal = acceptN * (acceptN > 0 ? opts.acceptConcurrency.split(',').length : 0);
 
-  const workers = [0, 1].map(() => spawnService('services/workers/src/main.ts', workerEnv, 'worker ready'));
+  const workers = [0, 1].map(() =>
+    spawnService('examples/test-workloads/src/worker.ts', workerEnv, 'worker ready'),
+  );
   await Promise.all(workers.map((w) => w.ready));
   const tReady = Date.now();
   const drainCpu = cpuSplit({

@@ -133,7 +133,7 @@ async function main() {
   const t0 = Date.now();
   const proc = spawn(
     process.execPath,
-    ['-r', '@swc-node/register', join(ROOT, 'services/orchestrator/src/main.ts')],
+    ['-r', '@swc-node/register', join(ROOT, 'examples/test-workloads/src/orchestrator.ts')],
     { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'inherit'] },
   );
   const at: Record<string, number> = {};

@@ -3,7 +3,7 @@ import { Kafka, logLevel, type Batch, type Producer } from 'kafkajs';
 import { derivedEventId, EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
-import { noop } from '@keyflow/tasks';
+import { noop } from '@keyflow/testing';
 import { BatchingProducer, createIdempotentProducer, createKafka, OrderedConsumer } from '@keyflow/kafka';
 import { dlqTopicFor, taskTopicOf } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
@@ -121,7 +121,7 @@ let otlpEndpoint: string | undefined;
 
 function startWorker(prefix: string, profileDir?: string) {
   return spawnService(
-    'services/workers/src/main.ts',
+    'examples/test-workloads/src/worker.ts',
     {
       KEYFLOW_TOPIC_PREFIX: prefix,
       WORKER_GROUP_ID: `${prefix}workers`,

@@ -6,7 +6,7 @@
  *
  * Starts a 3-broker cluster with infra/local/stack.sh (KEYFLOW_BROKERS=3; run dir KEYFLOW_RUN_DIR, default
  * infra/local/.run-cluster; ports from KAFKA_PORT, KAFKA_CONTROLLER_PORT, REGISTRY_PORT, REGISTRY_MANAGEMENT_PORT,
- * KEYFLOW_REDIS_PORT as stack.sh reads them), then runs the GeoNames ETL (apps/etl-cli/src/main.ts) twice, each into its own
+ * KEYFLOW_REDIS_PORT as stack.sh reads them), then runs the GeoNames ETL (examples/geonames-etl/src/main.ts) twice, each into its own
  * new SQLite sink and topic prefix: once quiet, once with one broker SIGKILLed `--kill-after-ms` after the run
  * started and started again `--down-ms` later. Prints one JSON object with both reports' figures and exits non-zero
  * unless both runs are balanced, their sinks match their reports, and the two sink checksums are equal.
@@ -58,11 +58,11 @@ interface EtlResult {
   };
 }
 
-/** Runs apps/etl-cli/src/main.ts; calls `onStarted` when it prints that its run started; resolves with its JSON output. */
+/** Runs examples/geonames-etl/src/main.ts; calls `onStarted` when it prints that its run started; resolves with its JSON output. */
 function etl(args: string[], onStarted: () => void): Promise<{ result?: EtlResult; code: number | null }> {
   const p = spawn(
     process.execPath,
-    ['-r', '@swc-node/register', join(ROOT, 'apps/etl-cli/src/main.ts'), ...args],
+    ['-r', '@swc-node/register', join(ROOT, 'examples/geonames-etl/src/main.ts'), ...args],
     {
       cwd: ROOT,
       env: { ...process.env, ...env },

@@ -5,7 +5,7 @@
  *
  * Packed: every package an application on keyflow installs, in dependency order (SDK_PACKAGES): the definitions
  * SDK (`@keyflow/errors`, `@keyflow/workflow`), the runtime libraries, the two services' runtimes
- * (`@keyflow/orchestrator`, `@keyflow/workers`, without their built-in apps' entry points and handlers) and
+ * (`@keyflow/orchestrator`, `@keyflow/workers`: each package's own folder, whole; the examples live under examples/) and
  * `@keyflow/nestjs`, the NestJS modules in one import. Each is compiled by `tsc` (CommonJS, declarations) into a
  * staging folder with a package.json for publication: `main`/`types`/`exports` on `dist`, `files`, its
  * `dependencies` (found in the compiled files: keyflow packages at this version, third-party ones at the package's
@@ -29,8 +29,6 @@ interface PackedPackage {
   dir: string;
   /** Files and folders of `dir` shipped next to `dist` (read at run time relative to the compiled code). */
   assets?: string[];
-  /** Source files or folders under `src` not packed (a service's own entry point and built-in handlers). */
-  exclude?: string[];
   /** Dependencies shipped inside the tarball from the monorepo's node_modules, as installed (and patched). */
   bundle?: string[];
   /** Peers the compiled files do not name but need at run time (a platform Nest loads by itself). */
@@ -48,12 +46,10 @@ export const SDK_PACKAGES: readonly PackedPackage[] = [
   { name: '@keyflow/idempotency', dir: 'libs/idempotency' },
   { name: '@keyflow/ops', dir: 'libs/ops' },
   { name: '@keyflow/blobs', dir: 'libs/blobs' },
-  { name: '@keyflow/tasks', dir: 'libs/tasks' },
-  { name: '@keyflow/orchestrator', dir: 'services/orchestrator', assets: ['console'], exclude: ['main.ts'] },
+  { name: '@keyflow/orchestrator', dir: 'services/orchestrator', assets: ['console'] },
   {
     name: '@keyflow/workers',
     dir: 'services/workers',
-    exclude: ['main.ts', 'handlers'],
     peers: ['@nestjs/platform-express'], // its HTTP side (/health, /metrics)
   },
   { name: '@keyflow/nestjs', dir: 'libs/nestjs' },
@@ -142,7 +138,7 @@ for (const p of SDK_PACKAGES) {
         typeRoots: [join(ROOT, 'node_modules', '@types')],
       },
       include: [join(src, 'src', '**', '*.ts')],
-      exclude: [join(src, 'src', '**', '*.spec.ts'), ...(p.exclude ?? []).map((e) => join(src, 'src', e))],
+      exclude: [join(src, 'src', '**', '*.spec.ts')],
     }),
   );
   execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', tsconfig], {

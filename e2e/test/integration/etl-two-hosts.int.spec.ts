@@ -5,9 +5,15 @@ import { randomBytes } from 'node:crypto';
 import { Pool } from 'pg';
 import { Kafka, logLevel } from '@keyflow/kafka';
 import { EventCodec } from '@keyflow/contracts';
-import { readDefaultCities } from '@keyflow/etl';
 import { eventually } from '@keyflow/testing';
-import { etlDedupe, etlExtract, etlLoad, etlReport, etlTransform } from '@keyflow/tasks';
+import {
+  etlDedupe,
+  etlExtract,
+  etlLoad,
+  etlReport,
+  etlTransform,
+  readDefaultCities,
+} from '@keyflow/example-geonames-etl';
 import { startService } from './support';
 
 jest.setTimeout(300_000);
@@ -70,9 +76,9 @@ describe('the GeoNames ETL across two hosts sharing the PostgreSQL blob store', 
       ETL_SQLITE_ROOTS: dir,
       ...shared,
     };
-    const orch = startService('services/orchestrator/src/main.ts', env, 'orchestrator ready');
+    const orch = startService('examples/geonames-etl/src/orchestrator.ts', env, 'orchestrator ready');
     const ws = workers.map((w) =>
-      startService('services/workers/src/main.ts', { ...env, ...w }, 'worker ready'),
+      startService('examples/geonames-etl/src/worker.ts', { ...env, ...w }, 'worker ready'),
     );
     const all = [orch, ...ws];
     try {

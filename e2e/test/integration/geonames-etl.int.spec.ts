@@ -2,7 +2,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { createPostgresSink, createSqliteSink, REJECT_REASONS, readDefaultCities } from '@keyflow/etl';
+import {
+  createPostgresSink,
+  createSqliteSink,
+  REJECT_REASONS,
+  readDefaultCities,
+} from '@keyflow/example-geonames-etl';
 import { eventually } from '@keyflow/testing';
 import { runEtl, runFeeder, startService } from './support';
 
@@ -81,8 +86,10 @@ describe('the GeoNames ETL, end to end', () => {
       KEYFLOW_BLOB_DIR: join(dir, 'blobs'),
       ETL_SQLITE_ROOTS: dir, // where the workers may write this run's SQLite file
     };
-    const orch = startService('services/orchestrator/src/main.ts', env, 'orchestrator ready');
-    const workers = [0, 1].map(() => startService('services/workers/src/main.ts', env, 'worker ready'));
+    const orch = startService('examples/geonames-etl/src/orchestrator.ts', env, 'orchestrator ready');
+    const workers = [0, 1].map(() =>
+      startService('examples/geonames-etl/src/worker.ts', env, 'worker ready'),
+    );
     try {
       const url = await orch.ready;
       await Promise.all(workers.map((w) => w.ready));

@@ -2,7 +2,7 @@ import { execFile, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { startServiceProcess } from '@keyflow/testing';
-import type { etlReport } from '@keyflow/tasks';
+import type { etlReport } from '@keyflow/example-geonames-etl';
 import type { TaskOutputOf } from '@keyflow/workflow';
 
 export const ROOT = join(__dirname, '../../..');
@@ -15,11 +15,11 @@ export interface EtlOutput {
   report: TaskOutputOf<typeof etlReport>;
 }
 
-/** Runs the main job's command (apps/etl-cli/src/main.ts, what `npm start` runs) and parses its JSON output. */
+/** Runs the main job's command (examples/geonames-etl/src/main.ts, what `npm start` runs) and parses its JSON output. */
 export async function runEtl(args: string[]): Promise<EtlOutput> {
   const { stdout } = await run(
     process.execPath,
-    ['-r', '@swc-node/register', join(ROOT, 'apps/etl-cli/src/main.ts'), ...args],
+    ['-r', '@swc-node/register', join(ROOT, 'examples/geonames-etl/src/main.ts'), ...args],
     {
       cwd: ROOT,
       env: process.env,
@@ -44,7 +44,7 @@ export async function runFeeder(
 ): Promise<{ eventsRead: number; distinctKeys: number; indexFile: string }> {
   const { stdout } = await run(
     process.execPath,
-    ['-r', '@swc-node/register', join(ROOT, 'examples/search-index-feeder.ts'), ...args],
+    ['-r', '@swc-node/register', join(ROOT, 'examples/geonames-etl/src/search-index-feeder.ts'), ...args],
     { cwd: ROOT, env: process.env, timeout: 300_000 },
   );
   return JSON.parse(stdout.trim().split('\n').at(-1)!);

@@ -30,3 +30,4 @@ export {
   type ClusterControl,
 } from './cluster';
 export { startServiceProcess, type ServiceProcess } from './service-process';
+export { noop, echo, threeStep, fanOut, testWorkflows } from './workloads';

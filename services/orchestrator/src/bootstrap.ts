@@ -9,12 +9,13 @@ import type { ScheduleDef } from './engine/scheduler';
 import { loadOrchestratorConfig, requireApiSettings } from './config';
 import { KeyflowOrchestratorModule, ORCHESTRATOR_RUNTIME, setupKeyflowOrchestrator } from './module';
 import { checkSchedules, type OrchestratorRuntime } from './runtime';
-import { builtinWorkflows, WorkflowRegistry } from './workflows/registry';
+import { WorkflowRegistry } from './workflows/registry';
 
 /**
- * Starts an orchestrator instance as a process of its own: {@link KeyflowOrchestratorModule} with the built-in
- * workflows and `definitions`, the HTTP API (OpenAPI at /docs, /health, /metrics, the ops API under /ops) and the
- * ops console (/console/) on ORCHESTRATOR_HTTP_HOST:ORCHESTRATOR_HTTP_PORT. SIGTERM/SIGINT close it and exit 0.
+ * Starts an orchestrator instance as a process of its own: {@link KeyflowOrchestratorModule} with the application's
+ * `definitions` and nothing else (it creates the task topics of those definitions only), the HTTP API (OpenAPI at
+ * /docs, /health, /metrics, the ops API under /ops) and the ops console (/console/) on
+ * ORCHESTRATOR_HTTP_HOST:ORCHESTRATOR_HTTP_PORT. SIGTERM/SIGINT close it and exit 0.
  * @throws OrchestratorConfigError for settings or schedules that could never work
  */
 export async function bootstrapOrchestrator(
@@ -25,7 +26,7 @@ export async function bootstrapOrchestrator(
   // Settings and schedules first: a refused one is thrown here as it is, before Nest logs its own report of a
   // failed provider.
   requireApiSettings(loadOrchestratorConfig(env));
-  const workflows = [...builtinWorkflows, ...definitions];
+  const workflows = definitions;
   checkSchedules(new WorkflowRegistry().register(...workflows), schedules);
   const app = await NestFactory.create<NestExpressApplication>(
     KeyflowOrchestratorModule.forRoot({ workflows, schedules, env }),

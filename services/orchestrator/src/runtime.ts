@@ -62,8 +62,9 @@ export interface OrchestratorRuntime {
 /**
  * Starts everything of an orchestrator instance but its HTTP listener: tracing, the read model (all of wf.state),
  * the engine (its share of the partitions; creates topics, checks co-partitioning, registers schemas), the lag
- * monitor, the API's producer and request key store, and the schedules. `workflows` are all it runs (the built-in
- * ones are `builtinWorkflows`); `env` holds the settings by their environment names (docs/reference/configuration.md).
+ * monitor, the API's producer and request key store, and the schedules. `workflows` are all it runs (the
+ * application's own, nothing built in); `env` holds the settings by their environment names
+ * (docs/reference/configuration.md).
  * When a part fails for good (the engine's consumer crashes, its producer or the API's fails, the read model's
  * consumer crashes), /health answers 503 naming it and the process exits 1 shortly after
  * (KEYFLOW_FATAL_EXIT_DELAY_MS), so a supervisor restarts it.

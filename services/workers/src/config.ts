@@ -66,24 +66,8 @@ const Schema = z.object({
     .default('false')
     .transform((v) => v === 'true'),
   /**
-   * Directories the GeoNames ETL's extract may read a run's `source` file from (comma-separated; realpath-resolved,
-   * regular files only). Default none: only the bundled `default` input. `npm start` sets it to its --input's
-   * directory. Anything else: SOURCE_NOT_ALLOWED (libs/etl confine.ts).
-   */
-  ETL_INPUT_ROOTS: listSetting(''),
-  /**
-   * Directories the ETL's SQLite sink files may lie under (comma-separated, relative to the worker's working
-   * directory). Default `.keyflow` (npm start's `.keyflow/geonames.sqlite`). Anything else: SINK_NOT_ALLOWED.
-   */
-  ETL_SQLITE_ROOTS: listSetting('.keyflow'),
-  /**
-   * PostgreSQL URLs the ETL's sink may use (comma-separated): a sink URL must name an entry's host and port, and its
-   * database and user when the entry names them. Default none. Anything else: SINK_NOT_ALLOWED.
-   */
-  ETL_POSTGRES_URLS: listSetting(''),
-  /**
    * How long a step's completion record is kept (a redelivery within it re-publishes the stored result), in ms; the
-   * task DLQ topics the worker creates keep their records a little less (libs/kafka dlqRetention).
+   * task DLQ topics the worker creates keep their records a little less (libs/ops dlqRetention).
    */
   WORKER_COMPLETION_TTL_MS: z.coerce.number().int().min(1000).default(DEFAULT_COMPLETION_TTL_MS),
   /** First backoff of a task's in-process retries, in ms (exponential, full jitter). */
@@ -131,19 +115,6 @@ const DEFAULT_MAX_IN_FLIGHT = 512;
 const DEFAULT_MAX_CONCURRENT_HANDLERS = 128;
 /** Largest default of WORKER_MAX_IN_FLIGHT_PER_PARTITION (otherwise half the handler slots). */
 const MAX_DEFAULT_IN_FLIGHT_PER_PARTITION = 64;
-
-/** A comma-separated list setting (blanks dropped), `fallback` when unset. */
-function listSetting(fallback: string) {
-  return z
-    .string()
-    .default(fallback)
-    .transform((v) =>
-      v
-        .split(',')
-        .map((x) => x.trim())
-        .filter(Boolean),
-    );
-}
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
 export class WorkerConfigError extends SettingsError {

@@ -3,7 +3,7 @@
  * `KeyflowWorkerModule.forRoot()` in a NestJS application of your own (then `startKeyflowWorker(app)`),
  * or `bootstrapWorker([MyHandlers])` for a process that is only a worker; `@TaskHandler(contract)` marks a
  * handler method (typed by the task contract, see `defineTask` in @keyflow/workflow); the error classes say what
- * kind of failure a handler met. `src/main.ts` is the built-in worker (the built-in handlers).
+ * kind of failure a handler met. A worker runs only the handlers it is given (examples/ holds applications).
  */
 export { bootstrapWorker } from './bootstrap';
 export {

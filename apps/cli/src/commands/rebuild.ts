@@ -3,7 +3,6 @@ import { Command, InvalidArgumentError } from 'commander';
 import { claimCheckFromConfig } from '@keyflow/blobs';
 import type { WorkflowDefinition } from '@keyflow/workflow';
 import { loadOrchestratorConfig, rebuildRuns, WorkflowRegistry } from '@keyflow/orchestrator';
-import { builtinWorkflows } from '@keyflow/orchestrator';
 import type { CliContext } from '../context';
 import { print } from '../output';
 
@@ -26,13 +25,15 @@ export function rebuildCommand(ctx: CliContext): Command {
       'rebuild every run from wf.requests and task.results with the definitions and compare with wf.state ' +
         "(exit 0: they agree, 2: they differ); reads the orchestrator's environment",
     )
-    .option('--definitions <module...>', 'modules exporting `workflows` (yours), besides the built-ins')
+    .option(
+      '--definitions <module...>',
+      'modules exporting `workflows`: the definitions of the runs (the orchestrator has no built-in ones)',
+    )
     .option('--max-differences <n>', 'differences to print', '20')
     .option('--json', 'JSON output')
     .action(async (o) => {
       const cfg = loadOrchestratorConfig();
       const registry = new WorkflowRegistry().register(
-        ...builtinWorkflows,
         ...((o.definitions as string[] | undefined) ?? []).flatMap(definitionsOf),
       );
       const report = await rebuildRuns(ctx.kafka, ctx.codec!, registry, claimCheckFromConfig(cfg), {

@@ -1,8 +1,4 @@
 import type { WorkflowDefinition } from '@keyflow/workflow';
-import { fanOut } from './fan-out';
-import { geonamesEtl } from './geonames-etl';
-import { orderSaga } from './order-saga';
-import { threeStep } from './three-step';
 
 /** Workflow definitions by name and version. A run keeps the version it started with. */
 export class WorkflowRegistry {
@@ -35,6 +31,3 @@ export class WorkflowRegistry {
     return [...this.byName.values()].flatMap((versions) => [...versions.values()]);
   }
 }
-
-/** Built-in definitions (each in its own file). */
-export const builtinWorkflows = [threeStep, fanOut, orderSaga, geonamesEtl];

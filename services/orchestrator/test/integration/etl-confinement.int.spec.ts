@@ -40,7 +40,7 @@ describe('the GeoNames ETL confines run input to the workers’ allowed roots an
     writeFileSync(join(outside, 'secret.jsonl'), `${city}\n`);
     symlinkSync(join(outside, 'secret.jsonl'), join(inputs, 'link.jsonl'));
     symlinkSync(outside, join(sinks, 'escape'));
-    const orch = await h.startOrchestrator();
+    const orch = await h.startOrchestrator({}, 'examples/test-workloads/src/orchestrator.ts');
     url = await orch.ready;
     await h.startWorker({
       KEYFLOW_BLOB_DIR: join(dir, 'blobs'),

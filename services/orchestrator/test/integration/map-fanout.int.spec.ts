@@ -1,7 +1,7 @@
-import { Collector, eventually } from '@keyflow/testing';
+import { Collector, eventually, testWorkflows as builtinWorkflows } from '@keyflow/testing';
 import { segmentKey } from '@keyflow/workflow';
 import { rebuildRuns } from '../../src/rebuild';
-import { builtinWorkflows, WorkflowRegistry } from '../../src/workflows/registry';
+import { WorkflowRegistry } from '../../src/workflows/registry';
 import { distinctEvents, OrchestratorHarness, post } from './support';
 
 jest.setTimeout(240_000);

@@ -1,8 +1,8 @@
 import { Webhook } from 'standardwebhooks';
-import { eventually } from '@keyflow/testing';
+import { eventually, testWorkflows as builtinWorkflows } from '@keyflow/testing';
 import { rebuildRuns } from '../../src/rebuild';
 import { saga } from '../fixtures/test-workflows';
-import { WorkflowRegistry, builtinWorkflows } from '../../src/workflows/registry';
+import { WorkflowRegistry } from '../../src/workflows/registry';
 import {
   distinctEvents,
   OrchestratorHarness,

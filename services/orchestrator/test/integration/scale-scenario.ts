@@ -1,6 +1,9 @@
 import { AssignerProtocol } from '@keyflow/kafka';
-import { AwaitTimeoutError, eventually } from '@keyflow/testing';
-import { builtinWorkflows } from '../../src/workflows/registry';
+import { AwaitTimeoutError, eventually, testWorkflows } from '@keyflow/testing';
+import { orderSaga } from '@keyflow/example-order-saga';
+
+/** The workflows the scenarios run (the test orchestrator registers them). */
+const builtinWorkflows = [...testWorkflows, orderSaga];
 import { OrchestratorHarness, TERMINAL_EVENTS, post, type ServiceProcess } from './support';
 
 /**

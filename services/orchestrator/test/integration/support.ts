@@ -114,21 +114,27 @@ export class OrchestratorHarness {
     };
   }
 
-  async startOrchestrator(extra: Record<string, string> = {}): Promise<ServiceProcess> {
-    const p = new ServiceProcess(
-      'services/orchestrator/test/fixtures/test-orchestrator.ts',
-      this.env(extra),
-      'orchestrator ready',
-    );
+  /**
+   * An orchestrator process: the tests' own (test workflows, the order saga, the test definitions), or another
+   * entry such as examples/test-workloads/src/orchestrator.ts (which also has the GeoNames ETL).
+   */
+  async startOrchestrator(
+    extra: Record<string, string> = {},
+    entry = 'services/orchestrator/test/fixtures/test-orchestrator.ts',
+  ): Promise<ServiceProcess> {
+    const p = new ServiceProcess(entry, this.env(extra), 'orchestrator ready');
     this.processes.push(p);
     await p.ready;
     return p;
   }
 
-  /** A worker process: the service's own (built-in handlers), or another entry such as the workers' test process. */
+  /**
+   * A worker process: examples/test-workloads' (the handlers of the test workloads and of every example), or another
+   * entry such as the workers' test process.
+   */
   async startWorker(
     extra: Record<string, string> = {},
-    entry = 'services/workers/src/main.ts',
+    entry = 'examples/test-workloads/src/worker.ts',
   ): Promise<ServiceProcess> {
     const p = new ServiceProcess(entry, this.env(extra), 'worker ready');
     this.processes.push(p);

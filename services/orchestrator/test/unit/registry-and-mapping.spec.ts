@@ -4,8 +4,7 @@ import { join } from 'node:path';
 import { workflow, z } from '@keyflow/workflow';
 import { loadOrchestratorConfig, OrchestratorConfigError, requireApiSettings } from '../../src/config';
 import { toWorkflowInput } from '../../src/engine/mapping';
-import { builtinWorkflows, WorkflowRegistry } from '../../src/workflows/registry';
-import { BUILTIN_TASKS } from '@keyflow/tasks';
+import { WorkflowRegistry } from '../../src/workflows/registry';
 
 const meta = {
   eventId: 'e1',
@@ -82,22 +81,6 @@ describe('workflow registry', () => {
       kind: 'start',
       input: { orderId: 'o', amount: 2, note: 'n' },
     });
-  });
-});
-
-describe('the built-in workflows', () => {
-  it('use only task types of the task catalog (one source for types and topics)', () => {
-    const types = builtinWorkflows.flatMap((d) =>
-      [...d.stepIndex.values()].flatMap((s) =>
-        s.kind === 'task'
-          ? [s.type, ...(s.compensate ? [s.compensate.type] : [])]
-          : s.kind === 'map'
-            ? [s.type]
-            : [],
-      ),
-    );
-    expect(types.length).toBeGreaterThan(10);
-    expect(types.filter((t) => !BUILTIN_TASKS.has(t))).toEqual([]);
   });
 });
 
