@@ -1,4 +1,4 @@
-import { taskTopicOf } from '@keyflow/kafka';
+import { taskTopicOf } from '@keyflow/ops';
 import { chargePayment } from '@keyflow/example-order-saga';
 import { ALL_TASKS as BUILTIN_TASKS, allWorkflows as builtinWorkflows } from '../../src/catalog';
 
