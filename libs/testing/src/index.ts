@@ -29,4 +29,34 @@ export {
   type BrokerInfo,
   type ClusterControl,
 } from './cluster';
-export { startServiceProcess, type ServiceProcess } from './service-process';
+export { startServiceProcess, type ServiceProcess, type ServiceProcessOptions } from './service-process';
+export {
+  OrchestratorHarness,
+  TEST_WEBHOOK_SECRET,
+  TERMINAL_EVENTS,
+  SCREENSHOTS_DIR,
+  distinctEvents,
+  keyflowCli,
+  launchChromium,
+  post,
+  type CliRun,
+  type Lifecycle,
+} from './harness/orchestrator';
+export {
+  FAULT_KINDS,
+  runChaos,
+  lifecycleGaps,
+  type ChaosOptions,
+  type ChaosReport,
+  type Fault,
+  type FaultKind,
+} from './scenarios/chaos';
+export {
+  runScaleScenario,
+  THREE_STEP,
+  ORDER_SAGA,
+  type GroupSnapshot,
+  type ScaleReport,
+  type ScaleScenario,
+  type ScaleWorkflow,
+} from './scenarios/scale';

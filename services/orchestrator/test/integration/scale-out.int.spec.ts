@@ -1,4 +1,5 @@
-import { runScaleScenario } from './scale-scenario';
+import { runScaleScenario } from '@keyflow/testing';
+import { builtinWorkflows } from '../../src/workflows/registry';
 
 jest.setTimeout(240_000);
 
@@ -21,6 +22,7 @@ describe('scale-out: orchestrator instances joining and dying under load', () =>
       sagas: 10,
       sessionTimeoutMs: 6_000,
       timeoutMs: 90_000,
+      workflows: builtinWorkflows,
       log: (l) => console.log(l),
     });
     console.log(

@@ -1,10 +1,10 @@
 import { AssignerProtocol } from '@keyflow/kafka';
-import { AwaitTimeoutError, eventually } from '@keyflow/testing';
-import { builtinWorkflows } from '../../src/workflows/registry';
-import { OrchestratorHarness, TERMINAL_EVENTS, post, type ServiceProcess } from './support';
+import { AwaitTimeoutError, eventually } from '../await';
+import { OrchestratorHarness, TERMINAL_EVENTS, post } from '../harness/orchestrator';
+import type { ServiceProcess } from '../service-process';
 
 /**
- * The scale-out scenario, shared by the CI test (scale-out.int.spec.ts) and the full matrix (`npm run test:scale`,
+ * The scale-out scenario, shared by the CI test (services/orchestrator/test/integration/scale-out.int.spec.ts) and the full matrix (`npm run test:scale`,
  * scripts/scale-matrix.ts): orchestrator instances and workers started at the same moment on new topics, runs of
  * `three-step` and `order-saga` started over HTTP spread across the instances, one instance added and one of the
  * first ones SIGKILLed mid-load, every run awaited. It measures and returns; the caller asserts or prints.
@@ -26,6 +26,11 @@ export interface ScaleScenario {
   sessionTimeoutMs: number;
   /** Deadline in ms for every run to end after the last one was started. */
   timeoutMs: number;
+  /**
+   * The definitions of `three-step` and `order-saga` the orchestrators run (the orchestrator's built-in workflows):
+   * a completed run must have completed exactly their steps.
+   */
+  workflows: readonly ScaleWorkflow[];
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -69,8 +74,14 @@ export interface ScaleReport {
   victimPartitions: number[];
 }
 
-const stepsOf = (name: string): string[] => {
-  const def = builtinWorkflows.find((w) => w.name === name);
+/** A workflow definition as far as the scenario reads it: its name and its steps' ids. */
+export interface ScaleWorkflow {
+  name: string;
+  steps: ReadonlyArray<{ id: string }>;
+}
+
+const stepsOf = (workflows: readonly ScaleWorkflow[], name: string): string[] => {
+  const def = workflows.find((w) => w.name === name);
   if (!def) throw new Error(`no built-in workflow ${name}`);
   return def.steps.map((s) => s.id);
 };
@@ -277,8 +288,8 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
       ]);
     const done = ended();
     const expected = new Map([
-      [THREE_STEP, stepsOf(THREE_STEP)],
-      [ORDER_SAGA, stepsOf(ORDER_SAGA)],
+      [THREE_STEP, stepsOf(s.workflows, THREE_STEP)],
+      [ORDER_SAGA, stepsOf(s.workflows, ORDER_SAGA)],
     ]);
     const duplicateStepCompleted: string[] = [];
     const wrongSteps: string[] = [];
