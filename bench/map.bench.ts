@@ -11,7 +11,8 @@ import {
   type WorkflowInput,
 } from '@keyflow/workflow';
 import { echo } from '@keyflow/tasks';
-import { spawnService, until } from './support';
+import { spawnService, benchWait } from './support';
+import { eventually } from '@keyflow/testing';
 
 /**
  * Map fan-out cost per item, on the reducer as the engine drives it (issue "Throughput at ETL scale", target 3):
@@ -208,7 +209,11 @@ async function e2e() {
       });
       if (res.status !== 202) throw new Error(`POST /runs answered ${res.status}: ${await res.text()}`);
       const { runId } = (await res.json()) as { runId: string };
-      await until(() => fannedIn.has(runId), 3_600_000, `the fan-in of ${n} items`, [orch, worker]);
+      await eventually(
+        `the fan-in of ${n} items`,
+        () => fannedIn.has(runId),
+        benchWait(3_600_000, `the fan-in of ${n} items`, [orch, worker]),
+      );
       const ms = fannedIn.get(runId)! - t0; // when it was read, not when the poll saw it
       const perItem = (ms * 1000) / n;
       base ??= perItem;

@@ -14,8 +14,9 @@ import {
   serviceOnlyEnv,
   spawnService,
   tracingLine,
-  until,
+  benchWait,
 } from './support';
+import { eventually } from '@keyflow/testing';
 
 /**
  * Orchestrator benchmark: the built-in `three-step` workflow (3 task steps) against 2 worker processes running
@@ -177,11 +178,19 @@ async function main() {
     worker2: workers[1].proc.pid,
   });
   if (acceptTotal > 0)
-    await until(() => completedAt.size >= acceptTotal, 600_000, 'accepted runs', [orch, ...workers]);
+    await eventually(
+      'accepted runs',
+      () => completedAt.size >= acceptTotal,
+      benchWait(600_000, 'accepted runs', [orch, ...workers]),
+    );
 
   // 0. The pre-filled backlog: every run completes; then the transactional relay over the same records.
   if (backlog > 0) {
-    await until(() => completedAt.size >= backlog, 1_200_000, 'backlog runs', [orch, ...workers]);
+    await eventually(
+      'backlog runs',
+      () => completedAt.size >= backlog,
+      benchWait(1_200_000, 'backlog runs', [orch, ...workers]),
+    );
     const drainSplit = drainCpu();
     // From the engine's first lifecycle event to its last RunCompleted (its own clock): startup excluded.
     const engineSecs = (Math.max(...completedAt.values()) - firstEventAt) / 1000;
@@ -233,7 +242,11 @@ async function main() {
         )),
       );
     const accepted = Date.now();
-    await until(() => ids.every((id) => completedAt.has(id)), 600_000, 'burst runs', [orch, ...workers]);
+    await eventually(
+      'burst runs',
+      () => ids.every((id) => completedAt.has(id)),
+      benchWait(600_000, 'burst runs', [orch, ...workers]),
+    );
     const secs = (Date.now() - t0) / 1000;
     // Inputs applied per run: 1 start + 3 results.
     console.log(
@@ -257,11 +270,10 @@ async function main() {
       const t = Date.now();
       void start(`l${rate}-${i}`).then((id) => startedAt.set(id, t));
     }
-    await until(
-      () => startedAt.size === total && [...startedAt.keys()].every((id) => completedAt.has(id)),
-      300_000,
+    await eventually(
       `load ${rate}`,
-      [orch, ...workers],
+      () => startedAt.size === total && [...startedAt.keys()].every((id) => completedAt.has(id)),
+      benchWait(300_000, `load ${rate}`, [orch, ...workers]),
     );
     const lat = [...startedAt].map(([id, t]) => completedAt.get(id)! - t);
     engineP50.set(rate, pct(lat, 50));
@@ -429,7 +441,7 @@ async function transactionalRelay(
       if (relayed >= n) t1 ||= Date.now();
     },
   });
-  await until(() => relayed >= n, 600_000, 'transactional relay');
+  await eventually('transactional relay', () => relayed >= n, benchWait(600_000, 'transactional relay'));
   await consumer.disconnect();
   await producer.disconnect();
   return n / ((t1 - t0) / 1000);

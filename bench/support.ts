@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { Pool } from 'undici';
 import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
-import { startServiceProcess } from '@keyflow/testing';
+import { startServiceProcess, type EventuallyOptions } from '@keyflow/testing';
 
 export const ROOT = join(__dirname, '..');
 
@@ -12,21 +12,16 @@ export const pct = (xs: number[], p: number) => {
 };
 
 /**
- * Waits until `cond()` holds, polling every 20 ms; throws after `timeoutMs`, or at once when one of `services` (from
- * {@link spawnService}) has exited on its own: a crashed worker fails the benchmark instead of leaving it waiting.
+ * Options of {@link eventually} for a benchmark's wait for `what`: polls every 20 ms, gives up after `timeoutMs`, and
+ * at once when one of `services` (from {@link spawnService}) has exited on its own: a crashed worker fails the
+ * benchmark instead of leaving it waiting.
  */
-export async function until(
-  cond: () => boolean,
+export function benchWait(
   timeoutMs: number,
-  what = 'condition',
+  what: string,
   services: ReadonlyArray<{ exited: () => string | undefined }> = [],
-) {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    assertRunning(services, what);
-    if (Date.now() > deadline) throw new Error(`benchmark timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+): EventuallyOptions<boolean> {
+  return { timeoutMs, intervalMs: 20, check: () => assertRunning(services, what) };
 }
 
 /** Throws, naming what was awaited, when one of `services` (from {@link spawnService}) has exited on its own. */

@@ -27,8 +27,9 @@ import {
   serviceOnlyEnv,
   spawnService,
   tracingLine,
-  until,
+  benchWait,
 } from './support';
+import { eventually } from '@keyflow/testing';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -266,7 +267,7 @@ async function eachBatchMeasured(
       done += batch.messages.length;
     },
   });
-  await until(() => done >= n, 600_000, group);
+  await eventually(group, () => done >= n, benchWait(600_000, group));
   // The CPU split is taken here, over the rate's own window: measured after the disconnect (seconds of leaving the
   // group, almost no CPU), it read as a fraction of the CPU the relay really used.
   const measured = { rate: (n - 1) / ((Date.now() - t0) / 1000), cpu: cpu() };
@@ -321,7 +322,7 @@ async function runtimeFloor(prefix: string, n: number): Promise<Measured> {
     },
   });
   await consumer.start();
-  await until(() => done >= n, 600_000);
+  await eventually('condition', () => done >= n, benchWait(600_000, 'condition'));
   const measured = { rate: (n - 1) / ((Date.now() - t0) / 1000), cpu: cpu() };
   await consumer.stop();
   await producer.disconnect();
@@ -441,7 +442,7 @@ async function rawRelay(prefix: string, n: number): Promise<number> {
       relayed++;
     },
   });
-  await until(() => relayed >= n, 600_000);
+  await eventually('condition', () => relayed >= n, benchWait(600_000, 'condition'));
   const rate = (n - 1) / ((Date.now() - t0) / 1000); // first message to last
   await consumer.disconnect();
   await producer.disconnect();
@@ -527,7 +528,11 @@ async function main() {
     const wait = start + ((i + rate / 10) / rate) * 1000 - Date.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   }
-  await until(() => latResults.count >= total, 120_000, 'latency results', [w2]);
+  await eventually(
+    'latency results',
+    () => latResults.count >= total,
+    benchWait(120_000, 'latency results', [w2]),
+  );
   console.log(
     `latency at ${rate} tasks/s offered for ${opts.seconds} s: p50 ${pct(latResults.latencies, 50)} ms, p95 ${pct(latResults.latencies, 95)} ms, p99 ${pct(latResults.latencies, 99)} ms`,
   );
@@ -543,7 +548,11 @@ async function main() {
     const memResults = await resultCounter(memCodec, `${mem}results`);
     const w3 = startWorker(mem);
     const t1 = Date.now();
-    await until(() => memResults.count >= backlog, 1_800_000, 'backlog results', [w3]);
+    await eventually(
+      'backlog results',
+      () => memResults.count >= backlog,
+      benchWait(1_800_000, 'backlog results', [w3]),
+    );
     console.log(
       `backlog of ${backlog}: drained in ${((Date.now() - t1) / 1000).toFixed(1)} s, worker peak RSS ${w3.peakRssMb().toFixed(0)} MiB`,
     );

@@ -1,7 +1,7 @@
 export { testInfra, infraFromEnv, InfraUnavailableError, ENV_KEYS, type InfraEndpoints } from './infra';
 export { dockerAvailable, startContainers, type StartedInfra } from './containers';
 export { TestNamespace } from './namespace';
-export { eventually, Collector, AwaitTimeoutError } from './await';
+export { eventually, Collector, AwaitTimeoutError, type EventuallyOptions } from './await';
 export { OwnRedisServer, freePort, REDIS_AOF_ARGS, REDIS_NO_PERSISTENCE_ARGS } from './redis-server';
 export {
   ensureKcat,
