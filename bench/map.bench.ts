@@ -13,6 +13,7 @@ import {
 import { echo } from '@keyflow/tasks';
 import { spawnService, benchWait } from './support';
 import { eventually } from '@keyflow/testing';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * Map fan-out cost per item, on the reducer as the engine drives it (issue "Throughput at ETL scale", target 3):
@@ -180,7 +181,7 @@ async function e2e() {
   );
   await worker.ready;
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
-  await codec.registerTopics(['wf.events']);
+  await codec.registerTopics([Topic.WF_EVENTS]);
   const kafka = new Kafka({ brokers, clientId: 'bench-map', logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({
     groupId: `${prefix}events`,
@@ -190,10 +191,14 @@ async function e2e() {
   /** When each run's fan-in (StepCompleted of `each`) was read, by run id. */
   const fannedIn = new Map<string, number>();
   await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical('wf.events'), fromBeginning: true });
+  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode('wf.events', message.value, { topic, partition, offset: message.offset });
+      const d = await codec.decode(Topic.WF_EVENTS, message.value, {
+        topic,
+        partition,
+        offset: message.offset,
+      });
       if (d.event === 'StepCompleted' && d.value.stepId === 'each') fannedIn.set(d.value.runId, Date.now());
     },
   });

@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { Kafka, logLevel, type Batch, type Producer } from 'kafkajs';
 import { derivedEventId, EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted } from '@keyflow/schemas';
+import { taskTopic, Topic } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { noop } from '@keyflow/tasks';
 import {
@@ -10,13 +11,12 @@ import {
   createKafka,
   dlqTopicFor,
   OrderedConsumer,
-  taskTopicOf,
 } from '@keyflow/kafka';
 import { createLogger } from '@keyflow/observability';
 import { loadWorkerConfig } from '@keyflow/workers';
 
 /** The bench's task topic (logical): the no-op task's. */
-const NOOP_TOPIC = taskTopicOf(noop.type);
+const NOOP_TOPIC = taskTopic(noop.type);
 import { createRedis, describeRedis, IdempotencyStore, redisConnectionFromEnv } from '@keyflow/idempotency';
 import {
   assertRunning,
@@ -78,15 +78,19 @@ async function setup(prefix: string, partitions: number) {
   await admin.connect();
   await admin.createTopics({
     waitForLeaders: true,
-    topics: [NOOP_TOPIC, dlqTopicFor(NOOP_TOPIC), 'task.results', 'task.results.ceiling', 'relay.out'].map(
-      (t) => ({
-        topic: `${prefix}${t}`,
-        numPartitions: t.endsWith('dlq') ? 1 : partitions,
-      }),
-    ),
+    topics: [
+      NOOP_TOPIC,
+      dlqTopicFor(NOOP_TOPIC),
+      Topic.TASK_RESULTS,
+      'task.results.ceiling',
+      'relay.out',
+    ].map((t) => ({
+      topic: `${prefix}${t}`,
+      numPartitions: t.endsWith('dlq') ? 1 : partitions,
+    })),
   });
   await admin.disconnect();
-  await codec.registerTopics(['task.results', NOOP_TOPIC]);
+  await codec.registerTopics([Topic.TASK_RESULTS, NOOP_TOPIC]);
   return codec;
 }
 
@@ -151,10 +155,10 @@ async function resultCounter(codec: EventCodec, group: string) {
   const latencies: number[] = [];
   const sentAt = new Map<string, number>();
   await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical('task.results'), fromBeginning: true });
+  await consumer.subscribe({ topic: codec.physical(Topic.TASK_RESULTS), fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode('task.results', message.value, {
+      const d = await codec.decode(Topic.TASK_RESULTS, message.value, {
         topic,
         partition,
         offset: message.offset,
@@ -359,7 +363,7 @@ async function libraryCeiling(
     completionTtlMs: cfg.WORKER_COMPLETION_TTL_MS,
   });
   const handler = (input: unknown) => (input === undefined ? null : {});
-  const results = codec.physical('task.results.ceiling');
+  const results = `${prefix}task.results.ceiling`; // a bench-only topic, not in the catalog
   const measured = await eachBatchMeasured(
     prefix,
     'library-ceiling',
@@ -395,7 +399,7 @@ async function libraryCeiling(
       if (held.some((h) => h !== true)) throw new Error('ceiling: a completion record was refused');
       const messages = ran.map(({ c, output }) => ({
         key: c.runId,
-        value: codec.encode('task.results', 'TaskCompleted', {
+        value: codec.encode(Topic.TASK_RESULTS, 'TaskCompleted', {
           metadata: newMetadata('TaskCompleted', {
             key: c.runId,
             correlationId: c.metadata.correlationId,
@@ -472,7 +476,7 @@ async function main() {
   // result (the worker's startup excluded) to the last.
   let workerCpu = (): string => '';
   const drainSeconds = await drainTimer(
-    codec.physical('task.results'),
+    codec.physical(Topic.TASK_RESULTS),
     tasks,
     () => {
       workerCpu = cpuSplit({ worker: worker.proc.pid });

@@ -20,7 +20,6 @@ export {
   defaultGroupId,
   assertGroupIdMigrated,
   GroupIdMigrationError,
-  taskTopicOf,
   taskTypeOfTopic,
   isCatalogDlq,
   catalogDlqSource,

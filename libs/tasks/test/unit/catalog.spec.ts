@@ -1,10 +1,10 @@
-import { taskTopicOf } from '@keyflow/kafka';
 import { BUILTIN_TASKS, chargePayment, etlExtract, etlLoad } from '../../src';
+import { taskTopic } from '@keyflow/schemas';
 
 describe('the built-in task catalog', () => {
   it('names each task once, each type a distinct task topic', () => {
     const types = [...BUILTIN_TASKS.keys()];
-    expect(new Set(types.map(taskTopicOf)).size).toBe(types.length);
+    expect(new Set(types.map(taskTopic)).size).toBe(types.length);
     expect(BUILTIN_TASKS.get('order.charge-payment')).toBe(chargePayment);
   });
 

@@ -2,12 +2,12 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import type { Consumer, Producer } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
-import type { TaskCommand } from '@keyflow/schemas';
 import type { Browser } from 'playwright-core';
 import { Collector } from '../await';
 import { ensureDebianTool } from '../debian-tool';
 import { TestNamespace } from '../namespace';
 import { startServiceProcess, type ServiceProcess } from '../service-process';
+import { Topic, taskTopic, type TaskCommand } from '@keyflow/schemas';
 
 /** The repository's root (service entries and the CLI's bin are given relative to it). */
 const ROOT = join(__dirname, '../../../..');
@@ -113,7 +113,7 @@ export class OrchestratorHarness {
 
   /** The wf.requests value of a StartRun for `runId` (key, correlation and business key = run id, input `{}`). */
   startRunValue(runId: string, workflow = 'three-step', trigger = 'test'): Buffer {
-    return this.codec.encode('wf.requests', 'StartRun', {
+    return this.codec.encode(Topic.WF_REQUESTS, 'StartRun', {
       metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
       runId,
       workflow,
@@ -130,7 +130,7 @@ export class OrchestratorHarness {
    * own named after `reader` (one reader per name).
    */
   async readEvents(into: Collector<Lifecycle> = this.events, reader = 'events-reader'): Promise<void> {
-    await this.codec.registerTopics(['wf.events', 'task.results']);
+    await this.codec.registerTopics([Topic.WF_EVENTS, Topic.TASK_RESULTS]);
     const c = this.ns.kafka.consumer({
       groupId: this.ns.groupId(reader),
       readUncommitted: false,
@@ -138,10 +138,10 @@ export class OrchestratorHarness {
     });
     this.consumers.push(c);
     await c.connect();
-    await c.subscribe({ topic: this.codec.physical('wf.events'), fromBeginning: true });
+    await c.subscribe({ topic: this.codec.physical(Topic.WF_EVENTS), fromBeginning: true });
     await c.run({
       eachMessage: async ({ topic, partition, message }) => {
-        const d = await this.codec.decode('wf.events', message.value, {
+        const d = await this.codec.decode(Topic.WF_EVENTS, message.value, {
           topic,
           partition,
           offset: message.offset,
@@ -167,7 +167,7 @@ export class OrchestratorHarness {
     } = {},
   ): Promise<TaskCommand[]> {
     const seen: TaskCommand[] = [];
-    await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
+    await this.codec.registerTopics([Topic.TASK_RESULTS, ...taskTypes.map((t) => taskTopic(t))]);
     this.producer ??= this.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     await this.producer.connect();
     const c = this.ns.kafka.consumer({
@@ -177,10 +177,10 @@ export class OrchestratorHarness {
     this.consumers.push(c);
     await c.connect();
     for (const t of taskTypes)
-      await c.subscribe({ topic: this.codec.physical(`task.${t}`), fromBeginning: true });
+      await c.subscribe({ topic: this.codec.physical(taskTopic(t)), fromBeginning: true });
     await c.run({
       eachMessage: async ({ topic, partition, message }) => {
-        const logical = topic.slice(this.prefix.length);
+        const logical = taskTopic(topic.slice(`${this.prefix}task.`.length));
         const cmd = (
           await this.codec.decode(logical, message.value, { topic, partition, offset: message.offset })
         ).value as TaskCommand;
@@ -208,7 +208,7 @@ export class OrchestratorHarness {
           });
         const value =
           'output' in r
-            ? this.codec.encode('task.results', 'TaskCompleted', {
+            ? this.codec.encode(Topic.TASK_RESULTS, 'TaskCompleted', {
                 metadata: meta('TaskCompleted'),
                 ...common,
                 output: JSON.stringify(r.output),
@@ -216,7 +216,7 @@ export class OrchestratorHarness {
                 durationMs: 1,
                 replayed: false,
               })
-            : this.codec.encode('task.results', 'TaskFailed', {
+            : this.codec.encode(Topic.TASK_RESULTS, 'TaskFailed', {
                 metadata: meta('TaskFailed'),
                 ...common,
                 error: {
@@ -229,10 +229,10 @@ export class OrchestratorHarness {
                   lastFailureAt: Date.now(),
                 },
               });
-        if (opts.publish) await opts.publish(this.codec.physical('task.results'), cmd.runId, value);
+        if (opts.publish) await opts.publish(this.codec.physical(Topic.TASK_RESULTS), cmd.runId, value);
         else
           await this.producer!.send({
-            topic: this.codec.physical('task.results'),
+            topic: this.codec.physical(Topic.TASK_RESULTS),
             acks: -1,
             messages: [{ key: cmd.runId, value }],
           });

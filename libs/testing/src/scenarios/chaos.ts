@@ -14,6 +14,7 @@ import {
   post,
   type Lifecycle,
 } from '../harness/orchestrator';
+import { Topic, taskTopic, type LogicalTopic } from '@keyflow/schemas';
 
 /**
  * The chaos suite (issue "A real cluster, real producers, real sizes"): a mixed load (order sagas, a quarter of them
@@ -147,7 +148,12 @@ const WORKER_FIXTURE = 'services/workers/test/fixtures/test-worker.ts';
 const WORKER_TYPES = ['seq', 'charge', 'refund', 'refuse'];
 /** Poison records start with this (no Avro magic byte): every consumer must dead-letter them and go on. */
 const POISON = 'not avro:';
-const DUPLICATED_TOPICS = ['task.seq', 'task.charge', 'task.refund', 'task.results'];
+const DUPLICATED_TOPICS: LogicalTopic[] = [
+  taskTopic('seq'),
+  taskTopic('charge'),
+  taskTopic('refund'),
+  Topic.TASK_RESULTS,
+];
 
 type Workflow = 'chaos-three' | 'chaos-order' | 'chaos-etl';
 type Run = { workflow: Workflow; decline: boolean; items: number };
@@ -240,7 +246,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const killedWorkerPids = new Set<string>();
   let brokerRestarting: number | undefined;
   const poison = { sent: 0 };
-  const recent = new Map<string, Array<{ key: Buffer | null; value: Buffer | null; headers?: IHeaders }>>();
+  const recent = new Map<
+    LogicalTopic,
+    Array<{ key: Buffer | null; value: Buffer | null; headers?: IHeaders }>
+  >();
   let producer: Producer | undefined;
   let t0 = Date.now();
   const timeline: string[] = [];
@@ -336,12 +345,12 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
           const taskKey = etl.length ? `${rnd.pick(etl)}/etl` : k;
           const runKey = ids.length ? rnd.pick(ids) : k;
           await producer!.send({
-            topic: h.codec.physical('task.seq'),
+            topic: h.codec.physical(taskTopic('seq')),
             acks: -1,
             messages: [{ key: taskKey, value: Buffer.from(`${POISON} ${k}`) }],
           });
           await producer!.send({
-            topic: h.codec.physical('wf.requests'),
+            topic: h.codec.physical(Topic.WF_REQUESTS),
             acks: -1,
             messages: [{ key: runKey, value: Buffer.from(`${POISON} ${k}`) }],
           });
@@ -374,7 +383,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
           );
           await produceWithKcat({
             brokers: up.length ? up : h.ns.infra.kafkaBrokers,
-            topic: h.codec.physical('wf.requests'),
+            topic: h.codec.physical(Topic.WF_REQUESTS),
             codec,
             records,
           });
@@ -448,7 +457,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     if (live('orchestrator').length < o.orchestrators || live('worker').length < o.workers)
       throw new Error(`the processes did not start:\n${exits.join('\n')}`);
     await h.readEvents();
-    await h.codec.registerTopics(['wf.requests', ...DUPLICATED_TOPICS]);
+    await h.codec.registerTopics([Topic.WF_REQUESTS, ...DUPLICATED_TOPICS]);
     producer = h.ns.kafka.producer();
     await producer.connect();
     await reader.connect();
@@ -456,7 +465,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     await reader.run({
       eachMessage: async ({ topic, message }) => {
         if (message.value?.toString().startsWith(POISON)) return; // duplicates are of real records only
-        const logical = topic.slice(h.prefix.length);
+        const logical = topic.slice(h.prefix.length) as LogicalTopic; // one of DUPLICATED_TOPICS
         const list = recent.get(logical) ?? [];
         list.push({ key: message.key, value: message.value, headers: message.headers });
         if (list.length > 100) list.shift();
@@ -465,8 +474,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     });
     // The engine creates the DLQ topics at startup (one partition each).
     const dlqTopics = [
-      dlqTopicFor(h.codec.physical('task.seq')),
-      dlqTopicFor(h.codec.physical('wf.requests')),
+      dlqTopicFor(h.codec.physical(taskTopic('seq'))),
+      dlqTopicFor(h.codec.physical(Topic.WF_REQUESTS)),
     ];
     await dlqs.connect();
     for (const topic of dlqTopics) await dlqs.subscribe({ topic, fromBeginning: true });

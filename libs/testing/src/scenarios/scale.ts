@@ -2,6 +2,7 @@ import { AssignerProtocol } from '@keyflow/kafka';
 import { AwaitTimeoutError, eventually } from '../await';
 import { OrchestratorHarness, TERMINAL_EVENTS, post } from '../harness/orchestrator';
 import type { ServiceProcess } from '../service-process';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * The scale-out scenario, shared by the CI test (services/orchestrator/test/integration/scale-out.int.spec.ts) and the full matrix (`npm run test:scale`,
@@ -102,8 +103,8 @@ async function stableAssignment(
   previous?: GroupSnapshot,
 ): Promise<GroupSnapshot> {
   const admin = await h.ns.getAdmin();
-  const requests = h.codec.physical('wf.requests');
-  const results = h.codec.physical('task.results');
+  const requests = h.codec.physical(Topic.WF_REQUESTS);
+  const results = h.codec.physical(Topic.TASK_RESULTS);
   const describe = async () => (await admin.describeGroups([groupId])).groups[0];
   const isSettled = (g?: Awaited<ReturnType<typeof describe>>) =>
     g?.state === 'Stable' && g.members.length === size;
@@ -257,7 +258,7 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
     const victim = orchestrators.get(victimId)!;
     const victimClient = Object.keys(snapshots.at(-1)!.members).find((c) => c.endsWith(`-${victimId}`));
     const victimPartitions = victimClient
-      ? (snapshots.at(-1)!.members[victimClient][h.codec.physical('wf.requests')] ?? [])
+      ? (snapshots.at(-1)!.members[victimClient][h.codec.physical(Topic.WF_REQUESTS)] ?? [])
       : [];
     victim.kill('SIGKILL');
     await victim.exited;

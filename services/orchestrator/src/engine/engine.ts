@@ -36,7 +36,6 @@ import {
   watchProducer,
   type TopicSpec,
   connectUntilAnswered,
-  taskTopicOf,
   alignDlqLimits,
   dlqTopicConfigs,
   fitDlqRecord,
@@ -76,6 +75,7 @@ import {
 import { KeyflowError } from '@keyflow/errors';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
+import { dlqOf, taskTopic, Topic, type DlqTopic, type LogicalTopic } from '@keyflow/schemas';
 import {
   encodeOutputs,
   encodeSnapshotRecords,
@@ -91,7 +91,7 @@ import { TimerQueue, type DueTimer } from './timers';
 import { stallConditionId, stalledPartitions } from './stalls';
 
 /** The engine's input topics (logical): what it consumes, and what it dead-letters into `<topic>.dlq`. */
-const ENGINE_INPUTS = ['wf.requests', 'task.results'] as const;
+const ENGINE_INPUTS = [Topic.WF_REQUESTS, Topic.TASK_RESULTS] as const;
 
 /** The spans of one engine batch (see Engine.tracedBatch). */
 interface BatchSpans {
@@ -215,7 +215,10 @@ export class Engine {
   }
 
   /** Logical topics the engine reads and writes, with the task topics its definitions use. */
-  static topics(cfg: OrchestratorConfig, registry: WorkflowRegistry): TopicSpec[] {
+  static topics(
+    cfg: OrchestratorConfig,
+    registry: WorkflowRegistry,
+  ): Array<TopicSpec & { topic: LogicalTopic | DlqTopic }> {
     const taskTypes = new Set<string>();
     for (const name of registry.names()) {
       const def = registry.get(name)!;
@@ -228,18 +231,18 @@ export class Engine {
     // A DLQ holds every record its source accepted plus triage headers (see dlqLimitBytes).
     const dlqConfigs = dlqTopicConfigs(cfg.KEYFLOW_MAX_MESSAGE_BYTES);
     return [
-      { topic: 'wf.requests', partitions: n },
-      { topic: 'task.results', partitions: n },
-      { topic: 'wf.events', partitions: n, configs: { 'retention.ms': String(WF_EVENTS_RETENTION_MS) } },
+      { topic: Topic.WF_REQUESTS, partitions: n },
+      { topic: Topic.TASK_RESULTS, partitions: n },
+      { topic: Topic.WF_EVENTS, partitions: n, configs: { 'retention.ms': String(WF_EVENTS_RETENTION_MS) } },
       {
-        topic: 'wf.state',
+        topic: Topic.WF_STATE,
         partitions: n,
         configs: { 'cleanup.policy': 'compact', 'min.compaction.lag.ms': '60000' },
       },
-      ...ENGINE_INPUTS.map((t) => ({ topic: dlqTopicFor(t), partitions: 1, configs: dlqConfigs })),
+      ...ENGINE_INPUTS.map((t) => ({ topic: dlqOf(t), partitions: 1, configs: dlqConfigs })),
       ...[...taskTypes].flatMap((t) => [
-        { topic: taskTopicOf(t), partitions: cfg.TASK_PARTITIONS },
-        { topic: dlqTopicFor(taskTopicOf(t)), partitions: 1, configs: dlqConfigs },
+        { topic: taskTopic(t), partitions: cfg.TASK_PARTITIONS },
+        { topic: dlqOf(taskTopic(t)), partitions: 1, configs: dlqConfigs },
       ]),
     ];
   }
@@ -282,7 +285,9 @@ export class Engine {
       );
       await assertCoPartitioned(
         admin,
-        ['wf.requests', 'task.results', 'wf.events', 'wf.state'].map((t) => this.codec.physical(t)),
+        [Topic.WF_REQUESTS, Topic.TASK_RESULTS, Topic.WF_EVENTS, Topic.WF_STATE].map((t) =>
+          this.codec.physical(t),
+        ),
       );
       await assertGroupIdMigrated(admin, {
         service: 'orchestrator',
@@ -294,7 +299,9 @@ export class Engine {
     } finally {
       await admin.disconnect();
     }
-    await this.codec.registerTopics(specs.filter((s) => !s.topic.endsWith('.dlq')).map((s) => s.topic));
+    await this.codec.registerTopics(
+      specs.map((s) => s.topic).filter((t): t is LogicalTopic => !t.endsWith('.dlq')),
+    );
     await this.readModel.start(); // before consuming: take-overs wait for it to read their barriers
     this.timerProducer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
       this.health.fail(COMPONENTS.engineProducer, err),
@@ -331,8 +338,8 @@ export class Engine {
       }
     });
     await connectUntilAnswered(c, { what: 'engine consumer', logger: this.logger });
-    await subscribeWhenReady(c, this.codec.physical('wf.requests'), true);
-    await subscribeWhenReady(c, this.codec.physical('task.results'), true);
+    await subscribeWhenReady(c, this.codec.physical(Topic.WF_REQUESTS), true);
+    await subscribeWhenReady(c, this.codec.physical(Topic.TASK_RESULTS), true);
     await c.run({
       autoCommit: false,
       eachBatchAutoResolve: false,
@@ -405,12 +412,12 @@ export class Engine {
 
   private onAssignment(assignment: Record<string, number[]>): void {
     const partitions = new Set<number>([
-      ...(assignment[this.codec.physical('wf.requests')] ?? []),
-      ...(assignment[this.codec.physical('task.results')] ?? []),
+      ...(assignment[this.codec.physical(Topic.WF_REQUESTS)] ?? []),
+      ...(assignment[this.codec.physical(Topic.TASK_RESULTS)] ?? []),
     ]);
     this.assigned.clear();
     partitions.forEach((p) => this.assigned.add(p));
-    const inputs = [this.codec.physical('wf.requests'), this.codec.physical('task.results')];
+    const inputs = [this.codec.physical(Topic.WF_REQUESTS), this.codec.physical(Topic.TASK_RESULTS)];
     for (const topic of inputs)
       for (const p of assignment[topic] ?? []) {
         // kafkajs keeps a partition's paused flag across rebalances (and drops it when it restarts a crashed
@@ -458,7 +465,7 @@ export class Engine {
       const nonce = `${this.cfg.ORCHESTRATOR_INSTANCE_ID}/${randomUUID()}`;
       const tx = await producer.transaction();
       const barrierKey = `${BARRIER_PREFIX}${partition}`;
-      const value = this.codec.encode('wf.state', 'RunSnapshot', {
+      const value = this.codec.encode(Topic.WF_STATE, 'RunSnapshot', {
         metadata: newMetadata('RunSnapshot', { key: barrierKey, correlationId: barrierKey }),
         runId: barrierKey,
         sequence: 0,
@@ -468,7 +475,7 @@ export class Engine {
         segment: null,
       });
       await tx.send({
-        topic: this.codec.physical('wf.state'),
+        topic: this.codec.physical(Topic.WF_STATE),
         messages: [{ partition, key: barrierKey, value }],
       });
       await tx.commit();
@@ -708,7 +715,7 @@ export class Engine {
     }
     // Without a stand-in, past the whole batch (trailing transaction markers included); with one, up to it.
     const lastOffset = bad ? messages[messages.length - 1].offset : batch.lastOffset();
-    const resultsTopic = this.codec.physical('task.results');
+    const resultsTopic = this.codec.physical(Topic.TASK_RESULTS);
     const pending = new PendingRuns((id) => o.runs.get(id), {
       signalBufferLimit: this.cfg.ORCHESTRATOR_SIGNAL_BUFFER_LIMIT,
     });
@@ -751,7 +758,7 @@ export class Engine {
     };
     for (let i = 0; i < work.length; i++) {
       const { m, topic } = work[i];
-      const logical = topic === resultsTopic ? 'task.results' : 'wf.requests';
+      const logical = topic === resultsTopic ? Topic.TASK_RESULTS : Topic.WF_REQUESTS;
       let decoded;
       try {
         decoded = await this.codec.decode(logical, m.value, {
@@ -1045,7 +1052,7 @@ export class Engine {
       tx = await o.producer.transaction();
       const byTopic = new Map<string, Msg[]>();
       // Within one transaction only the last snapshot of a run matters: earlier ones are superseded at once.
-      const snapshotTopic = this.codec.physical('wf.state');
+      const snapshotTopic = this.codec.physical(Topic.WF_STATE);
       const lastSnapshot = new Map<string, number>();
       records.forEach((r, i) => r.topic === snapshotTopic && lastSnapshot.set(r.key, i));
       const add = (topic: string, m: Msg) => {
@@ -1215,7 +1222,7 @@ export class Engine {
       // message.max.bytes (keys of segments are long: 1,000 runs of 10,000-item maps are 40,000 tombstones).
       for (let i = 0; i < keys.length; i += FORGET_RECORDS_PER_REQUEST)
         await tx.send({
-          topic: this.codec.physical('wf.state'),
+          topic: this.codec.physical(Topic.WF_STATE),
           acks: -1,
           compression: writeCompression(CompressionTypes.GZIP),
           messages: keys
@@ -1293,7 +1300,7 @@ export class Engine {
         messages.push({
           key: runId,
           headers: traceHeaders(t),
-          value: this.codec.encode('wf.requests', 'TimerFired', {
+          value: this.codec.encode(Topic.WF_REQUESTS, 'TimerFired', {
             metadata: newMetadata('TimerFired', {
               key: runId,
               correlationId: runId,
@@ -1315,7 +1322,7 @@ export class Engine {
       // In requests of at most half of max.message.bytes, as the engine's transactions: a tick can fire many timers
       // at once (runs started together with one run timeout), and the broker refuses a record batch over the limit.
       for (const part of splitBySize(
-        [[this.codec.physical('wf.requests'), messages]],
+        [[this.codec.physical(Topic.WF_REQUESTS), messages]],
         this.claim.thresholdBytes,
       )) {
         await this.timerProducer.send({ ...part[0], acks: -1 });

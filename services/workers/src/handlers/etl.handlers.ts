@@ -45,6 +45,7 @@ import {
   type SinkSpec,
 } from '@keyflow/tasks';
 import type { ParsedTaskInputOf, TaskOutputOf } from '@keyflow/workflow';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * Task handlers of the `geonames-etl` workflow. Records travel between steps as JSON Lines blobs (claim check):
@@ -61,7 +62,7 @@ export type DedupeOutput = TaskOutputOf<typeof etlDedupe>;
 export const REJECT_SAMPLES = 20;
 
 /** The ETL topic new consumers can subscribe to. */
-export const ENRICHED_TOPIC = 'etl.cities.enriched';
+export const ENRICHED_TOPIC = Topic.ETL_CITIES_ENRICHED;
 
 let reference: ReferenceData | undefined;
 const ref = () => (reference ??= loadReferenceData());

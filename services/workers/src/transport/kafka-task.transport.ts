@@ -32,7 +32,6 @@ import {
   OrderedConsumer,
   watchProducer,
   connectUntilAnswered,
-  taskTopicOf,
 } from '@keyflow/kafka';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from '../config';
@@ -47,6 +46,7 @@ import { checkedByContract } from '../runtime/contract-check';
 import { CONTRACT_EXTRA } from './task-handler.decorator';
 import type { AnyTaskContract } from '@keyflow/workflow';
 import type { EventPublisher } from '../runtime/event-publisher';
+import { taskTopic, Topic } from '@keyflow/schemas';
 
 /** Names of the worker's parts that must keep running, as /health and the fatal log line name them. */
 export const WORKER_COMPONENTS = {
@@ -239,7 +239,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       throw new Error(`WORKER_TASK_TYPES names types without a handler: ${missing.join(', ')}`);
 
     const codec = new EventCodec({ ...this.cfg.registry, topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX });
-    const taskTopics = types.map(taskTopicOf);
+    const taskTopics = types.map(taskTopic);
     this.kafka = createKafka({
       brokers: this.cfg.brokers,
       clientId: `keyflow-worker-${process.pid}`,
@@ -251,9 +251,9 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     try {
       await ensureTopics(admin, [
         {
-          topic: codec.physical('task.results'),
+          topic: codec.physical(Topic.TASK_RESULTS),
           partitions: this.cfg.WORKER_RESULT_PARTITIONS,
-          ...codec.replication('task.results'),
+          ...codec.replication(Topic.TASK_RESULTS),
         },
         ...taskTopics.flatMap((t) => [
           { topic: codec.physical(t), partitions: this.cfg.WORKER_TASK_PARTITIONS, ...codec.replication(t) },
@@ -284,7 +284,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     } finally {
       await admin.disconnect();
     }
-    await codec.registerTopics(['task.results', ...taskTopics]);
+    await codec.registerTopics([Topic.TASK_RESULTS, ...taskTopics]);
 
     this.producer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
       this.health.fail(WORKER_COMPONENTS.resultProducer, err),

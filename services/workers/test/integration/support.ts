@@ -6,6 +6,7 @@ import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { TestNamespace, Collector, startServiceProcess, type ServiceProcess } from '@keyflow/testing';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { createTables, dropTables } from '../fixtures/test-handlers';
+import { taskTopic } from '@keyflow/schemas';
 
 export const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const ROOT = join(__dirname, '../../../..');
@@ -62,7 +63,7 @@ export class WorkerHarness {
         { name: `task.${t}.dlq`, numPartitions: 1 },
       ]),
     );
-    await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
+    await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => taskTopic(t))]);
     this.producer = this.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     await this.producer.connect();
     this.resultConsumer = this.ns.kafka.consumer({ groupId: this.ns.groupId('results-reader') });
@@ -149,10 +150,10 @@ export class WorkerHarness {
       await this.producer!.sendBatch({
         acks: -1,
         topicMessages: [...byTopic].map(([type, cs]) => ({
-          topic: this.codec.physical(`task.${type}`),
+          topic: this.codec.physical(taskTopic(type)),
           messages: cs.map((c) => ({
             key: c.metadata.key,
-            value: this.codec.encode(`task.${type}`, 'TaskCommand', c),
+            value: this.codec.encode(taskTopic(type), 'TaskCommand', c),
             headers,
           })),
         })),
@@ -165,19 +166,19 @@ export class WorkerHarness {
     if (commands.length === 0) return;
     const type = commands[0].taskType;
     await this.producer!.send({
-      topic: this.codec.physical(`task.${type}`),
+      topic: this.codec.physical(taskTopic(type)),
       acks: -1,
       messages: commands.map((c) => ({
         key: c.metadata.key,
         partition,
-        value: this.codec.encode(`task.${type}`, 'TaskCommand', c),
+        value: this.codec.encode(taskTopic(type), 'TaskCommand', c),
       })),
     });
   }
 
   async sendRaw(taskType: string, key: string, value: Buffer): Promise<void> {
     await this.producer!.send({
-      topic: this.codec.physical(`task.${taskType}`),
+      topic: this.codec.physical(taskTopic(taskType)),
       acks: -1,
       messages: [{ key, value }],
     });
