@@ -143,7 +143,12 @@ export {
 } from './undecodable';
 export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS, untilAnswered } from './connect';
 export * from './security';
-export { connectionSettingsFromEnv, type ConnectionSettings } from './connections';
+export {
+  connectionSettingsFromEnv,
+  CONNECTION_ENV,
+  brokerList,
+  type ConnectionSettings,
+} from './connections';
 /**
  * The kafkajs this library runs on (2.2.4 with the project's patches, see ./kafkajs-patch), for code that needs its
  * classes or types: import them from here, never from `kafkajs` itself, so one copy of kafkajs is loaded (the
