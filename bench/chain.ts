@@ -2,7 +2,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Kafka, logLevel, type Consumer, type Producer } from 'kafkajs';
 import { TRANSACTIONAL_RETRY } from '@keyflow/kafka';
-import { httpClient, pct, until } from './support';
+import { httpClient, pct, benchWait } from './support';
+import { eventually } from '@keyflow/testing';
 
 /**
  * The latency baseline of issue 12 target 6: what a hand-written kafkajs pipeline with the shape of one three-step
@@ -147,7 +148,7 @@ export async function chainLatency(o: {
   // Warm-up: one run through every hop (group joins, producer ids, first transactions) before measuring.
   const http = httpClient(base);
   await http.post('/warmup');
-  await until(() => finishedAt.has('warmup'), 120_000, 'chain warm-up');
+  await eventually('chain warm-up', () => finishedAt.has('warmup'), benchWait(120_000, 'chain warm-up'));
 
   const startedAt = new Map<string, number>();
   const t0 = Date.now();
@@ -160,7 +161,11 @@ export async function chainLatency(o: {
     startedAt.set(id, Date.now());
     void http.post(`/${id}`);
   }
-  await until(() => [...startedAt.keys()].every((id) => finishedAt.has(id)), 120_000, 'chain runs');
+  await eventually(
+    'chain runs',
+    () => [...startedAt.keys()].every((id) => finishedAt.has(id)),
+    benchWait(120_000, 'chain runs'),
+  );
   const lat = [...startedAt].map(([id, t]) => finishedAt.get(id)! - t);
   await http.close();
   server.close();

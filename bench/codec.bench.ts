@@ -1,7 +1,7 @@
 import * as avsc from 'avsc';
 import { Bench } from 'tinybench';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
-import { schemaSet, type TaskCompleted } from '@keyflow/schemas';
+import { schemaSet, type TaskCompleted, Topic } from '@keyflow/schemas';
 
 /**
  * Encode and decode rates of a ~1 KB TaskCompleted through the codec (wire header, registry-resolved writer
@@ -13,7 +13,7 @@ async function main() {
   if (!registryUrl)
     throw new Error('SCHEMA_REGISTRY_URL is not set: eval "$(infra/local/stack.sh up)" first');
   const codec = new EventCodec({ registryUrl, topicPrefix: `bench-${Date.now()}.` });
-  await codec.registerTopics(['task.results']);
+  await codec.registerTopics([Topic.TASK_RESULTS]);
 
   const event: TaskCompleted = {
     metadata: newMetadata('TaskCompleted', {
@@ -40,9 +40,9 @@ async function main() {
     workerId: 'bench/1',
     replayed: false,
   };
-  const framed = codec.encode('task.results', 'TaskCompleted', event);
+  const framed = codec.encode(Topic.TASK_RESULTS, 'TaskCompleted', event);
   const plain = avsc.Type.forSchema(
-    schemaSet().topicSchema('task.results') as avsc.Schema,
+    schemaSet().topicSchema(Topic.TASK_RESULTS) as avsc.Schema,
     { wrapUnions: 'auto', omitRecordMethods: true } as never,
   );
   const datum = { 'dev.keyflow.events.TaskCompleted': event };
@@ -51,9 +51,9 @@ async function main() {
 
   const bench = new Bench({ time: Number(process.env.BENCH_TIME_MS ?? 2000) });
   bench
-    .add('codec encode', () => void codec.encode('task.results', 'TaskCompleted', event))
+    .add('codec encode', () => void codec.encode(Topic.TASK_RESULTS, 'TaskCompleted', event))
     .add('avsc encode', () => void plain.toBuffer(datum))
-    .add('codec decode', async () => void (await codec.decode('task.results', framed, loc)))
+    .add('codec decode', async () => void (await codec.decode(Topic.TASK_RESULTS, framed, loc)))
     .add('avsc decode', () => void plain.fromBuffer(plainBytes));
   await bench.run();
 

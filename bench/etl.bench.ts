@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Command } from 'commander';
 import { Kafka, logLevel } from 'kafkajs';
-import { ROOT, until } from './support';
+import { ROOT, benchWait } from './support';
+import { eventually } from '@keyflow/testing';
 
 /**
  * The main job's benchmark, printed as the BENCHMARKS.md table: records/s of the whole GeoNames ETL (171,075 records)
@@ -54,7 +55,7 @@ async function rawKafka(n: number): Promise<{ produce: number; consume: number }
   await consumer.subscribe({ topic, fromBeginning: true });
   const t1 = Date.now();
   await consumer.run({ eachBatch: async ({ batch }) => void (seen += batch.messages.length) });
-  await until(() => seen >= n, 300_000, 'raw consume');
+  await eventually('raw consume', () => seen >= n, benchWait(300_000, 'raw consume'));
   const consume = n / ((Date.now() - t1) / 1000);
   await consumer.disconnect();
   return { produce, consume };

@@ -11,7 +11,9 @@ import {
   type WorkflowInput,
 } from '@keyflow/workflow';
 import { echo } from '@keyflow/testing';
-import { spawnService, until } from './support';
+import { spawnService, benchWait } from './support';
+import { eventually } from '@keyflow/testing';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * Map fan-out cost per item, on the reducer as the engine drives it (issue "Throughput at ETL scale", target 3):
@@ -179,7 +181,7 @@ async function e2e() {
   );
   await worker.ready;
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
-  await codec.registerTopics(['wf.events']);
+  await codec.registerTopics([Topic.WF_EVENTS]);
   const kafka = new Kafka({ brokers, clientId: 'bench-map', logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({
     groupId: `${prefix}events`,
@@ -189,10 +191,14 @@ async function e2e() {
   /** When each run's fan-in (StepCompleted of `each`) was read, by run id. */
   const fannedIn = new Map<string, number>();
   await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical('wf.events'), fromBeginning: true });
+  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode('wf.events', message.value, { topic, partition, offset: message.offset });
+      const d = await codec.decode(Topic.WF_EVENTS, message.value, {
+        topic,
+        partition,
+        offset: message.offset,
+      });
       if (d.event === 'StepCompleted' && d.value.stepId === 'each') fannedIn.set(d.value.runId, Date.now());
     },
   });
@@ -208,7 +214,11 @@ async function e2e() {
       });
       if (res.status !== 202) throw new Error(`POST /runs answered ${res.status}: ${await res.text()}`);
       const { runId } = (await res.json()) as { runId: string };
-      await until(() => fannedIn.has(runId), 3_600_000, `the fan-in of ${n} items`, [orch, worker]);
+      await eventually(
+        `the fan-in of ${n} items`,
+        () => fannedIn.has(runId),
+        benchWait(3_600_000, `the fan-in of ${n} items`, [orch, worker]),
+      );
       const ms = fannedIn.get(runId)! - t0; // when it was read, not when the poll saw it
       const perItem = (ms * 1000) / n;
       base ??= perItem;

@@ -14,8 +14,10 @@ import {
   serviceOnlyEnv,
   spawnService,
   tracingLine,
-  until,
+  benchWait,
 } from './support';
+import { eventually } from '@keyflow/testing';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * Orchestrator benchmark: the built-in `three-step` workflow (3 task steps) against 2 worker processes running
@@ -117,7 +119,7 @@ async function main() {
   const url = await orch.ready;
 
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
-  await codec.registerTopics(['wf.events']);
+  await codec.registerTopics([Topic.WF_EVENTS]);
   const kafka = new Kafka({ brokers, clientId: 'bench', logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({
     groupId: `${prefix}events`,
@@ -128,10 +130,14 @@ async function main() {
   let events = 0;
   let firstEventAt = Number.POSITIVE_INFINITY;
   await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical('wf.events'), fromBeginning: true });
+  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode('wf.events', message.value, { topic, partition, offset: message.offset });
+      const d = await codec.decode(Topic.WF_EVENTS, message.value, {
+        topic,
+        partition,
+        offset: message.offset,
+      });
       events++;
       firstEventAt = Math.min(firstEventAt, d.value.metadata.occurredAt);
       if (d.event === 'RunCompleted') completedAt.set(d.value.runId, d.value.metadata.occurredAt);
@@ -179,21 +185,29 @@ async function main() {
     worker2: workers[1].proc.pid,
   });
   if (acceptTotal > 0)
-    await until(() => completedAt.size >= acceptTotal, 600_000, 'accepted runs', [orch, ...workers]);
+    await eventually(
+      'accepted runs',
+      () => completedAt.size >= acceptTotal,
+      benchWait(600_000, 'accepted runs', [orch, ...workers]),
+    );
 
   // 0. The pre-filled backlog: every run completes; then the transactional relay over the same records.
   if (backlog > 0) {
-    await until(() => completedAt.size >= backlog, 1_200_000, 'backlog runs', [orch, ...workers]);
+    await eventually(
+      'backlog runs',
+      () => completedAt.size >= backlog,
+      benchWait(1_200_000, 'backlog runs', [orch, ...workers]),
+    );
     const drainSplit = drainCpu();
     // From the engine's first lifecycle event to its last RunCompleted (its own clock): startup excluded.
     const engineSecs = (Math.max(...completedAt.values()) - firstEventAt) / 1000;
     const engineRate = (backlog * 4) / engineSecs;
-    const relayAfter = await transactionalRelay(prefix, codec.physical('wf.requests'), backlog, 'after');
+    const relayAfter = await transactionalRelay(prefix, codec.physical(Topic.WF_REQUESTS), backlog, 'after');
     const relayRate = Math.max(relayBefore, relayAfter);
     // The engine's volume on the same relay: four records per input, about what the engine writes in this bench
     // (commands, lifecycle events, snapshots), gzip as its transactions are. Not the target's baseline: what Kafka
     // and kafkajs alone cost for that volume.
-    const relayVolume = await transactionalRelay(prefix, codec.physical('wf.requests'), backlog, 'x4', {
+    const relayVolume = await transactionalRelay(prefix, codec.physical(Topic.WF_REQUESTS), backlog, 'x4', {
       copies: 4,
       compression: CompressionTypes.GZIP,
     });
@@ -235,7 +249,11 @@ async function main() {
         )),
       );
     const accepted = Date.now();
-    await until(() => ids.every((id) => completedAt.has(id)), 600_000, 'burst runs', [orch, ...workers]);
+    await eventually(
+      'burst runs',
+      () => ids.every((id) => completedAt.has(id)),
+      benchWait(600_000, 'burst runs', [orch, ...workers]),
+    );
     const secs = (Date.now() - t0) / 1000;
     // Inputs applied per run: 1 start + 3 results.
     console.log(
@@ -259,11 +277,10 @@ async function main() {
       const t = Date.now();
       void start(`l${rate}-${i}`).then((id) => startedAt.set(id, t));
     }
-    await until(
-      () => startedAt.size === total && [...startedAt.keys()].every((id) => completedAt.has(id)),
-      300_000,
+    await eventually(
       `load ${rate}`,
-      [orch, ...workers],
+      () => startedAt.size === total && [...startedAt.keys()].every((id) => completedAt.has(id)),
+      benchWait(300_000, `load ${rate}`, [orch, ...workers]),
     );
     const lat = [...startedAt].map(([id, t]) => completedAt.get(id)! - t);
     engineP50.set(rate, pct(lat, 50));
@@ -295,7 +312,7 @@ function startRecords(codec: EventCodec, from: number, n: number, tag: string) {
     const runId = `run-${randomUUID().replace(/-/g, '')}`;
     return {
       key: runId,
-      value: codec.encode('wf.requests', 'StartRun', {
+      value: codec.encode(Topic.WF_REQUESTS, 'StartRun', {
         metadata: newMetadata('StartRun', { key: runId, correlationId: runId }),
         runId,
         workflow: 'three-step',
@@ -320,13 +337,13 @@ async function createTopic(kafka: Kafka, topic: string): Promise<void> {
 async function prefill(prefix: string, n: number): Promise<void> {
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
   const kafka = new Kafka({ brokers, clientId: 'bench-prefill', logLevel: logLevel.NOTHING });
-  await createTopic(kafka, codec.physical('wf.requests'));
-  await codec.registerTopics(['wf.requests']);
+  await createTopic(kafka, codec.physical(Topic.WF_REQUESTS));
+  await codec.registerTopics([Topic.WF_REQUESTS]);
   const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();
   for (let i = 0; i < n; i += 1000)
     await producer.send({
-      topic: codec.physical('wf.requests'),
+      topic: codec.physical(Topic.WF_REQUESTS),
       acks: -1,
       messages: startRecords(codec, i, Math.min(1000, n - i), 'p'),
     });
@@ -339,7 +356,7 @@ async function prefill(prefix: string, n: number): Promise<void> {
  * after another (each call is one request per broker, its partitions' batches in it). Returns msgs/s.
  */
 async function rawProduce(codec: EventCodec, topic: string, n: number): Promise<number> {
-  await codec.registerTopics(['wf.requests']);
+  await codec.registerTopics([Topic.WF_REQUESTS]);
   const kafka = new Kafka({ brokers, clientId: 'bench-raw', logLevel: logLevel.NOTHING });
   await createTopic(kafka, topic);
   const chunks: ReturnType<typeof startRecords>[] = [];
@@ -431,7 +448,7 @@ async function transactionalRelay(
       if (relayed >= n) t1 ||= Date.now();
     },
   });
-  await until(() => relayed >= n, 600_000, 'transactional relay');
+  await eventually('transactional relay', () => relayed >= n, benchWait(600_000, 'transactional relay'));
   await consumer.disconnect();
   await producer.disconnect();
   return n / ((t1 - t0) / 1000);

@@ -8,6 +8,7 @@ import { FsBlobStore } from '@keyflow/blobs';
 import { EventCodec } from '@keyflow/contracts';
 import { pct, ROOT, spawnService } from './support';
 import { SOAK_SIGNAL, soakStep } from './soak/workflows';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * The week-one soak (issue 39): time, deploys and client retries together, on the local stack.
@@ -210,7 +211,7 @@ async function main() {
     }
   };
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
-  await codec.registerTopics(['wf.events']);
+  await codec.registerTopics([Topic.WF_EVENTS]);
   const kafka = new Kafka({ brokers, clientId: 'soak', logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({
     groupId: `${prefix}events`,
@@ -218,10 +219,14 @@ async function main() {
     maxWaitTimeInMs: 50,
   });
   await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical('wf.events'), fromBeginning: true });
+  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode('wf.events', message.value, { topic, partition, offset: message.offset });
+      const d = await codec.decode(Topic.WF_EVENTS, message.value, {
+        topic,
+        partition,
+        offset: message.offset,
+      });
       const v = d.value as { runId: string; stepId?: string; metadata: { occurredAt: number } };
       const p = progressOf(v.runId);
       if (d.event === 'StepCompleted' && v.stepId === 'first') p.first = true;

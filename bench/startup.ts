@@ -7,6 +7,7 @@ import { CompressionTypes, Kafka, logLevel, Partitioners } from '@keyflow/kafka'
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { snapshotParts, type RunState } from '@keyflow/workflow';
 import { ROOT } from './support';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * Start-up benchmark (issue 39, fault 10): fills a namespaced, compacted wf.state (6 partitions) with N snapshot
@@ -71,7 +72,7 @@ async function fill(prefix: string, n: number): Promise<void> {
     waitForLeaders: true,
     topics: [
       {
-        topic: codec.physical('wf.state'),
+        topic: codec.physical(Topic.WF_STATE),
         numPartitions: PARTITIONS,
         // As Engine.topics creates it.
         configEntries: [
@@ -82,7 +83,7 @@ async function fill(prefix: string, n: number): Promise<void> {
     ],
   });
   await admin.disconnect();
-  await codec.registerTopics(['wf.state']);
+  await codec.registerTopics([Topic.WF_STATE]);
   // murmur2 as the engine's JavaCompatiblePartitioner: each run on the partition its inputs would be on.
   const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();
@@ -94,7 +95,7 @@ async function fill(prefix: string, n: number): Promise<void> {
       const runId = `bench-${j}-${randomUUID()}`;
       messages.push({
         key: runId,
-        value: codec.encode('wf.state', 'RunSnapshot', {
+        value: codec.encode(Topic.WF_STATE, 'RunSnapshot', {
           metadata: newMetadata('RunSnapshot', { key: runId, correlationId: runId }),
           runId,
           sequence: 4,
@@ -107,7 +108,7 @@ async function fill(prefix: string, n: number): Promise<void> {
     }
     // gzip as the engine's transactions: 1,000 records stay under the broker's message.max.bytes.
     await producer.send({
-      topic: codec.physical('wf.state'),
+      topic: codec.physical(Topic.WF_STATE),
       acks: -1,
       compression: CompressionTypes.GZIP,
       messages,

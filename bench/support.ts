@@ -1,8 +1,7 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { Pool } from 'undici';
 import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
+import { startServiceProcess, type EventuallyOptions } from '@keyflow/testing';
 
 export const ROOT = join(__dirname, '..');
 
@@ -13,21 +12,16 @@ export const pct = (xs: number[], p: number) => {
 };
 
 /**
- * Waits until `cond()` holds, polling every 20 ms; throws after `timeoutMs`, or at once when one of `services` (from
- * {@link spawnService}) has exited on its own: a crashed worker fails the benchmark instead of leaving it waiting.
+ * Options of {@link eventually} for a benchmark's wait for `what`: polls every 20 ms, gives up after `timeoutMs`, and
+ * at once when one of `services` (from {@link spawnService}) has exited on its own: a crashed worker fails the
+ * benchmark instead of leaving it waiting.
  */
-export async function until(
-  cond: () => boolean,
+export function benchWait(
   timeoutMs: number,
-  what = 'condition',
+  what: string,
   services: ReadonlyArray<{ exited: () => string | undefined }> = [],
-) {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    assertRunning(services, what);
-    if (Date.now() > deadline) throw new Error(`benchmark timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+): EventuallyOptions<boolean> {
+  return { timeoutMs, intervalMs: 20, check: () => assertRunning(services, what) };
 }
 
 /** Throws, naming what was awaited, when one of `services` (from {@link spawnService}) has exited on its own. */
@@ -140,30 +134,24 @@ export function closeSink(sink: OtlpSink | undefined): void {
   sink.close();
 }
 
-/** Spawns a service entry point; `ready` resolves with its HTTP URL when it logs `readyMsg`. */
-/** `nodeArgs`: extra Node options before the entry (e.g. `--cpu-prof`, which NODE_OPTIONS does not accept). */
+/**
+ * Spawns a service entry point ({@link startServiceProcess}, its stderr shown live); `ready` resolves with its HTTP
+ * URL when it logs `readyMsg`. `nodeArgs`: extra Node options before the entry (e.g. `--cpu-prof`, which NODE_OPTIONS
+ * does not accept).
+ */
 export function spawnService(
   entry: string,
   env: Record<string, string>,
   readyMsg: string,
   nodeArgs: string[] = [],
 ) {
-  const proc: ChildProcess = spawn(
-    process.execPath,
-    [...nodeArgs, '-r', '@swc-node/register', join(ROOT, entry)],
-    {
-      cwd: ROOT,
-      env: { ...process.env, LOG_LEVEL: 'info', ...env },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
-  const ready = new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).on('line', (line) => {
-      if (line.includes(`"${readyMsg}"`)) resolve(JSON.parse(line).http);
-    });
-    proc.once('exit', (code) => reject(new Error(`${entry} exited with ${code}`)));
+  const { proc, ready } = startServiceProcess(join(ROOT, entry), env, readyMsg, {
+    cwd: ROOT,
+    nodeArgs,
+    inheritStderr: true,
+    keepLines: 40,
+    name: entry,
   });
-  ready.catch(() => undefined); // callers that never await readiness must not crash when the process stops
   let stopping = false;
   const ended = () => proc.exitCode !== null || proc.signalCode !== null;
   return {

@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { Kafka, logLevel, type Batch, type Producer } from 'kafkajs';
 import { derivedEventId, EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted } from '@keyflow/schemas';
+import { taskTopic, Topic } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { noop } from '@keyflow/testing';
 import { BatchingProducer, createIdempotentProducer, createKafka, OrderedConsumer } from '@keyflow/kafka';
@@ -10,7 +11,7 @@ import { createLogger } from '@keyflow/observability';
 import { loadWorkerConfig } from '@keyflow/workers';
 
 /** The bench's task topic (logical): the no-op task's. */
-const NOOP_TOPIC = taskTopicOf(noop.type);
+const NOOP_TOPIC = taskTopic(noop.type);
 import { createRedis, describeRedis, IdempotencyStore, redisConnectionFromEnv } from '@keyflow/idempotency';
 import {
   assertRunning,
@@ -21,8 +22,9 @@ import {
   serviceOnlyEnv,
   spawnService,
   tracingLine,
-  until,
+  benchWait,
 } from './support';
+import { eventually } from '@keyflow/testing';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -71,15 +73,19 @@ async function setup(prefix: string, partitions: number) {
   await admin.connect();
   await admin.createTopics({
     waitForLeaders: true,
-    topics: [NOOP_TOPIC, dlqTopicFor(NOOP_TOPIC), 'task.results', 'task.results.ceiling', 'relay.out'].map(
-      (t) => ({
-        topic: `${prefix}${t}`,
-        numPartitions: t.endsWith('dlq') ? 1 : partitions,
-      }),
-    ),
+    topics: [
+      NOOP_TOPIC,
+      dlqTopicFor(NOOP_TOPIC),
+      Topic.TASK_RESULTS,
+      'task.results.ceiling',
+      'relay.out',
+    ].map((t) => ({
+      topic: `${prefix}${t}`,
+      numPartitions: t.endsWith('dlq') ? 1 : partitions,
+    })),
   });
   await admin.disconnect();
-  await codec.registerTopics(['task.results', NOOP_TOPIC]);
+  await codec.registerTopics([Topic.TASK_RESULTS, NOOP_TOPIC]);
   return codec;
 }
 
@@ -144,10 +150,10 @@ async function resultCounter(codec: EventCodec, group: string) {
   const latencies: number[] = [];
   const sentAt = new Map<string, number>();
   await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical('task.results'), fromBeginning: true });
+  await consumer.subscribe({ topic: codec.physical(Topic.TASK_RESULTS), fromBeginning: true });
   await consumer.run({
     eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode('task.results', message.value, {
+      const d = await codec.decode(Topic.TASK_RESULTS, message.value, {
         topic,
         partition,
         offset: message.offset,
@@ -260,7 +266,7 @@ async function eachBatchMeasured(
       done += batch.messages.length;
     },
   });
-  await until(() => done >= n, 600_000, group);
+  await eventually(group, () => done >= n, benchWait(600_000, group));
   // The CPU split is taken here, over the rate's own window: measured after the disconnect (seconds of leaving the
   // group, almost no CPU), it read as a fraction of the CPU the relay really used.
   const measured = { rate: (n - 1) / ((Date.now() - t0) / 1000), cpu: cpu() };
@@ -315,7 +321,7 @@ async function runtimeFloor(prefix: string, n: number): Promise<Measured> {
     },
   });
   await consumer.start();
-  await until(() => done >= n, 600_000);
+  await eventually('condition', () => done >= n, benchWait(600_000, 'condition'));
   const measured = { rate: (n - 1) / ((Date.now() - t0) / 1000), cpu: cpu() };
   await consumer.stop();
   await producer.disconnect();
@@ -352,7 +358,7 @@ async function libraryCeiling(
     completionTtlMs: cfg.WORKER_COMPLETION_TTL_MS,
   });
   const handler = (input: unknown) => (input === undefined ? null : {});
-  const results = codec.physical('task.results.ceiling');
+  const results = `${prefix}task.results.ceiling`; // a bench-only topic, not in the catalog
   const measured = await eachBatchMeasured(
     prefix,
     'library-ceiling',
@@ -388,7 +394,7 @@ async function libraryCeiling(
       if (held.some((h) => h !== true)) throw new Error('ceiling: a completion record was refused');
       const messages = ran.map(({ c, output }) => ({
         key: c.runId,
-        value: codec.encode('task.results', 'TaskCompleted', {
+        value: codec.encode(Topic.TASK_RESULTS, 'TaskCompleted', {
           metadata: newMetadata('TaskCompleted', {
             key: c.runId,
             correlationId: c.metadata.correlationId,
@@ -435,7 +441,7 @@ async function rawRelay(prefix: string, n: number): Promise<number> {
       relayed++;
     },
   });
-  await until(() => relayed >= n, 600_000);
+  await eventually('condition', () => relayed >= n, benchWait(600_000, 'condition'));
   const rate = (n - 1) / ((Date.now() - t0) / 1000); // first message to last
   await consumer.disconnect();
   await producer.disconnect();
@@ -465,7 +471,7 @@ async function main() {
   // result (the worker's startup excluded) to the last.
   let workerCpu = (): string => '';
   const drainSeconds = await drainTimer(
-    codec.physical('task.results'),
+    codec.physical(Topic.TASK_RESULTS),
     tasks,
     () => {
       workerCpu = cpuSplit({ worker: worker.proc.pid });
@@ -521,7 +527,11 @@ async function main() {
     const wait = start + ((i + rate / 10) / rate) * 1000 - Date.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   }
-  await until(() => latResults.count >= total, 120_000, 'latency results', [w2]);
+  await eventually(
+    'latency results',
+    () => latResults.count >= total,
+    benchWait(120_000, 'latency results', [w2]),
+  );
   console.log(
     `latency at ${rate} tasks/s offered for ${opts.seconds} s: p50 ${pct(latResults.latencies, 50)} ms, p95 ${pct(latResults.latencies, 95)} ms, p99 ${pct(latResults.latencies, 99)} ms`,
   );
@@ -537,7 +547,11 @@ async function main() {
     const memResults = await resultCounter(memCodec, `${mem}results`);
     const w3 = startWorker(mem);
     const t1 = Date.now();
-    await until(() => memResults.count >= backlog, 1_800_000, 'backlog results', [w3]);
+    await eventually(
+      'backlog results',
+      () => memResults.count >= backlog,
+      benchWait(1_800_000, 'backlog results', [w3]),
+    );
     console.log(
       `backlog of ${backlog}: drained in ${((Date.now() - t1) / 1000).toFixed(1)} s, worker peak RSS ${w3.peakRssMb().toFixed(0)} MiB`,
     );

@@ -1,7 +1,7 @@
 /**
- * `npm run chaos`: the full chaos suite, outside CI (services/orchestrator/test/integration/chaos-scenario.ts; the
- * CI sample is chaos.int.spec.ts). Injects `--faults` faults at seeded random moments over `--duration` seconds of
- * mixed load (order sagas with declines, ETL maps, three-step runs), waits for every run to end, and prints the faults
+ * `npm run chaos`: the full chaos suite, outside CI (libs/testing/src/scenarios/chaos.ts; the CI sample is
+ * services/orchestrator/test/integration/chaos.int.spec.ts). Injects `--faults` faults at seeded random moments over
+ * `--duration` seconds of mixed load (order sagas with declines, ETL maps, three-step runs), waits for every run to end, and prints the faults
  * by kind, runs completed, effects per logical step (counted in PostgreSQL), per-key order violations, lost runs and
  * processes that exited by themselves. Exits non-zero on any lost run, unexpected outcome, missing or duplicated
  * effect, order violation or unexpected exit. Replay a failure with the printed seed.
@@ -9,11 +9,7 @@
  *   eval "$(infra/local/stack.sh up)" && npm run chaos -- --faults 120 --duration 600 --seed 7
  */
 import { Command } from 'commander';
-import {
-  FAULT_KINDS,
-  runChaos,
-  type ChaosReport,
-} from '../services/orchestrator/test/integration/chaos-scenario';
+import { FAULT_KINDS, runChaos, type ChaosReport } from '@keyflow/testing';
 
 const opts = new Command()
   .option('--faults <n>', 'faults injected', '120')

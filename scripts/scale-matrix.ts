@@ -2,14 +2,19 @@
  * `npm run test:scale`: the scale-out matrix, outside CI (minutes, not a timed test). For each orchestrator count
  * (default 1 to 5): that many orchestrators and the workers started at the same moment on new topics, the runs of
  * `three-step` and `order-saga` started over HTTP spread across the instances, one instance added and one of the
- * first SIGKILLed mid-load (the scenario of services/orchestrator/test/integration/scale-scenario.ts, which the CI
+ * first SIGKILLed mid-load (the scenario of libs/testing/src/scenarios/scale.ts, which the CI
  * test scale-out.int.spec.ts runs at a small size). Prints one table row per count and exits non-zero when a run
  * was lost or duplicated, a surviving process exited, or a partition of wf.requests and task.results was split.
  *
  *   eval "$(infra/local/stack.sh up)" && npm run test:scale -- --instances 1,2,3,4,5 --runs 500 --sagas 50
  */
 import { Command } from 'commander';
-import { runScaleScenario, type ScaleReport } from '../services/orchestrator/test/integration/scale-scenario';
+import { runScaleScenario, type ScaleReport } from '@keyflow/testing';
+import { testWorkflows } from '@keyflow/testing';
+import { orderSaga } from '@keyflow/example-order-saga';
+
+/** The workflows the test orchestrator registers and the scenario checks. */
+const builtinWorkflows = [...testWorkflows, orderSaga];
 
 const opts = new Command()
   .option('--instances <list>', 'orchestrator counts started together, one row each', '1,2,3,4,5')
@@ -94,6 +99,7 @@ async function main(): Promise<void> {
         label: `scale-matrix-${n}`,
         orchestrators: n,
         workers: Number(opts.workers),
+        workflows: builtinWorkflows,
         partitions: Number(opts.partitions),
         runs: Number(opts.runs),
         sagas: Number(opts.sagas),

@@ -8,6 +8,15 @@ import {
 } from './schema-set';
 
 export * from './generated/events';
+export {
+  taskTopic,
+  isFixedTopic,
+  asLogicalTopic,
+  dlqOf,
+  type TaskTopic,
+  type LogicalTopic,
+  type DlqTopic,
+} from './topics';
 export { readProblems, checkLatest, checkHistory, COMPATIBILITY_MODES } from './compat';
 export type { CompatibilityMode, ReadProblem, CompatibilityViolation } from './compat';
 export { loadCatalog, topicEntry } from './catalog';

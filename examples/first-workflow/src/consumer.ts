@@ -3,6 +3,7 @@ import { createKafka, kafkaSecurityFromEnv, subscribeWhenReady } from '@keyflow/
 import { createLogger } from '@keyflow/observability';
 import type { RunCompleted, RunStarted } from '@keyflow/schemas';
 import { greet } from './workflow';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * 5. A new consumer of the workflow's events, added without touching any producer: its own consumer group on
@@ -23,8 +24,8 @@ async function main() {
     logger: log,
     security: kafkaSecurityFromEnv(env),
   });
-  codec.useTopics(['wf.events']);
-  const topic = codec.physical('wf.events');
+  codec.useTopics([Topic.WF_EVENTS]);
+  const topic = codec.physical(Topic.WF_EVENTS);
   const consumer = kafka.consumer({ groupId: env.GREETINGS_GROUP_ID ?? 'greetings-feed' });
   await consumer.connect();
   // The orchestrator creates wf.events: a consumer started before it waits for the topic (up to 5 minutes).
@@ -33,7 +34,11 @@ async function main() {
   const greetRuns = new Set<string>();
   await consumer.run({
     eachMessage: async ({ partition, message }) => {
-      const e = await codec.decode('wf.events', message.value, { topic, partition, offset: message.offset });
+      const e = await codec.decode(Topic.WF_EVENTS, message.value, {
+        topic,
+        partition,
+        offset: message.offset,
+      });
       if (e.event === 'RunStarted' && (e.value as RunStarted).workflow === greet.name)
         greetRuns.add((e.value as RunStarted).runId);
       if (e.event === 'RunCompleted' && greetRuns.delete((e.value as RunCompleted).runId)) {

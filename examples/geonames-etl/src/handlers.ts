@@ -50,6 +50,7 @@ import {
 } from './tasks';
 import type { ParsedTaskInputOf, TaskOutputOf } from '@keyflow/workflow';
 import { etlConfinementOf, loadEtlSettings } from './settings';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * Task handlers of the `geonames-etl` workflow. Records travel between steps as JSON Lines blobs (claim check):
@@ -66,7 +67,7 @@ export type DedupeOutput = TaskOutputOf<typeof etlDedupe>;
 export const REJECT_SAMPLES = 20;
 
 /** The ETL topic new consumers can subscribe to. */
-export const ENRICHED_TOPIC = 'etl.cities.enriched';
+export const ENRICHED_TOPIC = Topic.ETL_CITIES_ENRICHED;
 
 let reference: ReferenceData | undefined;
 const ref = () => (reference ??= loadReferenceData());

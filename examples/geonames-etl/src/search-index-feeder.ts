@@ -13,6 +13,7 @@ import { Command } from 'commander';
 import { Kafka, logLevel } from '@keyflow/kafka';
 import { EventCodec } from '@keyflow/contracts';
 import type { CityEnriched } from '@keyflow/schemas';
+import { Topic } from '@keyflow/schemas';
 
 const opts = new Command('search-index-feeder')
   .option('--group <id>', 'consumer group id', 'search-index-feeder')
@@ -27,8 +28,8 @@ async function main() {
     registryUrl: process.env.SCHEMA_REGISTRY_URL ?? 'http://127.0.0.1:8081/apis/ccompat/v7',
     topicPrefix: opts.prefix,
   });
-  await codec.registerTopics(['etl.cities.enriched']);
-  const topic = codec.physical('etl.cities.enriched');
+  await codec.registerTopics([Topic.ETL_CITIES_ENRICHED]);
+  const topic = codec.physical(Topic.ETL_CITIES_ENRICHED);
   const kafka = new Kafka({ brokers, clientId: 'search-index-feeder', logLevel: logLevel.WARN });
   const admin = kafka.admin();
   await admin.connect();
@@ -58,7 +59,7 @@ async function main() {
     if (ends.size === 0) done();
     consumer.run({
       eachMessage: async ({ partition, message }) => {
-        const d = await codec.decode('etl.cities.enriched', message.value, {
+        const d = await codec.decode(Topic.ETL_CITIES_ENRICHED, message.value, {
           topic,
           partition,
           offset: message.offset,

@@ -10,7 +10,9 @@ import {
   readProblems,
   type AvroSchema,
   type CompatibilityMode,
+  type DlqTopic,
   type EventName,
+  type LogicalTopic,
   type EventsByName,
   type SchemaSet,
 } from '@keyflow/schemas';
@@ -60,7 +62,7 @@ export interface CodecOptions {
    * Pins the schema of a logical topic to something other than the latest versions (e.g. a consumer that has not
    * upgraded yet, or a test of an older service's view). Keys are logical topics.
    */
-  topicSchemas?: Record<string, AvroSchema>;
+  topicSchemas?: Partial<Record<LogicalTopic, AvroSchema>>;
 }
 
 const NO_MARKS: PiiMarks = { fields: new Map(), types: new Set() };
@@ -129,13 +131,21 @@ export class EventCodec {
    * `min_insync_replicas`, defaults RF 3 / min ISR 2); a DLQ (`<topic>.dlq`) takes its topic's.
    * @throws Error when the topic has no catalog entry.
    */
-  replication(logicalTopic: string): { replicationFactor: number; minInsyncReplicas: number } {
+  replication(logicalTopic: LogicalTopic | DlqTopic): {
+    replicationFactor: number;
+    minInsyncReplicas: number;
+  } {
     const e = this.set.topic(logicalTopic.replace(/\.dlq$/, ''));
     return { replicationFactor: e.replicationFactor, minInsyncReplicas: e.minInsyncReplicas };
   }
 
+  /** Prefix of this environment's physical topic names (KEYFLOW_TOPIC_PREFIX; '' for none). */
+  get topicPrefix(): string {
+    return this.prefix;
+  }
+
   /** Physical topic name of a logical one (`task.results` -> `<prefix>task.results`). */
-  physical(logicalTopic: string): string {
+  physical(logicalTopic: LogicalTopic | DlqTopic): string {
     return `${this.prefix}${logicalTopic}`;
   }
 
@@ -160,7 +170,7 @@ export class EventCodec {
    * `"pii": true` replaced by `[masked]` (see ./pii): for views (DLQ records), never for processing.
    * @throws TopicNotRegisteredError
    */
-  maskPii(logicalTopic: string, decoded: DecodedEvent): unknown {
+  maskPii(logicalTopic: LogicalTopic, decoded: DecodedEvent): unknown {
     const t = this.topics.get(logicalTopic);
     if (!t) throw new TopicNotRegisteredError(logicalTopic);
     const marks = mergeMarks(this.readerMarks(t), this.writerMarks(decoded.schemaId));
@@ -171,7 +181,7 @@ export class EventCodec {
    * Whether a record of the topic may carry marked values: its reader schema marks any, or the writer schema its wire
    * header names (when known here) does. For the raw text of a record that did not decode.
    */
-  marksPii(logicalTopic: string, value: Buffer | null): boolean {
+  marksPii(logicalTopic: LogicalTopic, value: Buffer | null): boolean {
     const t = this.topics.get(logicalTopic);
     if (!t) return false;
     const id =
@@ -190,7 +200,7 @@ export class EventCodec {
    * @throws SchemaRegistrationError when the registry rejects a schema (incompatible, invalid), naming the subject.
    * @throws RegistryUnavailableError when the registry cannot be reached for registryStartupTimeoutMs (default 60 s).
    */
-  async registerTopics(logicalTopics: string[]): Promise<Map<string, number>> {
+  async registerTopics(logicalTopics: readonly LogicalTopic[]): Promise<Map<string, number>> {
     const ids = new Map<string, number>();
     for (const logical of logicalTopics) {
       const { state, schema, compatibility } = this.topicState(logical);
@@ -211,13 +221,13 @@ export class EventCodec {
    * a topic is not possible (it has no registered id); a topic already registered is left as it is.
    * @throws Error when a topic is not in the catalog (schemas/catalog.yaml).
    */
-  useTopics(logicalTopics: string[]): void {
+  useTopics(logicalTopics: readonly LogicalTopic[]): void {
     for (const logical of logicalTopics)
       if (!this.topics.has(logical)) this.topics.set(logical, this.topicState(logical).state);
   }
 
   /** A logical topic's state from the catalog (reader type, events, subject), not registered yet. */
-  private topicState(logical: string) {
+  private topicState(logical: LogicalTopic) {
     const entry = this.set.topic(logical);
     const schema = this.opts.topicSchemas?.[logical] ?? this.set.topicSchema(logical);
     const state: TopicReader = {
@@ -325,7 +335,7 @@ export class EventCodec {
    * @throws TopicNotRegisteredError, UnexpectedEventError (the topic does not carry that event),
    *         InvalidEventError (value does not match the schema; names the fields).
    */
-  encode<E extends EventName>(logicalTopic: string, event: E, value: EventsByName[E]): Buffer {
+  encode<E extends EventName>(logicalTopic: LogicalTopic, event: E, value: EventsByName[E]): Buffer {
     const found = this.topics.get(logicalTopic);
     const t = found && found.registeredId >= 0 ? found : undefined; // useTopics: readable, not writable
     if (!t) throw new TopicNotRegisteredError(logicalTopic);
@@ -360,7 +370,11 @@ export class EventCodec {
    *         RegistryUnavailableError (network, timeout, 5xx) or RegistryRefusedError (another 4xx), both retryable,
    *         when the writer id is not cached and the registry does not give it.
    */
-  async decode(logicalTopic: string, value: Buffer | null, location: MessageLocation): Promise<DecodedEvent> {
+  async decode(
+    logicalTopic: LogicalTopic,
+    value: Buffer | null,
+    location: MessageLocation,
+  ): Promise<DecodedEvent> {
     const { t, schemaId, body } = this.framed(logicalTopic, value, location);
     const writer = this.writersReady.get(schemaId) ?? (await this.writerType(schemaId, location));
     return this.read(logicalTopic, t, schemaId, writer, body, location);
@@ -372,7 +386,7 @@ export class EventCodec {
    * throws, but for the registry's errors (it never calls the registry).
    */
   decodeIfKnown(
-    logicalTopic: string,
+    logicalTopic: LogicalTopic,
     value: Buffer | null,
     location: MessageLocation,
   ): DecodedEvent | undefined {

@@ -1,5 +1,5 @@
 import { KeyflowError, retryableOf, toFailure } from '@keyflow/errors';
-import type { EventName, EventsByName, TaskCompleted, TaskFailed } from '@keyflow/schemas';
+import type { EventName, EventsByName, LogicalTopic, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import type { DecodedEvent, EventCodec } from './codec';
 import type { MessageLocation } from './errors';
 
@@ -108,7 +108,7 @@ export class PayloadSerde {
    * A record value of a registered logical topic as its event (the writer's schema fetched when not known here).
    * @throws the codec's ContractErrors (see EventCodec.decode)
    */
-  decode(logical: string, bytes: Buffer | null, where: MessageLocation): Promise<DecodedEvent> {
+  decode(logical: LogicalTopic, bytes: Buffer | null, where: MessageLocation): Promise<DecodedEvent> {
     return this.codec.decode(logical, bytes, where);
   }
 
@@ -116,7 +116,7 @@ export class PayloadSerde {
    * {@link decode} without a turn of the event loop when the writer's schema is known here; undefined when it is not.
    * @throws as {@link decode}, but never a registry error
    */
-  decodeIfKnown(logical: string, bytes: Buffer | null, where: MessageLocation): DecodedEvent | undefined {
+  decodeIfKnown(logical: LogicalTopic, bytes: Buffer | null, where: MessageLocation): DecodedEvent | undefined {
     return this.codec.decodeIfKnown(logical, bytes, where);
   }
 
@@ -180,7 +180,7 @@ export class PayloadSerde {
    * An event as the bytes of a record of a registered logical topic (Confluent wire format).
    * @throws InvalidEventError when the value does not match the event's schema; TopicNotRegisteredError
    */
-  encode<E extends EventName>(logical: string, event: E, value: EventsByName[E]): Buffer {
+  encode<E extends EventName>(logical: LogicalTopic, event: E, value: EventsByName[E]): Buffer {
     return this.codec.encode(logical, event, value);
   }
 }

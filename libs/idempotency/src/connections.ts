@@ -2,6 +2,26 @@ import { SettingsError } from '@keyflow/errors';
 import { registryConnectionFromEnv, type RegistryConnection } from '@keyflow/contracts';
 import { kafkaSecurityFromEnv, type KafkaSecurity } from '@keyflow/kafka';
 import { redisConnectionFromEnv, type RedisConnection } from './connection';
+import { z } from 'zod';
+
+/**
+ * The connection variables every keyflow service reads, as one zod shape that both services' settings schemas spread
+ * (so the rule and its error message are written once): KAFKA_BROKERS (comma-separated host:port list, required),
+ * SCHEMA_REGISTRY_URL (a URL, required), KEYFLOW_TOPIC_PREFIX (prefix of physical topic names, default none). The
+ * security, registry auth and Redis options come from {@link connectionSettingsFromEnv}.
+ */
+export const CONNECTION_ENV = {
+  KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
+  SCHEMA_REGISTRY_URL: z.string().url(),
+  KEYFLOW_TOPIC_PREFIX: z.string().default(''),
+};
+
+/** KAFKA_BROKERS as a list: split at commas, trimmed, empty entries dropped. */
+export const brokerList = (kafkaBrokers: string): string[] =>
+  kafkaBrokers
+    .split(',')
+    .map((b) => b.trim())
+    .filter(Boolean);
 
 /** The three connections a keyflow service makes, as the environment sets them (each checked at startup). */
 export interface ConnectionSettings {

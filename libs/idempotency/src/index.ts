@@ -23,4 +23,4 @@ export {
   RedisConnectionConfigError,
   type RedisConnection,
 } from './connection';
-export { connectionSettingsFromEnv, type ConnectionSettings } from './connections';
+export { brokerList, CONNECTION_ENV, connectionSettingsFromEnv, type ConnectionSettings } from './connections';

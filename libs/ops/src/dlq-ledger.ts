@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { ensureTopics, type Admin, type Kafka, type Message } from '@keyflow/kafka';
 import { DecodeError, newMetadata, type EventCodec } from '@keyflow/contracts';
-import type { DlqRecordHandled } from '@keyflow/schemas';
+import { Topic, type DlqRecordHandled, type DlqTopic } from '@keyflow/schemas';
 import { dlqRecordId } from './dlq-headers';
 import { lastStableOffsets, scanRanges } from './scan';
 
@@ -13,7 +13,7 @@ export type DlqAction = DlqRecordHandled['action'];
  * discarded (the latest action wins). A DLQ topic keeps every record until retention deletes it; the ledger is
  * what says which of them still wait for an operator ("pending").
  */
-export const DLQ_LEDGER_TOPIC = 'dlq.handled';
+export const DLQ_LEDGER_TOPIC = Topic.DLQ_HANDLED;
 /** Partition count the ledger is created with (schemas/catalog.yaml names it). */
 export const DLQ_LEDGER_PARTITIONS = 3;
 /**
@@ -40,7 +40,14 @@ export interface HandledEntry {
 /** The codec calls the ledger needs (an EventCodec). */
 export type LedgerCodec = Pick<
   EventCodec,
-  'physical' | 'logical' | 'replication' | 'registerTopics' | 'useTopics' | 'encode' | 'decode'
+  | 'physical'
+  | 'logical'
+  | 'topicPrefix'
+  | 'replication'
+  | 'registerTopics'
+  | 'useTopics'
+  | 'encode'
+  | 'decode'
 >;
 
 /**
@@ -133,7 +140,7 @@ export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<M
         const d = await codec.decode(DLQ_LEDGER_TOPIC, m.value, { topic, partition, offset: m.offset });
         if (d.event !== 'DlqRecordHandled') return;
         const v = d.value;
-        out.set(dlqRecordId(codec.physical(v.dlqTopic), v.partition, v.offset), {
+        out.set(dlqRecordId(codec.physical(v.dlqTopic as DlqTopic), v.partition, v.offset), {
           action: v.action,
           recordTimestamp: v.recordTimestamp,
           at: v.metadata.occurredAt,

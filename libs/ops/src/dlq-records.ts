@@ -1,5 +1,6 @@
 import type { Kafka, KafkaMessage } from '@keyflow/kafka';
 import type { EventCodec } from '@keyflow/contracts';
+import type { LogicalTopic } from '@keyflow/schemas';
 import { PII_MASK } from '@keyflow/workflow';
 import { DLQ_HEADERS, header } from './dlq-headers';
 import { matchesRedriveFilter, type RedriveFilter } from './redrive';
@@ -64,7 +65,8 @@ export async function describeDlqRecord(
   const num = (v: string | null) => (v === null ? null : Number(v));
   const original = h(DLQ_HEADERS.originalTopic);
   const codec = o.codec;
-  const logical = original ? codec?.logical(original) : undefined;
+  // Any name: decode throws for a topic the catalog lacks, and the record shows as undecodable.
+  const logical = (original ? codec?.logical(original) : undefined) as LogicalTopic | undefined;
   let value: unknown = m.value?.toString('utf8') ?? null;
   if (codec && logical && m.value)
     value = await Promise.resolve()

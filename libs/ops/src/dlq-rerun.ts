@@ -1,4 +1,5 @@
 import type { EventCodec } from '@keyflow/contracts';
+import type { LogicalTopic } from '@keyflow/schemas';
 import { rerunVerdict, type RerunFacts, type TaskCommandRef } from '@keyflow/workflow';
 import type { RedriveAdmit } from './redrive';
 import { taskTypeOfTopic } from './catalog';
@@ -24,7 +25,7 @@ export function rerunAdmission(
   facts: (cmd: CheckedCommand, ageMs: number) => Promise<RerunFacts>,
 ): RedriveAdmit {
   return async (message, at) => {
-    const logical = codec.logical(at.originalTopic);
+    const logical = codec.logical(at.originalTopic) as LogicalTopic | undefined; // a task topic, checked next
     if (!logical || taskTypeOfTopic(logical) === undefined) return undefined;
     let cmd: CheckedCommand;
     try {

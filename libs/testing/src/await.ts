@@ -14,16 +14,32 @@ export class AwaitTimeoutError extends KeyflowError {
   }
 }
 
+/** Options of {@link eventually}. */
+export interface EventuallyOptions<T> {
+  /** Deadline in ms (default 30 000). */
+  timeoutMs?: number;
+  /** Poll period in ms (default 50). */
+  intervalMs?: number;
+  /** Accepts a probed value (default: truthy). */
+  until?: (v: T) => boolean;
+  /**
+   * Called before each probe; what it throws ends the wait at once (e.g. a service the wait depends on has exited,
+   * so waiting longer is pointless).
+   */
+  check?: () => void;
+}
+
 /**
- * Polls `probe` until it returns a value accepted by `until` (default: truthy), or the deadline passes.
- * For state that has no event to subscribe to (a row count, a consumer group's committed offsets).
- * @param opts.timeoutMs deadline in ms (default 30 000); opts.intervalMs poll period in ms (default 50).
+ * Polls `probe` until it returns a value accepted by `until` (default: truthy), or the deadline passes: the one
+ * polling wait of the tests, the scenarios and the benchmarks. For state that has no event to subscribe to (a row
+ * count, a consumer group's committed offsets, a counter a consumer bumps).
  * @throws AwaitTimeoutError naming `what` and the last value seen.
+ * @throws whatever `opts.check` throws.
  */
 export async function eventually<T>(
   what: string,
   probe: () => T | Promise<T>,
-  opts: { timeoutMs?: number; intervalMs?: number; until?: (v: T) => boolean } = {},
+  opts: EventuallyOptions<T> = {},
 ): Promise<T> {
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const intervalMs = opts.intervalMs ?? 50;
@@ -31,6 +47,7 @@ export async function eventually<T>(
   const deadline = Date.now() + timeoutMs;
   let last: T | undefined;
   for (;;) {
+    opts.check?.();
     last = await probe();
     if (until(last)) return last;
     if (Date.now() > deadline) throw new AwaitTimeoutError(what, timeoutMs, last);

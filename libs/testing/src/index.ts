@@ -1,7 +1,7 @@
 export { testInfra, infraFromEnv, InfraUnavailableError, ENV_KEYS, type InfraEndpoints } from './infra';
 export { dockerAvailable, startContainers, type StartedInfra } from './containers';
 export { TestNamespace } from './namespace';
-export { eventually, Collector, AwaitTimeoutError } from './await';
+export { eventually, Collector, AwaitTimeoutError, type EventuallyOptions } from './await';
 export { OwnRedisServer, freePort, REDIS_AOF_ARGS, REDIS_NO_PERSISTENCE_ARGS } from './redis-server';
 export {
   ensureKcat,
@@ -29,5 +29,35 @@ export {
   type BrokerInfo,
   type ClusterControl,
 } from './cluster';
-export { startServiceProcess, type ServiceProcess } from './service-process';
+export { startServiceProcess, type ServiceProcess, type ServiceProcessOptions } from './service-process';
+export {
+  OrchestratorHarness,
+  TEST_WEBHOOK_SECRET,
+  TERMINAL_EVENTS,
+  SCREENSHOTS_DIR,
+  distinctEvents,
+  keyflowCli,
+  launchChromium,
+  post,
+  type CliRun,
+  type Lifecycle,
+} from './harness/orchestrator';
+export {
+  FAULT_KINDS,
+  runChaos,
+  lifecycleGaps,
+  type ChaosOptions,
+  type ChaosReport,
+  type Fault,
+  type FaultKind,
+} from './scenarios/chaos';
+export {
+  runScaleScenario,
+  THREE_STEP,
+  ORDER_SAGA,
+  type GroupSnapshot,
+  type ScaleReport,
+  type ScaleScenario,
+  type ScaleWorkflow,
+} from './scenarios/scale';
 export { noop, echo, threeStep, fanOut, testWorkflows } from './workloads';

@@ -709,6 +709,29 @@ export interface EventsByName {
   TimerFired: DevKeyflowEvents.TimerFired;
 }
 
+/** The fixed logical topics of the catalog (every entry but the task topic template `task.<type>`), in catalog order. */
+export const FIXED_TOPICS = [
+  "wf.requests",
+  "task.results",
+  "wf.events",
+  "wf.state",
+  "etl.cities.enriched",
+  "dlq.handled"
+] as const;
+
+/** A fixed logical topic of the catalog: a misspelt name does not compile. */
+export type FixedTopic = (typeof FIXED_TOPICS)[number];
+
+/** The fixed logical topics by constant name (`wf.requests` is `Topic.WF_REQUESTS`): the one place code spells them. */
+export const Topic = {
+  "WF_REQUESTS": "wf.requests",
+  "TASK_RESULTS": "task.results",
+  "WF_EVENTS": "wf.events",
+  "WF_STATE": "wf.state",
+  "ETL_CITIES_ENRICHED": "etl.cities.enriched",
+  "DLQ_HANDLED": "dlq.handled"
+} as const;
+
 /** Events of each logical topic, in the order of its union. */
 export const TOPIC_EVENTS = {
   "wf.requests": [

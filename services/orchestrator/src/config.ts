@@ -3,7 +3,7 @@ import type { RegistryConnection } from '@keyflow/contracts';
 import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
 import { defaultGroupId, unsetWhenEmpty, type KafkaSecurity } from '@keyflow/kafka';
-import { connectionSettingsFromEnv } from '@keyflow/idempotency';
+import { brokerList, CONNECTION_ENV, connectionSettingsFromEnv } from '@keyflow/idempotency';
 import { DEFAULT_PARKED_INPUTS_LIMIT, DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, LOOPBACK_ADDRESS, type ApiKeyEntry } from './api/auth';
@@ -12,9 +12,7 @@ import { SettingsError } from '@keyflow/errors';
 
 /** Orchestrator configuration from the environment, validated at startup; every field is set after parsing. */
 const Schema = z.object({
-  KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
-  SCHEMA_REGISTRY_URL: z.string().url(),
-  KEYFLOW_TOPIC_PREFIX: z.string().default(''),
+  ...CONNECTION_ENV,
   /** Consumer group of the engine; its transactional ids are `<group>-p<n>` (default: defaultGroupId). */
   ORCHESTRATOR_GROUP_ID: unsetWhenEmpty,
   /** Distinguishes instances: the read-model consumer group and the transactional ids' owner tag. */
@@ -238,9 +236,7 @@ export function loadOrchestratorConfig(env: NodeJS.ProcessEnv = process.env): Or
     ORCHESTRATOR_GROUP_ID: parsed.data.ORCHESTRATOR_GROUP_ID ?? defaultGroupId('orchestrator', prefix),
     WORKER_GROUP_ID: parsed.data.WORKER_GROUP_ID ?? defaultGroupId('workers', prefix),
     ...connections,
-    brokers: parsed.data.KAFKA_BROKERS.split(',')
-      .map((b) => b.trim())
-      .filter(Boolean),
+    brokers: brokerList(parsed.data.KAFKA_BROKERS),
   };
 }
 

@@ -15,6 +15,7 @@ import type { ClaimCheck } from '@keyflow/blobs';
 import { toWorkflowInput } from './engine/mapping';
 import { BARRIER_PREFIX } from './engine/read-model';
 import type { WorkflowRegistry } from './workflows/registry';
+import { Topic, type FixedTopic } from '@keyflow/schemas';
 
 /** One field of one run where the rebuilt state and the live snapshot disagree. */
 export interface Difference {
@@ -34,7 +35,7 @@ export interface RebuildReport {
   unrebuildable: string[];
 }
 
-type Raw = { logical: string; partition: number; offset: string; value: Buffer | null; topic: string };
+type Raw = { logical: FixedTopic; partition: number; offset: string; value: Buffer | null; topic: string };
 
 /**
  * Reads a topic from the beginning (read_committed) up to its end offsets at the start of the call. Trailing
@@ -43,7 +44,7 @@ type Raw = { logical: string; partition: number; offset: string; value: Buffer |
  * @throws UndecodableBatchError (UNDECODABLE_BATCH, naming topic, partition and offsets) when a record batch cannot
  *   be decompressed: a rebuild that silently left out those records would report differences that are not there.
  */
-async function readAll(kafka: Kafka, topic: string, logical: string, idleMs = 2_000): Promise<Raw[]> {
+async function readAll(kafka: Kafka, topic: string, logical: FixedTopic, idleMs = 2_000): Promise<Raw[]> {
   const admin = kafka.admin();
   await admin.connect();
   const ends = await admin.fetchTopicOffsets(topic);
@@ -127,12 +128,12 @@ export async function rebuildRuns(
   claim?: ClaimCheck,
   reduceOptions: ReduceOptions = {},
 ): Promise<RebuildReport> {
-  await codec.registerTopics(['wf.requests', 'task.results', 'wf.state', 'wf.events']);
+  await codec.registerTopics([Topic.WF_REQUESTS, Topic.TASK_RESULTS, Topic.WF_STATE, Topic.WF_EVENTS]);
   const [requests, results, snapshots, events] = await Promise.all([
-    readAll(kafka, codec.physical('wf.requests'), 'wf.requests'),
-    readAll(kafka, codec.physical('task.results'), 'task.results'),
-    readAll(kafka, codec.physical('wf.state'), 'wf.state'),
-    readAll(kafka, codec.physical('wf.events'), 'wf.events'),
+    readAll(kafka, codec.physical(Topic.WF_REQUESTS), Topic.WF_REQUESTS),
+    readAll(kafka, codec.physical(Topic.TASK_RESULTS), Topic.TASK_RESULTS),
+    readAll(kafka, codec.physical(Topic.WF_STATE), Topic.WF_STATE),
+    readAll(kafka, codec.physical(Topic.WF_EVENTS), Topic.WF_EVENTS),
   ]);
   const serde = new PayloadSerde(codec, claim);
   const applied = await appliedInputs(serde, events);
@@ -203,7 +204,7 @@ async function inputsByRun(
       ...(perRun.get(input.runId) ?? []),
       {
         input,
-        rank: r.logical === 'wf.requests' ? 0 : 1,
+        rank: r.logical === Topic.WF_REQUESTS ? 0 : 1,
         offset: when ? when.offset : BigInt(r.offset),
         applied: when !== undefined,
       },
@@ -263,7 +264,7 @@ async function liveRuns(serde: PayloadSerde, snapshots: Raw[]): Promise<Map<stri
   const segments = new Map<string, ItemSegment>();
   for (const r of snapshots) {
     if (!r.value) continue;
-    const d = await serde.decode('wf.state', r.value, {
+    const d = await serde.decode(Topic.WF_STATE, r.value, {
       topic: r.topic,
       partition: r.partition,
       offset: r.offset,

@@ -3,7 +3,7 @@ import type { RegistryConnection } from '@keyflow/contracts';
 import { DEFAULT_COMPLETION_TTL_MS, type RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
 import { defaultGroupId, blankAsUnset, unsetWhenEmpty, type KafkaSecurity } from '@keyflow/kafka';
-import { connectionSettingsFromEnv } from '@keyflow/idempotency';
+import { brokerList, CONNECTION_ENV, connectionSettingsFromEnv } from '@keyflow/idempotency';
 import { SettingsError } from '@keyflow/errors';
 
 /**
@@ -11,10 +11,8 @@ import { SettingsError } from '@keyflow/errors';
  * (defaults applied), so nothing downstream sees an optional value.
  */
 const Schema = z.object({
-  KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
-  SCHEMA_REGISTRY_URL: z.string().url(),
+  ...CONNECTION_ENV,
   REDIS_URL: z.string().regex(/^rediss?:\/\//, 'a redis:// URL'),
-  KEYFLOW_TOPIC_PREFIX: z.string().default(''),
   /** Consumer group of the task topics (default: defaultGroupId, `<KEYFLOW_TOPIC_PREFIX>keyflow.workers`). */
   WORKER_GROUP_ID: unsetWhenEmpty,
   /** Task types to consume (comma-separated); default: every registered handler. */
@@ -157,9 +155,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
       Math.max(1, Math.min(MAX_DEFAULT_IN_FLIGHT_PER_PARTITION, Math.floor(handlers / 2))),
     ...connections,
     redis: connections.redis!, // REDIS_URL is required above
-    brokers: c.KAFKA_BROKERS.split(',')
-      .map((b) => b.trim())
-      .filter(Boolean),
+    brokers: brokerList(c.KAFKA_BROKERS),
     taskTypes: c.WORKER_TASK_TYPES.split(',')
       .map((t) => t.trim())
       .filter(Boolean),

@@ -20,7 +20,8 @@ import {
   type Kafka,
   type Producer,
 } from '@keyflow/kafka';
-import { alignDlqLimits, dlqTopicConfigs, dlqTopicFor, taskTopicOf } from '@keyflow/ops';
+import { alignDlqLimits, dlqTopicConfigs, dlqTopicFor } from '@keyflow/ops';
+import { taskTopic, Topic, type TaskTopic } from '@keyflow/schemas';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from './config';
 import type { EventPublisher } from './runtime/event-publisher';
@@ -115,7 +116,7 @@ export class TaskWorker {
    *   Redis error when a part cannot start; IdempotencyStoreEvictsError when Redis evicts keys (not allowed)
    */
   async start(handlers: Map<string, TaskHandlerFn>): Promise<void> {
-    const taskTopics = this.taskTypes(handlers).map(taskTopicOf);
+    const taskTopics = this.taskTypes(handlers).map(taskTopic);
     const codec = new EventCodec({ ...this.cfg.registry, topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX });
     this.kafka = createKafka({
       brokers: this.cfg.brokers,
@@ -124,7 +125,7 @@ export class TaskWorker {
       security: this.cfg.kafkaSecurity,
     });
     await this.prepareTopics(codec, taskTopics);
-    await codec.registerTopics(['task.results', ...taskTopics]);
+    await codec.registerTopics([Topic.TASK_RESULTS, ...taskTopics]);
     const producer = await this.connectResultProducer();
     const store = await this.connectIdempotencyStore();
     // Requests of at most half of max.message.bytes (the claim check's threshold; KEYFLOW_MAX_MESSAGE_BYTES).
@@ -169,15 +170,15 @@ export class TaskWorker {
    * Creates task.results, the task topics and their DLQs when missing, aligns the DLQs' size limits with their
    * sources, and refuses a group id of an earlier version that was not migrated.
    */
-  private async prepareTopics(codec: EventCodec, taskTopics: string[]): Promise<void> {
+  private async prepareTopics(codec: EventCodec, taskTopics: TaskTopic[]): Promise<void> {
     const admin = this.kafka!.admin();
     await connectUntilAnswered(admin, { what: 'worker admin', logger: this.log });
     try {
       await ensureTopics(admin, [
         {
-          topic: codec.physical('task.results'),
+          topic: codec.physical(Topic.TASK_RESULTS),
           partitions: this.cfg.WORKER_RESULT_PARTITIONS,
-          ...codec.replication('task.results'),
+          ...codec.replication(Topic.TASK_RESULTS),
         },
         ...taskTopics.flatMap((t) => [
           { topic: codec.physical(t), partitions: this.cfg.WORKER_TASK_PARTITIONS, ...codec.replication(t) },
@@ -302,7 +303,7 @@ export class TaskWorker {
   }
 
   /** The ordered consumer of the task topics, handing each message to `executor`; its crash fails the worker. */
-  private taskConsumer(codec: EventCodec, taskTopics: string[], executor: TaskExecutor): OrderedConsumer {
+  private taskConsumer(codec: EventCodec, taskTopics: TaskTopic[], executor: TaskExecutor): OrderedConsumer {
     const consumer = new OrderedConsumer({
       kafka: this.kafka!,
       groupId: this.cfg.WORKER_GROUP_ID,

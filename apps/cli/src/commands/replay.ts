@@ -6,6 +6,7 @@ import { CliConfigError, CliError } from '../context';
 import { opt } from '../options';
 import { print, table, terminalSafe } from '../output';
 import { RerunCheck } from '../rerun-check';
+import { Topic, type LogicalTopic } from '@keyflow/schemas';
 
 /** One partition's move in a replay plan. Offsets are Kafka offsets (strings); counts are records. */
 export interface ReplayMove {
@@ -53,7 +54,7 @@ export class ReplayRefusedError extends CliError {
 }
 
 const isTaskTopic = (logical: string) =>
-  logical.startsWith('task.') && logical !== 'task.results' && !logical.endsWith('.dlq');
+  logical.startsWith('task.') && logical !== Topic.TASK_RESULTS && !logical.endsWith('.dlq');
 /** wf.requests events the orchestrator applies again when re-delivered (a TimerFired of a gone timer is stale). */
 const REAPPLIED_REQUESTS = new Set(['StartRun', 'RetryRun', 'SignalRun', 'CancelRun']);
 
@@ -168,12 +169,12 @@ async function movesOf(
  */
 function checksFor(ctx: CliContext, moves: ReplayMove[]): RerunCheck | undefined {
   const taskMoves = moves.filter((m) => isTaskTopic(m.topic));
-  const requestMoves = moves.filter((m) => m.topic === 'wf.requests');
+  const requestMoves = moves.filter((m) => m.topic === Topic.WF_REQUESTS);
   let check: RerunCheck | undefined;
   if (taskMoves.length || requestMoves.length) {
     if (!ctx.codec)
       throw new CliConfigError('SCHEMA_REGISTRY_URL is not set: task commands and requests must be decoded');
-    ctx.codec.useTopics([...new Set([...taskMoves, ...requestMoves].map((m) => m.topic))]);
+    ctx.codec.useTopics([...new Set([...taskMoves, ...requestMoves].map((m) => m.topic as LogicalTopic))]);
   }
   if (taskMoves.length) {
     if (!process.env.REDIS_URL)
@@ -209,7 +210,7 @@ async function countRanges(
       if (m.requests === undefined && m.stored === undefined) return;
       let d;
       try {
-        d = await ctx.codec!.decode(m.topic, message.value, { topic, partition, offset: message.offset });
+        d = await ctx.codec!.decode(m.topic as LogicalTopic, message.value, { topic, partition, offset: message.offset });
       } catch {
         if (m.undecodable !== undefined) m.undecodable++;
         return;

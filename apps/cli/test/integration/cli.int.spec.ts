@@ -6,6 +6,7 @@ import {
   OrchestratorHarness,
   TERMINAL_EVENTS,
 } from '@keyflow/orchestrator/test/integration/support';
+import { taskTopic, type TaskTopic } from '@keyflow/schemas';
 
 jest.setTimeout(180_000);
 
@@ -258,7 +259,7 @@ describe('the keyflow CLI', () => {
       );
 
       // Each run's command dead-lettered as the workers do: the prepare of the ended run, the call of the other.
-      const dead = async (logical: string, cmd: (typeof done)[number]) => {
+      const dead = async (logical: TaskTopic, cmd: (typeof done)[number]) => {
         const m = dlqMessage(
           {
             topic: r.codec.physical(logical),
@@ -283,8 +284,8 @@ describe('the keyflow CLI', () => {
         await p.disconnect();
       };
       const prepare = done.find((c) => c.runId === ended && c.taskType === 'slow.prepare')!;
-      await dead('task.slow.prepare', prepare);
-      await dead('task.slow.never', called(awaited)[0]);
+      await dead(taskTopic('slow.prepare'), prepare);
+      await dead(taskTopic('slow.never'), called(awaited)[0]);
       const prepares = () => done.filter((c) => c.runId === ended && c.taskType === 'slow.prepare').length;
 
       const refused = await keyflow(['dlq', 'redrive', 'task.slow.prepare.dlq', '--key', ended], env);

@@ -5,6 +5,7 @@ import { createKafka } from '@keyflow/kafka';
 import { taskTopicOf } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCommand } from '@keyflow/schemas';
+import { taskTopic } from '@keyflow/schemas';
 import { Collector, eventually, startServiceProcess, type ServiceProcess } from '@keyflow/testing';
 import { idempotencyKeyOf, PII_MASK } from '@keyflow/workflow';
 import { sendGreeting } from '../../src/tasks';
@@ -85,7 +86,7 @@ describe('the tutorial: your first workflow', () => {
 
     // A command another producer wrote with an input its contract refuses (text is not a string): dead-lettered.
     const codec = new EventCodec({ ...registryConnectionFromEnv(process.env), topicPrefix: prefix });
-    const topic = taskTopicOf(sendGreeting.type);
+    const topic = taskTopic(sendGreeting.type);
     await codec.registerTopics([topic]);
     const kafka = createKafka({
       brokers: process.env.KAFKA_BROKERS!.split(','),

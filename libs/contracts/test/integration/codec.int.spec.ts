@@ -1,6 +1,6 @@
 import * as avsc from 'avsc';
 import { createServer as createHttpServer } from 'node:http';
-import { schemaSet, type EventName, type TaskCompleted } from '@keyflow/schemas';
+import { asLogicalTopic, schemaSet, type EventName, type TaskCompleted } from '@keyflow/schemas';
 import { RegistryProxy, TestNamespace } from '@keyflow/testing';
 import {
   EventCodec,
@@ -50,7 +50,7 @@ describe('the Avro codec over the real registry', () => {
 
   it('round-trips every event of every topic in the catalog', async () => {
     const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
-    const topics = set.catalog.topics.map((t) => t.topic.replace('<type>', 'extract'));
+    const topics = set.catalog.topics.map((t) => asLogicalTopic(t.topic.replace('<type>', 'extract'))!);
     const ids = await codec.registerTopics(topics);
     expect(ids.size).toBe(topics.length);
     let n = 0;

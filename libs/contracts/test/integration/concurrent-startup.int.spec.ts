@@ -1,4 +1,4 @@
-import { schemaSet } from '@keyflow/schemas';
+import { asLogicalTopic, schemaSet } from '@keyflow/schemas';
 import { TestNamespace } from '@keyflow/testing';
 import { EventCodec, subjectFor } from '../../src';
 
@@ -13,7 +13,7 @@ describe('codec startup under concurrency, against the real registry', () => {
   it('6 codecs registering the same fresh topics at the same moment all succeed with the same schema ids', async () => {
     const registryUrl = ns.infra.schemaRegistryUrl;
     const topicPrefix = `${ns.prefix}.`;
-    const topics = schemaSet().catalog.topics.map((t) => t.topic.replace('<type>', 'echo'));
+    const topics = schemaSet().catalog.topics.map((t) => asLogicalTopic(t.topic.replace('<type>', 'echo'))!);
     const codecs = Array.from({ length: 6 }, () => new EventCodec({ registryUrl, topicPrefix }));
 
     const results = await Promise.allSettled(codecs.map((c) => c.registerTopics(topics)));
@@ -26,7 +26,7 @@ describe('codec startup under concurrency, against the real registry', () => {
     ids.slice(1).forEach((other) => expect(other).toEqual(ids[0]));
     // Every subject ended with the catalog's mode, whichever codec's PUT won.
     for (const t of schemaSet().catalog.topics.slice(0, 3)) {
-      const subject = subjectFor(codecs[0].physical(t.topic.replace('<type>', 'echo')));
+      const subject = subjectFor(codecs[0].physical(asLogicalTopic(t.topic.replace('<type>', 'echo'))!));
       const res = await fetch(`${registryUrl}/config/${encodeURIComponent(subject)}`);
       expect(((await res.json()) as { compatibilityLevel: string }).compatibilityLevel).toBe(t.compatibility);
     }

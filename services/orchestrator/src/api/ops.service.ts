@@ -1,6 +1,7 @@
 import type { Kafka, Producer } from '@keyflow/kafka';
 import type { PiiMasking } from './pii';
 import type { EventCodec } from '@keyflow/contracts';
+import type { DlqTopic } from '@keyflow/schemas';
 import {
   handledBy,
   listDlqTopics,
@@ -135,8 +136,8 @@ export class OpsService {
 
   /** @throws RefusedRequest 404 DLQ_NOT_FOUND when `logicalDlq` is not an existing DLQ topic of this deployment */
   private async dlqTopic(logicalDlq: string): Promise<string> {
-    const physical = this.codec.physical(logicalDlq);
-    if (!(await listDlqTopics(this.kafka, this.codec.physical(''), this.declaredDlqs)).includes(physical))
+    const physical = this.codec.physical(logicalDlq as DlqTopic); // checked against the listed DLQs next
+    if (!(await listDlqTopics(this.kafka, this.codec.topicPrefix, this.declaredDlqs)).includes(physical))
       throw new RefusedRequest(404, DLQ_NOT_FOUND, `no DLQ topic ${logicalDlq} of this deployment`);
     return physical;
   }

@@ -14,6 +14,7 @@ import { fingerprint, type RequestKeys } from './request-keys';
 import type { RunReadModel } from '../engine/read-model';
 import type { WorkflowRegistry } from '../workflows/registry';
 import { KeyflowError, type ErrorCode } from '@keyflow/errors';
+import { Topic } from '@keyflow/schemas';
 
 /**
  * A request the API refuses: `fields` names each failing field. Maps to HTTP 400 (or 404 with `notFound`); the
@@ -331,11 +332,11 @@ export class RunsService {
     // The request's span (api/tracing.ts) is the active one: the run's trace starts from it. Injected once, for the
     // metadata and the headers alike.
     const traceContext = traceContextOf();
-    const value = this.codec.encode('wf.requests', event, {
+    const value = this.codec.encode(Topic.WF_REQUESTS, event, {
       metadata: newMetadata(event, { key: runId, correlationId: runId, eventId, ...traceContext }),
       ...fields,
     } as never);
-    await this.producer.send(this.codec.physical('wf.requests'), {
+    await this.producer.send(this.codec.physical(Topic.WF_REQUESTS), {
       key: runId,
       value,
       headers: traceHeaders(traceContext) ?? {},

@@ -43,6 +43,7 @@ import { backoffDelayMs } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
 import type { RunReadModel } from './read-model';
+import { dlqOf, taskTopic, Topic, type DlqTopic, type LogicalTopic } from '@keyflow/schemas';
 import type { OrchestratorMetrics } from './metrics';
 import { COMPONENTS } from './components';
 import type { DueTimer } from './timers';
@@ -61,7 +62,7 @@ import { commitBatch, splitBySize, type CommitDeps } from './commit';
 import { RetentionSweeper } from './retention';
 
 /** The engine's input topics (logical): what it consumes, and what it dead-letters into `<topic>.dlq`. */
-const ENGINE_INPUTS = ['wf.requests', 'task.results'] as const;
+const ENGINE_INPUTS = [Topic.WF_REQUESTS, Topic.TASK_RESULTS] as const;
 
 /**
  * The engine. Consumes wf.requests and task.results (co-partitioned by run id; it refuses to start when their
@@ -150,7 +151,10 @@ export class Engine {
   }
 
   /** Logical topics the engine reads and writes, with the task topics its definitions use. */
-  static topics(cfg: OrchestratorConfig, registry: WorkflowRegistry): TopicSpec[] {
+  static topics(
+    cfg: OrchestratorConfig,
+    registry: WorkflowRegistry,
+  ): Array<TopicSpec & { topic: LogicalTopic | DlqTopic }> {
     const taskTypes = new Set<string>();
     for (const name of registry.names()) {
       const def = registry.get(name)!;
@@ -163,18 +167,18 @@ export class Engine {
     // A DLQ holds every record its source accepted plus triage headers (see dlqLimitBytes).
     const dlqConfigs = dlqTopicConfigs(cfg.KEYFLOW_MAX_MESSAGE_BYTES);
     return [
-      { topic: 'wf.requests', partitions: n },
-      { topic: 'task.results', partitions: n },
-      { topic: 'wf.events', partitions: n, configs: { 'retention.ms': String(WF_EVENTS_RETENTION_MS) } },
+      { topic: Topic.WF_REQUESTS, partitions: n },
+      { topic: Topic.TASK_RESULTS, partitions: n },
+      { topic: Topic.WF_EVENTS, partitions: n, configs: { 'retention.ms': String(WF_EVENTS_RETENTION_MS) } },
       {
-        topic: 'wf.state',
+        topic: Topic.WF_STATE,
         partitions: n,
         configs: { 'cleanup.policy': 'compact', 'min.compaction.lag.ms': '60000' },
       },
-      ...ENGINE_INPUTS.map((t) => ({ topic: dlqTopicFor(t), partitions: 1, configs: dlqConfigs })),
+      ...ENGINE_INPUTS.map((t) => ({ topic: dlqOf(t), partitions: 1, configs: dlqConfigs })),
       ...[...taskTypes].flatMap((t) => [
-        { topic: taskTopicOf(t), partitions: cfg.TASK_PARTITIONS },
-        { topic: dlqTopicFor(taskTopicOf(t)), partitions: 1, configs: dlqConfigs },
+        { topic: taskTopic(t), partitions: cfg.TASK_PARTITIONS },
+        { topic: dlqOf(taskTopic(t)), partitions: 1, configs: dlqConfigs },
       ]),
     ];
   }
@@ -217,7 +221,9 @@ export class Engine {
       );
       await assertCoPartitioned(
         admin,
-        ['wf.requests', 'task.results', 'wf.events', 'wf.state'].map((t) => this.codec.physical(t)),
+        [Topic.WF_REQUESTS, Topic.TASK_RESULTS, Topic.WF_EVENTS, Topic.WF_STATE].map((t) =>
+          this.codec.physical(t),
+        ),
       );
       await assertGroupIdMigrated(admin, {
         service: 'orchestrator',
@@ -229,7 +235,9 @@ export class Engine {
     } finally {
       await admin.disconnect();
     }
-    await this.codec.registerTopics(specs.filter((s) => !s.topic.endsWith('.dlq')).map((s) => s.topic));
+    await this.codec.registerTopics(
+      specs.map((s) => s.topic).filter((t): t is LogicalTopic => !t.endsWith('.dlq')),
+    );
     await this.readModel.start(); // before consuming: take-overs wait for it to read their barriers
     this.timerProducer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
       this.health.fail(COMPONENTS.engineProducer, err),
@@ -266,8 +274,8 @@ export class Engine {
       }
     });
     await connectUntilAnswered(c, { what: 'engine consumer', logger: this.logger });
-    await subscribeWhenReady(c, this.codec.physical('wf.requests'), true);
-    await subscribeWhenReady(c, this.codec.physical('task.results'), true);
+    await subscribeWhenReady(c, this.codec.physical(Topic.WF_REQUESTS), true);
+    await subscribeWhenReady(c, this.codec.physical(Topic.TASK_RESULTS), true);
     await c.run({
       autoCommit: false,
       eachBatchAutoResolve: false,
@@ -340,12 +348,12 @@ export class Engine {
 
   private onAssignment(assignment: Record<string, number[]>): void {
     const partitions = new Set<number>([
-      ...(assignment[this.codec.physical('wf.requests')] ?? []),
-      ...(assignment[this.codec.physical('task.results')] ?? []),
+      ...(assignment[this.codec.physical(Topic.WF_REQUESTS)] ?? []),
+      ...(assignment[this.codec.physical(Topic.TASK_RESULTS)] ?? []),
     ]);
     this.assigned.clear();
     partitions.forEach((p) => this.assigned.add(p));
-    const inputs = [this.codec.physical('wf.requests'), this.codec.physical('task.results')];
+    const inputs = [this.codec.physical(Topic.WF_REQUESTS), this.codec.physical(Topic.TASK_RESULTS)];
     for (const topic of inputs)
       for (const p of assignment[topic] ?? []) {
         // kafkajs keeps a partition's paused flag across rebalances (and drops it when it restarts a crashed
@@ -613,7 +621,7 @@ export class Engine {
         messages.push({
           key: runId,
           headers: traceHeaders(t),
-          value: this.codec.encode('wf.requests', 'TimerFired', {
+          value: this.codec.encode(Topic.WF_REQUESTS, 'TimerFired', {
             metadata: newMetadata('TimerFired', {
               key: runId,
               correlationId: runId,
@@ -635,7 +643,7 @@ export class Engine {
       // In requests of at most half of max.message.bytes, as the engine's transactions: a tick can fire many timers
       // at once (runs started together with one run timeout), and the broker refuses a record batch over the limit.
       for (const part of splitBySize(
-        [[this.codec.physical('wf.requests'), messages]],
+        [[this.codec.physical(Topic.WF_REQUESTS), messages]],
         this.claim.thresholdBytes,
       )) {
         await this.timerProducer.send({ ...part[0], acks: -1 });

@@ -128,7 +128,7 @@ export class LagMonitor {
     for (const group of this.o.groups)
       for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 }))
         lags.push({ group, ...l, topic: this.logical(l.topic) });
-    const dlqTopics = await listDlqTopics(this.kafka, this.o.codec.physical(''), this.o.dlqs);
+    const dlqTopics = await listDlqTopics(this.kafka, this.o.codec.topicPrefix, this.o.dlqs);
     const handled = await readDlqLedger(this.kafka, this.o.codec);
     // A large DLQ is not read every pass: its offset span is counted (an upper bound).
     const dlqs = (await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000, handled })).map((d) => ({

@@ -10,6 +10,7 @@ import {
 import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
 import { taskTopicOf } from '@keyflow/ops';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
+import { taskTopic, Topic } from '@keyflow/schemas';
 import {
   runInputIssues,
   segmentKey,
@@ -215,7 +216,7 @@ export async function encodeOutputs(
       tracestate: cause.tracestate,
     });
   for (const c of commands) {
-    const logical = taskTopicOf(c.taskType);
+    const logical = taskTopic(c.taskType);
     const input = await claim.offload(
       `input of ${c.idempotencyKey} attempt ${c.attempt}`,
       () => payloadBlobKey('inputs', state.runId, `${c.idempotencyKey}@${c.attempt}`),
@@ -246,13 +247,13 @@ export async function encodeOutputs(
       extra[payload.field] = checked.inline;
       extra[payload.ref] = checked.ref;
     }
-    const value = codec.encode('wf.events', type, {
+    const value = codec.encode(Topic.WF_EVENTS, type, {
       metadata,
       runId: state.runId,
       ...fields,
       ...extra,
     } as never);
-    out.push({ topic: codec.physical('wf.events'), key: state.runId, value, headers });
+    out.push({ topic: codec.physical(Topic.WF_EVENTS), key: state.runId, value, headers });
   }
   if (snapshot)
     out.push(
@@ -325,7 +326,7 @@ export async function encodeSnapshotRecords(
   partition: number,
 ): Promise<OutputRecord[]> {
   const parts = snapshotParts(state, previous);
-  const topic = codec.physical('wf.state');
+  const topic = codec.physical(Topic.WF_STATE);
   const out: OutputRecord[] = [];
   for (const seg of parts.segments) {
     const key = segmentKey(state.runId, seg.mapId, seg.index);
@@ -387,7 +388,7 @@ async function encodeStatePart(
     blob ??= p.blob();
     await claim.store.expire(blob.prefix, supersededExpiry(Date.now(), claim.o.graceMs), blob.key);
   }
-  return codec.encode('wf.state', 'RunSnapshot', {
+  return codec.encode(Topic.WF_STATE, 'RunSnapshot', {
     metadata: newMetadata('RunSnapshot', {
       key: p.state.runId,
       correlationId: p.state.runId,

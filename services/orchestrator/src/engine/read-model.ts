@@ -24,6 +24,7 @@ import {
 import { COMPONENTS } from './components';
 import { StartIndexedMap } from './run-index';
 import { isRetryable, KeyflowError, retryableOf } from '@keyflow/errors';
+import { Topic } from '@keyflow/schemas';
 
 /** The /health condition id of the read model's start-up catch-up (code CATCHING_UP). */
 const CATCH_UP_CONDITION = 'read-model/catch-up';
@@ -225,7 +226,7 @@ export class RunReadModel {
       if (!e.payload.restart) this.onStopped(e.payload.error);
     });
     await connectUntilAnswered(c, { what: 'read model consumer', logger: this.logger });
-    await subscribeWhenReady(c, this.codec.physical('wf.state'), true);
+    await subscribeWhenReady(c, this.codec.physical(Topic.WF_STATE), true);
     this.catchUp = await this.endOffsets();
     this.reportCatchUp();
     // A batch of only aborted records or transaction markers reaches eachBatch never: kafkajs reports its end here.
@@ -290,7 +291,7 @@ export class RunReadModel {
     await connectUntilAnswered(admin, { what: 'read model admin', logger: this.logger });
     try {
       const offsets = await untilAnswered(
-        () => lastStableOffsets(this.kafka, this.codec.physical('wf.state'), admin),
+        () => lastStableOffsets(this.kafka, this.codec.physical(Topic.WF_STATE), admin),
         { what: "read model: wf.state's end offsets", logger: this.logger },
       );
       return new Map(
@@ -368,8 +369,8 @@ export class RunReadModel {
     try {
       // Without a turn of the event loop when the writer's schema is known (every record after the first).
       d =
-        this.serde.decodeIfKnown('wf.state', message.value, where) ??
-        (await this.serde.decode('wf.state', message.value, where));
+        this.serde.decodeIfKnown(Topic.WF_STATE, message.value, where) ??
+        (await this.serde.decode(Topic.WF_STATE, message.value, where));
     } catch (err) {
       // A registry that is away or refuses (retryable): the partition waits, named in /health, and this record
       // is fetched again with backoff. Bytes that never decode are skipped.

@@ -1,4 +1,4 @@
-import { FAULT_KINDS, runChaos, type ChaosReport } from './chaos-scenario';
+import { FAULT_KINDS, runChaos, type ChaosReport } from '@keyflow/testing';
 
 jest.setTimeout(300_000);
 

@@ -13,6 +13,7 @@ import {
   type Lifecycle,
   type ServiceProcess,
 } from './support';
+import { taskTopic } from '@keyflow/schemas';
 
 /**
  * On a 3-broker cluster of its own (infra/local/stack.sh, KEYFLOW_BROKERS=3; base port KEYFLOW_CLUSTER_TEST_PORT,
@@ -79,14 +80,9 @@ describe('on a 3-broker cluster', () => {
 
   it("the services create their topics with the catalog's replication: RF 3, min.insync.replicas 2", async () => {
     const admin = await h.ns.getAdmin();
-    const topics = [
-      'wf.requests',
-      'task.results',
-      'wf.events',
-      'wf.state',
-      'wf.requests.dlq',
-      'task.echo',
-    ].map((t) => h.codec.physical(t));
+    const topics = (
+      ['wf.requests', 'task.results', 'wf.events', 'wf.state', 'wf.requests.dlq', taskTopic('echo')] as const
+    ).map((t) => h.codec.physical(t));
     const md = await admin.fetchTopicMetadata({ topics });
     for (const t of md.topics)
       for (const p of t.partitions)

@@ -1,4 +1,4 @@
-import { OrchestratorHarness, ServiceProcess } from './support';
+import { OrchestratorHarness } from './support';
 
 jest.setTimeout(180_000);
 
@@ -12,13 +12,7 @@ describe('an application with one workflow', () => {
   afterAll(() => h.teardown(), 60_000);
 
   it('an application with one workflow creates only its own task topics', async () => {
-    const p = new ServiceProcess(
-      'services/orchestrator/test/fixtures/one-workflow-orchestrator.ts',
-      h.env(),
-      'orchestrator ready',
-    );
-    h.processes.push(p);
-    await p.ready;
+    await h.startOrchestrator({}, 'services/orchestrator/test/fixtures/one-workflow-orchestrator.ts');
     const admin = await h.ns.getAdmin();
     const taskTopics = (await admin.listTopics())
       .filter((t) => t.startsWith(`${h.prefix}task.`) && t !== `${h.prefix}task.results`)

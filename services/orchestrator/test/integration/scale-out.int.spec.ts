@@ -1,4 +1,9 @@
-import { runScaleScenario } from './scale-scenario';
+import { runScaleScenario } from '@keyflow/testing';
+import { testWorkflows } from '@keyflow/testing';
+import { orderSaga } from '@keyflow/example-order-saga';
+
+/** The workflows the test orchestrator registers and the scenario checks. */
+const builtinWorkflows = [...testWorkflows, orderSaga];
 
 jest.setTimeout(240_000);
 
@@ -21,6 +26,7 @@ describe('scale-out: orchestrator instances joining and dying under load', () =>
       sagas: 10,
       sessionTimeoutMs: 6_000,
       timeoutMs: 90_000,
+      workflows: builtinWorkflows,
       log: (l) => console.log(l),
     });
     console.log(

@@ -1,5 +1,6 @@
 import { workflowStats } from '../../src/engine/read-model';
-import { taskTypeOfTopic, taskTopicOf } from '@keyflow/ops';
+import { taskTypeOfTopic } from '@keyflow/ops';
+import { taskTopic } from '@keyflow/schemas';
 
 const run = (workflow: string, status: string, startedAt: number, endedAt?: number) => ({
   workflow,
@@ -38,7 +39,7 @@ describe('the console figures', () => {
   });
 
   it('task types are read back from task topics only', () => {
-    expect(taskTypeOfTopic(taskTopicOf('etl.load'))).toBe('etl.load');
+    expect(taskTypeOfTopic(taskTopic('etl.load'))).toBe('etl.load');
     expect([
       taskTypeOfTopic('task.results'),
       taskTypeOfTopic('task.x.dlq'),

@@ -1,6 +1,6 @@
 import type { EventCodec } from '@keyflow/contracts';
 import type { BatchingProducer } from '@keyflow/kafka';
-import type { EventName, EventsByName } from '@keyflow/schemas';
+import type { EventName, EventsByName, FixedTopic } from '@keyflow/schemas';
 
 /**
  * Lets task handlers publish domain events (e.g. CityEnriched) on catalogued topics, through the worker's codec
@@ -9,20 +9,20 @@ import type { EventName, EventsByName } from '@keyflow/schemas';
 export class EventPublisher {
   private codec?: EventCodec;
   private producer?: BatchingProducer;
-  private ensure?: (logicalTopic: string) => Promise<void>;
+  private ensure?: (logicalTopic: FixedTopic) => Promise<void>;
   private readonly ready = new Map<string, Promise<void>>();
 
   attach(
     codec: EventCodec,
     producer: BatchingProducer,
-    ensureTopic: (logicalTopic: string) => Promise<void>,
+    ensureTopic: (logicalTopic: FixedTopic) => Promise<void>,
   ): void {
     [this.codec, this.producer, this.ensure] = [codec, producer, ensureTopic];
   }
 
   /** Publishes events (acks=all) and resolves when all are acknowledged. Registers the topic's schema on first use. */
   async publish<E extends EventName>(
-    logicalTopic: string,
+    logicalTopic: FixedTopic,
     event: E,
     items: Array<{ key: string; value: EventsByName[E] }>,
   ): Promise<void> {

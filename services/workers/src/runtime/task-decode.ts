@@ -1,6 +1,6 @@
 import type { PayloadSerde } from '@keyflow/contracts';
 import type { ConsumedMessage } from '@keyflow/kafka';
-import type { TaskCommand } from '@keyflow/schemas';
+import type { TaskCommand, TaskTopic } from '@keyflow/schemas';
 import { isRetryable } from '@keyflow/errors';
 import { TaskInputError } from './errors';
 
@@ -20,7 +20,7 @@ import { TaskInputError } from './errors';
  */
 export function decodeTask(
   serde: PayloadSerde,
-  logicalTopic: string,
+  logicalTopic: TaskTopic,
   m: ConsumedMessage,
 ): TaskCommand | Promise<TaskCommand> {
   const loc = { topic: m.topic, partition: m.partition, offset: m.offset };

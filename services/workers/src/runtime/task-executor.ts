@@ -60,6 +60,7 @@ import { LeaseRenewer } from './lease-renewer';
 import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
 import { decodeTask, taskInput } from './task-decode';
 import type { WorkerMetrics } from './metrics';
+import { Topic, type TaskTopic } from '@keyflow/schemas';
 
 /** What a handler gets besides its input. */
 export interface TaskContext {
@@ -194,9 +195,9 @@ export class TaskExecutor {
     return c;
   }
 
-  /** The logical topic of a physical task topic (`<prefix>task.x` -> `task.x`). */
-  private logical(topic: string): string {
-    return this.o.codec.logical(topic) ?? topic;
+  /** The logical topic of a physical task topic (`<prefix>task.x` -> `task.x`): the worker reads task topics only. */
+  private logical(topic: string): TaskTopic {
+    return (this.o.codec.logical(topic) ?? topic) as TaskTopic;
   }
 
   /**
@@ -622,7 +623,7 @@ export class TaskExecutor {
       }
     });
     if (inline.length === 0) return;
-    const sent = this.o.results.sendAll(this.o.codec.physical('task.results'), messages);
+    const sent = this.o.results.sendAll(this.o.codec.physical(Topic.TASK_RESULTS), messages);
     for (const r of inline) settle(r, sent);
   }
 
@@ -834,7 +835,7 @@ export class TaskExecutor {
       }
     }
     await this.o.results.send(
-      this.o.codec.physical('task.results'),
+      this.o.codec.physical(Topic.TASK_RESULTS),
       this.resultMessage(t, outcome, replayed, checked),
     );
   }
@@ -863,7 +864,7 @@ export class TaskExecutor {
     // The shared fields written out in each: a property added after an object spread is slow on Node 20 (~1.5 µs).
     const value =
       outcome.kind === 'completed'
-        ? this.o.codec.encode('task.results', 'TaskCompleted', {
+        ? this.o.codec.encode(Topic.TASK_RESULTS, 'TaskCompleted', {
             metadata: meta,
             runId: cmd.runId,
             stepId: cmd.stepId,
@@ -876,7 +877,7 @@ export class TaskExecutor {
             workerId,
             replayed,
           } satisfies TaskCompleted)
-        : this.o.codec.encode('task.results', 'TaskFailed', {
+        : this.o.codec.encode(Topic.TASK_RESULTS, 'TaskFailed', {
             metadata: meta,
             runId: cmd.runId,
             stepId: cmd.stepId,

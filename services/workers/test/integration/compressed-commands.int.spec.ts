@@ -9,6 +9,7 @@ import {
 } from '@keyflow/testing';
 import { MAX_DECOMPRESSED_BYTES_SETTING } from '@keyflow/kafka';
 import { WorkerHarness } from './support';
+import { taskTopic } from '@keyflow/schemas';
 
 jest.setTimeout(60_000);
 
@@ -33,11 +34,11 @@ describe('a worker reading compressed task commands', () => {
     );
     await produceWithKcat({
       brokers: h.ns.infra.kafkaBrokers,
-      topic: h.codec.physical('task.seq'),
+      topic: h.codec.physical(taskTopic('seq')),
       codec,
       records: commands.map((c) => ({
         key: c.metadata.key,
-        value: h.codec.encode('task.seq', 'TaskCommand', c),
+        value: h.codec.encode(taskTopic('seq'), 'TaskCommand', c),
       })),
     });
 
@@ -62,13 +63,13 @@ describe('a worker meeting a batch it cannot decode', () => {
     if (missing) return console.warn(`skipped: ${missing}`);
     const w = await h.startWorker({ TEST_REJECT_LZ4: '1', KEYFLOW_FATAL_EXIT_DELAY_MS: '1000' });
     const url = await w.ready;
-    const topic = h.codec.physical('task.seq');
+    const topic = h.codec.physical(taskTopic('seq'));
     const bad = h.command('seq', 'lz4-undecodable', { entity: 'lz4-undecodable', seq: 1 });
     const after = h.command('seq', 'after-undecodable', { entity: 'after-undecodable', seq: 2 });
     const other = h.command('seq', 'other-partition', { entity: 'other-partition', seq: 3 });
     const rec = (c: typeof bad) => ({
       key: c.metadata.key,
-      value: h.codec.encode('task.seq', 'TaskCommand', c),
+      value: h.codec.encode(taskTopic('seq'), 'TaskCommand', c),
     });
     const brokers = h.ns.infra.kafkaBrokers;
     await produceWithKcat({ brokers, topic, codec: 'lz4', partition: 0, records: [rec(bad)] });
@@ -112,7 +113,7 @@ describe('a worker meeting a compression bomb (a batch that decompresses past KE
     const limit = 1024 * 1024;
     const w = await h.startWorker({ [MAX_DECOMPRESSED_BYTES_SETTING]: String(limit) });
     const url = await w.ready;
-    const topic = h.codec.physical('task.seq');
+    const topic = h.codec.physical(taskTopic('seq'));
     const brokers = h.ns.infra.kafkaBrokers;
     // 16 MiB of zeros: a few hundred bytes of zstd, within every topic's max.message.bytes.
     await produceLargeWithKcat({
@@ -128,7 +129,7 @@ describe('a worker meeting a compression bomb (a batch that decompresses past KE
     const other = h.command('seq', 'beside-bomb', { entity: 'beside-bomb', seq: 2 });
     const rec = (c: typeof after) => ({
       key: c.metadata.key,
-      value: h.codec.encode('task.seq', 'TaskCommand', c),
+      value: h.codec.encode(taskTopic('seq'), 'TaskCommand', c),
     });
     await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 0, records: [rec(after)] });
     await produceWithKcat({ brokers, topic, codec: 'gzip', partition: 1, records: [rec(other)] });

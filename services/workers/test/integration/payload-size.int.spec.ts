@@ -16,6 +16,7 @@ import {
 } from '@keyflow/testing';
 import type { StoredOutcome } from '../../src/runtime/task-executor';
 import { POSTGRES_URL, WorkerHarness } from './support';
+import { taskTopic } from '@keyflow/schemas';
 
 jest.setTimeout(120_000);
 
@@ -163,7 +164,7 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
   });
 
   it('a command near max.message.bytes, or far past it before compression, that cannot be decoded goes to the DLQ whole; its key goes on', async () => {
-    const topic = h.codec.physical('task.seq');
+    const topic = h.codec.physical(taskTopic('seq'));
     // Random bytes (no codec shrinks them) filling the topic's record batch up to 400 bytes short of its limit: the
     // triage headers make the DLQ record larger than what the source topic accepts.
     const near = randomBytes(KAFKA_DEFAULT_MAX_MESSAGE_BYTES - 400);
@@ -245,7 +246,7 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
   it('an undecodable command carrying a null header value (KIP-82, from librdkafka) goes to the DLQ with that header; its key goes on', async () => {
     const noKcat = await kcatMissing();
     if (noKcat) return console.warn(`skipped: ${noKcat}`);
-    const topic = h.codec.physical('task.seq');
+    const topic = h.codec.physical(taskTopic('seq'));
     await produceWithKcat({
       brokers: h.ns.infra.kafkaBrokers,
       topic,
@@ -282,7 +283,7 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
   it('a command that decompresses past what one produce request may carry (socket.request.max.bytes) goes to the DLQ whole; its key goes on', async () => {
     const noKcat = await kcatMissing();
     if (noKcat) return console.warn(`skipped: ${noKcat}`);
-    const topic = h.codec.physical('task.seq');
+    const topic = h.codec.physical(taskTopic('seq'));
     // A few hundred KB of zstd that a librdkafka producer made from 110 MiB: the broker's default
     // socket.request.max.bytes (104,857,600) refuses any request carrying it uncompressed by closing the connection,
     // which kafkajs reports as a closed connection, not as a record too large.
@@ -322,7 +323,7 @@ describe('a worker meeting payloads larger than its topic accepts (max.message.b
     if (noKcat) return console.warn(`skipped: ${noKcat}`);
     // Where node:zlib has zstd, zstd carries the value below whole (the test above covers that path).
     if (NODE_HAS_ZSTD) return console.warn('skipped: this Node compresses zstd of any size');
-    const topic = h.codec.physical('task.seq');
+    const topic = h.codec.physical(taskTopic('seq'));
     // 110 MiB of a 300 KiB block repeated: zstd (librdkafka, a 2 MiB+ window) keeps one block, gzip (a 32 KiB window)
     // keeps all of it, and the WebAssembly zstd build here takes at most 64 MiB. And 80 MiB of the same: under what a
     // request carries, so the broker refuses it (too large) uncompressed and gzipped, and zstd cannot be tried here.

@@ -1,51 +1,26 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { Pool } from 'pg';
 import type { Consumer, IHeaders, Producer } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
-import { TestNamespace, Collector } from '@keyflow/testing';
+import { TestNamespace, Collector, startServiceProcess, type ServiceProcess } from '@keyflow/testing';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { createTables, dropTables } from '../fixtures/test-handlers';
+import { taskTopic } from '@keyflow/schemas';
 
 export const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const ROOT = join(__dirname, '../../../..');
 
 /** A worker process running test/fixtures/test-worker.ts. */
-export class WorkerProcess {
-  readonly proc: ChildProcess;
-  readonly logs: string[] = [];
-  readonly ready: Promise<string>;
-  readonly exited: Promise<number | null>;
+export type WorkerProcess = ServiceProcess;
 
-  constructor(env: Record<string, string>) {
-    this.proc = spawn(
-      process.execPath,
-      ['-r', '@swc-node/register', join(__dirname, '../fixtures/test-worker.ts')],
-      {
-        cwd: ROOT,
-        env: { ...process.env, LOG_LEVEL: 'info', ...env },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    this.exited = new Promise((r) => this.proc.once('exit', (code) => r(code)));
-    this.ready = new Promise((resolve, reject) => {
-      const rl = createInterface({ input: this.proc.stdout! });
-      rl.on('line', (line) => {
-        this.logs.push(line);
-        if (line.includes('"worker ready"')) resolve(JSON.parse(line).http);
-      });
-      createInterface({ input: this.proc.stderr! }).on('line', (l) => this.logs.push(l));
-      this.exited.then((code) =>
-        reject(new Error(`worker exited with ${code} before ready:\n${this.logs.slice(-20).join('\n')}`)),
-      );
-    });
-  }
-
-  kill(signal: NodeJS.Signals): void {
-    this.proc.kill(signal);
-  }
+/** Starts test/fixtures/test-worker.ts with `env`; `ready` rejects with "worker exited with <code> before ready". */
+function startTestWorker(env: Record<string, string>): WorkerProcess {
+  return startServiceProcess(join(__dirname, '../fixtures/test-worker.ts'), env, 'worker ready', {
+    cwd: ROOT,
+    name: 'worker',
+    keepLines: Number.POSITIVE_INFINITY, // tests search a worker's whole log
+  });
 }
 
 /** Everything a worker test needs: namespace, topics, a codec, PG tables, result reader, workers. */
@@ -88,7 +63,7 @@ export class WorkerHarness {
         { name: `task.${t}.dlq`, numPartitions: 1 },
       ]),
     );
-    await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => `task.${t}`)]);
+    await this.codec.registerTopics(['task.results', ...taskTypes.map((t) => taskTopic(t))]);
     this.producer = this.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     await this.producer.connect();
     this.resultConsumer = this.ns.kafka.consumer({ groupId: this.ns.groupId('results-reader') });
@@ -125,7 +100,7 @@ export class WorkerHarness {
   }
 
   async startWorker(extra: Record<string, string> = {}): Promise<WorkerProcess> {
-    const w = new WorkerProcess(this.workerEnv(extra));
+    const w = startTestWorker(this.workerEnv(extra));
     this.workers.push(w);
     await w.ready;
     return w;
@@ -175,10 +150,10 @@ export class WorkerHarness {
       await this.producer!.sendBatch({
         acks: -1,
         topicMessages: [...byTopic].map(([type, cs]) => ({
-          topic: this.codec.physical(`task.${type}`),
+          topic: this.codec.physical(taskTopic(type)),
           messages: cs.map((c) => ({
             key: c.metadata.key,
-            value: this.codec.encode(`task.${type}`, 'TaskCommand', c),
+            value: this.codec.encode(taskTopic(type), 'TaskCommand', c),
             headers,
           })),
         })),
@@ -191,19 +166,19 @@ export class WorkerHarness {
     if (commands.length === 0) return;
     const type = commands[0].taskType;
     await this.producer!.send({
-      topic: this.codec.physical(`task.${type}`),
+      topic: this.codec.physical(taskTopic(type)),
       acks: -1,
       messages: commands.map((c) => ({
         key: c.metadata.key,
         partition,
-        value: this.codec.encode(`task.${type}`, 'TaskCommand', c),
+        value: this.codec.encode(taskTopic(type), 'TaskCommand', c),
       })),
     });
   }
 
   async sendRaw(taskType: string, key: string, value: Buffer): Promise<void> {
     await this.producer!.send({
-      topic: this.codec.physical(`task.${taskType}`),
+      topic: this.codec.physical(taskTopic(taskType)),
       acks: -1,
       messages: [{ key, value }],
     });

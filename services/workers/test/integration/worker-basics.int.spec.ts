@@ -7,6 +7,7 @@ import type { TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { Collector, eventually } from '@keyflow/testing';
 import type { KafkaMessage } from '@keyflow/kafka';
 import { WorkerHarness } from './support';
+import { taskTopic } from '@keyflow/schemas';
 
 jest.setTimeout(120_000);
 
@@ -236,7 +237,7 @@ describe('a worker process', () => {
     const order = await h.rows<{ seq: number }>("select seq from {t}_order where entity = 'e6' order by id");
     expect(order.map((o) => o.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
 
-    const dlqTopic = `${h.codec.physical('task.poison')}.dlq`;
+    const dlqTopic = `${h.codec.physical(taskTopic('poison'))}.dlq`;
     const dlq = new Collector<KafkaMessage>();
     const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-reader') });
     await reader.connect();
@@ -245,9 +246,9 @@ describe('a worker process', () => {
     const [record] = await dlq.wait(1);
     await reader.disconnect();
     expect(record.key!.toString()).toBe('e6');
-    expect(record.value!.equals(h.codec.encode('task.poison', 'TaskCommand', poison))).toBe(true);
+    expect(record.value!.equals(h.codec.encode(taskTopic('poison'), 'TaskCommand', poison))).toBe(true);
     const hd = (n: string) => header(record.headers, n);
-    expect(hd(DLQ_HEADERS.originalTopic)).toBe(h.codec.physical('task.poison'));
+    expect(hd(DLQ_HEADERS.originalTopic)).toBe(h.codec.physical(taskTopic('poison')));
     expect(Number(hd(DLQ_HEADERS.originalPartition))).toBeGreaterThanOrEqual(0);
     expect(Number(hd(DLQ_HEADERS.originalOffset))).toBeGreaterThanOrEqual(0);
     expect(hd(DLQ_HEADERS.errorClass)).toBe('TaskInputError');
@@ -269,7 +270,7 @@ describe('a worker process', () => {
       ledger: { codec: h.codec, handledBy: 'worker-basics-test' },
     });
     await producer.disconnect();
-    expect(report).toMatchObject({ moved: 1, byTopic: { [h.codec.physical('task.poison')]: 1 } });
+    expect(report).toMatchObject({ moved: 1, byTopic: { [h.codec.physical(taskTopic('poison'))]: 1 } });
     const results = await eventually(
       'the poison result, then the redriven completion',
       () => h.results.items.filter((x) => x.value.idempotencyKey === poison.idempotencyKey),
@@ -300,7 +301,7 @@ describe('a worker process', () => {
     const dlq = new Collector<KafkaMessage>();
     const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('typed-dlq-reader') });
     await reader.connect();
-    await reader.subscribe({ topic: `${h.codec.physical('task.typed')}.dlq`, fromBeginning: true });
+    await reader.subscribe({ topic: `${h.codec.physical(taskTopic('typed'))}.dlq`, fromBeginning: true });
     await reader.run({ eachMessage: async ({ message }) => dlq.push(message) });
     const [record] = await dlq.wait(1);
     await reader.disconnect();
@@ -353,7 +354,7 @@ describe('a worker process', () => {
     const dlq = new Collector<KafkaMessage>();
     const reader = h.ns.kafka.consumer({ groupId: h.ns.groupId('dlq-seq') });
     await reader.connect();
-    await reader.subscribe({ topic: `${h.codec.physical('task.seq')}.dlq`, fromBeginning: true });
+    await reader.subscribe({ topic: `${h.codec.physical(taskTopic('seq'))}.dlq`, fromBeginning: true });
     await reader.run({ eachMessage: async ({ message }) => dlq.push(message) });
     const records = await dlq.wait(2);
     await reader.disconnect();

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import Redis from 'ioredis';
 import { eventually } from '@keyflow/testing';
 import { WorkerHarness } from './support';
+import { taskTopic } from '@keyflow/schemas';
 
 jest.setTimeout(240_000);
 
@@ -192,12 +193,12 @@ describe('worker guarantees under load and failure', () => {
       const producer = h.ns.kafka.producer();
       await producer.connect();
       await producer.send({
-        topic: h.codec.physical('task.flaky'),
+        topic: h.codec.physical(taskTopic('flaky')),
         acks: -1,
         messages: failing.map((c) => ({
           partition: 0,
           key: c.metadata.key,
-          value: h.codec.encode('task.flaky', 'TaskCommand', c),
+          value: h.codec.encode(taskTopic('flaky'), 'TaskCommand', c),
         })),
       });
       const rounds = 3;
@@ -205,12 +206,12 @@ describe('worker guarantees under load and failure', () => {
         const healthy = Array.from({ length: 30 }, (_, i) => h.command('flaky', `good${round}-${i}`, {}));
         const sentAt = Date.now();
         await producer.send({
-          topic: h.codec.physical('task.flaky'),
+          topic: h.codec.physical(taskTopic('flaky')),
           acks: -1,
           messages: healthy.map((c, i) => ({
             partition: 1 + (i % 2),
             key: c.metadata.key,
-            value: h.codec.encode('task.flaky', 'TaskCommand', c),
+            value: h.codec.encode(taskTopic('flaky'), 'TaskCommand', c),
           })),
         });
         await eventually(

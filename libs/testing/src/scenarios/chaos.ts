@@ -2,33 +2,25 @@ import fc from 'fast-check';
 import { Pool } from 'pg';
 import type { IHeaders, Producer } from '@keyflow/kafka';
 import { dlqTopicFor } from '@keyflow/ops';
-import {
-  AwaitTimeoutError,
-  Collector,
-  KCAT_CODECS,
-  clusterControl,
-  type ClusterControl,
-  OwnRedisServer,
-  REDIS_AOF_ARGS,
-  ensureKcat,
-  eventually,
-  produceWithKcat,
-} from '@keyflow/testing';
-import { chaosEtlItems } from '../fixtures/test-workflows';
+import { AwaitTimeoutError, Collector, eventually } from '../await';
+import { clusterControl, type ClusterControl } from '../cluster';
+import { KCAT_CODECS, ensureKcat, produceWithKcat } from '../kcat';
+import { OwnRedisServer, REDIS_AOF_ARGS } from '../redis-server';
+import type { ServiceProcess } from '../service-process';
 import {
   distinctEvents,
   OrchestratorHarness,
   TERMINAL_EVENTS,
   post,
   type Lifecycle,
-  type ServiceProcess,
-} from './support';
+} from '../harness/orchestrator';
+import { Topic, taskTopic, type LogicalTopic } from '@keyflow/schemas';
 
 /**
  * The chaos suite (issue "A real cluster, real producers, real sizes"): a mixed load (order sagas, a quarter of them
  * declined and compensated; ETL maps whose items share one entity key; three-step runs) on orchestrator instances and
  * workers of the workers' test process, while faults are injected at seeded random moments. Shared by the CI sample
- * (chaos.int.spec.ts, one fault of each kind) and the full suite (`npm run chaos`, scripts/chaos.ts). It measures and
+ * (services/orchestrator/test/integration/chaos.int.spec.ts, one fault of each kind) and the full suite (`npm run chaos`, scripts/chaos.ts). It measures and
  * returns a {@link ChaosReport}; the caller asserts or prints.
  *
  * What is counted outside Redis, in PostgreSQL (tables `<prefix>_exec` and `<prefix>_order` of
@@ -156,7 +148,12 @@ const WORKER_FIXTURE = 'services/workers/test/fixtures/test-worker.ts';
 const WORKER_TYPES = ['seq', 'charge', 'refund', 'refuse'];
 /** Poison records start with this (no Avro magic byte): every consumer must dead-letter them and go on. */
 const POISON = 'not avro:';
-const DUPLICATED_TOPICS = ['task.seq', 'task.charge', 'task.refund', 'task.results'];
+const DUPLICATED_TOPICS: LogicalTopic[] = [
+  taskTopic('seq'),
+  taskTopic('charge'),
+  taskTopic('refund'),
+  Topic.TASK_RESULTS,
+];
 
 type Workflow = 'chaos-three' | 'chaos-order' | 'chaos-etl';
 type Run = { workflow: Workflow; decline: boolean; items: number };
@@ -249,7 +246,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const killedWorkerPids = new Set<string>();
   let brokerRestarting: number | undefined;
   const poison = { sent: 0 };
-  const recent = new Map<string, Array<{ key: Buffer | null; value: Buffer | null; headers?: IHeaders }>>();
+  const recent = new Map<
+    LogicalTopic,
+    Array<{ key: Buffer | null; value: Buffer | null; headers?: IHeaders }>
+  >();
   let producer: Producer | undefined;
   let t0 = Date.now();
   const timeline: string[] = [];
@@ -345,12 +345,12 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
           const taskKey = etl.length ? `${rnd.pick(etl)}/etl` : k;
           const runKey = ids.length ? rnd.pick(ids) : k;
           await producer!.send({
-            topic: h.codec.physical('task.seq'),
+            topic: h.codec.physical(taskTopic('seq')),
             acks: -1,
             messages: [{ key: taskKey, value: Buffer.from(`${POISON} ${k}`) }],
           });
           await producer!.send({
-            topic: h.codec.physical('wf.requests'),
+            topic: h.codec.physical(Topic.WF_REQUESTS),
             acks: -1,
             messages: [{ key: runKey, value: Buffer.from(`${POISON} ${k}`) }],
           });
@@ -383,7 +383,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
           );
           await produceWithKcat({
             brokers: up.length ? up : h.ns.infra.kafkaBrokers,
-            topic: h.codec.physical('wf.requests'),
+            topic: h.codec.physical(Topic.WF_REQUESTS),
             codec,
             records,
           });
@@ -415,8 +415,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       decline: workflow === 'chaos-order' && rnd.int(4) === 0,
       items: 3 + rnd.int(6),
     };
+    // chaos-etl maps over input.items (services/orchestrator/test/fixtures/test-workflows.ts); the others ignore it.
     const input = workflow === 'chaos-etl' ? { items: run.items } : { decline: run.decline, amount: 1 + k };
-    run.items = chaosEtlItems(input);
     const deadline = Date.now() + 60_000;
     for (let i = 0; Date.now() < deadline; i++) {
       const all = await urls();
@@ -457,7 +457,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     if (live('orchestrator').length < o.orchestrators || live('worker').length < o.workers)
       throw new Error(`the processes did not start:\n${exits.join('\n')}`);
     await h.readEvents();
-    await h.codec.registerTopics(['wf.requests', ...DUPLICATED_TOPICS]);
+    await h.codec.registerTopics([Topic.WF_REQUESTS, ...DUPLICATED_TOPICS]);
     producer = h.ns.kafka.producer();
     await producer.connect();
     await reader.connect();
@@ -465,7 +465,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     await reader.run({
       eachMessage: async ({ topic, message }) => {
         if (message.value?.toString().startsWith(POISON)) return; // duplicates are of real records only
-        const logical = topic.slice(h.prefix.length);
+        const logical = topic.slice(h.prefix.length) as LogicalTopic; // one of DUPLICATED_TOPICS
         const list = recent.get(logical) ?? [];
         list.push({ key: message.key, value: message.value, headers: message.headers });
         if (list.length > 100) list.shift();
@@ -474,8 +474,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     });
     // The engine creates the DLQ topics at startup (one partition each).
     const dlqTopics = [
-      dlqTopicFor(h.codec.physical('task.seq')),
-      dlqTopicFor(h.codec.physical('wf.requests')),
+      dlqTopicFor(h.codec.physical(taskTopic('seq'))),
+      dlqTopicFor(h.codec.physical(Topic.WF_REQUESTS)),
     ];
     await dlqs.connect();
     for (const topic of dlqTopics) await dlqs.subscribe({ topic, fromBeginning: true });

@@ -1,13 +1,11 @@
 import { AssignerProtocol } from '@keyflow/kafka';
-import { AwaitTimeoutError, eventually, testWorkflows } from '@keyflow/testing';
-import { orderSaga } from '@keyflow/example-order-saga';
-
-/** The workflows the scenarios run (the test orchestrator registers them). */
-const builtinWorkflows = [...testWorkflows, orderSaga];
-import { OrchestratorHarness, TERMINAL_EVENTS, post, type ServiceProcess } from './support';
+import { AwaitTimeoutError, eventually } from '../await';
+import { OrchestratorHarness, TERMINAL_EVENTS, post } from '../harness/orchestrator';
+import type { ServiceProcess } from '../service-process';
+import { Topic } from '@keyflow/schemas';
 
 /**
- * The scale-out scenario, shared by the CI test (scale-out.int.spec.ts) and the full matrix (`npm run test:scale`,
+ * The scale-out scenario, shared by the CI test (services/orchestrator/test/integration/scale-out.int.spec.ts) and the full matrix (`npm run test:scale`,
  * scripts/scale-matrix.ts): orchestrator instances and workers started at the same moment on new topics, runs of
  * `three-step` and `order-saga` started over HTTP spread across the instances, one instance added and one of the
  * first ones SIGKILLed mid-load, every run awaited. It measures and returns; the caller asserts or prints.
@@ -29,6 +27,11 @@ export interface ScaleScenario {
   sessionTimeoutMs: number;
   /** Deadline in ms for every run to end after the last one was started. */
   timeoutMs: number;
+  /**
+   * The definitions of `three-step` and `order-saga` the orchestrators run (the orchestrator's built-in workflows):
+   * a completed run must have completed exactly their steps.
+   */
+  workflows: readonly ScaleWorkflow[];
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -72,8 +75,14 @@ export interface ScaleReport {
   victimPartitions: number[];
 }
 
-const stepsOf = (name: string): string[] => {
-  const def = builtinWorkflows.find((w) => w.name === name);
+/** A workflow definition as far as the scenario reads it: its name and its steps' ids. */
+export interface ScaleWorkflow {
+  name: string;
+  steps: ReadonlyArray<{ id: string }>;
+}
+
+const stepsOf = (workflows: readonly ScaleWorkflow[], name: string): string[] => {
+  const def = workflows.find((w) => w.name === name);
   if (!def) throw new Error(`no built-in workflow ${name}`);
   return def.steps.map((s) => s.id);
 };
@@ -94,8 +103,8 @@ async function stableAssignment(
   previous?: GroupSnapshot,
 ): Promise<GroupSnapshot> {
   const admin = await h.ns.getAdmin();
-  const requests = h.codec.physical('wf.requests');
-  const results = h.codec.physical('task.results');
+  const requests = h.codec.physical(Topic.WF_REQUESTS);
+  const results = h.codec.physical(Topic.TASK_RESULTS);
   const describe = async () => (await admin.describeGroups([groupId])).groups[0];
   const isSettled = (g?: Awaited<ReturnType<typeof describe>>) =>
     g?.state === 'Stable' && g.members.length === size;
@@ -249,7 +258,7 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
     const victim = orchestrators.get(victimId)!;
     const victimClient = Object.keys(snapshots.at(-1)!.members).find((c) => c.endsWith(`-${victimId}`));
     const victimPartitions = victimClient
-      ? (snapshots.at(-1)!.members[victimClient][h.codec.physical('wf.requests')] ?? [])
+      ? (snapshots.at(-1)!.members[victimClient][h.codec.physical(Topic.WF_REQUESTS)] ?? [])
       : [];
     victim.kill('SIGKILL');
     await victim.exited;
@@ -280,8 +289,8 @@ export async function runScaleScenario(s: ScaleScenario): Promise<ScaleReport> {
       ]);
     const done = ended();
     const expected = new Map([
-      [THREE_STEP, stepsOf(THREE_STEP)],
-      [ORDER_SAGA, stepsOf(ORDER_SAGA)],
+      [THREE_STEP, stepsOf(s.workflows, THREE_STEP)],
+      [ORDER_SAGA, stepsOf(s.workflows, ORDER_SAGA)],
     ]);
     const duplicateStepCompleted: string[] = [];
     const wrongSteps: string[] = [];
