@@ -6,7 +6,7 @@ import { taskTopic, Topic } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { noop } from '@keyflow/testing';
 import { BatchingProducer, createIdempotentProducer, createKafka, OrderedConsumer } from '@keyflow/kafka';
-import { dlqTopicFor, taskTopicOf } from '@keyflow/ops';
+import { dlqTopicFor } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
 import { loadWorkerConfig } from '@keyflow/workers';
 

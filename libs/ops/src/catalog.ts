@@ -1,11 +1,9 @@
 import { TASK_TYPE } from '@keyflow/workflow';
-
-/** Logical topic of a task type's commands: `task.<type>` (schemas/catalog.yaml). */
-export const taskTopicOf = (taskType: string) => `task.${taskType}`;
+import { taskTopic, Topic } from '@keyflow/schemas';
 
 /** The task type whose commands a logical topic carries, or undefined (task.results, DLQs, other topics). */
 export function taskTypeOfTopic(logicalTopic: string): string | undefined {
-  if (!logicalTopic.startsWith('task.') || logicalTopic.endsWith('.dlq') || logicalTopic === 'task.results')
+  if (!logicalTopic.startsWith('task.') || logicalTopic.endsWith('.dlq') || logicalTopic === Topic.TASK_RESULTS)
     return undefined;
   return logicalTopic.slice('task.'.length);
 }
@@ -13,7 +11,7 @@ export function taskTypeOfTopic(logicalTopic: string): string | undefined {
 /** The suffix of a DLQ topic's name: `<topic>.dlq` (see dlqTopicFor). */
 const DLQ_SUFFIX = '.dlq';
 /** The topics keyflow dead-letters into `<topic>.dlq` besides the task topics (schemas/catalog.yaml). */
-const DLQ_SOURCES = new Set(['wf.requests', 'task.results']);
+const DLQ_SOURCES: ReadonlySet<string> = new Set([Topic.WF_REQUESTS, Topic.TASK_RESULTS]);
 
 /**
  * Whether a logical topic name is a DLQ keyflow declares (schemas/catalog.yaml; Engine.topics and the workers'
@@ -29,7 +27,7 @@ export function isCatalogDlq(logical: string, declared?: ReadonlySet<string>): b
   const known =
     DLQ_SOURCES.has(source) ||
     (type !== undefined &&
-      source === taskTopicOf(type) &&
+      source === taskTopic(type) &&
       TASK_TYPE.test(type) &&
       !type.endsWith(DLQ_SUFFIX));
   return known && (declared === undefined || declared.has(logical));

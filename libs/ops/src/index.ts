@@ -5,7 +5,7 @@
  * Module order (no cycles): catalog, dlq-headers, scan -> dlq-ledger -> dlq, lag, dlq-summary -> redrive ->
  * dlq-records, dlq-rerun.
  */
-export { taskTopicOf, taskTypeOfTopic, isCatalogDlq, catalogDlqSource } from './catalog';
+export { taskTypeOfTopic, isCatalogDlq, catalogDlqSource } from './catalog';
 export { DLQ_HEADERS, dlqRecordId, dlqTopicFor, header, type DeadLetter } from './dlq-headers';
 export {
   dlqMessage,

@@ -2,7 +2,6 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { EventCodec, newMetadata, registryConnectionFromEnv } from '@keyflow/contracts';
 import { createKafka } from '@keyflow/kafka';
-import { taskTopicOf } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCommand } from '@keyflow/schemas';
 import { taskTopic } from '@keyflow/schemas';

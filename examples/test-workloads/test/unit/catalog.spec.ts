@@ -1,11 +1,11 @@
-import { taskTopicOf } from '@keyflow/ops';
+import { taskTopic } from '@keyflow/schemas';
 import { chargePayment } from '@keyflow/example-order-saga';
 import { ALL_TASKS as BUILTIN_TASKS, allWorkflows as builtinWorkflows } from '../../src/catalog';
 
 describe('the built-in task catalog', () => {
   it('names each task once, each type a distinct task topic', () => {
     const types = [...BUILTIN_TASKS.keys()];
-    expect(new Set(types.map(taskTopicOf)).size).toBe(types.length);
+    expect(new Set(types.map(taskTopic)).size).toBe(types.length);
     expect(BUILTIN_TASKS.get('order.charge-payment')).toBe(chargePayment);
   });
 });

@@ -1,3 +1,4 @@
+import { Topic } from '@keyflow/schemas';
 import type { IHeaders } from '@keyflow/kafka';
 import { BlobError, PayloadTooLargeError, type ClaimCheck } from '@keyflow/blobs';
 import {
@@ -68,7 +69,7 @@ export interface ApplyDeps {
 interface AtRecord {
   m: InputRecord;
   topic: string;
-  logical: 'wf.requests' | 'task.results';
+  logical: typeof Topic.WF_REQUESTS | typeof Topic.TASK_RESULTS;
   eventId: string;
   runId: string;
   state: RunState | undefined;
@@ -124,10 +125,10 @@ export class BatchApply implements BatchOutputs {
    */
   async run(messages: InputRecord[], batchTopic: string): Promise<void> {
     const work = messages.map((m) => ({ m, topic: batchTopic }));
-    const resultsTopic = this.d.codec.physical('task.results');
+    const resultsTopic = this.d.codec.physical(Topic.TASK_RESULTS);
     for (let i = 0; i < work.length; i++) {
       const { m, topic } = work[i];
-      const logical: AtRecord['logical'] = topic === resultsTopic ? 'task.results' : 'wf.requests';
+      const logical: AtRecord['logical'] = topic === resultsTopic ? Topic.TASK_RESULTS : Topic.WF_REQUESTS;
       let decoded: DecodedEvent;
       try {
         decoded = await this.d.serde.decode(logical, m.value, {

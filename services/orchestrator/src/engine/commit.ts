@@ -1,3 +1,4 @@
+import { Topic } from '@keyflow/schemas';
 import {
   CompressionTypes,
   KafkaJSError,
@@ -90,7 +91,7 @@ export async function commitBatch(
     // Fitted before the transaction opens: measuring a large record takes a while.
     const { fitted, elsewhere } = await fitDeadLetters(d.cfg, batch, out.dlq);
     tx = await o.producer.transaction();
-    const byTopic = outputMessages(d.codec.physical('wf.state'), o.partition, out);
+    const byTopic = outputMessages(d.codec.physical(Topic.WF_STATE), o.partition, out);
     // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
     // exceeds what the broker accepts.
     for (const part of splitBySize([...byTopic], d.claim.thresholdBytes))

@@ -26,7 +26,6 @@ import {
 import {
   dlqMessage,
   dlqTopicFor,
-  taskTopicOf,
   alignDlqLimits,
   dlqTopicConfigs,
 } from '@keyflow/ops';

@@ -8,7 +8,6 @@ import {
   type ClaimCheck,
 } from '@keyflow/blobs';
 import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
-import { taskTopicOf } from '@keyflow/ops';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
 import { taskTopic, Topic } from '@keyflow/schemas';
 import {

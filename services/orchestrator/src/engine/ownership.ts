@@ -1,3 +1,4 @@
+import { Topic } from '@keyflow/schemas';
 import { randomUUID } from 'node:crypto';
 import { JavaCompatiblePartitioner, TRANSACTIONAL_RETRY, type Kafka, type Producer } from '@keyflow/kafka';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
@@ -105,7 +106,7 @@ export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promi
   const nonce = `${d.cfg.ORCHESTRATOR_INSTANCE_ID}/${randomUUID()}`;
   const tx = await producer.transaction();
   const barrierKey = `${BARRIER_PREFIX}${partition}`;
-  const value = d.codec.encode('wf.state', 'RunSnapshot', {
+  const value = d.codec.encode(Topic.WF_STATE, 'RunSnapshot', {
     metadata: newMetadata('RunSnapshot', { key: barrierKey, correlationId: barrierKey }),
     runId: barrierKey,
     sequence: 0,
@@ -115,7 +116,7 @@ export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promi
     segment: null,
   });
   await tx.send({
-    topic: d.codec.physical('wf.state'),
+    topic: d.codec.physical(Topic.WF_STATE),
     messages: [{ partition, key: barrierKey, value }],
   });
   await tx.commit();

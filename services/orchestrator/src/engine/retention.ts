@@ -1,3 +1,4 @@
+import { Topic } from '@keyflow/schemas';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { CompressionTypes, writeCompression } from '@keyflow/kafka';
 import { supersededExpiry, type ClaimCheck } from '@keyflow/blobs';
@@ -97,7 +98,7 @@ export class RetentionSweeper {
       // message.max.bytes (keys of segments are long: 1,000 runs of 10,000-item maps are 40,000 tombstones).
       for (let i = 0; i < keys.length; i += FORGET_RECORDS_PER_REQUEST)
         await tx.send({
-          topic: this.d.codec.physical('wf.state'),
+          topic: this.d.codec.physical(Topic.WF_STATE),
           acks: -1,
           compression: writeCompression(CompressionTypes.GZIP),
           messages: keys
