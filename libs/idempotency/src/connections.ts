@@ -11,8 +11,11 @@ import { z } from 'zod';
  * security, registry auth and Redis options come from {@link connectionSettingsFromEnv}.
  */
 export const CONNECTION_ENV = {
+  /** Kafka bootstrap brokers: a comma-separated `host:port` list. */
   KAFKA_BROKERS: z.string().min(1, 'comma-separated host:port list'),
+  /** The schema registry's Confluent-compatible API URL (Apicurio: `.../apis/ccompat/v7`). */
   SCHEMA_REGISTRY_URL: z.string().url(),
+  /** Prefix of every physical topic name (and of group ids' topics), e.g. `team-a.`; default none. */
   KEYFLOW_TOPIC_PREFIX: z.string().default(''),
 };
 

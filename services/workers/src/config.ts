@@ -12,6 +12,7 @@ import { SettingsError } from '@keyflow/errors';
  */
 const Schema = z.object({
   ...CONNECTION_ENV,
+  /** Redis the worker keeps idempotency records, leases and fences in (`redis://` or `rediss://`); see docs/guarantees/idempotency-store.md. */
   REDIS_URL: z.string().regex(/^rediss?:\/\//, 'a redis:// URL'),
   /** Consumer group of the task topics (default: defaultGroupId, `<KEYFLOW_TOPIC_PREFIX>keyflow.workers`). */
   WORKER_GROUP_ID: unsetWhenEmpty,

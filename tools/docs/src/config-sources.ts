@@ -1,4 +1,6 @@
 import { BlobConfigSchema } from '@keyflow/blobs';
+import { CONNECTION_ENV } from '@keyflow/idempotency';
+import { z } from 'zod';
 import { OrchestratorSettingsSchema } from '@keyflow/orchestrator';
 import { WorkerSettingsSchema } from '@keyflow/workers';
 import type { SettingsSource } from './config-reference';
@@ -9,6 +11,15 @@ import type { SettingsSource } from './config-reference';
  * added here, with the file(s) its JSDoc is written in.
  */
 export const configurationSources: SettingsSource[] = [
+  {
+    title: 'Connections',
+    about:
+      'Read by the orchestrator, the workers and the CLI (libs/idempotency `CONNECTION_ENV`, spread into both ' +
+      "services' schemas). Kafka TLS/SASL, registry auth and Redis options: see [security](../security.md).",
+    schema: z.object(CONNECTION_ENV),
+    docFiles: ['libs/idempotency/src/connections.ts'],
+    shared: true,
+  },
   {
     title: 'Blob store and payload sizes',
     about:
