@@ -116,7 +116,11 @@ export class PayloadSerde {
    * {@link decode} without a turn of the event loop when the writer's schema is known here; undefined when it is not.
    * @throws as {@link decode}, but never a registry error
    */
-  decodeIfKnown(logical: LogicalTopic, bytes: Buffer | null, where: MessageLocation): DecodedEvent | undefined {
+  decodeIfKnown(
+    logical: LogicalTopic,
+    bytes: Buffer | null,
+    where: MessageLocation,
+  ): DecodedEvent | undefined {
     return this.codec.decodeIfKnown(logical, bytes, where);
   }
 

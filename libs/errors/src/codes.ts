@@ -73,7 +73,7 @@ export const ERROR_CODES = {
     doc: 'A record refers to a claim-checked blob, but this process has no blob store to read it from.',
   },
   PAYLOAD_NOT_JSON: { retryable: false, doc: 'A payload (inline or read from its blob) is not JSON.' },
-  PAYLOAD_INVALID: { retryable: false, doc: "A parsed payload does not have the shape its reader needs." },
+  PAYLOAD_INVALID: { retryable: false, doc: 'A parsed payload does not have the shape its reader needs.' },
   TOPIC_NOT_REGISTERED: {
     retryable: false,
     doc: 'An event was encoded for a topic whose schema was never registered (a programming error).',

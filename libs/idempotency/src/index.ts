@@ -23,4 +23,9 @@ export {
   RedisConnectionConfigError,
   type RedisConnection,
 } from './connection';
-export { brokerList, CONNECTION_ENV, connectionSettingsFromEnv, type ConnectionSettings } from './connections';
+export {
+  brokerList,
+  CONNECTION_ENV,
+  connectionSettingsFromEnv,
+  type ConnectionSettings,
+} from './connections';

@@ -3,7 +3,11 @@ import { taskTopic, Topic } from '@keyflow/schemas';
 
 /** The task type whose commands a logical topic carries, or undefined (task.results, DLQs, other topics). */
 export function taskTypeOfTopic(logicalTopic: string): string | undefined {
-  if (!logicalTopic.startsWith('task.') || logicalTopic.endsWith('.dlq') || logicalTopic === Topic.TASK_RESULTS)
+  if (
+    !logicalTopic.startsWith('task.') ||
+    logicalTopic.endsWith('.dlq') ||
+    logicalTopic === Topic.TASK_RESULTS
+  )
     return undefined;
   return logicalTopic.slice('task.'.length);
 }
@@ -26,10 +30,7 @@ export function isCatalogDlq(logical: string, declared?: ReadonlySet<string>): b
   const type = taskTypeOfTopic(source);
   const known =
     DLQ_SOURCES.has(source) ||
-    (type !== undefined &&
-      source === taskTopic(type) &&
-      TASK_TYPE.test(type) &&
-      !type.endsWith(DLQ_SUFFIX));
+    (type !== undefined && source === taskTopic(type) && TASK_TYPE.test(type) && !type.endsWith(DLQ_SUFFIX));
   return known && (declared === undefined || declared.has(logical));
 }
 

@@ -210,7 +210,11 @@ async function countRanges(
       if (m.requests === undefined && m.stored === undefined) return;
       let d;
       try {
-        d = await ctx.codec!.decode(m.topic as LogicalTopic, message.value, { topic, partition, offset: message.offset });
+        d = await ctx.codec!.decode(m.topic as LogicalTopic, message.value, {
+          topic,
+          partition,
+          offset: message.offset,
+        });
       } catch {
         if (m.undecodable !== undefined) m.undecodable++;
         return;

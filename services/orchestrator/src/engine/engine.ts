@@ -23,12 +23,7 @@ import {
   TRANSACTIONAL_RETRY,
   whileTransactionsConcurrent,
 } from '@keyflow/kafka';
-import {
-  dlqMessage,
-  dlqTopicFor,
-  alignDlqLimits,
-  dlqTopicConfigs,
-} from '@keyflow/ops';
+import { dlqMessage, dlqTopicFor, alignDlqLimits, dlqTopicConfigs } from '@keyflow/ops';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import {
   ComponentHealth,

@@ -1,6 +1,12 @@
 import { hostname } from 'node:os';
 import { blobRetentionMs, PayloadTooLargeError, payloadBlobKey, type ClaimCheck } from '@keyflow/blobs';
-import { ContractError, derivedEventId, newMetadata, PayloadSerde, type EventCodec } from '@keyflow/contracts';
+import {
+  ContractError,
+  derivedEventId,
+  newMetadata,
+  PayloadSerde,
+  type EventCodec,
+} from '@keyflow/contracts';
 import { failureCode, isRetryable, textOf, toFailure } from '@keyflow/errors';
 import {
   ForeignRecordError,
