@@ -133,7 +133,9 @@ export default tseslint.config(
       'apps/**/src/**/*.ts',
       'examples/**/src/**/*.ts',
     ],
-    ignores: ['**/test/**', '**/*.spec.ts', '**/*.bench.ts', '**/generated/**'],
+    // libs/testing is test code in a package (the harness and the chaos and scale scenarios moved out of the tests'
+    // folders as they were, issue 41 item 6): held to the tests' rules, not to this one.
+    ignores: ['**/test/**', '**/*.spec.ts', '**/*.bench.ts', '**/generated/**', 'libs/testing/**'],
     rules: {
       'max-lines-per-function': ['error', { max: 80, skipBlankLines: true, skipComments: true }],
     },

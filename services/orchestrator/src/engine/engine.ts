@@ -20,10 +20,8 @@ import {
   watchProducer,
   type TopicSpec,
   connectUntilAnswered,
-  TRANSACTIONAL_RETRY,
-  whileTransactionsConcurrent,
 } from '@keyflow/kafka';
-import { dlqMessage, dlqTopicFor, alignDlqLimits, dlqTopicConfigs } from '@keyflow/ops';
+import { dlqTopicFor, alignDlqLimits, dlqTopicConfigs } from '@keyflow/ops';
 import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import {
   ComponentHealth,
@@ -196,6 +194,27 @@ export class Engine {
    * @throws PartitionCountMismatchError when the run-keyed topics have different partition counts.
    */
   async start(): Promise<void> {
+    await this.prepareTopics();
+    await this.readModel.start(); // before consuming: take-overs wait for it to read their barriers
+    this.timerProducer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
+      this.health.fail(COMPONENTS.engineProducer, err),
+    );
+    await connectUntilAnswered(this.timerProducer, { what: 'engine timer producer', logger: this.logger });
+    await this.startConsuming();
+    this.tick = setInterval(() => void this.fireTimers(), this.cfg.ORCHESTRATOR_TIMER_TICK_MS);
+    this.tick.unref();
+    if (this.cfg.ORCHESTRATOR_RUN_RETENTION_MS > 0) this.retentionLoop = this.sweepRetention();
+    const stall = this.cfg.ORCHESTRATOR_PARTITION_STALL_MS;
+    this.stallCheck = setInterval(() => this.checkStalls(), Math.min(1_000, Math.max(100, stall / 4)));
+    this.stallCheck.unref();
+  }
+
+  /**
+   * Creates the engine's topics, aligns its DLQs' size limits, checks co-partitioning and the group id, and registers
+   * the schemas of its topics.
+   * @throws PartitionCountMismatchError when the run-keyed topics have different partition counts.
+   */
+  private async prepareTopics(): Promise<void> {
     const specs = Engine.topics(this.cfg, this.registry);
     const admin = this.kafka.admin();
     await connectUntilAnswered(admin, { what: 'engine admin', logger: this.logger });
@@ -232,12 +251,10 @@ export class Engine {
     await this.codec.registerTopics(
       specs.map((s) => s.topic).filter((t): t is LogicalTopic => !t.endsWith('.dlq')),
     );
-    await this.readModel.start(); // before consuming: take-overs wait for it to read their barriers
-    this.timerProducer = watchProducer(createIdempotentProducer(this.kafka), (err) =>
-      this.health.fail(COMPONENTS.engineProducer, err),
-    );
-    await connectUntilAnswered(this.timerProducer, { what: 'engine timer producer', logger: this.logger });
+  }
 
+  /** The engine's consumer of wf.requests and task.results (co-partitioned assignment), running; its crash is fatal. */
+  private async startConsuming(): Promise<void> {
     const c = this.kafka.consumer({
       groupId: this.cfg.ORCHESTRATOR_GROUP_ID,
       readUncommitted: false,
@@ -276,12 +293,6 @@ export class Engine {
       partitionsConsumedConcurrently: Math.max(2, this.cfg.ORCHESTRATOR_PARTITIONS * 2),
       eachBatch: (p) => this.onBatch(p),
     });
-    this.tick = setInterval(() => void this.fireTimers(), this.cfg.ORCHESTRATOR_TIMER_TICK_MS);
-    this.tick.unref();
-    if (this.cfg.ORCHESTRATOR_RUN_RETENTION_MS > 0) this.retentionLoop = this.sweepRetention();
-    const stall = this.cfg.ORCHESTRATOR_PARTITION_STALL_MS;
-    this.stallCheck = setInterval(() => this.checkStalls(), Math.min(1_000, Math.max(100, stall / 4)));
-    this.stallCheck.unref();
   }
 
   /**
