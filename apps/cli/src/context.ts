@@ -4,13 +4,13 @@ import { createKafka, kafkaSecurityFromEnv } from '@keyflow/kafka';
 import { createLogger, type Logger } from '@keyflow/observability';
 import type { Kafka } from '@keyflow/kafka';
 import { KeyflowError, type ErrorCode } from '@keyflow/errors';
-import { DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
+import { brokerList, CONNECTION_ENV, DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
 
 /** What the CLI reads from the environment (the same variables the services and `stack.sh env` use). */
 const EnvSchema = z.object({
   KAFKA_BROKERS: z.string().optional(),
   SCHEMA_REGISTRY_URL: z.string().url().optional(),
-  KEYFLOW_TOPIC_PREFIX: z.string().default(''),
+  KEYFLOW_TOPIC_PREFIX: CONNECTION_ENV.KEYFLOW_TOPIC_PREFIX,
   /** The orchestrator's HTTP API, e.g. http://127.0.0.1:3000 (npm start prints it). */
   KEYFLOW_API_URL: z.string().url().optional(),
   /** An API key of the orchestrator (its KEYFLOW_API_KEYS), sent as `Authorization: Bearer`; none: no header. */
@@ -70,7 +70,7 @@ export class CliContext {
 
   /** @throws CliConfigError when KAFKA_BROKERS is not set */
   get kafka(): Kafka {
-    const brokers = (this.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+    const brokers = brokerList(this.env.KAFKA_BROKERS ?? '');
     if (!brokers.length)
       throw new CliConfigError(
         'KAFKA_BROKERS is not set (eval "$(infra/local/stack.sh env)" for the local stack)',
