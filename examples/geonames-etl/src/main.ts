@@ -220,16 +220,27 @@ function printOutcome(
   );
 }
 
-async function main() {
-  const apiKey = randomBytes(24).toString('base64url');
-  const infra = join(ROOT, 'infra/local/stack.sh');
-  const wasUp = spawnSync(infra, ['is-up']).status === 0;
+/** The local stack's script (infra/local/stack.sh). */
+const INFRA = join(ROOT, 'infra/local/stack.sh');
+
+/**
+ * Brings the local stack up (`stack.sh up`, which reuses a running one) and reads the settings it exports.
+ * `wasUp`: whether it was already running (then it is left running afterwards).
+ * @throws Error when `stack.sh up` fails
+ */
+function stackUp(): { wasUp: boolean; env: Record<string, string> } {
+  const wasUp = spawnSync(INFRA, ['is-up']).status === 0;
   if (!wasUp) say('starting Kafka, the schema registry and Redis (infra/local/stack.sh up)');
-  const up = spawnSync(infra, ['up'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  const up = spawnSync(INFRA, ['up'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
   if (up.status !== 0) throw new Error('infra/local/stack.sh up failed');
   const env: Record<string, string> = {};
   for (const m of up.stdout.matchAll(/^export (\w+)=(.*)$/gm)) env[m[1]] = m[2];
-  const common = {
+  return { wasUp, env };
+}
+
+/** The environment every service of this run gets: the stack's settings, this run's prefix, blob dir and API key. */
+function serviceEnv(env: Record<string, string>, apiKey: string): Record<string, string> {
+  return {
     ...env,
     // This run's key is the only one (a KEYFLOW_API_KEYS_FILE of the user's environment would clash with it).
     KEYFLOW_API_KEYS_FILE: '',
@@ -240,67 +251,116 @@ async function main() {
     // The API asks for a key, made for this run: the console and the CLI sign in with it (printed below).
     KEYFLOW_API_KEYS: JSON.stringify([{ name: 'npm-start', key: apiKey, scopes: ['read', 'control'] }]),
   };
+}
+
+/**
+ * Stops `children` (SIGTERM to those still running; resolves once all have exited), then the local stack unless it
+ * `wasUp` before this run.
+ */
+async function stopAll(children: readonly ChildProcess[], wasUp: boolean): Promise<void> {
+  await Promise.all(
+    children.map(
+      (c) =>
+        new Promise<void>((r) =>
+          c.exitCode !== null || c.signalCode !== null ? r() : (c.once('exit', () => r()), c.kill('SIGTERM')),
+        ),
+    ),
+  );
+  if (!wasUp) spawnSync(INFRA, ['down'], { stdio: 'inherit' });
+}
+
+/** A started service: its process and its HTTP URL. */
+type Service = { proc: ChildProcess; url: string };
+
+/**
+ * Starts the orchestrator, then `opts.workers` workers confined to this run's input and sink; each process goes
+ * into `children` as soon as it is spawned (so a failure stops it). Resolves once all are ready.
+ * @throws Error when a service exits before it is ready
+ */
+async function startServices(
+  common: Record<string, string>,
+  apiKey: string,
+  children: ChildProcess[],
+): Promise<{ orch: Service; workers: ChildProcess[]; sink: SinkSpec & { table: string }; source: string }> {
+  say(`starting the orchestrator and ${opts.workers} worker(s); logs in ${logDir}`);
+  const orch = startService('orchestrator', `${HERE}/orchestrator.ts`, common, 'orchestrator ready');
+  children.push(orch.proc);
+  const url = await orch.url;
+  say(`ops console: ${url}${CONSOLE_PATH} (API key ${apiKey}; API ${url}, OpenAPI ${url}/docs)`);
+  const sink = sinkSpec(opts.sink);
+  const source = opts.input ? resolve(process.cwd(), opts.input) : 'default';
+  // The workers read and write only where their settings allow (docs/guarantees/etl-run-input.md): this run's
+  // input directory, its SQLite file's directory, its PostgreSQL URL.
+  const confinement = {
+    ETL_INPUT_ROOTS: source === 'default' ? '' : dirname(existsSync(source) ? realpathSync(source) : source),
+    ETL_SQLITE_ROOTS: sink.kind === 'sqlite' ? dirname(sink.path) : '',
+    ETL_POSTGRES_URLS: sink.kind === 'postgres' ? sink.url : '',
+  };
+  const workers = Array.from({ length: opts.workers }, (_, i) =>
+    startService(`worker-${i + 1}`, `${HERE}/worker.ts`, { ...common, ...confinement }, 'worker ready'),
+  );
+  children.push(...workers.map((w) => w.proc));
+  await Promise.all(workers.map((w) => w.url));
+  return { orch: { proc: orch.proc, url }, workers: workers.map((w) => w.proc), sink, source };
+}
+
+/**
+ * Starts a `geonames-etl` run with `input` on the orchestrator at `url`; resolves with its id.
+ * @throws Error when the API does not answer 202
+ */
+async function startRun(url: string, auth: Record<string, string>, input: unknown): Promise<string> {
+  const res = await fetch(`${url}/runs`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...auth },
+    body: JSON.stringify({ workflow: 'geonames-etl', input }),
+  });
+  if (res.status !== 202) throw new Error(`could not start the run: HTTP ${res.status} ${await res.text()}`);
+  const { runId } = (await res.json()) as { runId: string };
+  say(`run ${runId} started (${url}/runs/${runId})`);
+  return runId;
+}
+
+/** Peak RSS in MiB of this process, the orchestrator, the workers and the local stack's processes. */
+function peakRssOf(orch: ChildProcess, workers: readonly ChildProcess[]): Record<string, unknown> {
+  // The local stack's processes too (their peak since they started, which is before the run when reused).
+  return {
+    cli: rssMiB(process.pid),
+    orchestrator: rssMiB(orch.pid),
+    workers: workers.map((w) => rssMiB(w.pid)),
+    ...Object.fromEntries(Object.entries(localStackPids(ROOT)).map(([name, pid]) => [name, rssMiB(pid)])),
+  };
+}
+
+/** With --keep-running: how to reach what keeps running (console, API key, the CLI's settings), on stderr. */
+function sayKeptRunning(url: string, runId: string, apiKey: string, env: Record<string, string>): void {
+  say(`the orchestrator, ${opts.workers} worker(s) and the infrastructure keep running; Ctrl-C stops them`);
+  say(`ops console: ${url}${CONSOLE_PATH}#/runs/${encodeURIComponent(runId)} (API key ${apiKey})`);
+  say(
+    `for the keyflow CLI: export KEYFLOW_API_URL=${url} KEYFLOW_API_KEY=${apiKey} KEYFLOW_TOPIC_PREFIX=${opts.prefix} ` +
+      `KAFKA_BROKERS=${env.KAFKA_BROKERS} SCHEMA_REGISTRY_URL=${env.SCHEMA_REGISTRY_URL}`,
+  );
+}
+
+async function main() {
+  const apiKey = randomBytes(24).toString('base64url');
+  const { wasUp, env } = stackUp();
+  const common = serviceEnv(env, apiKey);
   const auth = { authorization: `Bearer ${apiKey}` };
 
   const children: ChildProcess[] = [];
-  const stopAll = async () => {
-    await Promise.all(
-      children.map(
-        (c) =>
-          new Promise<void>((r) =>
-            c.exitCode !== null || c.signalCode !== null
-              ? r()
-              : (c.once('exit', () => r()), c.kill('SIGTERM')),
-          ),
-      ),
-    );
-    if (!wasUp) spawnSync(infra, ['down'], { stdio: 'inherit' });
-  };
-  process.once('SIGINT', () => void stopAll().then(() => process.exit(130)));
+  process.once('SIGINT', () => void stopAll(children, wasUp).then(() => process.exit(130)));
   try {
-    say(`starting the orchestrator and ${opts.workers} worker(s); logs in ${logDir}`);
-    const orch = startService('orchestrator', `${HERE}/orchestrator.ts`, common, 'orchestrator ready');
-    children.push(orch.proc);
-    const url = await orch.url;
-    say(`ops console: ${url}${CONSOLE_PATH} (API key ${apiKey}; API ${url}, OpenAPI ${url}/docs)`);
-    const sink = sinkSpec(opts.sink);
-    const source = opts.input ? resolve(process.cwd(), opts.input) : 'default';
-    // The workers read and write only where their settings allow (docs/guarantees/etl-run-input.md): this run's
-    // input directory, its SQLite file's directory, its PostgreSQL URL.
-    const confinement = {
-      ETL_INPUT_ROOTS:
-        source === 'default' ? '' : dirname(existsSync(source) ? realpathSync(source) : source),
-      ETL_SQLITE_ROOTS: sink.kind === 'sqlite' ? dirname(sink.path) : '',
-      ETL_POSTGRES_URLS: sink.kind === 'postgres' ? sink.url : '',
-    };
-    const workers = Array.from({ length: opts.workers }, (_, i) =>
-      startService(`worker-${i + 1}`, `${HERE}/worker.ts`, { ...common, ...confinement }, 'worker ready'),
-    );
-    children.push(...workers.map((w) => w.proc));
-    await Promise.all(workers.map((w) => w.url));
+    const { orch, workers, sink, source } = await startServices(common, apiKey, children);
+    const url = orch.url;
 
     // Every process's CPU time over the run, so the limit is visible (which process used the cores).
     const cpuUsed = cpuMeter({
       cli: process.pid,
       orchestrator: orch.proc.pid,
-      ...Object.fromEntries(workers.map((w, i) => [`worker-${i + 1}`, w.proc.pid])),
+      ...Object.fromEntries(workers.map((w, i) => [`worker-${i + 1}`, w.pid])),
       ...localStackPids(ROOT),
     });
-    const input = {
-      source,
-      format: opts.format,
-      chunkSize: opts.chunkSize,
-      sink,
-    };
-    const res = await fetch(`${url}/runs`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...auth },
-      body: JSON.stringify({ workflow: 'geonames-etl', input }),
-    });
-    if (res.status !== 202)
-      throw new Error(`could not start the run: HTTP ${res.status} ${await res.text()}`);
-    const { runId } = (await res.json()) as { runId: string };
-    say(`run ${runId} started (${url}/runs/${runId})`);
+    const runId = await startRun(url, auth, { source, format: opts.format, chunkSize: opts.chunkSize, sink });
 
     const run = await watchRun(url, runId, auth);
     if (run.status !== 'completed') {
@@ -311,27 +371,11 @@ async function main() {
     const report = run.output as Report;
     // CPU seconds each process used over the run, to 0.1 s.
     const cpu = Object.fromEntries(Object.entries(cpuUsed()).map(([k, v]) => [k, Math.round(v * 10) / 10]));
-    // The local stack's processes too (their peak since they started, which is before the run when reused).
-    const peakRss = {
-      cli: rssMiB(process.pid),
-      orchestrator: rssMiB(orch.proc.pid),
-      workers: workers.map((w) => rssMiB(w.proc.pid)),
-      ...Object.fromEntries(Object.entries(localStackPids(ROOT)).map(([name, pid]) => [name, rssMiB(pid)])),
-    };
-    printOutcome(run, sink, cpu, peakRss);
+    printOutcome(run, sink, cpu, peakRssOf(orch.proc, workers));
     if (!report.balanced || !report.sinkMatches) process.exitCode = 1;
-    if (opts.keepRunning) {
-      say(
-        `the orchestrator, ${opts.workers} worker(s) and the infrastructure keep running; Ctrl-C stops them`,
-      );
-      say(`ops console: ${url}${CONSOLE_PATH}#/runs/${encodeURIComponent(runId)} (API key ${apiKey})`);
-      say(
-        `for the keyflow CLI: export KEYFLOW_API_URL=${url} KEYFLOW_API_KEY=${apiKey} KEYFLOW_TOPIC_PREFIX=${opts.prefix} ` +
-          `KAFKA_BROKERS=${env.KAFKA_BROKERS} SCHEMA_REGISTRY_URL=${env.SCHEMA_REGISTRY_URL}`,
-      );
-    }
+    if (opts.keepRunning) sayKeptRunning(url, runId, apiKey, env);
   } finally {
-    if (!opts.keepRunning) await stopAll();
+    if (!opts.keepRunning) await stopAll(children, wasUp);
   }
 }
 
