@@ -122,6 +122,39 @@ export default tseslint.config(
       ],
     },
   },
+  // The handler author's package (issue 41 item 1) stays framework-free: no Kafka client, no Redis client, no
+  // NestJS, no worker runtime (which imports it). Repeats the two rules above (the last matching block wins).
+  {
+    files: ['libs/handler/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            { name: 'kafkajs', message: '@keyflow/handler imports no Kafka client' },
+            { name: '@keyflow/kafka', message: '@keyflow/handler imports no Kafka client' },
+            { name: 'ioredis', message: '@keyflow/handler imports no Redis client' },
+            { name: '@keyflow/idempotency', message: '@keyflow/handler imports no Redis client' },
+            {
+              name: '@keyflow/workers',
+              message: '@keyflow/handler imports no worker runtime (the worker imports it)',
+            },
+          ],
+          patterns: [
+            {
+              group: ['kafkajs/*', 'ioredis/*'],
+              message: '@keyflow/handler imports no Kafka or Redis client',
+            },
+            {
+              group: ['@nestjs/*'],
+              message: '@keyflow/handler is framework-free: NestJS belongs to @keyflow/nestjs',
+            },
+            DEEP_IMPORT,
+          ],
+        },
+      ],
+    },
+  },
   // Each unit does one thing (issue 41): a function at most 80 lines, blank lines and comments not counted
   // (a method's decorators count: they are part of it). Source of packages, services, apps and examples; tests,
   // benches and generated code are not held to it. A function that must stay longer gets its own override after

@@ -4,7 +4,7 @@
  *   node -r @swc-node/register scripts/pack-sdk.ts [--out <dir>]     (default: .keyflow/packages)
  *
  * Packed: every package an application on keyflow installs, in dependency order (SDK_PACKAGES): the definitions
- * SDK (`@keyflow/errors`, `@keyflow/workflow`), the runtime libraries, the two services' runtimes
+ * SDK (`@keyflow/errors`, `@keyflow/workflow`), the handler author's package (`@keyflow/handler`), the runtime libraries, the two services' runtimes
  * (`@keyflow/orchestrator`, `@keyflow/workers`: each package's own folder, whole; the examples live under examples/) and
  * `@keyflow/nestjs`, the NestJS modules in one import. Each is compiled by `tsc` (CommonJS, declarations) into a
  * staging folder with a package.json for publication: `main`/`types`/`exports` on `dist`, `files`, its
@@ -42,6 +42,7 @@ export const SDK_PACKAGES: readonly PackedPackage[] = [
   { name: '@keyflow/schemas', dir: 'schemas', assets: ['avro', 'catalog.yaml'] },
   { name: '@keyflow/contracts', dir: 'libs/contracts' },
   { name: '@keyflow/observability', dir: 'libs/observability' },
+  { name: '@keyflow/handler', dir: 'libs/handler' },
   { name: '@keyflow/kafka', dir: 'libs/kafka', bundle: ['kafkajs'] },
   { name: '@keyflow/idempotency', dir: 'libs/idempotency' },
   { name: '@keyflow/ops', dir: 'libs/ops' },

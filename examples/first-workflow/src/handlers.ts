@@ -1,6 +1,7 @@
 import { Controller } from '@nestjs/common';
 import { Ctx, Payload } from '@nestjs/microservices';
-import { TaskHandler, type TaskContext } from '@keyflow/workers';
+import type { TaskContext } from '@keyflow/handler';
+import { TaskHandler } from '@keyflow/workers';
 import type { ParsedTaskInputOf } from '@keyflow/workflow';
 import { composeGreeting, sendGreeting } from './tasks';
 

@@ -31,13 +31,11 @@ import { blobJson, blobRetentionMs, type BlobStore, type PutOptions } from '@key
 import {
   BLOB_STORE,
   EventPublisher,
-  NonRetryableTaskError,
   TaskHandler,
-  TaskInputError,
   WORKER_RUNTIME,
-  type TaskContext,
   type WorkerRuntime,
 } from '@keyflow/workers';
+import { NonRetryableTaskError, TaskInputError, type TaskContext } from '@keyflow/handler';
 import {
   etlDedupe,
   etlExtract,

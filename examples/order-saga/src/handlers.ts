@@ -12,7 +12,8 @@ import {
   type OrderInput,
 } from './tasks';
 import type { ParsedTaskInputOf } from '@keyflow/workflow';
-import { NonRetryableTaskError, TaskHandler, type TaskContext } from '@keyflow/workers';
+import { NonRetryableTaskError, type TaskContext } from '@keyflow/handler';
+import { TaskHandler } from '@keyflow/workers';
 
 /**
  * The order saga example's tasks (contracts in ./tasks): reserve inventory, charge payment, create

@@ -1,7 +1,8 @@
 import { Controller } from '@nestjs/common';
 import { Payload, Ctx } from '@nestjs/microservices';
 import { echo, noop } from '@keyflow/testing';
-import { TaskHandler, type TaskContext } from '@keyflow/workers';
+import type { TaskContext } from '@keyflow/handler';
+import { TaskHandler } from '@keyflow/workers';
 
 /** The test workloads' tasks: `noop` (benchmarks) and `echo` (returns its input). */
 @Controller()

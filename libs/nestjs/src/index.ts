@@ -25,16 +25,18 @@ export {
   WORKER_RUNTIME,
   WorkerConfigError,
   TaskHandler,
-  TaskError,
-  RetryableTaskError,
-  NonRetryableTaskError,
-  TaskInputError,
-  TaskTimeoutError,
   EventPublisher,
   BLOB_STORE,
   type KeyflowWorkerOptions,
   type KeyflowWorkerAsyncOptions,
   type WorkerRuntime,
+} from '@keyflow/workers';
+export {
+  TaskError,
+  RetryableTaskError,
+  NonRetryableTaskError,
+  TaskInputError,
+  TaskTimeoutError,
   type TaskContext,
   type ContractHandlerMethod,
-} from '@keyflow/workers';
+} from '@keyflow/handler';

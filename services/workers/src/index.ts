@@ -17,8 +17,9 @@ export {
 export { BLOB_STORE } from './runtime/blob-store';
 export { loadWorkerConfig, WorkerConfigError, type WorkerConfig } from './config';
 export { WorkerSettingsSchema } from './config';
-export { TaskHandler, type ContractHandlerMethod } from './transport/task-handler.decorator';
-export type { TaskContext } from './runtime/task-executor';
+export { TaskHandler } from './transport/task-handler.decorator';
+// What a handler's author needs lives in @keyflow/handler (framework-free); re-exported here so applications that
+// import it from @keyflow/workers keep working.
 export {
   TaskError,
   type TaskErrorCode,
@@ -26,5 +27,7 @@ export {
   NonRetryableTaskError,
   TaskInputError,
   TaskTimeoutError,
-} from './runtime/errors';
+  type TaskContext,
+  type ContractHandlerMethod,
+} from '@keyflow/handler';
 export { EventPublisher } from './runtime/event-publisher';

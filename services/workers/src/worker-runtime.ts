@@ -27,7 +27,8 @@ import type { WorkerConfig } from './config';
 import type { EventPublisher } from './runtime/event-publisher';
 import { IdempotencyStoreHealth, type IdempotencyHealth } from './runtime/idempotency-health';
 import { workerMetrics, type WorkerMetrics } from './runtime/metrics';
-import { TaskExecutor, type StoredOutcome, type TaskHandlerFn } from './runtime/task-executor';
+import type { TaskHandlerFn } from '@keyflow/handler';
+import { TaskExecutor, type StoredOutcome } from './runtime/task-executor';
 
 export {
   IDEMPOTENCY_STORE_FULL_CONDITION,

@@ -2,7 +2,7 @@ import type { PayloadSerde } from '@keyflow/contracts';
 import type { ConsumedMessage } from '@keyflow/kafka';
 import type { TaskCommand, TaskTopic } from '@keyflow/schemas';
 import { isRetryable } from '@keyflow/errors';
-import { TaskInputError } from './errors';
+import { TaskInputError } from '@keyflow/handler';
 
 /**
  * The worker's bytes-to-value steps, the only places a task command's payload is read, both through the contracts'

@@ -41,7 +41,6 @@ import {
   traceIdsOf,
   tracer,
   type Logger,
-  type TraceContext,
 } from '@keyflow/observability';
 import type { Context } from '@opentelemetry/api';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
@@ -58,48 +57,14 @@ import {
   LeaseLostError,
   OutputNotJsonError,
   StepCompensatedError,
-  TaskInputError,
-  TaskTimeoutError,
   UnknownTaskTypeError,
 } from './errors';
+import { TaskInputError, TaskTimeoutError, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { LeaseRenewer } from './lease-renewer';
 import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
 import { decodeTask, taskInput } from './task-decode';
 import type { WorkerMetrics } from './metrics';
 import { Topic, type TaskTopic } from '@keyflow/schemas';
-
-/** What a handler gets besides its input. */
-export interface TaskContext {
-  runId: string;
-  stepId: string;
-  taskType: string;
-  /** The orchestrator's attempt of this step (1-based). */
-  stepAttempt: number;
-  /** This worker's in-process attempt for this command (1-based). */
-  attempt: number;
-  /**
-   * Names the logical step (`<runId>/<stepId>`): the same for every attempt, redelivery, redrive and run retry of
-   * the step. Use it as the dedup key of downstream side effects (a sink's unique key, an API's Idempotency-Key).
-   */
-  idempotencyKey: string;
-  /**
-   * Aborted when the attempt times out (timeoutMs), the worker shuts down, the partition is revoked, or the
-   * idempotency lease is lost: stop work and side effects when it fires.
-   */
-  signal: AbortSignal;
-  correlationId: string;
-  logger: Logger;
-  /**
-   * The W3C trace context of the handler's span (`traceparent`, `tracestate`; nulls when the run carries no trace):
-   * put it on downstream calls (an HTTP `traceparent` header) to continue the run's trace there. Set with or without
-   * a trace exporter; without one, a worker does not carry the active context into handlers (docs/operating.md "Tracing"), and
-   * for a task not recorded (no exporter, not sampled) it is the task span's, since no handler span is made.
-   */
-  readonly trace: TraceContext;
-}
-
-/** A task handler: input parsed from the command's JSON; the result is serialised to JSON. */
-export type TaskHandlerFn = (input: unknown, ctx: TaskContext) => Promise<unknown>;
 
 /**
  * Outcome stored in the completion record, so a redelivery re-publishes it without running the handler. An output

@@ -4,9 +4,8 @@ import { createBlobStore, type BlobStore } from '@keyflow/blobs';
 import type { ComponentHealth, Logger, Registry } from '@keyflow/observability';
 import type { AnyTaskContract } from '@keyflow/workflow';
 import type { WorkerConfig } from '../config';
-import { checkedByContract } from '../runtime/contract-check';
 import type { EventPublisher } from '../runtime/event-publisher';
-import type { TaskContext, TaskHandlerFn } from '../runtime/task-executor';
+import { checkedByContract, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { TaskWorker, type IdempotencyHealth } from '../worker-runtime';
 import { CONTRACT_EXTRA } from './task-handler.decorator';
 

@@ -1,19 +1,13 @@
 import { applyDecorators, UseFilters } from '@nestjs/common';
 import { MessagePattern } from '@nestjs/microservices';
 import { PassThroughRpcFilter } from './pass-through.filter';
-import type { AnyTaskContract, ParsedTaskInputOf, TaskOutputOf } from '@keyflow/workflow';
-import type { TaskContext } from '../runtime/task-executor';
+import type { AnyTaskContract } from '@keyflow/workflow';
+import type { ContractHandlerMethod } from '@keyflow/handler';
 
 const PASS_THROUGH = new PassThroughRpcFilter();
 
 /** The key of a handler's contract in its @nestjs/microservices pattern extras (MessagePattern's third argument). */
 export const CONTRACT_EXTRA = 'keyflowContract';
-
-/** A handler method of contract `C`: its parsed input and the TaskContext in, its output (or a promise of it) out. */
-export type ContractHandlerMethod<C extends AnyTaskContract> = (
-  input: ParsedTaskInputOf<C>,
-  ctx: TaskContext,
-) => TaskOutputOf<C> | Promise<TaskOutputOf<C>>;
 
 /**
  * Marks a method as the handler of a task. With a contract (`@TaskHandler(chargePayment)`), the method's input and

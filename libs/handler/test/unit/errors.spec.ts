@@ -1,10 +1,5 @@
 import { KeyflowError } from '@keyflow/errors';
-import {
-  NonRetryableTaskError,
-  RetryableTaskError,
-  TaskInputError,
-  TaskTimeoutError,
-} from '../../src/runtime/errors';
+import { NonRetryableTaskError, RetryableTaskError, TaskInputError, TaskTimeoutError } from '../../src';
 
 describe('task errors', () => {
   it("carry the thrower's code, else their class's default, and their retry flag", () => {

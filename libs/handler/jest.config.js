@@ -1,0 +1,2 @@
+const { unit, root } = require('../../jest.preset');
+module.exports = { ...root, projects: [unit(__dirname)] };
