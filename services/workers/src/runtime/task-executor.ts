@@ -59,7 +59,7 @@ import {
   StepCompensatedError,
   UnknownTaskTypeError,
 } from './errors';
-import { TaskInputError, TaskTimeoutError, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
+import { TaskInputError, TaskTimeoutError, type TaskHandlerFn } from '@keyflow/handler';
 import { LeaseRenewer } from './lease-renewer';
 import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
 import { decodeTask, taskInput } from './task-decode';
