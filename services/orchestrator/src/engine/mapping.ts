@@ -7,7 +7,13 @@ import {
   supersededExpiry,
   type ClaimCheck,
 } from '@keyflow/blobs';
-import { derivedEventId, newMetadata, type DecodedEvent, type EventCodec } from '@keyflow/contracts';
+import {
+  CLAIM_CHECKED_FIELDS,
+  derivedEventId,
+  newMetadata,
+  type DecodedEvent,
+  type EventCodec,
+} from '@keyflow/contracts';
 import type { EventName, TaskCommand } from '@keyflow/schemas';
 import { taskTopic, Topic } from '@keyflow/schemas';
 import {
@@ -173,14 +179,6 @@ export interface OutputRecord {
   headers?: Record<string, string>;
 }
 
-/** Payload fields of lifecycle events that may carry user-sized data, and the field naming their blob. */
-const EVENT_PAYLOADS: Partial<Record<string, { field: 'output' | 'input'; ref: 'outputRef' | 'inputRef' }>> =
-  {
-    StepCompleted: { field: 'output', ref: 'outputRef' },
-    RunCompleted: { field: 'output', ref: 'outputRef' },
-    RunStarted: { field: 'input', ref: 'inputRef' },
-  };
-
 /**
  * Encodes the reducer's commands, lifecycle events and (given `snapshot`) the snapshot as Kafka records. Every
  * payload over the claim check's threshold (a command's input, an event's output or input, the snapshot's state) is stored as a blob first
@@ -233,17 +231,19 @@ export async function encodeOutputs(
   for (const e of events) {
     const { type, ...fields } = e;
     const metadata = meta(type, state.runId);
-    const payload = EVENT_PAYLOADS[type];
+    // The lifecycle events that may carry user-sized data (StepCompleted, RunCompleted, RunStarted) and their fields:
+    // the one list the payload serde reads them back by.
+    const payload = CLAIM_CHECKED_FIELDS[type as EventName];
     const extra: Record<string, string | null> = {};
     if (payload) {
-      const text = (fields as Record<string, string>)[payload.field];
+      const text = (fields as Record<string, string>)[payload.text];
       const checked = await claim.offload(
-        `${payload.field} of ${type} of run ${state.runId}`,
+        `${payload.text} of ${type} of run ${state.runId}`,
         () => payloadBlobKey('events', state.runId, metadata.eventId),
         text,
         blobRetentionMs(),
       );
-      extra[payload.field] = checked.inline;
+      extra[payload.text] = checked.inline;
       extra[payload.ref] = checked.ref;
     }
     const value = codec.encode(Topic.WF_EVENTS, type, {
