@@ -10,11 +10,7 @@
  */
 import { Command } from 'commander';
 import { runScaleScenario, type ScaleReport } from '@keyflow/testing';
-import { testWorkflows } from '@keyflow/testing';
-import { orderSaga } from '@keyflow/example-order-saga';
-
-/** The workflows the test orchestrator registers and the scenario checks. */
-const builtinWorkflows = [...testWorkflows, orderSaga];
+import { allWorkflows as builtinWorkflows } from '@keyflow/example-test-workloads';
 
 const opts = new Command()
   .option('--instances <list>', 'orchestrator counts started together, one row each', '1,2,3,4,5')

@@ -1,9 +1,5 @@
 import { runScaleScenario } from '@keyflow/testing';
-import { testWorkflows } from '@keyflow/testing';
-import { orderSaga } from '@keyflow/example-order-saga';
-
-/** The workflows the test orchestrator registers and the scenario checks. */
-const builtinWorkflows = [...testWorkflows, orderSaga];
+import { allWorkflows as builtinWorkflows } from '@keyflow/example-test-workloads';
 
 jest.setTimeout(240_000);
 
