@@ -87,6 +87,32 @@ export const ERROR_CODES = {
     retryable: false,
     doc: 'A workflow definition breaks a rule (duplicate step id, bad option).',
   },
+  INVALID_TRIGGER: {
+    retryable: false,
+    doc: 'A topic trigger definition breaks a rule (bad name, topic or option), or names a workflow not registered.',
+  },
+
+  // ---- topic triggers: a source record that cannot start or signal a run (its DLQ's x-dlq-error-code) ----
+  TRIGGER_RECORD_UNDECODABLE: {
+    retryable: false,
+    doc: "A trigger's source record whose value is neither Avro the registry knows nor JSON (or is null).",
+  },
+  TRIGGER_RECORD_UNMAPPABLE: {
+    retryable: false,
+    doc: "A trigger's function (input, runId, businessKey, run, payload) threw or returned a wrong shape for the record.",
+  },
+  TRIGGER_INPUT_INVALID: {
+    retryable: false,
+    doc: "The run input a trigger made from a record fails the workflow's input schema.",
+  },
+  TRIGGER_NO_SUCH_RUN: {
+    retryable: false,
+    doc: "A signal trigger's record names a run that did not appear within the trigger's awaitRunMs (or has ended).",
+  },
+  TRIGGER_REPLAY_BEYOND_WINDOW: {
+    retryable: false,
+    doc: "A trigger's group was reset to records older than the run de-duplication window and no progress mark covers them.",
+  },
   INVALID_RETRY_POLICY: { retryable: false, doc: 'A retry policy is invalid.' },
 
   // ---- blobs (claim check) ----

@@ -100,3 +100,23 @@ export {
 export { pii, maskPii, marksPii, maskRunView, PII_MASK } from './pii';
 export { rerunVerdict, fenceExpiryMarginMs, RERUN_CODES } from './rerun';
 export type { RerunVerdict, RerunFacts, RerunCode, RunView, TaskCommandRef } from './rerun';
+export {
+  startTrigger,
+  signalTrigger,
+  recordRunId,
+  InvalidTriggerError,
+  TRIGGER_NAME,
+  DEFAULT_TRIGGER_MAX_IN_FLIGHT,
+  DEFAULT_AWAIT_RUN_MS,
+} from './trigger';
+export type {
+  TriggerRecord,
+  TriggerFormat,
+  SerializeBy,
+  StartTriggerOptions,
+  SignalTriggerOptions,
+  SignalTarget,
+  TriggerDefinition,
+  StartTriggerDefinition,
+  SignalTriggerDefinition,
+} from './trigger';
