@@ -13,6 +13,8 @@ export {
   isFixedTopic,
   asLogicalTopic,
   dlqOf,
+  triggerTopic,
+  type TriggerTopic,
   type TaskTopic,
   type LogicalTopic,
   type DlqTopic,

@@ -14,8 +14,20 @@ export type TaskTopic = `task.${string}` & { readonly [taskTopicBrand]: true };
 /** A topic the codec encodes and decodes: a fixed topic of the catalog or a task type's command topic. */
 export type LogicalTopic = FixedTopic | TaskTopic;
 
-/** The DLQ of a logical topic, `<topic>.dlq` (it takes its topic's catalog settings). */
-export type DlqTopic = `${FixedTopic}.dlq` | `task.${string}.dlq`;
+declare const triggerTopicBrand: unique symbol;
+
+/**
+ * A topic trigger's own topic, `trigger.<name>`: where a redrive of the trigger's DLQ sends records, which the trigger
+ * reads beside its source topic (a redrive never writes to a team's source topic). Made by {@link triggerTopic} only.
+ * It carries the source's records as they were (not keyflow's Avro events), so the codec does not encode it.
+ */
+export type TriggerTopic = `trigger.${string}` & { readonly [triggerTopicBrand]: true };
+
+/** The topic of the trigger named `name`: `trigger.<name>`. */
+export const triggerTopic = (name: string): TriggerTopic => `trigger.${name}` as TriggerTopic;
+
+/** The DLQ of a logical topic, `<topic>.dlq` (it takes its topic's catalog settings); a trigger's is `trigger.<name>.dlq`. */
+export type DlqTopic = `${FixedTopic}.dlq` | `task.${string}.dlq` | `trigger.${string}.dlq`;
 
 const FIXED: ReadonlySet<string> = new Set(FIXED_TOPICS);
 
@@ -42,4 +54,4 @@ export function asLogicalTopic(name: string): LogicalTopic | undefined {
 }
 
 /** The DLQ of a logical topic: `<topic>.dlq`. */
-export const dlqOf = (topic: LogicalTopic): DlqTopic => `${topic}.dlq` as DlqTopic;
+export const dlqOf = (topic: LogicalTopic | TriggerTopic): DlqTopic => `${topic}.dlq` as DlqTopic;

@@ -11,6 +11,7 @@ import {
   type AvroSchema,
   type CompatibilityMode,
   type DlqTopic,
+  type TriggerTopic,
   type EventName,
   type LogicalTopic,
   type EventsByName,
@@ -145,7 +146,7 @@ export class EventCodec {
   }
 
   /** Physical topic name of a logical one (`task.results` -> `<prefix>task.results`). */
-  physical(logicalTopic: LogicalTopic | DlqTopic): string {
+  physical(logicalTopic: LogicalTopic | DlqTopic | TriggerTopic): string {
     return `${this.prefix}${logicalTopic}`;
   }
 
@@ -381,6 +382,31 @@ export class EventCodec {
   }
 
   /**
+   * Decodes a record of a topic keyflow does not own (a topic trigger's source): the Confluent wire format (magic
+   * byte 0, 4-byte schema id), read with the writer's own schema as the registry gives it, whatever subject naming
+   * (TopicNameStrategy, RecordNameStrategy, ...) its producer registered it under. Bytes become base64 text and
+   * a union's branch its value, so the result is plain JSON data.
+   * @throws MissingMagicByteError, UnknownSchemaIdError, NotAvroSchemaError, MalformedPayloadError (the record is at
+   *   fault: not retryable); RegistryUnavailableError / RegistryRefusedError (retryable) when the writer schema is
+   *   not cached and the registry does not give it
+   */
+  async decodeForeign(value: Buffer, location: MessageLocation): Promise<unknown> {
+    const { schemaId, body } = parseWireFormat(value, location);
+    const writer = this.writersReady.get(schemaId) ?? (await this.writerType(schemaId, location));
+    let datum: unknown;
+    try {
+      datum = writer.fromBuffer(body);
+    } catch (e) {
+      throw new MalformedPayloadError(
+        location,
+        `Avro body (schema id ${schemaId}, ${body.length} bytes): ${(e as Error).message}`,
+        { cause: e },
+      );
+    }
+    return plainJson(datum);
+  }
+
+  /**
    * {@link decode} without a turn of the event loop, when the writer's schema is already known here (every record
    * after the first of a schema id): `undefined` when it is not (call decode, which fetches it). Throws what decode
    * throws, but for the registry's errors (it never calls the registry).
@@ -551,4 +577,15 @@ export class EventCodec {
     }
     return (res.json as { id: number }).id;
   }
+}
+
+/** Avro data as plain JSON data: Buffers as base64 text, bigints as decimal text, class instances as plain objects. */
+function plainJson(v: unknown): unknown {
+  if (v === null || typeof v !== 'object') return typeof v === 'bigint' ? v.toString() : v;
+  if (Buffer.isBuffer(v)) return v.toString('base64');
+  if (v instanceof Date) return v.getTime();
+  if (Array.isArray(v)) return v.map(plainJson);
+  const out: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) out[k] = plainJson(x);
+  return out;
 }

@@ -109,6 +109,10 @@ export const ERROR_CODES = {
     retryable: false,
     doc: "A signal trigger's record names a run that did not appear within the trigger's awaitRunMs (or has ended).",
   },
+  TRIGGER_SOURCE_MISSING: {
+    retryable: true,
+    doc: "A topic trigger's source topic does not exist (yet); the trigger starts once it does (/health degraded meanwhile).",
+  },
   TRIGGER_REPLAY_BEYOND_WINDOW: {
     retryable: false,
     doc: "A trigger's group was reset to records older than the run de-duplication window and no progress mark covers them.",

@@ -636,6 +636,41 @@ export namespace DevKeyflowEvents {
         purpose: string;
         dueAt: number;
     }
+    export const TriggerProgressSchema = "{\"type\":\"record\",\"name\":\"TriggerProgress\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator (topic trigger) -> wf.trigger-progress: how far a trigger has applied one partition of a topic it reads, written in the same transaction as the StartRun/SignalRun records and the group's offsets, so a restart or a reset of the group to earlier (a replay) skips the records already applied. Key: <group>/<topic>/<partition> (compacted: the latest mark per partition).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"trigger\",\"type\":\"string\",\"doc\":\"The trigger's name.\"},{\"name\":\"group\",\"type\":\"string\",\"doc\":\"The consumer group the trigger reads as (physical name).\"},{\"name\":\"topic\",\"type\":\"string\",\"doc\":\"The topic read (the team's source topic, or the trigger's redrive topic), physical name.\"},{\"name\":\"partition\",\"type\":\"int\"},{\"name\":\"next\",\"type\":\"string\",\"doc\":\"Every offset below this one is applied (decimal: Kafka offsets are 64-bit).\"},{\"name\":\"through\",\"type\":\"string\",\"doc\":\"Every offset below this one, but those in `held`, is applied (decimal).\"},{\"name\":\"held\",\"type\":{\"type\":\"array\",\"items\":\"string\"},\"default\":[],\"doc\":\"Offsets in [next, through) read but not applied yet: records held behind their key's previous run (decimal, ascending).\"}]}";
+    export const TriggerProgressName = "dev.keyflow.events.TriggerProgress";
+    /**
+     * Orchestrator (topic trigger) -> wf.trigger-progress: how far a trigger has applied one partition of a topic it reads, written in the same transaction as the StartRun/SignalRun records and the group's offsets, so a restart or a reset of the group to earlier (a replay) skips the records already applied. Key: <group>/<topic>/<partition> (compacted: the latest mark per partition).
+     */
+    export interface TriggerProgress {
+        metadata: DevKeyflowEvents.EventMetadata;
+        /**
+         * The trigger's name.
+         */
+        trigger: string;
+        /**
+         * The consumer group the trigger reads as (physical name).
+         */
+        group: string;
+        /**
+         * The topic read (the team's source topic, or the trigger's redrive topic), physical name.
+         */
+        topic: string;
+        partition: number;
+        /**
+         * Every offset below this one is applied (decimal: Kafka offsets are 64-bit).
+         */
+        next: string;
+        /**
+         * Every offset below this one, but those in `held`, is applied (decimal).
+         */
+        through: string;
+        /**
+         * Offsets in [next, through) read but not applied yet: records held behind their key's previous run (decimal, ascending).
+         *
+         * Default: []
+         */
+        held: string[];
+    }
 }
 
 export type EventMetadata = DevKeyflowEvents.EventMetadata;
@@ -659,6 +694,7 @@ export type TaskCommand = DevKeyflowEvents.TaskCommand;
 export type TaskCompleted = DevKeyflowEvents.TaskCompleted;
 export type TaskFailed = DevKeyflowEvents.TaskFailed;
 export type TimerFired = DevKeyflowEvents.TimerFired;
+export type TriggerProgress = DevKeyflowEvents.TriggerProgress;
 
 /** Latest schema version of every event. */
 export const EVENT_VERSIONS = {
@@ -680,7 +716,8 @@ export const EVENT_VERSIONS = {
   "TaskCommand": 2,
   "TaskCompleted": 2,
   "TaskFailed": 1,
-  "TimerFired": 1
+  "TimerFired": 1,
+  "TriggerProgress": 1
 } as const;
 
 /** Name of every event record. */
@@ -707,6 +744,7 @@ export interface EventsByName {
   TaskCompleted: DevKeyflowEvents.TaskCompleted;
   TaskFailed: DevKeyflowEvents.TaskFailed;
   TimerFired: DevKeyflowEvents.TimerFired;
+  TriggerProgress: DevKeyflowEvents.TriggerProgress;
 }
 
 /** The fixed logical topics of the catalog (every entry but the task topic template `task.<type>`), in catalog order. */
@@ -716,7 +754,8 @@ export const FIXED_TOPICS = [
   "wf.events",
   "wf.state",
   "etl.cities.enriched",
-  "dlq.handled"
+  "dlq.handled",
+  "wf.trigger-progress"
 ] as const;
 
 /** A fixed logical topic of the catalog: a misspelt name does not compile. */
@@ -729,7 +768,8 @@ export const Topic = {
   "WF_EVENTS": "wf.events",
   "WF_STATE": "wf.state",
   "ETL_CITIES_ENRICHED": "etl.cities.enriched",
-  "DLQ_HANDLED": "dlq.handled"
+  "DLQ_HANDLED": "dlq.handled",
+  "WF_TRIGGER_PROGRESS": "wf.trigger-progress"
 } as const;
 
 /** Events of each logical topic, in the order of its union. */
@@ -766,5 +806,8 @@ export const TOPIC_EVENTS = {
   ],
   "dlq.handled": [
     "DlqRecordHandled"
+  ],
+  "wf.trigger-progress": [
+    "TriggerProgress"
   ]
 } as const;

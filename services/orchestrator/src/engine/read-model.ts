@@ -17,6 +17,7 @@ import {
   assembleRunState,
   runOfSegmentKey,
   segmentKey,
+  TERMINAL,
   type ItemSegment,
   type RunState,
   type RunStatus,
@@ -138,6 +139,10 @@ export class RunReadModel {
    * (`legacyRunSegment`): which runs shared one blob prefix before (`x:1` and `x_1`).
    */
   private readonly legacySegments = new Map<string, Set<string>>();
+  /** Run ids by business key (what a signal addressed by business key looks up). */
+  private readonly byBusinessKey = new Map<string, Set<string>>();
+  /** Called with each run's state as a newer snapshot of it is read (see {@link onRunChange}). */
+  private readonly changeListeners: Array<(s: RunState) => void> = [];
   private waiters: Array<{
     partition: number;
     nonce: string;
@@ -396,8 +401,10 @@ export class RunReadModel {
     const runOfSegment = runOfSegmentKey(key);
     if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
     else {
+      const gone = this.runs.get(key)?.state;
       this.runs.delete(key);
       this.segments.delete(key);
+      if (gone) this.unindexBusinessKey(gone);
       this.untrackLegacy(key);
     }
   }
@@ -466,8 +473,11 @@ export class RunReadModel {
     }
     const prev = this.runs.get(state.runId);
     if (!prev) this.trackLegacy(state.runId);
-    if (!prev || prev.state.sequence <= state.sequence)
+    if (!prev || prev.state.sequence <= state.sequence) {
       this.runs.set(state.runId, { state, partition: where.partition });
+      if (!prev) this.indexBusinessKey(state);
+      for (const listener of this.changeListeners) listener(state);
+    }
     this.snapshotsRead++;
   }
 
@@ -544,6 +554,42 @@ export class RunReadModel {
   /** The keys of the segment records held for `runId` (what a tombstone of the run must also delete). */
   segmentKeys(runId: string): string[] {
     return [...(this.segments.get(runId)?.keys() ?? [])];
+  }
+
+  /**
+   * Calls `listener` with a run's state each time a newer snapshot of it is read (a run that appears, changes status,
+   * ends), on the read model's consumer path: the listener must be quick and must not throw.
+   */
+  onRunChange(listener: (s: RunState) => void): void {
+    this.changeListeners.push(listener);
+  }
+
+  /**
+   * The run a signal addressed by business key goes to: the newest (by start time, then run id) run with that business
+   * key that has not ended; undefined when none has. Costs the number of runs held with that key.
+   */
+  runByBusinessKey(businessKey: string): RunState | undefined {
+    let best: RunState | undefined;
+    for (const id of this.byBusinessKey.get(businessKey) ?? []) {
+      const s = this.runs.get(id)?.state;
+      if (!s || TERMINAL.has(s.status)) continue;
+      if (!best || s.startedAt > best.startedAt || (s.startedAt === best.startedAt && s.runId > best.runId))
+        best = s;
+    }
+    return best;
+  }
+
+  private indexBusinessKey(s: RunState): void {
+    const ids = this.byBusinessKey.get(s.businessKey);
+    if (ids) ids.add(s.runId);
+    else this.byBusinessKey.set(s.businessKey, new Set([s.runId]));
+  }
+
+  private unindexBusinessKey(s: RunState): void {
+    const ids = this.byBusinessKey.get(s.businessKey);
+    if (!ids) return;
+    ids.delete(s.runId);
+    if (ids.size === 0) this.byBusinessKey.delete(s.businessKey);
   }
 
   get(runId: string): RunState | undefined {

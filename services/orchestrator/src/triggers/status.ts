@@ -22,8 +22,8 @@ export interface TriggerStatus {
   paused: boolean;
   /** Records behind the end of the source topic, over the assigned partitions. */
   lag: number;
-  /** Per assigned source partition. */
-  partitions: Array<{ partition: number; lag: number; position: string; paused: boolean; held: number }>;
+  /** Per assigned partition of the source topic (and of the trigger's redrive topic while it has records). */
+  partitions: Array<{ topic: string; partition: number; lag: number; position: string; paused: boolean; held: number }>;
   /** The trigger's DLQ topic (physical name). */
   dlq: string;
   /** Records since this instance started: started or signalled, dead-lettered, skipped as a replay. */
