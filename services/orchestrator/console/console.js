@@ -3,7 +3,7 @@
 // the page as text (never as HTML).
 
 /** How often each view refreshes itself, ms. */
-const REFRESH_MS = { runs: 2000, run: 2000, queues: 5000, dlq: 5000 };
+const REFRESH_MS = { runs: 2000, run: 2000, queues: 5000, triggers: 5000, dlq: 5000 };
 /** Lag/DLQ figures the queues and DLQ views accept, ms old at most (the orchestrator measures again when older). */
 const FIGURES_MAX_AGE_MS = 5000;
 /** Timeline entries shown for one run (a big map has many). */
@@ -491,6 +491,85 @@ function grid(columns, rows, opts = {}) {
   );
 }
 
+/** Whether a trigger (or one of its partitions) reads or is paused for backpressure (too many runs in flight). */
+const readingCell = (paused) => (paused ? h('span', { class: 'bad' }, 'paused (backpressure)') : 'reading');
+
+/** A trigger's DLQ: a link to its records in the DLQ panel (by the logical name the DLQ routes take), else its name. */
+const triggerDlq = (t) =>
+  t.dlqLogical !== null
+    ? h(
+        'a',
+        { href: `#/dlq/${encodeURIComponent(t.dlqLogical)}`, 'data-testid': 'trigger-dlq' },
+        t.dlqLogical,
+      )
+    : t.dlq;
+
+/** One trigger's assigned source partitions: lag, position (the next offset it reads), records held, paused. */
+function triggerPartitions(t) {
+  return h(
+    'section',
+    { 'data-trigger-partitions': t.name },
+    h('h3', {}, `${t.name}: partitions of ${t.topic} assigned to this instance`),
+    grid(
+      [
+        numCol('partition', (p) => p.partition),
+        numCol('lag', (p) => num(p.lag), { 'data-testid': 'partition-lag' }),
+        numCol('position', (p) => p.position),
+        numCol('held', (p) => num(p.held)),
+        col('reading', (p) => readingCell(p.paused)),
+      ],
+      t.partitions,
+      {
+        testid: 'trigger-partitions',
+        empty: 'none assigned',
+        row: (p) => ({ 'data-partition': p.partition }),
+      },
+    ),
+  );
+}
+
+async function triggersView(view) {
+  const { triggers } = await call('/ops/triggers');
+  view.replaceChildren(
+    h('h2', {}, 'Topic triggers'),
+    h(
+      'p',
+      { class: 'muted' },
+      "This instance's share of each trigger (the source partitions assigned to it); lag is records behind the end " +
+        'of the source topic.',
+    ),
+    grid(
+      [
+        col('trigger', (t) => t.name),
+        col('kind', (t) => t.kind),
+        col('source topic', (t) => t.topic),
+        col('group', (t) => t.group),
+        col('target', (t) => `${t.kind === 'start' ? 'workflow' : 'signal'} ${t.target}`),
+        numCol('lag', (t) => num(t.lag), { 'data-testid': 'trigger-lag' }),
+        numCol('in flight / max', (t) => `${num(t.inFlight)} / ${num(t.maxInFlight)}`, {
+          'data-testid': 'trigger-in-flight',
+        }),
+        numCol('held', (t) => num(t.held)),
+        col('reading', (t) => readingCell(t.paused), { 'data-testid': 'trigger-reading' }),
+        col('DLQ', triggerDlq),
+        col(
+          'since start',
+          (t) =>
+            `${num(t.counts.applied)} applied, ${num(t.counts.deadLettered)} dead-lettered, ` +
+            `${num(t.counts.skippedReplay)} skipped (replays)`,
+        ),
+      ],
+      triggers,
+      {
+        testid: 'triggers',
+        empty: 'no topic triggers on this instance',
+        row: (t) => ({ 'data-trigger': t.name }),
+      },
+    ),
+    ...triggers.map(triggerPartitions),
+  );
+}
+
 function dlqTable(all) {
   // Those with records waiting first, then those with any records, then the empty ones, each by name.
   const dlqs = [...all].sort(
@@ -791,6 +870,7 @@ async function render() {
     meta ??= await call('/ops/meta');
     if (tab === 'runs' && arg) await runView(view, arg);
     else if (tab === 'queues') await queuesView(view);
+    else if (tab === 'triggers') await triggersView(view);
     else if (tab === 'dlq' && arg) await dlqView(view, arg);
     else if (tab === 'dlq') await dlqListView(view);
     else await runsView(view);

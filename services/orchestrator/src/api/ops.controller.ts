@@ -97,7 +97,9 @@ const filterOf = (q: {
   toMs: q.to,
 });
 
-/** What the ops console (and scripts) read and do: lag, DLQs, chain times. DLQ topics by logical name. */
+/**
+ * What the ops console (and scripts) read and do: lag, DLQs, chain times, topic triggers. DLQ topics by logical name.
+ */
 @ApiTags('ops')
 @Controller('ops')
 @UseGuards(ApiAuthGuard)
@@ -118,6 +120,18 @@ export class OpsController {
   overview(@Query() query: unknown) {
     const q = parse(OverviewSchema, query);
     return answer(() => this.ops.overview(q.maxAgeMs));
+  }
+
+  @Get('triggers')
+  @ApiOperation({
+    summary:
+      "This instance's topic triggers: per trigger its kind, source topic, consumer group, target (workflow or " +
+      'signal), lag, runs in flight and maxInFlight, records held, whether reading is paused (backpressure), its DLQ ' +
+      '(`dlq` physical, `dlqLogical` as the DLQ routes name it), counts since start, and per assigned source ' +
+      'partition its lag, position, held records and paused flag. `{ triggers: [] }` when the instance has none.',
+  })
+  triggers() {
+    return answer(() => this.ops.triggers());
   }
 
   @Get('dlq/:topic/records')

@@ -21,6 +21,7 @@ import { COMPENSATION_SUFFIX, RUN_STATUSES, TIMELINE_MAX } from '@keyflow/workfl
 import type { LagMonitor } from '../engine/lag-monitor';
 import type { OrchestratorMetrics } from '../engine/metrics';
 import type { RunReadModel, WorkflowStats } from '../engine/read-model';
+import type { TriggerStatus, TriggerStatusSource } from '../triggers/status';
 import { RefusedRequest } from './runs.service';
 
 /** Who the DLQ ledger names for an action taken through the API (the ops console). */
@@ -64,6 +65,13 @@ export interface Overview {
   chainWindowMs: number;
 }
 
+/**
+ * A topic trigger as the ops API shows it (`GET /ops/triggers`): its status, and its DLQ by the logical name the DLQ
+ * routes (`/ops/dlq/:topic/...`) and the console's DLQ panel take (null when the DLQ is not under this deployment's
+ * topic prefix).
+ */
+export type TriggerView = TriggerStatus & { dlqLogical: string | null };
+
 /** Code of the refusal of a DLQ topic that does not exist (HTTP 404). */
 export const DLQ_NOT_FOUND = 'DLQ_NOT_FOUND';
 
@@ -87,7 +95,19 @@ export class OpsService {
      * DLQ keyflow declares under the prefix (libs/ops isCatalogDlq).
      */
     private readonly declaredDlqs?: ReadonlySet<string>,
+    /** The statuses of this instance's topic triggers (the trigger runners). Default: none (an empty list). */
+    private readonly triggerStatus?: TriggerStatusSource,
   ) {}
+
+  /** This instance's topic triggers (its share of their source partitions), as the runners see them now. */
+  triggers(): { triggers: TriggerView[] } {
+    return {
+      triggers: (this.triggerStatus?.status() ?? []).map((t) => ({
+        ...t,
+        dlqLogical: this.codec.logical(t.dlq) ?? null,
+      })),
+    };
+  }
 
   /**
    * The overview, its lag and DLQ figures at most `maxAgeMs` old (a lag monitor pass is run when they are older;

@@ -29,3 +29,11 @@ export interface TriggerStatus {
   /** Records since this instance started: started or signalled, dead-lettered, skipped as a replay. */
   counts: { applied: number; deadLettered: number; skippedReplay: number };
 }
+
+/**
+ * Where the ops API reads the statuses of this instance's topic triggers (the trigger runners). `status()` answers
+ * at once, from figures the runners keep (no broker call): one entry per trigger, an empty list when there is none.
+ */
+export interface TriggerStatusSource {
+  status(): TriggerStatus[];
+}

@@ -31,7 +31,13 @@ describe('API authentication (KEYFLOW_API_KEYS)', () => {
   const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 
   it('a request without credentials, or with an unknown key, gets 401 on every run, control and ops route', async () => {
-    for (const path of ['/runs', '/runs/x', '/ops/overview', '/ops/dlq/task.echo.dlq/records']) {
+    for (const path of [
+      '/runs',
+      '/runs/x',
+      '/ops/overview',
+      '/ops/triggers',
+      '/ops/dlq/task.echo.dlq/records',
+    ]) {
       const r = await get(path);
       expect([path, r.status, r.headers.get('www-authenticate')]).toEqual([
         path,
@@ -53,6 +59,7 @@ describe('API authentication (KEYFLOW_API_KEYS)', () => {
     expect((await get('/runs', bearer(READER))).status).toBe(200);
     expect((await get('/runs', { 'x-api-key': READER })).status).toBe(200);
     expect((await get('/ops/overview?maxAgeMs=600000', bearer(READER))).status).toBe(200);
+    expect((await get('/ops/triggers', bearer(READER))).status).toBe(200);
     const refused = await fetch(`${url}/runs`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...bearer(READER) },

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { Pool } from 'pg';
 import type { Browser, Page } from 'playwright-core';
 import { eventually } from '@keyflow/testing';
+import type { TriggerView } from '../../src/api/ops.service';
 import { launchChromium, OrchestratorHarness, post, SCREENSHOTS_DIR } from './support';
 
 jest.setTimeout(300_000);
@@ -136,6 +137,55 @@ describe('the ops console (headless Chromium)', () => {
     await shot('queues');
   });
 
+  it("the Triggers panel says when the instance has no topic trigger, and shows a trigger's lag, runs in flight, backpressure pause, partitions and DLQ link from the API answer", async () => {
+    // This instance runs no trigger: the API answers an empty list and the panel says so.
+    expect(await (await fetch(`${url}/ops/triggers`)).json()).toEqual({ triggers: [] });
+    await page.goto(`${url}/console/#/triggers`);
+    await expectText(page.locator('[data-testid="triggers"] td'), /^no topic triggers on this instance$/);
+    await shot('triggers-none');
+
+    // A status as a trigger runner reports it, answered to the page in place of the orchestrator's (no runner here).
+    const answer = { triggers: [ORDERS_TRIGGER] };
+    await page.route('**/ops/triggers', (r) => r.fulfill({ json: answer }));
+    try {
+      await page.reload();
+      const row = page.locator('[data-testid="triggers"] tr[data-trigger="orders"]');
+      await expectCells(row, [
+        'orders',
+        'start',
+        'orders',
+        'team.keyflow-trigger-orders',
+        'workflow order-saga',
+      ]);
+      await expectText(row.locator('[data-testid="trigger-lag"]'), /^1,234$/);
+      await expectText(row.locator('[data-testid="trigger-in-flight"]'), /^7 \/ 10$/);
+      await expectText(row.locator('[data-testid="trigger-reading"]'), /^paused \(backpressure\)$/);
+      expect(await row.locator('[data-testid="trigger-dlq"]').getAttribute('href')).toBe(
+        '#/dlq/trigger.orders.dlq',
+      );
+      const partitions = page.locator(
+        '[data-trigger-partitions="orders"] [data-testid="trigger-partitions"]',
+      );
+      await expectCells(partitions.locator('tr[data-partition="0"]'), [
+        '0',
+        '1,200',
+        '98765',
+        '2',
+        'paused (backpressure)',
+      ]);
+      await expectCells(partitions.locator('tr[data-partition="1"]'), ['1', '34', '17', '0', 'reading']);
+      await shot('triggers');
+
+      // The page's own refresh shows the next answer.
+      answer.triggers = [{ ...ORDERS_TRIGGER, lag: 5, inFlight: 3, paused: false }];
+      await expectText(row.locator('[data-testid="trigger-in-flight"]'), /^3 \/ 10$/);
+      await expectText(row.locator('[data-testid="trigger-lag"]'), /^5$/);
+      await expectText(row.locator('[data-testid="trigger-reading"]'), /^reading$/);
+    } finally {
+      await page.unroute('**/ops/triggers');
+    }
+  });
+
   it('the ops API refuses what would act on more than was asked: no JSON, unknown fields, an offset without its partition, no filter; and names a missing DLQ', async () => {
     const redriveUrl = `${url}/ops/dlq/task.charge.dlq/redrive`;
     const send = (body: string, type = 'application/json') =>
@@ -165,6 +215,27 @@ describe('the ops console (headless Chromium)', () => {
     expect((await fetch(`${url}/ops/dlq/task.charge.dlq/records?partition=`)).status).toBe(400);
   });
 });
+
+/** A start trigger's status as GET /ops/triggers answers it: partition 0 behind and paused, partition 1 reading. */
+const ORDERS_TRIGGER: TriggerView = {
+  name: 'orders',
+  kind: 'start',
+  topic: 'orders',
+  group: 'team.keyflow-trigger-orders',
+  target: 'order-saga',
+  inFlight: 7,
+  maxInFlight: 10,
+  held: 2,
+  paused: true,
+  lag: 1234,
+  partitions: [
+    { partition: 0, lag: 1200, position: '98765', paused: true, held: 2 },
+    { partition: 1, lag: 34, position: '17', paused: false, held: 0 },
+  ],
+  dlq: 'team.trigger.orders.dlq',
+  dlqLogical: 'trigger.orders.dlq',
+  counts: { applied: 5000, deadLettered: 1, skippedReplay: 0 },
+};
 
 /** Waits until the first cells of a table row read `cells` (the console re-renders on its own timer). */
 async function expectCells(row: ReturnType<Page['locator']>, cells: string[]): Promise<void> {
