@@ -4,16 +4,16 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import { describeKafkaSecurity } from '@keyflow/kafka';
 import { exitOnSignals } from '@keyflow/observability';
 import { describeRedis } from '@keyflow/idempotency';
-import type { WorkflowDefinition } from '@keyflow/workflow';
+import type { TriggerDefinition, WorkflowDefinition } from '@keyflow/workflow';
 import type { ScheduleDef } from './engine/scheduler';
 import { loadOrchestratorConfig, requireApiSettings } from './config';
 import { KeyflowOrchestratorModule, ORCHESTRATOR_RUNTIME, setupKeyflowOrchestrator } from './module';
-import { checkSchedules, type OrchestratorRuntime } from './runtime';
+import { checkSchedules, checkTriggers, type OrchestratorRuntime } from './runtime';
 import { WorkflowRegistry } from './workflows/registry';
 
 /**
  * Starts an orchestrator instance as a process of its own: {@link KeyflowOrchestratorModule} with the application's
- * `definitions` and nothing else (it creates the task topics of those definitions only), the HTTP API (OpenAPI at
+ * `definitions` (and `triggers`, topic triggers that start or signal their runs) and nothing else (it creates the task topics of those definitions only), the HTTP API (OpenAPI at
  * /docs, /health, /metrics, the ops API under /ops) and the ops console (/console/) on
  * ORCHESTRATOR_HTTP_HOST:ORCHESTRATOR_HTTP_PORT. SIGTERM/SIGINT close it and exit 0.
  * @throws OrchestratorConfigError for settings or schedules that could never work
@@ -22,14 +22,17 @@ export async function bootstrapOrchestrator(
   definitions: WorkflowDefinition[] = [],
   env: NodeJS.ProcessEnv = process.env,
   schedules: ScheduleDef[] = [],
+  triggers: TriggerDefinition[] = [],
 ) {
   // Settings and schedules first: a refused one is thrown here as it is, before Nest logs its own report of a
   // failed provider.
   requireApiSettings(loadOrchestratorConfig(env));
   const workflows = definitions;
-  checkSchedules(new WorkflowRegistry().register(...workflows), schedules);
+  const registry = new WorkflowRegistry().register(...workflows);
+  checkSchedules(registry, schedules);
+  checkTriggers(registry, triggers);
   const app = await NestFactory.create<NestExpressApplication>(
-    KeyflowOrchestratorModule.forRoot({ workflows, schedules, env }),
+    KeyflowOrchestratorModule.forRoot({ workflows, schedules, triggers, env }),
     // abortOnError false: a setting refused at startup reaches the caller (main prints it and exits 1).
     { logger: ['error', 'warn'], rawBody: true, abortOnError: false },
   );

@@ -12,7 +12,7 @@ import {
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { ComponentHealth } from '@keyflow/observability';
-import type { WorkflowDefinition } from '@keyflow/workflow';
+import type { TriggerDefinition, WorkflowDefinition } from '@keyflow/workflow';
 import { HealthController, METRICS_REGISTRY } from './api/health.controller';
 import { RunsController, WEBHOOKS } from './api/runs.controller';
 import { RunsService } from './api/runs.service';
@@ -36,6 +36,11 @@ export interface KeyflowOrchestratorOptions {
   workflows: WorkflowDefinition[];
   /** Runs started on a cron schedule; each must name one of `workflows` with an input its schema accepts. */
   schedules?: ScheduleDef[];
+  /**
+   * Topic triggers (`startTrigger`, `signalTrigger` of `@keyflow/workflow`): runs started or signalled from the records
+   * of a team's own topics, exactly once per record (docs/triggers.md). A start trigger must name one of `workflows`.
+   */
+  triggers?: TriggerDefinition[];
   /**
    * Settings by their environment variable names (docs/reference/configuration.md); default `process.env`. LOG_LEVEL,
    * KEYFLOW_FATAL_EXIT_DELAY_MS, KEYFLOW_STARTUP_TIMEOUT_MS and KEYFLOW_UNDECODABLE_RETRY_MS are read from
@@ -98,7 +103,7 @@ export class KeyflowOrchestratorModule {
         {
           provide: ORCHESTRATOR_RUNTIME,
           useFactory: (o: KeyflowOrchestratorOptions) =>
-            createOrchestratorRuntime(o.workflows, o.env ?? process.env, o.schedules ?? []),
+            createOrchestratorRuntime(o.workflows, o.env ?? process.env, o.schedules ?? [], o.triggers ?? []),
           inject: [OPTIONS],
         },
         RuntimeShutdown,

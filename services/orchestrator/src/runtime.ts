@@ -17,7 +17,8 @@ import {
   type Logger,
   type Registry,
 } from '@keyflow/observability';
-import { runInputIssues, type WorkflowDefinition } from '@keyflow/workflow';
+import { runInputIssues, type TriggerDefinition, type WorkflowDefinition } from '@keyflow/workflow';
+import { dlqOf, triggerTopic } from '@keyflow/schemas';
 import { checkRedisMemoryPolicy, createRedis, IdempotencyStoreEvictsError } from '@keyflow/idempotency';
 import type Redis from 'ioredis';
 import { claimCheckFromConfig, type ClaimCheck } from '@keyflow/blobs';
@@ -40,6 +41,7 @@ import { RunsService } from './api/runs.service';
 import { ApiKeys } from './api/auth';
 import { OpsService } from './api/ops.service';
 import { WorkflowRegistry } from './workflows/registry';
+import { TriggerRunners, triggerIssues } from './triggers/triggers';
 
 /** What {@link createOrchestratorRuntime} starts, and how to stop it. */
 export interface OrchestratorRuntime {
@@ -54,6 +56,8 @@ export interface OrchestratorRuntime {
   webhooks: WebhookSettings;
   apiKeys: ApiKeys;
   workflows: WorkflowRegistry;
+  /** The application's topic triggers on this instance. */
+  triggers: TriggerRunners;
   exportingTraces: boolean;
   /** Stops the scheduler, the lag monitor, the engine, the read model, the API's producer and Redis, then tracing. */
   close(): Promise<void>;
@@ -76,10 +80,12 @@ export async function createOrchestratorRuntime(
   definitions: WorkflowDefinition[],
   env: NodeJS.ProcessEnv,
   schedules: ScheduleDef[],
+  triggerDefs: TriggerDefinition[] = [],
 ): Promise<OrchestratorRuntime> {
   const cfg = requireApiSettings(loadOrchestratorConfig(env));
   const workflows = new WorkflowRegistry().register(...definitions);
   checkSchedules(workflows, schedules);
+  checkTriggers(workflows, triggerDefs);
   // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operating.md "Tracing").
   const tracing = startTracing('keyflow-orchestrator', env);
   const logger = createLogger('orchestrator');
@@ -101,8 +107,9 @@ export async function createOrchestratorRuntime(
     exitOnComponentFailure(health, logger);
     const w: Wiring = { cfg, workflows, logger, metrics, registry, kafka, codec, health, started };
     const { engine, readModel, claim } = await startEngine(w);
-    const { lagMonitor, dlqs } = await startLagMonitor(w);
+    const { lagMonitor, dlqs } = await startLagMonitor(w, triggerDefs);
     const { producer, redis, webhooks, runs } = await startApi(w, readModel, claim);
+    const triggers = await startTriggers(w, triggerDefs, readModel);
     const ops = new OpsService(
       kafka,
       codec,
@@ -113,6 +120,7 @@ export async function createOrchestratorRuntime(
       logger,
       runs.pii,
       dlqs,
+      triggers,
     );
     const scheduler = startScheduler(w, schedules, runs);
     let closing: Promise<void> | undefined;
@@ -128,12 +136,14 @@ export async function createOrchestratorRuntime(
       webhooks,
       apiKeys,
       workflows,
+      triggers,
       exportingTraces: tracing.exporting,
       // Once: app.close() and a signal handler may both ask.
       close: () =>
         (closing ??= (async () => {
           scheduler.stop();
           lagMonitor.stop();
+          await triggers.stop();
           await Promise.all([engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]);
           await tracing.shutdown();
         })()),
@@ -210,7 +220,10 @@ async function startEngine({
  * Sets up the DLQ ledger (a failure only warns) and starts the lag monitor over this deployment's DLQs.
  * @returns the monitor and the DLQs this deployment declares (the ops API acts on these only).
  */
-async function startLagMonitor({ cfg, workflows, logger, metrics, kafka, codec, started }: Wiring) {
+async function startLagMonitor(
+  { cfg, workflows, logger, metrics, kafka, codec, started }: Wiring,
+  triggerDefs: TriggerDefinition[],
+) {
   // The DLQ ledger the console's actions write to. Without it (no right to create topics, registry refusing) the
   // orchestrator still runs: DLQ counts show every record as pending and a console action answers the error.
   await ensureDlqLedger(kafka, codec).catch((err) =>
@@ -220,11 +233,12 @@ async function startLagMonitor({ cfg, workflows, logger, metrics, kafka, codec, 
     ),
   );
   // The DLQs this deployment declares: the only ones the lag monitor counts and the ops API acts on.
-  const dlqs = new Set(
-    Engine.topics(cfg, workflows)
+  const dlqs = new Set<string>([
+    ...Engine.topics(cfg, workflows)
       .map((t) => t.topic)
       .filter((t) => isCatalogDlq(t)),
-  );
+    ...triggerDefs.map((t) => dlqOf(triggerTopic(t.name))),
+  ]);
   const lagMonitor = new LagMonitor(kafka, metrics, logger, {
     groups: lagGroups(cfg),
     intervalMs: cfg.ORCHESTRATOR_LAG_INTERVAL_MS,
@@ -269,6 +283,41 @@ async function startApi(
     },
   );
   return { producer, redis, webhooks, runs };
+}
+
+/**
+ * Sets up the topic triggers' topics and starts each trigger in the background (see TriggerRunners: a missing source
+ * topic degrades /health until it appears).
+ */
+async function startTriggers(
+  { cfg, workflows, logger, registry, kafka, codec, health, started }: Wiring,
+  defs: TriggerDefinition[],
+  readModel: RunReadModel,
+): Promise<TriggerRunners> {
+  const triggers = new TriggerRunners(defs, {
+    kafka,
+    codec,
+    readModel,
+    logger,
+    registry,
+    health,
+    workflows,
+    topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
+    maxMessageBytes: cfg.KEYFLOW_MAX_MESSAGE_BYTES,
+    sessionTimeoutMs: cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS,
+  });
+  started.push(() => triggers.stop());
+  await triggers.start();
+  return triggers;
+}
+
+/**
+ * The topic triggers' names are unique and each start trigger names a registered workflow, checked before anything
+ * starts. @throws OrchestratorConfigError naming each trigger that could never run
+ */
+export function checkTriggers(workflows: WorkflowRegistry, triggers: TriggerDefinition[]): void {
+  const issues = triggerIssues(triggers, workflows);
+  if (issues.length) throw new OrchestratorConfigError(issues);
 }
 
 /** Starts the schedules' ticking: each due firing starts its run through `runs` (trigger `schedule`). */

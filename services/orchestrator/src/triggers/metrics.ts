@@ -38,10 +38,12 @@ export function triggerMetrics(r: Registry, statuses: () => TriggerStatus[]): Tr
     s.paused ? 1 : 0,
   );
   return {
-    records: metric.counter(r, 'trigger_records_total', 'Source records a topic trigger handled, by outcome.', [
-      'trigger',
-      'outcome',
-    ]) as Counter<'trigger' | 'outcome'>,
+    records: metric.counter(
+      r,
+      'trigger_records_total',
+      'Source records a topic trigger handled, by outcome.',
+      ['trigger', 'outcome'],
+    ) as Counter<'trigger' | 'outcome'>,
     aborted: metric.counter(
       r,
       'trigger_transactions_aborted_total',

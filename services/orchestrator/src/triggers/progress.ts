@@ -92,12 +92,23 @@ export async function readMarks(
       if (source === undefined) return;
       if (m.value === null) return void marks.delete(source);
       try {
-        const d = await codec.decode(TRIGGER_PROGRESS_TOPIC, m.value, { topic: physical, partition, offset: m.offset });
+        const d = await codec.decode(TRIGGER_PROGRESS_TOPIC, m.value, {
+          topic: physical,
+          partition,
+          offset: m.offset,
+        });
         if (d.event !== 'TriggerProgress') return;
         const v = d.value;
-        marks.set(source, { next: BigInt(v.next), through: BigInt(v.through), held: v.held.map((o) => BigInt(o)) });
+        marks.set(source, {
+          next: BigInt(v.next),
+          through: BigInt(v.through),
+          held: v.held.map((o) => BigInt(o)),
+        });
       } catch (err) {
-        logger.error({ err, partition, offset: m.offset }, 'a trigger progress mark could not be read; passed over');
+        logger.error(
+          { err, partition, offset: m.offset },
+          'a trigger progress mark could not be read; passed over',
+        );
       }
     },
     { groupPrefix: 'keyflow-trigger-progress' },

@@ -30,7 +30,10 @@ export class TriggerRecordError extends KeyflowError {
   constructor(
     readonly code: Extract<
       ErrorCode,
-      'TRIGGER_RECORD_UNDECODABLE' | 'TRIGGER_RECORD_UNMAPPABLE' | 'TRIGGER_INPUT_INVALID' | 'TRIGGER_NO_SUCH_RUN'
+      | 'TRIGGER_RECORD_UNDECODABLE'
+      | 'TRIGGER_RECORD_UNMAPPABLE'
+      | 'TRIGGER_INPUT_INVALID'
+      | 'TRIGGER_NO_SUCH_RUN'
     >,
     message: string,
     options?: { cause?: unknown },
@@ -96,9 +99,13 @@ async function valueOf(
       return await codec.decodeForeign(value, where);
     } catch (e) {
       if (isRetryable(e, false)) throw e; // the registry, not the record
-      throw new TriggerRecordError('TRIGGER_RECORD_UNDECODABLE', `not Avro the registry knows: ${(e as Error).message}`, {
-        cause: e,
-      });
+      throw new TriggerRecordError(
+        'TRIGGER_RECORD_UNDECODABLE',
+        `not Avro the registry knows: ${(e as Error).message}`,
+        {
+          cause: e,
+        },
+      );
     }
   }
   try {
@@ -116,15 +123,22 @@ function call<T>(fn: string, f: () => T): T {
   try {
     return f();
   } catch (e) {
-    throw new TriggerRecordError('TRIGGER_RECORD_UNMAPPABLE', `${fn} threw: ${(e as Error)?.message ?? String(e)}`, {
-      cause: e,
-    });
+    throw new TriggerRecordError(
+      'TRIGGER_RECORD_UNMAPPABLE',
+      `${fn} threw: ${(e as Error)?.message ?? String(e)}`,
+      {
+        cause: e,
+      },
+    );
   }
 }
 
 function text(fn: string, v: unknown, maxBytes = 1_000): string {
   if (typeof v !== 'string' || v.length === 0)
-    throw new TriggerRecordError('TRIGGER_RECORD_UNMAPPABLE', `${fn} returned ${typeof v}, not a non-empty string`);
+    throw new TriggerRecordError(
+      'TRIGGER_RECORD_UNMAPPABLE',
+      `${fn} returned ${typeof v}, not a non-empty string`,
+    );
   if (Buffer.byteLength(v) > maxBytes)
     throw new TriggerRecordError('TRIGGER_RECORD_UNMAPPABLE', `${fn} returned more than ${maxBytes} bytes`);
   return v;
@@ -150,9 +164,18 @@ export function applied(
   workflow: WorkflowDefinition | undefined,
 ): Applied {
   if (def.kind === 'start') {
-    const runId = text('runId', call('runId', () => def.runId(r)));
-    const businessKey = text('businessKey', call('businessKey', () => def.businessKey(r)));
-    const input = jsonValue('input', call('input', () => def.input(r)));
+    const runId = text(
+      'runId',
+      call('runId', () => def.runId(r)),
+    );
+    const businessKey = text(
+      'businessKey',
+      call('businessKey', () => def.businessKey(r)),
+    );
+    const input = jsonValue(
+      'input',
+      call('input', () => def.input(r)),
+    );
     const issues = runInputIssues(workflow!, input);
     if (issues.length)
       throw new TriggerRecordError(
@@ -167,6 +190,16 @@ export function applied(
   const runId = (target as { runId?: unknown } | null)?.runId;
   const businessKey = (target as { businessKey?: unknown } | null)?.businessKey;
   const checked: SignalTarget =
-    runId !== undefined ? { runId: text('run().runId', runId) } : { businessKey: text('run().businessKey', businessKey) };
-  return { kind: 'signal', target: checked, payload: jsonValue('payload', call('payload', () => def.payload(r))), signal: def.signal };
+    runId !== undefined
+      ? { runId: text('run().runId', runId) }
+      : { businessKey: text('run().businessKey', businessKey) };
+  return {
+    kind: 'signal',
+    target: checked,
+    payload: jsonValue(
+      'payload',
+      call('payload', () => def.payload(r)),
+    ),
+    signal: def.signal,
+  };
 }

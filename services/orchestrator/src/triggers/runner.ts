@@ -131,9 +131,7 @@ export class TriggerRunner {
 
   /** Drops the parts no longer assigned (their producers disconnect; the next owner's fences them anyway). */
   private assigned(assignment: Record<string, number[]>): void {
-    const keep = new Set(
-      Object.entries(assignment).flatMap(([topic, ps]) => ps.map((p) => `${topic}/${p}`)),
-    );
+    const keep = new Set(Object.entries(assignment).flatMap(([topic, ps]) => ps.map((p) => `${topic}/${p}`)));
     for (const [id, p] of this.parts) if (!keep.has(id)) void this.drop(p);
   }
 
@@ -175,13 +173,22 @@ export class TriggerRunner {
     })();
     this.parts.set(id, (p = made));
     made.ready.catch((err) => {
-      this.d.logger.warn({ err, trigger: this.def.name, topic, partition }, 'trigger partition could not start');
+      this.d.logger.warn(
+        { err, trigger: this.def.name, topic, partition },
+        'trigger partition could not start',
+      );
       if (this.parts.get(id) === made) void this.drop(made);
     });
     return p;
   }
 
-  private async onBatch({ batch, resolveOffset, heartbeat, isStale, isRunning }: EachBatchPayload): Promise<void> {
+  private async onBatch({
+    batch,
+    resolveOffset,
+    heartbeat,
+    isStale,
+    isRunning,
+  }: EachBatchPayload): Promise<void> {
     const p = this.partOf(batch.topic, batch.partition);
     const beat = setInterval(() => heartbeat().catch(() => undefined), 1_000);
     try {
@@ -204,7 +211,12 @@ export class TriggerRunner {
   }
 
   /** Applies a fetched batch in one transaction. @returns false when it failed (the part was rewound). */
-  private async applyBatch(p: Part, messages: KafkaMessage[], topic: string, partition: number): Promise<boolean> {
+  private async applyBatch(
+    p: Part,
+    messages: KafkaMessage[],
+    topic: string,
+    partition: number,
+  ): Promise<boolean> {
     const out = new TriggerOutputs(this.def, this.d.codec, this.group);
     let skipped = 0;
     try {
@@ -250,7 +262,8 @@ export class TriggerRunner {
   private workflowOrThrow(): WorkflowDefinition {
     const name = (this.def as { workflow: string }).workflow;
     const w = this.d.workflow(name);
-    if (!w) throw new TriggerRecordError('TRIGGER_RECORD_UNMAPPABLE', `workflow ${name} is not registered here`);
+    if (!w)
+      throw new TriggerRecordError('TRIGGER_RECORD_UNMAPPABLE', `workflow ${name} is not registered here`);
     return w;
   }
 
@@ -269,7 +282,8 @@ export class TriggerRunner {
   private target(r: Pending): string | 'wait' | Error {
     if (r.a.kind === 'start') return r.a.runId;
     const t = r.a.target;
-    const run = 'runId' in t ? this.d.readModel.get(t.runId) : this.d.readModel.runByBusinessKey(t.businessKey);
+    const run =
+      'runId' in t ? this.d.readModel.get(t.runId) : this.d.readModel.runByBusinessKey(t.businessKey);
     if (run && !TERMINAL.has(run.status)) return run.runId;
     const waited = Date.now() - r.since;
     const awaitMs = this.def.kind === 'signal' ? this.def.awaitRunMs : 0;
@@ -365,7 +379,14 @@ export class TriggerRunner {
             (r) => this.target(r) !== 'wait',
           );
           if (items.length === 0) return;
-          for (const h of items) this.emit(p, h.key.startsWith('\u0000') ? null : h.key, h.record, this.target(h.record) as string | Error, out);
+          for (const h of items)
+            this.emit(
+              p,
+              h.key.startsWith('\u0000') ? null : h.key,
+              h.record,
+              this.target(h.record) as string | Error,
+              out,
+            );
           try {
             await this.commit(p, out);
           } catch (err) {
@@ -395,7 +416,11 @@ export class TriggerRunner {
 
   private async refreshEnds(): Promise<void> {
     for (const topic of [this.def.topic, this.redriveTopic]) {
-      const ends = (await this.d.admin()?.fetchTopicOffsets(topic).catch(() => [])) ?? [];
+      const ends =
+        (await this.d
+          .admin()
+          ?.fetchTopicOffsets(topic)
+          .catch(() => [])) ?? [];
       for (const e of ends) {
         const p = this.parts.get(`${topic}/${e.partition}`);
         if (p) p.end = BigInt(e.offset);
@@ -432,7 +457,14 @@ export class TriggerRunner {
       .map((p) => {
         const position = p.committed?.next ?? -1n;
         const lag = p.end >= 0n && position >= 0n && p.end > position ? Number(p.end - position) : 0;
-        return { topic: p.topic, partition: p.partition, lag, position: position.toString(), paused: this.paused, held: p.part.heldCount };
+        return {
+          topic: p.topic,
+          partition: p.partition,
+          lag,
+          position: position.toString(),
+          paused: this.paused,
+          held: p.part.heldCount,
+        };
       });
     return {
       name: this.def.name,

@@ -108,7 +108,10 @@ export class SourcePartition<R> {
    * known). A record taken out must be applied (or dead-lettered) by the caller, which then gates its key again.
    * @returns at most one record per key: the caller gates the key on it before asking again.
    */
-  release(gateOpen: (runId: string) => boolean, ready: (record: R) => boolean): Array<Held<R> & { key: string }> {
+  release(
+    gateOpen: (runId: string) => boolean,
+    ready: (record: R) => boolean,
+  ): Array<Held<R> & { key: string }> {
     const out: Array<Held<R> & { key: string }> = [];
     for (const [key, q] of this.queues) {
       const gate = this.gates.get(key);

@@ -23,7 +23,14 @@ export interface TriggerStatus {
   /** Records behind the end of the source topic, over the assigned partitions. */
   lag: number;
   /** Per assigned partition of the source topic (and of the trigger's redrive topic while it has records). */
-  partitions: Array<{ topic: string; partition: number; lag: number; position: string; paused: boolean; held: number }>;
+  partitions: Array<{
+    topic: string;
+    partition: number;
+    lag: number;
+    position: string;
+    paused: boolean;
+    held: number;
+  }>;
   /** The trigger's DLQ topic (physical name). */
   dlq: string;
   /** Records since this instance started: started or signalled, dead-lettered, skipped as a replay. */

@@ -76,15 +76,18 @@ export class TriggerOutputs {
           [TRIGGER_SOURCE_HEADERS.offset]: m.offset,
           [TRIGGER_SOURCE_HEADERS.timestamp]: m.timestamp,
         };
-    const d = dlqMessage({ ...m, headers: { ...m.headers, ...source } }, {
-      errorClass: (err as Error)?.constructor?.name ?? 'Error',
-      errorMessage: textOf(err),
-      errorCode: failureCode(err) ?? null,
-      attempts: 1,
-      firstFailureAt: at,
-      lastFailureAt: at,
-      consumerGroup: this.group,
-    });
+    const d = dlqMessage(
+      { ...m, headers: { ...m.headers, ...source } },
+      {
+        errorClass: (err as Error)?.constructor?.name ?? 'Error',
+        errorMessage: textOf(err),
+        errorCode: failureCode(err) ?? null,
+        attempts: 1,
+        firstFailureAt: at,
+        lastFailureAt: at,
+        consumerGroup: this.group,
+      },
+    );
     this.dead.push({ topic: this.codec.physical(dlqOf(triggerTopic(this.def.name))), ...d });
   }
 }
@@ -141,7 +144,9 @@ export async function commitTrigger(
     await whileTransactionsConcurrent(() =>
       tx.sendOffsets({
         consumerGroupId: at.group,
-        topics: [{ topic: at.topic, partitions: [{ partition: at.partition, offset: mark.next.toString() }] }],
+        topics: [
+          { topic: at.topic, partitions: [{ partition: at.partition, offset: mark.next.toString() }] },
+        ],
       }),
     );
     await tx.commit();

@@ -16,7 +16,11 @@ import type { TriggerStatus, TriggerStatusSource } from './status';
 /** Partitions of a trigger's own redrive topic (`trigger.<name>`): redriven records keep their key's order. */
 const REDRIVE_PARTITIONS = 3;
 /** Backoff of a trigger whose start failed (its source topic missing, a broker away): full jitter, 1 s to 30 s. */
-const START_RETRY = retryPolicy({ maxAttempts: Number.MAX_SAFE_INTEGER, initialDelayMs: 1_000, maxDelayMs: 30_000 });
+const START_RETRY = retryPolicy({
+  maxAttempts: Number.MAX_SAFE_INTEGER,
+  initialDelayMs: 1_000,
+  maxDelayMs: 30_000,
+});
 
 /** The health condition of a trigger that cannot start (`trigger:<name>`), cleared once it runs. */
 export const triggerCondition = (name: string) => `trigger:${name}`;
@@ -104,7 +108,11 @@ export class TriggerRunners implements TriggerStatusSource {
     await ensureTopics(
       admin,
       this.triggers.flatMap((t) => [
-        { topic: this.d.codec.physical(triggerTopic(t.name)), partitions: REDRIVE_PARTITIONS, ...replication },
+        {
+          topic: this.d.codec.physical(triggerTopic(t.name)),
+          partitions: REDRIVE_PARTITIONS,
+          ...replication,
+        },
         {
           topic: this.d.codec.physical(dlqOf(triggerTopic(t.name))),
           partitions: 1,
@@ -132,7 +140,10 @@ export class TriggerRunners implements TriggerStatusSource {
         return;
       } catch (err) {
         const message = `trigger ${def.name} cannot start: ${textOf(err)}`;
-        this.d.health.degrade(triggerCondition(def.name), { code: failureCode(err) ?? 'TRIGGER_SOURCE_MISSING', error: message });
+        this.d.health.degrade(triggerCondition(def.name), {
+          code: failureCode(err) ?? 'TRIGGER_SOURCE_MISSING',
+          error: message,
+        });
         this.d.logger.warn({ err, trigger: def.name }, message);
         await r.stop().catch(() => undefined);
         this.runners.set(def.name, this.runner(def));

@@ -229,8 +229,8 @@ const ORDERS_TRIGGER: TriggerView = {
   paused: true,
   lag: 1234,
   partitions: [
-    { partition: 0, lag: 1200, position: '98765', paused: true, held: 2 },
-    { partition: 1, lag: 34, position: '17', paused: false, held: 0 },
+    { topic: 'orders', partition: 0, lag: 1200, position: '98765', paused: true, held: 2 },
+    { topic: 'orders', partition: 1, lag: 34, position: '17', paused: false, held: 0 },
   ],
   dlq: 'team.trigger.orders.dlq',
   dlqLogical: 'trigger.orders.dlq',

@@ -19,8 +19,8 @@ const orders: TriggerStatus = {
   paused: true,
   lag: 42,
   partitions: [
-    { partition: 0, lag: 40, position: '1200', paused: true, held: 2 },
-    { partition: 1, lag: 2, position: '17', paused: false, held: 0 },
+    { topic: 'orders', partition: 0, lag: 40, position: '1200', paused: true, held: 2 },
+    { topic: 'orders', partition: 1, lag: 2, position: '17', paused: false, held: 0 },
   ],
   dlq: `${PREFIX}trigger.orders.dlq`,
   counts: { applied: 1217, deadLettered: 3, skippedReplay: 0 },
