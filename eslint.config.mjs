@@ -38,10 +38,17 @@ export default tseslint.config(
             { sourceTag: 'type:lib', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
             { sourceTag: 'type:schemas', onlyDependOnLibsWithTags: [] },
             { sourceTag: 'type:service', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas'] },
-            // A bench measures the services: it may read their settings' defaults from their public API.
+            // A bench measures the services: it may read their settings' defaults from their public API, and its
+            // soak worker marks its handler with @TaskHandler (@keyflow/nestjs).
             {
               sourceTag: 'type:bench',
-              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service', 'type:example'],
+              onlyDependOnLibsWithTags: [
+                'type:lib',
+                'type:schemas',
+                'type:service',
+                'type:sdk',
+                'type:example',
+              ],
             },
             // The end-to-end tests run the examples (the GeoNames ETL) and read their contracts.
             { sourceTag: 'type:e2e', onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:example'] },
@@ -54,11 +61,18 @@ export default tseslint.config(
               sourceTag: 'type:tools',
               onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service'],
             },
-            // An application on keyflow (the tutorial, examples/*): the libs and the services' public API (their
-            // src/index.ts); examples/test-workloads gathers the other examples into one process of each service.
+            // An application on keyflow (the tutorial, examples/*): the libs, the services' public API (their
+            // src/index.ts) and the NestJS package (@TaskHandler); examples/test-workloads gathers the other
+            // examples into one process of each service.
             {
               sourceTag: 'type:example',
-              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:service', 'type:example'],
+              onlyDependOnLibsWithTags: [
+                'type:lib',
+                'type:schemas',
+                'type:service',
+                'type:sdk',
+                'type:example',
+              ],
             },
           ],
         },
@@ -79,7 +93,8 @@ export default tseslint.config(
     },
   },
   // A service's tests run the examples as workloads (the order saga in the tests' orchestrator): the one place a
-  // service's folder may import an example. Its source stays free of them (the rule above).
+  // service's folder may import an example, or @keyflow/nestjs (the workers' test handlers carry @TaskHandler).
+  // Its source stays free of them (the rule above).
   {
     files: ['services/*/test/**/*.ts'],
     rules: {
@@ -91,7 +106,7 @@ export default tseslint.config(
           depConstraints: [
             {
               sourceTag: 'type:service',
-              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:example'],
+              onlyDependOnLibsWithTags: ['type:lib', 'type:schemas', 'type:sdk', 'type:example'],
             },
           ],
         },

@@ -2,7 +2,8 @@ import 'reflect-metadata';
 import { Controller } from '@nestjs/common';
 import { Ctx, Payload } from '@nestjs/microservices';
 import { Pool } from 'pg';
-import { bootstrapWorker, TaskHandler, type TaskContext } from '@keyflow/workers';
+import { bootstrapWorker, type TaskContext } from '@keyflow/workers';
+import { TaskHandler } from '@keyflow/nestjs';
 import type { ParsedTaskInputOf } from '@keyflow/workflow';
 import { soakStep } from './workflows';
 

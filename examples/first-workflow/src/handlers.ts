@@ -1,7 +1,7 @@
 import { Controller } from '@nestjs/common';
 import { Ctx, Payload } from '@nestjs/microservices';
 import type { TaskContext } from '@keyflow/handler';
-import { TaskHandler } from '@keyflow/workers';
+import { TaskHandler } from '@keyflow/nestjs';
 import type { ParsedTaskInputOf } from '@keyflow/workflow';
 import { composeGreeting, sendGreeting } from './tasks';
 

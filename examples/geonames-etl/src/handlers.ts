@@ -28,13 +28,8 @@ import {
 import { derivedEventId, newMetadata } from '@keyflow/contracts';
 import type { CityEnriched } from '@keyflow/schemas';
 import { blobJson, blobRetentionMs, type BlobStore, type PutOptions } from '@keyflow/blobs';
-import {
-  BLOB_STORE,
-  EventPublisher,
-  TaskHandler,
-  WORKER_RUNTIME,
-  type WorkerRuntime,
-} from '@keyflow/workers';
+import { BLOB_STORE, EventPublisher, WORKER_RUNTIME, type WorkerRuntime } from '@keyflow/workers';
+import { TaskHandler } from '@keyflow/nestjs';
 import { NonRetryableTaskError, TaskInputError, type TaskContext } from '@keyflow/handler';
 import {
   etlDedupe,

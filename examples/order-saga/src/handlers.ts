@@ -13,7 +13,7 @@ import {
 } from './tasks';
 import type { ParsedTaskInputOf } from '@keyflow/workflow';
 import { NonRetryableTaskError, type TaskContext } from '@keyflow/handler';
-import { TaskHandler } from '@keyflow/workers';
+import { TaskHandler } from '@keyflow/nestjs';
 
 /**
  * The order saga example's tasks (contracts in ./tasks): reserve inventory, charge payment, create

@@ -2,7 +2,7 @@ import { Controller } from '@nestjs/common';
 import { Payload, Ctx } from '@nestjs/microservices';
 import { echo, noop } from '@keyflow/testing';
 import type { TaskContext } from '@keyflow/handler';
-import { TaskHandler } from '@keyflow/workers';
+import { TaskHandler } from '@keyflow/nestjs';
 
 /** The test workloads' tasks: `noop` (benchmarks) and `echo` (returns its input). */
 @Controller()

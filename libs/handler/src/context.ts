@@ -37,7 +37,7 @@ export type TaskHandlerFn = (input: unknown, ctx: TaskContext) => Promise<unknow
 /**
  * A handler of contract `C`: its parsed input (`ParsedTaskInputOf<C>`, the contract's input schema's output) and
  * the TaskContext in, its output (`TaskOutputOf<C>`, or a promise of it) out. The type `@TaskHandler(contract)`
- * (@keyflow/workers, @keyflow/nestjs) holds a method to; a plain function of this type runs once wrapped by
+ * (@keyflow/nestjs) holds a method to; a plain function of this type runs once wrapped by
  * `checkedByContract(contract, handler)`.
  */
 export type ContractHandlerMethod<C extends AnyTaskContract> = (

@@ -24,13 +24,13 @@ export {
   startKeyflowWorker,
   WORKER_RUNTIME,
   WorkerConfigError,
-  TaskHandler,
   EventPublisher,
   BLOB_STORE,
   type KeyflowWorkerOptions,
   type KeyflowWorkerAsyncOptions,
   type WorkerRuntime,
 } from '@keyflow/workers';
+export { TaskHandler } from './task-handler';
 export {
   TaskError,
   RetryableTaskError,

@@ -5,9 +5,8 @@ import type { ComponentHealth, Logger, Registry } from '@keyflow/observability';
 import type { AnyTaskContract } from '@keyflow/workflow';
 import type { WorkerConfig } from '../config';
 import type { EventPublisher } from '../runtime/event-publisher';
-import { checkedByContract, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
+import { CONTRACT_EXTRA, checkedByContract, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { TaskWorker, type IdempotencyHealth } from '../worker-runtime';
-import { CONTRACT_EXTRA } from './task-handler.decorator';
 
 export {
   IDEMPOTENCY_STORE_FULL_CONDITION,
@@ -17,7 +16,7 @@ export {
 } from '../worker-runtime';
 
 /**
- * A custom transport strategy of @nestjs/microservices: NestJS handlers declared with @TaskHandler(type) consume
+ * A custom transport strategy of @nestjs/microservices: NestJS handlers declared with @TaskHandler(type) (@keyflow/nestjs) consume
  * `task.<type>` topics through the worker runtime ({@link TaskWorker}: the ordered consumer, the idempotency store,
  * in-process retries, timeouts, result events on `task.results` and the DLQ). This adapter only turns Nest's
  * handlers into task handlers (checked by their contracts) and hands them to the runtime.
@@ -78,7 +77,10 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     }
   }
 
-  /** The @TaskHandler methods Nest found, by task type, each checked by its task contract when it has one. */
+  /**
+   * The @TaskHandler methods Nest found (message patterns), by task type, each checked by its task contract when it
+   * has one (the pattern's extras under CONTRACT_EXTRA).
+   */
   private taskHandlers(): Map<string, TaskHandlerFn> {
     const handlers = new Map<string, TaskHandlerFn>();
     for (const [pattern, h] of this.getHandlers()) {

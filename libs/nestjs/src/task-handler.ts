@@ -2,12 +2,9 @@ import { applyDecorators, UseFilters } from '@nestjs/common';
 import { MessagePattern } from '@nestjs/microservices';
 import { PassThroughRpcFilter } from './pass-through.filter';
 import type { AnyTaskContract } from '@keyflow/workflow';
-import type { ContractHandlerMethod } from '@keyflow/handler';
+import { CONTRACT_EXTRA, type ContractHandlerMethod } from '@keyflow/handler';
 
 const PASS_THROUGH = new PassThroughRpcFilter();
-
-/** The key of a handler's contract in its @nestjs/microservices pattern extras (MessagePattern's third argument). */
-export const CONTRACT_EXTRA = 'keyflowContract';
 
 /**
  * Marks a method as the handler of a task. With a contract (`@TaskHandler(chargePayment)`), the method's input and
@@ -17,7 +14,8 @@ export const CONTRACT_EXTRA = 'keyflowContract';
  * OUTPUT_SCHEMA, the step fails). With a type name (`@TaskHandler('echo')`) the input is the command's parsed JSON,
  * unchecked. The method gets the input (`@Payload()`) and a TaskContext (`@Ctx()`), and returns the output
  * (serialised to JSON). Throw NonRetryableTaskError / TaskInputError / RetryableTaskError to say what kind of
- * failure it is.
+ * failure it is. The worker's transport (@keyflow/workers) runs the method: it reads the message pattern and, under
+ * `CONTRACT_EXTRA` (@keyflow/handler) in its extras, the contract.
  */
 export function TaskHandler<C extends AnyTaskContract>(
   contract: C,
