@@ -6,11 +6,17 @@ import type { Kafka } from '@keyflow/kafka';
 import { KeyflowError, type ErrorCode } from '@keyflow/errors';
 import { brokerList, CONNECTION_ENV, DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
 
-/** What the CLI reads from the environment (the same variables the services and `stack.sh env` use). */
+/**
+ * What the CLI reads from the environment: the services' connection settings (CONNECTION_ENV, as `stack.sh env` sets
+ * them) and its own. Each command asks for the connections it uses, so none is required here: KAFKA_BROKERS and
+ * REDIS_URL are any string (unset or blank: the command that needs one says so, CliConfigError; a bad REDIS_URL is
+ * refused by redisConnectionFromEnv when a command uses it), SCHEMA_REGISTRY_URL a URL when set.
+ */
 const EnvSchema = z.object({
+  ...CONNECTION_ENV,
   KAFKA_BROKERS: z.string().optional(),
-  SCHEMA_REGISTRY_URL: z.string().url().optional(),
-  KEYFLOW_TOPIC_PREFIX: CONNECTION_ENV.KEYFLOW_TOPIC_PREFIX,
+  SCHEMA_REGISTRY_URL: CONNECTION_ENV.SCHEMA_REGISTRY_URL.optional(),
+  REDIS_URL: z.string().optional(),
   /** The orchestrator's HTTP API, e.g. http://127.0.0.1:3000 (npm start prints it). */
   KEYFLOW_API_URL: z.string().url().optional(),
   /** An API key of the orchestrator (its KEYFLOW_API_KEYS), sent as `Authorization: Bearer`; none: no header. */

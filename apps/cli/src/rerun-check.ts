@@ -37,8 +37,8 @@ export class RerunCheck {
     o: { redis: boolean; api?: string },
   ) {
     this.endpoint = o.api !== undefined || ctx.env.KEYFLOW_API_URL ? ctx.endpoint(o.api) : undefined;
-    if (o.redis && process.env.REDIS_URL) {
-      this.redis = createRedis(redisConnectionFromEnv(process.env.REDIS_URL), {
+    if (o.redis && ctx.env.REDIS_URL) {
+      this.redis = createRedis(redisConnectionFromEnv(ctx.env.REDIS_URL), {
         maxRetriesPerRequest: 2,
         lazyConnect: true,
       });

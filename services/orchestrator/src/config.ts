@@ -116,14 +116,6 @@ const Schema = z.object({
    */
   ORCHESTRATOR_STOP_TIMEOUT_MS: z.coerce.number().int().min(1000).default(10_000),
   /**
-   * Redis the API keeps Idempotency-Keys (key, request fingerprint, run id) and webhook delivery ids in, shared by
-   * every API instance. Required to serve the API (`requireApiSettings`); the rebuild CLI does without.
-   */
-  REDIS_URL: z
-    .string()
-    .regex(/^rediss?:\/\//, 'a redis:// URL')
-    .optional(),
-  /**
    * The least time (ms) an Idempotency-Key stays bound to its first request (a start's run, a signal's, cancel's or
    * retry's answer). The TTL used is never below ORCHESTRATOR_RUN_RETENTION_MS: see {@link requestKeyTtlMs}.
    * Default 24 h.

@@ -13,7 +13,7 @@ import { SettingsError } from '@keyflow/errors';
 const Schema = z.object({
   ...CONNECTION_ENV,
   /** Redis the worker keeps idempotency records, leases and fences in (`redis://` or `rediss://`); see docs/guarantees/idempotency-store.md. */
-  REDIS_URL: z.string().regex(/^rediss?:\/\//, 'a redis:// URL'),
+  REDIS_URL: CONNECTION_ENV.REDIS_URL.unwrap(),
   /** Consumer group of the task topics (default: defaultGroupId, `<KEYFLOW_TOPIC_PREFIX>keyflow.workers`). */
   WORKER_GROUP_ID: unsetWhenEmpty,
   /** Task types to consume (comma-separated); default: every registered handler. */

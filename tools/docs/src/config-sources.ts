@@ -15,7 +15,8 @@ export const configurationSources: SettingsSource[] = [
     title: 'Connections',
     about:
       'Read by the orchestrator, the workers and the CLI (libs/idempotency `CONNECTION_ENV`, spread into both ' +
-      "services' schemas). Kafka TLS/SASL, registry auth and Redis options: see [security](../security.md).",
+      "services' schemas and the CLI's): Kafka, the schema registry, the topic prefix, Redis. Kafka TLS/SASL settings " +
+      'and the rules across these settings: see [security](../security.md).',
     schema: z.object(CONNECTION_ENV),
     docFiles: ['libs/idempotency/src/connections.ts'],
     shared: true,

@@ -177,7 +177,7 @@ function checksFor(ctx: CliContext, moves: ReplayMove[]): RerunCheck | undefined
     ctx.codec.useTopics([...new Set([...taskMoves, ...requestMoves].map((m) => m.topic as LogicalTopic))]);
   }
   if (taskMoves.length) {
-    if (!process.env.REDIS_URL)
+    if (!ctx.env.REDIS_URL)
       throw new CliConfigError(
         "REDIS_URL is not set: a replay of task topics looks up each command's completion record",
       );

@@ -8,10 +8,8 @@ export {
   TopicsStillMissingError,
   effectiveReplication,
   topicCreation,
-  type TopicSpec,
-  type EffectiveReplication,
-  DEFAULT_GROUP_IDS,
-  defaultGroupId,
   assertGroupIdMigrated,
   GroupIdMigrationError,
 } from './topics';
+export type { TopicSpec, EffectiveReplication } from './types';
+export { DEFAULT_GROUP_IDS, defaultGroupId } from './options';

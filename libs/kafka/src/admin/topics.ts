@@ -1,23 +1,13 @@
 import type { Admin, ITopicConfig } from 'kafkajs';
 import { KeyflowError, retryableOf } from '@keyflow/errors';
 import { isTopicSettling } from '../kafka-errors';
-
-export interface TopicSpec {
-  topic: string;
-  partitions: number;
-  /** Topic configs, e.g. `{ 'cleanup.policy': 'compact' }`, `{ 'retention.ms': '604800000' }`. */
-  configs?: Record<string, string>;
-  /** Wanted replication factor (the catalog's); capped by the live broker count. Omitted: the broker default. */
-  replicationFactor?: number;
-  /** Wanted `min.insync.replicas` (the catalog's); capped with the replication factor. Omitted: the broker default. */
-  minInsyncReplicas?: number;
-}
-
-/** What a topic is created with on a cluster of a given size. */
-export interface EffectiveReplication {
-  replicationFactor: number;
-  minInsyncReplicas: number;
-}
+import {
+  DEFAULT_GROUP_IDS,
+  defaultGroupId,
+  TOPICS_SETTLE_TIMEOUT_MS,
+  type GroupIdMigrationOptions,
+} from './options';
+import type { EffectiveReplication, TopicSpec } from './types';
 
 /**
  * The replication a topic gets on `liveBrokers` brokers: the wanted replication factor capped by the broker count
@@ -98,7 +88,10 @@ export class TopicsStillMissingError extends KeyflowError {
  * time: UNKNOWN_TOPIC_OR_PARTITION, TOPIC_ALREADY_EXISTS, no leader yet), for up to `timeoutMs` (default 30 000).
  * @throws the last error when it persists, or at once when it is of another kind.
  */
-export async function retryWhileTopicsSettle<T>(f: () => Promise<T>, timeoutMs = 30_000): Promise<T> {
+export async function retryWhileTopicsSettle<T>(
+  f: () => Promise<T>,
+  timeoutMs = TOPICS_SETTLE_TIMEOUT_MS,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (let n = 1; ; n++) {
     try {
@@ -156,25 +149,10 @@ export async function subscribeWhenReady(
   consumer: { subscribe(s: { topic: string; fromBeginning: boolean }): Promise<void> },
   topic: string,
   fromBeginning: boolean,
-  timeoutMs = 30_000,
+  timeoutMs = TOPICS_SETTLE_TIMEOUT_MS,
 ): Promise<void> {
   await retryWhileTopicsSettle(() => consumer.subscribe({ topic, fromBeginning }), timeoutMs);
 }
-
-/** Default consumer group ids of the services without a topic prefix (see {@link defaultGroupId}). */
-export const DEFAULT_GROUP_IDS = {
-  orchestrator: 'keyflow.orchestrator',
-  workers: 'keyflow.workers',
-} as const;
-
-/**
- * A service's consumer group id when ORCHESTRATOR_GROUP_ID / WORKER_GROUP_ID is unset: `<KEYFLOW_TOPIC_PREFIX>` +
- * {@link DEFAULT_GROUP_IDS}, so deployments that share a cluster under different prefixes never share a group (nor
- * the orchestrator's transactional ids, `<group>-p<n>`, which would fence each other). No prefix: `keyflow.workers`,
- * `keyflow.orchestrator`, as before.
- */
-export const defaultGroupId = (service: keyof typeof DEFAULT_GROUP_IDS, topicPrefix: string): string =>
-  `${topicPrefix}${DEFAULT_GROUP_IDS[service]}`;
 
 /**
  * A prefixed deployment's service would start a new consumer group while the group versions before
@@ -208,17 +186,7 @@ export class GroupIdMigrationError extends KeyflowError {
  * unprefixed deployment or a group id other than the default.
  * @throws GroupIdMigrationError in that case; kafkajs errors when the offsets cannot be read.
  */
-export async function assertGroupIdMigrated(
-  admin: Admin,
-  opts: {
-    service: keyof typeof DEFAULT_GROUP_IDS;
-    topicPrefix: string;
-    groupId: string;
-    /** The variable that sets the group id (WORKER_GROUP_ID, ORCHESTRATOR_GROUP_ID), for the message. */
-    setting: string;
-    topics: string[];
-  },
-): Promise<void> {
+export async function assertGroupIdMigrated(admin: Admin, opts: GroupIdMigrationOptions): Promise<void> {
   const legacy = DEFAULT_GROUP_IDS[opts.service];
   if (opts.topicPrefix === '' || opts.groupId !== defaultGroupId(opts.service, opts.topicPrefix)) return;
   const committed = async (groupId: string) =>

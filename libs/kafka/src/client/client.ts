@@ -1,12 +1,11 @@
-import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Producer } from 'kafkajs';
-import type { Logger } from '@keyflow/observability';
+import { Kafka, logLevel, type LogEntry, type Producer } from 'kafkajs';
 // For its effect: registers the snappy, lz4 and zstd codecs with kafkajs for every client of the project.
 import '../codecs/codecs';
 import { assertKafkajsPatched } from './kafkajs-patch';
 import { JavaCompatiblePartitioner } from '../producer/partitioner';
 import { maxDecompressedBytes } from '../codecs/decompression-limit';
 import { compressionSetting } from '../producer/write-compression';
-import type { KafkaSecurity } from './security';
+import { TRANSACTIONAL_RETRY, type CreateKafkaOptions } from './options';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.ERROR]: 'error',
@@ -66,15 +65,7 @@ function levelOf(entry: LogEntry): 'error' | 'warn' | 'info' | 'debug' {
  * `security` (TLS and SASL, see ./security; plaintext when absent).
  * @throws KafkajsUnpatchedError when kafkajs lacks the project's patch (see ./kafkajs-patch)
  */
-export function createKafka(
-  opts: {
-    brokers: string[];
-    clientId: string;
-    logger: Logger;
-    level?: logLevel;
-    security?: KafkaSecurity;
-  } & Partial<KafkaConfig>,
-): Kafka {
+export function createKafka(opts: CreateKafkaOptions): Kafka {
   assertKafkajsPatched();
   maxDecompressedBytes(); // a bad KEYFLOW_MAX_DECOMPRESSED_BYTES refuses the client, not every batch later
   compressionSetting(); // likewise a bad KEYFLOW_COMPRESSION, not every send later
@@ -93,24 +84,6 @@ export function createKafka(
     ...rest,
   });
 }
-
-/**
- * Retries of a transactional producer (kafkajs `retry`). A transaction begun right after the previous one committed
- * on the same transactional id has its AddPartitionsToTxn refused with CONCURRENT_TRANSACTIONS while the coordinator
- * still writes the previous one's markers (a few ms after EndTxn returns); kafkajs retries a send after this retry
- * backoff, whatever the error. The Java producer retries that case after 20 ms instead of retry.backoff.ms
- * (KAFKA-5477). Back-to-back one-record transactions on this project's single-broker stack (BENCHMARKS.md "Latency",
- * 2026-12-03): 12-24 % refused once, so p90 of a transaction is about the first backoff (98 ms with 100, 27 ms with
- * 20, 10 ms with 5). Hence 5 ms, doubling (with jitter) up to 5 s, unbounded count: a broker that is away costs a
- * few more quick attempts, then the same waits as before. kafkajs applies it to sends only: AddOffsetsToTxn is sent
- * once (wrap `sendOffsets` in {@link whileTransactionsConcurrent}), InitProducerId and TxnOffsetCommit use kafkajs's
- * defaults.
- */
-export const TRANSACTIONAL_RETRY = Object.freeze({
-  retries: Number.MAX_SAFE_INTEGER,
-  initialRetryTime: 5,
-  maxRetryTime: 5_000,
-});
 
 /**
  * Runs `request` (a transaction's request kafkajs sends once, such as `sendOffsets`, whose AddOffsetsToTxn is the

@@ -1,11 +1,5 @@
+import { STARTUP_TIMEOUT_MS } from './options';
 import type { Logger } from '@keyflow/observability';
-
-/**
- * How long a service keeps trying to connect its Kafka clients at startup before it gives up and exits 1, in ms:
- * KEYFLOW_STARTUP_TIMEOUT_MS, else 60 000. Covers a broker's failover (the cluster fences a dead broker after
- * `broker.session.timeout.ms`, 9 s by default).
- */
-export const STARTUP_TIMEOUT_MS = Number(process.env.KEYFLOW_STARTUP_TIMEOUT_MS ?? 60_000);
 
 /**
  * Whether a kafkajs error may go away by itself: its `retriable` flag (set per broker error code, and on connection

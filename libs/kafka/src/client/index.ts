@@ -1,13 +1,20 @@
 export {
   createKafka,
   createIdempotentProducer,
-  TRANSACTIONAL_RETRY,
   whileTransactionsConcurrent,
   isTooLarge,
   RECORD_TOO_LARGE,
 } from './client';
 export { assertKafkajsPatched, KafkajsUnpatchedError, KAFKAJS_PATCHES } from './kafkajs-patch';
-export { connectUntilAnswered, isRetriableKafkaError, STARTUP_TIMEOUT_MS, untilAnswered } from './connect';
-export * from './security';
-export { blankAsUnset, unsetWhenEmpty } from './settings';
+export { connectUntilAnswered, isRetriableKafkaError, untilAnswered } from './connect';
+export { describeKafkaSecurity, KafkaSecurityConfigError, kafkaSecurityFromEnv } from './security';
+export type { KafkaSecurity, KafkaSecurityProtocol } from './types';
+export {
+  blankAsUnset,
+  unsetWhenEmpty,
+  KAFKA_SASL_MECHANISMS,
+  KAFKA_SECURITY_PROTOCOLS,
+  STARTUP_TIMEOUT_MS,
+  TRANSACTIONAL_RETRY,
+} from './options';
 export { abortableSleep, linkSignals } from './sleep';

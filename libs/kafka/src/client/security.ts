@@ -1,36 +1,8 @@
 import type { ConnectionOptions } from 'node:tls';
 import type { SASLOptions } from 'kafkajs';
-import { z } from 'zod';
 import { settingFileReader, SettingsError } from '@keyflow/errors';
-
-/**
- * How every keyflow process connects to Kafka, read from the environment with the Java client's names and values
- * (Kafka docs "Security": `security.protocol`, `sasl.mechanism`):
- *
- * | variable | meaning |
- * |---|---|
- * | `KAFKA_SECURITY_PROTOCOL` | `PLAINTEXT` (default), `SSL`, `SASL_PLAINTEXT` or `SASL_SSL` |
- * | `KAFKA_SASL_MECHANISM` | `SCRAM-SHA-512`, `SCRAM-SHA-256` or `PLAIN` (RFC 5802 / RFC 7677 / RFC 4616); SASL_* only |
- * | `KAFKA_SASL_USERNAME` | the SASL user |
- * | `KAFKA_SASL_PASSWORD` or `KAFKA_SASL_PASSWORD_FILE` | its password, or a file holding it (one of the two) |
- * | `KAFKA_SSL_CA_FILE` | PEM file of the CA(s) the brokers' certificates chain to (default: Node's bundled CAs) |
- * | `KAFKA_SSL_CERT_FILE` + `KAFKA_SSL_KEY_FILE` | PEM client certificate and key, for brokers that require mTLS |
- *
- * Every rule is checked at startup, so a process with settings that cannot work does not start: SASL settings without
- * a SASL protocol (credentials that would silently not be used), TLS files without a TLS protocol, a certificate
- * without its key, a file that cannot be read or holds no PEM block.
- */
-export interface KafkaSecurity {
-  protocol: KafkaSecurityProtocol;
-  /** kafkajs `ssl`: false for PLAINTEXT and SASL_PLAINTEXT. */
-  ssl: false | ConnectionOptions;
-  /** kafkajs `sasl`, or undefined without SASL. */
-  sasl?: SASLOptions;
-}
-
-export const KAFKA_SECURITY_PROTOCOLS = ['PLAINTEXT', 'SSL', 'SASL_PLAINTEXT', 'SASL_SSL'] as const;
-export type KafkaSecurityProtocol = (typeof KAFKA_SECURITY_PROTOCOLS)[number];
-export const KAFKA_SASL_MECHANISMS = ['SCRAM-SHA-512', 'SCRAM-SHA-256', 'PLAIN'] as const;
+import { KAFKA_SASL_MECHANISMS, SecuritySchema, unsetIfEmpty } from './options';
+import type { KafkaSecurity } from './types';
 
 /** A Kafka connection setting that cannot work; `issues` names each variable. Not retryable: fix the settings. */
 export class KafkaSecurityConfigError extends SettingsError {
@@ -40,28 +12,12 @@ export class KafkaSecurityConfigError extends SettingsError {
   }
 }
 
-const nonEmpty = z.string().trim().min(1).optional();
-/** An empty variable (a template's `KAFKA_SSL_CA_FILE=`) counts as unset. */
-const unsetIfEmpty = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv =>
-  Object.fromEntries(Object.entries(env).filter(([k, v]) => !(k.startsWith('KAFKA_') && v?.trim() === '')));
-
-const Schema = z.object({
-  KAFKA_SECURITY_PROTOCOL: z.enum(KAFKA_SECURITY_PROTOCOLS).default('PLAINTEXT'),
-  KAFKA_SASL_MECHANISM: z.enum(KAFKA_SASL_MECHANISMS).optional(),
-  KAFKA_SASL_USERNAME: nonEmpty,
-  KAFKA_SASL_PASSWORD: z.string().min(1).optional(),
-  KAFKA_SASL_PASSWORD_FILE: nonEmpty,
-  KAFKA_SSL_CA_FILE: nonEmpty,
-  KAFKA_SSL_CERT_FILE: nonEmpty,
-  KAFKA_SSL_KEY_FILE: nonEmpty,
-});
-
 /**
  * The connection settings of `env` (see {@link KafkaSecurity} for the variables and rules).
  * @throws KafkaSecurityConfigError naming every setting that cannot work
  */
 export function kafkaSecurityFromEnv(env: NodeJS.ProcessEnv = process.env): KafkaSecurity {
-  const parsed = Schema.safeParse(unsetIfEmpty(env));
+  const parsed = SecuritySchema.safeParse(unsetIfEmpty(env));
   if (!parsed.success)
     throw new KafkaSecurityConfigError(parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`));
   const c = parsed.data;

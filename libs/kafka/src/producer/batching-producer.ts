@@ -1,5 +1,7 @@
 import { CompressionTypes, type Message, type Producer } from 'kafkajs';
 import { writeCompression } from './write-compression';
+import { BATCHING_DEFAULTS, type BatchingProducerOptions } from './options';
+import type { SizedMessage } from './types';
 
 /** Settles a group of messages sent together: resolved when the last is acknowledged, rejected on the first failure. */
 interface Group {
@@ -23,11 +25,7 @@ const RECORD_OVERHEAD_BYTES = 64;
  * is one header per element, its key repeated, as kafkajs writes it) and the record's overhead. What a size bound
  * on requests counts (the broker's message.max.bytes limits a partition's record batch).
  */
-export function messageBytes(m: {
-  key?: string | Buffer | null;
-  value: string | Buffer | null;
-  headers?: Record<string, string | Buffer | null | Array<string | Buffer | null> | undefined>;
-}): number {
+export function messageBytes(m: SizedMessage): number {
   let n = RECORD_OVERHEAD_BYTES;
   if (m.key != null) n += bytesOf(m.key);
   if (m.value != null) n += bytesOf(m.value);
@@ -39,13 +37,6 @@ export function messageBytes(m: {
     }
   return n;
 }
-
-/**
- * Most bytes (keys, values, headers) keyflow puts in one produce request: half of Kafka's default message.max.bytes
- * (1,048,588, broker config `message.max.bytes`), so no partition's record batch in it can exceed what a broker with
- * the default accepts. The batching producer's default bound and the engine's request size.
- */
-export const PRODUCE_REQUEST_MAX_BYTES = 512 * 1024;
 
 /**
  * Coalesces concurrent sends into one produce request (like the Java producer's linger.ms): callers await their
@@ -71,18 +62,18 @@ export class BatchingProducer {
   private readonly maxBytes: number;
 
   /**
-   * @param opts.lingerMs how long a send waits for company before a request is made when none is in flight, in ms
-   *   (default 0: the end of the current event-loop turn, so sends made in one turn share a request).
-   * @param opts.maxBatch most messages in one request (default 5,000); more wait for the next.
-   * @param opts.maxBytes most bytes in one request (default 512 KiB; {@link messageBytes} counts them); more wait
-   *   for the next. Give half of the cluster's message.max.bytes when it is not Kafka's default.
+   * @param opts see {@link BatchingProducerOptions} (defaults: {@link BATCHING_DEFAULTS}).
    * @throws RangeError when maxBatch is not an integer >= 1 or maxBytes not a number >= 1.
    */
   constructor(
     private readonly producer: Producer,
-    opts: { lingerMs?: number; maxBatch?: number; maxBytes?: number } = {},
+    opts: BatchingProducerOptions = {},
   ) {
-    const { lingerMs = 0, maxBatch = 5_000, maxBytes = PRODUCE_REQUEST_MAX_BYTES } = opts;
+    const {
+      lingerMs = BATCHING_DEFAULTS.lingerMs,
+      maxBatch = BATCHING_DEFAULTS.maxBatch,
+      maxBytes = BATCHING_DEFAULTS.maxBytes,
+    } = opts;
     if (!Number.isInteger(maxBatch) || maxBatch < 1)
       throw new RangeError(`BatchingProducer maxBatch must be an integer >= 1, got ${maxBatch}`);
     if (!Number.isFinite(maxBytes) || maxBytes < 1)

@@ -1,10 +1,5 @@
-export { BatchingProducer, messageBytes, PRODUCE_REQUEST_MAX_BYTES } from './batching-producer';
+export { BatchingProducer, messageBytes } from './batching-producer';
 export { JavaCompatiblePartitioner, keyPartition, murmur2 } from './partitioner';
-export {
-  COMPRESSION_SETTING,
-  WRITE_CODECS,
-  CompressionConfigError,
-  compressionSetting,
-  writeCompression,
-} from './write-compression';
+export { CompressionConfigError, compressionSetting, writeCompression } from './write-compression';
+export { COMPRESSION_SETTING, WRITE_CODECS, PRODUCE_REQUEST_MAX_BYTES } from './options';
 export { watchProducer, isProducerFailure } from './producer-health';

@@ -8,18 +8,9 @@
  * (zstd-jni), librdkafka (kcat) and kafkajs with keyflow's codecs read zstd; a plain kafkajs consumer of another team
  * reads only gzip and uncompressed records. DLQ records keep choosing their codec by fit (./dlq).
  */
-import { CompressionTypes } from 'kafkajs';
+import type { CompressionTypes } from 'kafkajs';
 import { SettingsError } from '@keyflow/errors';
-
-/** The environment variable naming the codec keyflow's producers write (`zstd`, `gzip`, `none`). Process-wide. */
-export const COMPRESSION_SETTING = 'KEYFLOW_COMPRESSION';
-
-/** The codecs KEYFLOW_COMPRESSION takes, by the name Kafka's `compression.type` uses. */
-export const WRITE_CODECS = {
-  none: CompressionTypes.None,
-  gzip: CompressionTypes.GZIP,
-  zstd: CompressionTypes.ZSTD,
-} as const;
+import { COMPRESSION_SETTING, WRITE_CODECS } from './options';
 
 /** KEYFLOW_COMPRESSION is not one of {@link WRITE_CODECS}' names. Not retryable. */
 export class CompressionConfigError extends SettingsError {
