@@ -21,7 +21,12 @@ export interface PartitionLag {
 }
 
 /** Name prefixes of the short-lived consumer groups the scans of this module use (hidden from group lists). */
-export const SCAN_GROUP_PREFIXES = ['keyflow-scan', 'keyflow-redrive', 'keyflow-lag'] as const;
+export const SCAN_GROUP_PREFIXES = [
+  'keyflow-scan',
+  'keyflow-redrive',
+  'keyflow-lag',
+  'keyflow-trigger-progress',
+] as const;
 
 /**
  * The lag of consumer group `groupId` on every partition of the topics it has committed offsets on or its live

@@ -636,7 +636,16 @@ export namespace DevKeyflowEvents {
         purpose: string;
         dueAt: number;
     }
-    export const TriggerProgressSchema = "{\"type\":\"record\",\"name\":\"TriggerProgress\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator (topic trigger) -> wf.trigger-progress: how far a trigger has applied one partition of a topic it reads, written in the same transaction as the StartRun/SignalRun records and the group's offsets, so a restart or a reset of the group to earlier (a replay) skips the records already applied. Key: <group>/<topic>/<partition> (compacted: the latest mark per partition).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"trigger\",\"type\":\"string\",\"doc\":\"The trigger's name.\"},{\"name\":\"group\",\"type\":\"string\",\"doc\":\"The consumer group the trigger reads as (physical name).\"},{\"name\":\"topic\",\"type\":\"string\",\"doc\":\"The topic read (the team's source topic, or the trigger's redrive topic), physical name.\"},{\"name\":\"partition\",\"type\":\"int\"},{\"name\":\"next\",\"type\":\"string\",\"doc\":\"Every offset below this one is applied (decimal: Kafka offsets are 64-bit).\"},{\"name\":\"through\",\"type\":\"string\",\"doc\":\"Every offset below this one, but those in `held`, is applied (decimal).\"},{\"name\":\"held\",\"type\":{\"type\":\"array\",\"items\":\"string\"},\"default\":[],\"doc\":\"Offsets in [next, through) read but not applied yet: records held behind their key's previous run (decimal, ascending).\"}]}";
+    export const TriggerRequestOffsetSchema = "{\"type\":\"record\",\"name\":\"TriggerRequestOffset\",\"fields\":[{\"name\":\"partition\",\"type\":\"int\"},{\"name\":\"offset\",\"type\":\"string\",\"doc\":\"Decimal.\"}]}";
+    export const TriggerRequestOffsetName = "dev.keyflow.events.TriggerRequestOffset";
+    export interface TriggerRequestOffset {
+        partition: number;
+        /**
+         * Decimal.
+         */
+        offset: string;
+    }
+    export const TriggerProgressSchema = "{\"type\":\"record\",\"name\":\"TriggerProgress\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator (topic trigger) -> wf.trigger-progress: how far a trigger has applied one partition of a topic it reads, written in the same transaction as the StartRun/SignalRun records and the group's offsets, so a restart or a reset of the group to earlier (a replay) skips the records already applied. Key: <group>/<topic>/<partition> (compacted: the latest mark per partition).\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"trigger\",\"type\":\"string\",\"doc\":\"The trigger's name.\"},{\"name\":\"group\",\"type\":\"string\",\"doc\":\"The consumer group the trigger reads as (physical name).\"},{\"name\":\"topic\",\"type\":\"string\",\"doc\":\"The topic read (the team's source topic, or the trigger's redrive topic), physical name.\"},{\"name\":\"partition\",\"type\":\"int\"},{\"name\":\"next\",\"type\":\"string\",\"doc\":\"Every offset below this one is applied (decimal: Kafka offsets are 64-bit).\"},{\"name\":\"through\",\"type\":\"string\",\"doc\":\"Every offset below this one, but those in `held`, is applied (decimal).\"},{\"name\":\"held\",\"type\":{\"type\":\"array\",\"items\":\"string\"},\"default\":[],\"doc\":\"Offsets in [next, through) read but not applied yet: records held behind their key's previous run (decimal, ascending).\"},{\"name\":\"requests\",\"type\":{\"type\":\"array\",\"items\":{\"type\":\"record\",\"name\":\"TriggerRequestOffset\",\"fields\":[{\"name\":\"partition\",\"type\":\"int\"},{\"name\":\"offset\",\"type\":\"string\",\"doc\":\"Decimal.\"}]}},\"default\":[],\"doc\":\"Per wf.requests partition, the offset of the last StartRun or SignalRun this trigger partition wrote: a new owner waits until the engine has applied them before it starts a run, so a key's runs start in order across a change of owner.\"}]}";
     export const TriggerProgressName = "dev.keyflow.events.TriggerProgress";
     /**
      * Orchestrator (topic trigger) -> wf.trigger-progress: how far a trigger has applied one partition of a topic it reads, written in the same transaction as the StartRun/SignalRun records and the group's offsets, so a restart or a reset of the group to earlier (a replay) skips the records already applied. Key: <group>/<topic>/<partition> (compacted: the latest mark per partition).
@@ -670,6 +679,12 @@ export namespace DevKeyflowEvents {
          * Default: []
          */
         held: string[];
+        /**
+         * Per wf.requests partition, the offset of the last StartRun or SignalRun this trigger partition wrote: a new owner waits until the engine has applied them before it starts a run, so a key's runs start in order across a change of owner.
+         *
+         * Default: []
+         */
+        requests: DevKeyflowEvents.TriggerRequestOffset[];
     }
 }
 

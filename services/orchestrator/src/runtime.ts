@@ -305,6 +305,7 @@ async function startTriggers(
     topicPrefix: cfg.KEYFLOW_TOPIC_PREFIX,
     maxMessageBytes: cfg.KEYFLOW_MAX_MESSAGE_BYTES,
     sessionTimeoutMs: cfg.ORCHESTRATOR_SESSION_TIMEOUT_MS,
+    engineGroup: cfg.ORCHESTRATOR_GROUP_ID,
   });
   started.push(() => triggers.stop());
   await triggers.start();

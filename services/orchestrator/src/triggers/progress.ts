@@ -1,5 +1,5 @@
 import { Topic } from '@keyflow/schemas';
-import { ensureTopics, keyPartition, type Admin, type Kafka, type Message } from '@keyflow/kafka';
+import { ensureTopics, keyPartition, type Admin, type Kafka } from '@keyflow/kafka';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import { lastStableOffsets, scanRanges } from '@keyflow/ops';
 import type { Logger } from '@keyflow/observability';
@@ -46,7 +46,7 @@ export function markMessage(
   codec: EventCodec,
   at: { trigger: string; group: string; topic: string; partition: number },
   mark: Mark,
-): Message & { topic: string } {
+): { topic: string; key: string; value: Buffer } {
   const key = markKey(at.group, at.topic, at.partition);
   return {
     topic: codec.physical(TRIGGER_PROGRESS_TOPIC),
@@ -60,6 +60,7 @@ export function markMessage(
       next: mark.next.toString(),
       through: mark.through.toString(),
       held: mark.held.map(String),
+      requests: (mark.requests ?? []).map((r) => ({ partition: r.partition, offset: r.offset.toString() })),
     }),
   };
 }

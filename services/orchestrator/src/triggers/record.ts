@@ -34,6 +34,7 @@ export class TriggerRecordError extends KeyflowError {
       | 'TRIGGER_RECORD_UNMAPPABLE'
       | 'TRIGGER_INPUT_INVALID'
       | 'TRIGGER_NO_SUCH_RUN'
+      | 'PAYLOAD_TOO_LARGE'
     >,
     message: string,
     options?: { cause?: unknown },

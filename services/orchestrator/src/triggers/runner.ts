@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { dlqOf, triggerTopic } from '@keyflow/schemas';
+import { dlqOf, triggerTopic, Topic } from '@keyflow/schemas';
 import {
   KafkaJSError,
   type Admin,
@@ -35,6 +35,12 @@ export interface TriggerDeps {
   workflow(name: string): WorkflowDefinition | undefined;
   /** Group session timeout, ms. */
   sessionTimeoutMs: number;
+  /** KEYFLOW_MAX_MESSAGE_BYTES. */
+  maxMessageBytes: number;
+  /** wf.requests' partition count (read once the triggers' topics are set up). */
+  requestPartitions(): number;
+  /** The engine's consumer group (ORCHESTRATOR_GROUP_ID): whose committed wf.requests offsets say what it applied. */
+  engineGroup: string;
 }
 
 /** A record read and not applied yet: its message (for the DLQ), what it becomes, and since when it waits (ms). */
@@ -64,6 +70,8 @@ interface Part {
 const RETRY_MS = 200;
 /** How often held records and in-flight runs are looked at again without a change of a run (ms). */
 const SWEEP_MS = 1_000;
+/** How often a new owner of a partition asks whether the engine applied the previous owner's starts, ms. */
+const ENGINE_POLL_MS = 200;
 /** Reading resumes once in-flight runs and held records are below this share of maxInFlight. */
 const RESUME_AT = 0.9;
 
@@ -170,6 +178,7 @@ export class TriggerRunner {
       });
       made.committed = marks.get(partition);
       made.part = new SourcePartition<Pending>(made.committed);
+      if (this.def.kind === 'start') await this.engineApplied(made.committed?.requests ?? [], made);
     })();
     this.parts.set(id, (p = made));
     made.ready.catch((err) => {
@@ -180,6 +189,29 @@ export class TriggerRunner {
       if (this.parts.get(id) === made) void this.drop(made);
     });
     return p;
+  }
+
+  /**
+   * Waits until the engine has applied the requests the previous owner of a partition wrote (its committed wf.requests
+   * offsets are past them): a key's next run then starts after its previous one, across a change of owner.
+   */
+  private async engineApplied(requests: NonNullable<Mark['requests']>, p: Part): Promise<void> {
+    if (requests.length === 0) return;
+    const topic = this.d.codec.physical(Topic.WF_REQUESTS);
+    for (let waited = 0; !p.revoked && !this.stopped; waited += ENGINE_POLL_MS) {
+      const admin = this.d.admin();
+      const committed = admin
+        ? await admin.fetchOffsets({ groupId: this.d.engineGroup, topics: [topic] })
+        : [];
+      const at = new Map((committed[0]?.partitions ?? []).map((c) => [c.partition, BigInt(c.offset)]));
+      if (requests.every((r) => (at.get(r.partition) ?? -1n) > r.offset)) return;
+      if (waited % 30_000 === 0 && waited > 0)
+        this.d.logger.warn(
+          { trigger: this.def.name, topic: p.topic, partition: p.partition, waitedMs: waited },
+          "trigger partition waits for the engine to apply the previous owner's starts (is the engine running?)",
+        );
+      await sleep(ENGINE_POLL_MS);
+    }
   }
 
   private async onBatch({
@@ -217,7 +249,13 @@ export class TriggerRunner {
     topic: string,
     partition: number,
   ): Promise<boolean> {
-    const out = new TriggerOutputs(this.def, this.d.codec, this.group);
+    const out = new TriggerOutputs(
+      this.def,
+      this.d.codec,
+      this.group,
+      this.d.maxMessageBytes,
+      this.d.requestPartitions(),
+    );
     let skipped = 0;
     try {
       for (const km of messages) {
@@ -270,7 +308,12 @@ export class TriggerRunner {
   /** Writes the record's request (or its dead letter) into `out`, and gates its key on the run it starts. */
   private emit(p: Part, key: string | null, r: Pending, target: string | Error, out: TriggerOutputs): void {
     if (target instanceof Error) return out.deadLetter(r.m, target, Date.now());
-    out.apply(r.m, r.a, target);
+    try {
+      out.apply(r.m, r.a, target);
+    } catch (err) {
+      if (!(err instanceof TriggerRecordError)) throw err;
+      return out.deadLetter(r.m, err, Date.now());
+    }
     if (r.a.kind === 'start') p.part.gate(key, target);
   }
 
@@ -280,7 +323,7 @@ export class TriggerRunner {
    * once for a run id whose run has ended.
    */
   private target(r: Pending): string | 'wait' | Error {
-    if (r.a.kind === 'start') return r.a.runId;
+    if (r.a.kind === 'start') return this.mayStart(r.a) ? r.a.runId : 'wait';
     const t = r.a.target;
     const run =
       'runId' in t ? this.d.readModel.get(t.runId) : this.d.readModel.runByBusinessKey(t.businessKey);
@@ -297,6 +340,16 @@ export class TriggerRunner {
     );
   }
 
+  /**
+   * `serializeBy: 'key'`: a run starts only when no other run with its business key is going (one run per key at a
+   * time, across restarts: the read model knows the runs a previous owner started). Always true for `offset`.
+   */
+  private mayStart(a: Extract<Applied, { kind: 'start' }>): boolean {
+    if (this.def.kind !== 'start' || this.def.serializeBy !== 'key') return true;
+    const going = this.d.readModel.runByBusinessKey(a.businessKey);
+    return !going || going.runId === a.runId;
+  }
+
   /** Whether a key's next record may go: the run its previous record started has started (or ended: `key`). */
   private gateOpen(runId: string): boolean {
     const s = this.d.readModel.get(runId);
@@ -308,15 +361,13 @@ export class TriggerRunner {
   private async commit(p: Part, out: TriggerOutputs): Promise<void> {
     if (p.revoked) throw new Error('partition revoked');
     if (!p.part.started) return;
-    const mark = p.part.mark();
-    await commitTrigger(
+    p.committed = await commitTrigger(
       p.producer,
       this.d.codec,
       { trigger: this.def.name, group: this.group, topic: p.topic, partition: p.partition },
       out,
-      mark,
+      p.part,
     );
-    p.committed = mark;
     this.counts.applied += out.applied;
     this.counts.deadLettered += out.dead.length;
     if (out.applied) this.d.metrics.records.inc({ trigger: this.def.name, outcome: 'applied' }, out.applied);
@@ -341,6 +392,7 @@ export class TriggerRunner {
     );
     const fresh = new SourcePartition<Pending>(p.committed);
     fresh.copyGates(p.part, new Set(out.started));
+    fresh.copyRequests(p.part);
     p.part = fresh;
     await sleep(RETRY_MS);
     // Nothing committed yet: no batch of the part was resolved, so the consumer fetches the same records again.
@@ -373,7 +425,13 @@ export class TriggerRunner {
       await exclusively(p, async () => {
         for (;;) {
           if (p.revoked || this.stopped) return;
-          const out = new TriggerOutputs(this.def, this.d.codec, this.group);
+          const out = new TriggerOutputs(
+            this.def,
+            this.d.codec,
+            this.group,
+            this.d.maxMessageBytes,
+            this.d.requestPartitions(),
+          );
           const items = p.part.release(
             (id) => this.gateOpen(id),
             (r) => this.target(r) !== 'wait',

@@ -16,6 +16,11 @@ export interface Mark {
   through: bigint;
   /** Offsets in [next, through) read and not applied yet, ascending. */
   held: bigint[];
+  /**
+   * Per wf.requests partition, the offset of the last request this source partition's transactions wrote there (a
+   * new owner waits until the engine has applied them: see TriggerRunner). Absent: none written.
+   */
+  requests?: Array<{ partition: number; offset: bigint }>;
 }
 
 /** What a record needs before it can go out: nothing, its key's previous run, or (a signal) its target run. */
@@ -43,6 +48,8 @@ export class SourcePartition<R> {
   /** Offsets below the mark's `through` that were held when it was written (a replay re-reads and applies them). */
   private readonly replayHeld: Set<bigint>;
   private readAny = false;
+  /** Per wf.requests partition, the offset of the last request written (see {@link Mark.requests}). */
+  private readonly requests = new Map<number, bigint>();
 
   /**
    * @param mark the partition's last committed mark (undefined: none, the trigger never applied this partition)
@@ -51,6 +58,13 @@ export class SourcePartition<R> {
     this.next = mark?.next ?? -1n;
     this.through = mark?.through ?? -1n;
     this.replayHeld = new Set(mark?.held ?? []);
+    for (const r of mark?.requests ?? []) this.requests.set(r.partition, r.offset);
+  }
+
+  /** Records that a request went to `partition` of wf.requests at `offset` (the mark then carries it). */
+  wrote(partition: number, offset: bigint): void {
+    const had = this.requests.get(partition);
+    if (had === undefined || offset > had) this.requests.set(partition, offset);
   }
 
   /**
@@ -137,6 +151,11 @@ export class SourcePartition<R> {
     for (const [key, runId] of from.gates) if (!except.has(runId)) this.gates.set(key, runId);
   }
 
+  /** The requests `from` wrote (committed ones among them; a failed transaction's extra offsets only make a wait longer). */
+  copyRequests(from: SourcePartition<R>): void {
+    for (const [partition, offset] of from.requests) this.wrote(partition, offset);
+  }
+
   /** Records held, over all keys. */
   get heldCount(): number {
     return this.heldOffsets.size;
@@ -150,7 +169,8 @@ export class SourcePartition<R> {
   /** The mark to commit now; `next` is also the offset to commit for the consumer group. */
   mark(): Mark {
     const held = [...this.heldOffsets, ...this.replayHeld].filter((o) => o >= this.next).sort(cmp);
-    return { next: this.next, through: this.through, held };
+    const requests = [...this.requests].map(([partition, offset]) => ({ partition, offset }));
+    return { next: this.next, through: this.through, held, requests };
   }
 
   /** Whether anything was read since construction (a mark exists to commit). */

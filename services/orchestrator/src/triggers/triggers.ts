@@ -53,6 +53,8 @@ export interface TriggerRunnersDeps {
   topicPrefix: string;
   maxMessageBytes: number;
   sessionTimeoutMs: number;
+  /** ORCHESTRATOR_GROUP_ID. */
+  engineGroup: string;
 }
 
 /**
@@ -66,6 +68,7 @@ export class TriggerRunners implements TriggerStatusSource {
   private readonly metrics: TriggerMetrics;
   private admin?: Admin;
   private stopped = false;
+  private requestPartitions = 1;
 
   constructor(
     private readonly triggers: TriggerDefinition[],
@@ -88,6 +91,9 @@ export class TriggerRunners implements TriggerStatusSource {
         metrics: this.metrics,
         workflow: (name) => d.workflows.get(name),
         sessionTimeoutMs: d.sessionTimeoutMs,
+        maxMessageBytes: d.maxMessageBytes,
+        requestPartitions: () => this.requestPartitions,
+        engineGroup: d.engineGroup,
       },
       d.topicPrefix,
     );
@@ -103,6 +109,8 @@ export class TriggerRunners implements TriggerStatusSource {
     await admin.connect();
     this.admin = admin;
     await ensureProgressTopic(admin, this.d.codec);
+    const meta = await admin.fetchTopicMetadata({ topics: [this.d.codec.physical(Topic.WF_REQUESTS)] });
+    this.requestPartitions = meta.topics[0].partitions.length;
     const dlqConfigs = dlqTopicConfigs(this.d.maxMessageBytes);
     const replication = this.d.codec.replication(Topic.WF_REQUESTS);
     await ensureTopics(
