@@ -43,6 +43,8 @@ const GARBAGE = 4;
 const PARTITIONS = 6;
 /** How long the phases may take, ms: about 25 runs a second of two steps each on a busy 2-core machine, at the least. */
 const SETTLE_MS = 180_000 + N * 40;
+/** Poll period of the waits, ms (each poll goes over every lifecycle event read, or asks the broker). */
+const POLL_MS = 250;
 const ORCHESTRATOR = 'examples/test-workloads/src/trigger-orchestrator.ts';
 const WORKER = 'services/workers/test/fixtures/test-worker.ts';
 
@@ -130,6 +132,7 @@ class TriggerScenario {
     await eventually(what, () => this.started().size, {
       until: (n) => n >= count,
       timeoutMs: SETTLE_MS,
+      intervalMs: POLL_MS,
       check,
     });
   }
@@ -138,6 +141,7 @@ class TriggerScenario {
     await eventually(`${count} runs completed`, () => this.ended().size, {
       until: (n) => n >= count,
       timeoutMs: SETTLE_MS,
+      intervalMs: POLL_MS,
       check: () => this.failFast(),
     });
   }
@@ -291,6 +295,7 @@ async function produceAndCrash(s: TriggerScenario): Promise<void> {
   await eventually('the trigger group caught up', () => s.lag(), {
     until: (l) => l === 0,
     timeoutMs: SETTLE_MS,
+    intervalMs: POLL_MS,
   });
   await s.completedRuns(N);
   expectStartedOnceInOrder(s, N);
@@ -316,18 +321,22 @@ async function replayFromEarliest(s: TriggerScenario): Promise<void> {
   const mid = await eventually('the replay under way', () => s.lag(), {
     until: (l) => l < N,
     timeoutMs: SETTLE_MS,
+    intervalMs: POLL_MS,
   });
   await s.stopOrchestrator('SIGKILL');
   s.log(`SIGKILL mid-replay with ${mid} of ${N} records left`);
   await s.startOrchestrator();
-  await eventually('the replay done', () => s.lag(), { until: (l) => l === 0, timeoutMs: SETTLE_MS });
+  await eventually('the replay done', () => s.lag(), {
+    until: (l) => l === 0,
+    timeoutMs: SETTLE_MS,
+    intervalMs: POLL_MS,
+  });
   expectStartedOnceInOrder(s, N);
   await expectOneEffectPerStep(s, N);
 }
 
 /** Phase 3: poison records dead-lettered with triage headers, the fix, `keyflow dlq redrive`: N + 20 runs. */
 async function poisonAndRedrive(s: TriggerScenario): Promise<void> {
-  await s.readDlq();
   const poison: JsonRecord[] = Array.from({ length: POISON }, (_, i) => ({
     key: `poison-${i}`,
     // Valid JSON that fails trigger-order's input schema: amount is not a number, or seq is missing.
@@ -342,6 +351,7 @@ async function poisonAndRedrive(s: TriggerScenario): Promise<void> {
     codec: 'lz4',
     records: [...poison, ...garbage],
   });
+  await s.readDlq(); // once the first dead letter made keyflow create the DLQ, if it creates it lazily
   const dead = await s.dlq.wait(POISON + GARBAGE, SETTLE_MS, 'poison records in the trigger DLQ');
   expectTriageHeaders(s, dead);
   expect(s.started().size).toBe(N);
