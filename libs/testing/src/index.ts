@@ -17,6 +17,13 @@ export {
   KCAT_CODECS,
   type KcatCodec,
 } from './kcat';
+export {
+  produceJsonWithJavaClient,
+  produceJsonWithKcat,
+  createTopicWithJavaAdmin,
+  resetGroupToEarliest,
+  type JsonRecord,
+} from './producers';
 export { rejectLz4Batches } from './codec-gap';
 export { ensureDebianTool, ToolUnavailableError } from './debian-tool';
 export { RegistryProxy } from './registry-proxy';

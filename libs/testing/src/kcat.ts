@@ -229,7 +229,7 @@ export async function produceWithJavaClient(opts: {
 }
 
 /** Runs `cmd args` to its end; resolves its stdout, rejects with its stderr when it exits non-zero or times out. */
-function runToEnd(cmd: string, args: string[], timeoutMs: number, what: string): Promise<string> {
+export function runToEnd(cmd: string, args: string[], timeoutMs: number, what: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
