@@ -70,7 +70,6 @@ bootstrapOrchestrator(
   [...allWorkflows, triggerOrder],
   process.env,
   [],
-  // @ts-expect-error until the runner lands: bootstrapOrchestrator takes the triggers as its 4th argument
   [orders],
 ).catch((err) => {
   console.error(err instanceof Error ? err.message : err);
