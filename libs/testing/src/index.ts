@@ -51,6 +51,7 @@ export {
   type Fault,
   type FaultKind,
 } from './scenarios/chaos';
+export { CHAOS_TRIGGER, type TriggerStarts } from './scenarios/chaos-trigger';
 export {
   runScaleScenario,
   THREE_STEP,
