@@ -417,7 +417,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         unavailable: always,
         inject: async () => {
           // The orchestrator reading the most source partitions is SIGKILLed halfway through a burst of records.
-          const hosts = await trigger.hosts();
+          const hosts = await trigger.hosts().catch(() => new Map<string, number[]>());
           const share = (m: Member) => hosts.get(m.name)?.length ?? 0;
           const all = live('orchestrator').sort((a, b) => share(b) - share(a));
           if (all.length === 0) return { skipped: 'no orchestrator alive' };

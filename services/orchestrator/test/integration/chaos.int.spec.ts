@@ -1,6 +1,7 @@
 import { FAULT_KINDS, runChaos, type ChaosReport } from '@keyflow/testing';
 
-jest.setTimeout(300_000);
+// The trigger faults wait for their records' runs (trigger-reset restarts every orchestrator): more than the 5 min.
+jest.setTimeout(480_000);
 
 /**
  * The chaos suite's CI sample (the full suite is `npm run chaos`, scripts/chaos.ts): one fault of each kind
