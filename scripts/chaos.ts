@@ -2,9 +2,9 @@
  * `npm run chaos`: the full chaos suite, outside CI (libs/testing/src/scenarios/chaos.ts; the CI sample is
  * services/orchestrator/test/integration/chaos.int.spec.ts). Injects `--faults` faults at seeded random moments over
  * `--duration` seconds of mixed load (order sagas with declines, ETL maps, three-step runs), waits for every run to end, and prints the faults
- * by kind, runs completed, effects per logical step (counted in PostgreSQL), per-key order violations, lost runs and
- * processes that exited by themselves. Exits non-zero on any lost run, unexpected outcome, missing or duplicated
- * effect, order violation or unexpected exit. Replay a failure with the printed seed.
+ * by kind, runs completed, effects per logical step (counted in PostgreSQL), per-key order violations, lost runs,
+ * trigger starts lost and doubled, and processes that exited by themselves. Exits non-zero on any lost run, unexpected
+ * outcome, missing or duplicated effect, order violation, trigger start lost or doubled, or unexpected exit. Replay a failure with the printed seed.
  *
  *   eval "$(infra/local/stack.sh up)" && npm run chaos -- --faults 120 --duration 600 --seed 7
  */
@@ -32,6 +32,9 @@ export const chaosOk = (r: ChaosReport) =>
   r.effects.missing.length === 0 &&
   r.effects.duplicated.length === 0 &&
   r.order.violations.length === 0 &&
+  r.triggerStarts.lost.length === 0 &&
+  r.triggerStarts.doubled.length === 0 &&
+  r.triggerStarts.notResumed.length === 0 &&
   r.exits.length === 0;
 
 function print(r: ChaosReport, command: string): void {
@@ -64,6 +67,10 @@ function print(r: ChaosReport, command: string): void {
   );
   console.log(
     `poison records: ${r.poison.sent} sent, ${r.poison.deadLettered} dead-lettered (${r.poison.dlqRecords} DLQ records)`,
+  );
+  const t = r.triggerStarts;
+  console.log(
+    `trigger records: ${t.records}, runs started ${t.started}, starts lost ${t.lost.length}, starts doubled ${t.doubled.length}, not resumed after a trigger fault ${t.notResumed.length}${list([...t.lost, ...t.doubled, ...t.notResumed])}`,
   );
   console.log(`processes that exited by themselves: ${r.exits.length}${list(r.exits)}`);
   console.log(chaosOk(r) ? 'chaos: OK' : `chaos: FAILED (replay with --seed ${r.seed})`);

@@ -58,6 +58,7 @@ export {
   type Fault,
   type FaultKind,
 } from './scenarios/chaos';
+export { CHAOS_TRIGGER, type TriggerStarts } from './scenarios/chaos-trigger';
 export {
   runScaleScenario,
   THREE_STEP,

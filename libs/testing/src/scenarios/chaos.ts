@@ -15,11 +15,14 @@ import {
   type Lifecycle,
 } from '../harness/orchestrator';
 import { Topic, taskTopic, type LogicalTopic } from '@keyflow/schemas';
+import { CHAOS_ORDER_KEYS, ChaosTrigger, type TriggerStarts } from './chaos-trigger';
 
 /**
  * The chaos suite (issue "A real cluster, real producers, real sizes"): a mixed load (order sagas, a quarter of them
  * declined and compensated; ETL maps whose items share one entity key; three-step runs) on orchestrator instances and
- * workers of the workers' test process, while faults are injected at seeded random moments. Shared by the CI sample
+ * workers of the workers' test process, while faults are injected at seeded random moments. About a third of the
+ * order sagas are started by records of a source topic the scenario creates, through the orchestrators' start trigger
+ * `chaos-orders` (./chaos-trigger.ts), the rest over HTTP. Shared by the CI sample
  * (services/orchestrator/test/integration/chaos.int.spec.ts, one fault of each kind) and the full suite (`npm run chaos`, scripts/chaos.ts). It measures and
  * returns a {@link ChaosReport}; the caller asserts or prints.
  *
@@ -38,6 +41,8 @@ export const FAULT_KINDS = [
   'poison',
   'compressed',
   'duplicate',
+  'trigger-kill',
+  'trigger-reset',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -138,6 +143,11 @@ export interface ChaosReport {
    * before committing dead-letters the record again when it is redelivered; `dlqRecords` counts every copy).
    */
   poison: { sent: number; deadLettered: number; dlqRecords: number };
+  /**
+   * The trigger load: records in the source topic, records whose run started, and the starts lost and doubled (both
+   * must be empty), read from wf.events after the faults.
+   */
+  triggerStarts: TriggerStarts;
   /** Processes that exited without being killed or stopped by the suite: `<name> pid: exit <code>` + log tail. */
   exits: string[];
   /** Seconds from the first run started to the end of the settle wait. */
@@ -191,7 +201,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const pg = new Pool({ connectionString: process.env.POSTGRES_URL, max: 2 });
   const redis = await OwnRedisServer.start(REDIS_AOF_ARGS);
   const n = String(o.partitions);
+  const trigger = new ChaosTrigger(h, o.partitions);
   const env = {
+    TRIGGER_SOURCE_TOPIC: trigger.topic,
     REDIS_URL: redis.url,
     ORCHESTRATOR_PARTITIONS: n,
     TASK_PARTITIONS: n,
@@ -208,15 +220,25 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const starting = new Set<Promise<unknown>>();
   let seq = 0;
   let stopping = false;
+  /** Set while `trigger-reset` holds every orchestrator down: orchestrator starts wait for it. */
+  let orchestratorsHeld: Promise<void> | undefined;
+  /** Orchestrator processes past that gate and not ready yet. */
+  const orchestratorsOpening = new Set<Promise<unknown>>();
 
   /** Starts a member and keeps it: an exit the suite did not cause is recorded and the member is replaced. */
   const start = (kind: Member['kind'], extra: Record<string, string> = {}): Promise<void> => {
     const name = `${kind[0]}${seq++}`;
     const pending = (async () => {
-      const p =
+      if (kind === 'orchestrator') while (orchestratorsHeld) await orchestratorsHeld;
+      const opening =
         kind === 'orchestrator'
-          ? await h.startOrchestrator({ ...env, ORCHESTRATOR_INSTANCE_ID: name })
-          : await h.startWorker({ ...env, ...extra }, WORKER_FIXTURE);
+          ? h.startOrchestrator({ ...env, ORCHESTRATOR_INSTANCE_ID: name })
+          : h.startWorker({ ...env, ...extra }, WORKER_FIXTURE);
+      if (kind === 'orchestrator') {
+        orchestratorsOpening.add(opening);
+        void opening.catch(() => undefined).finally(() => orchestratorsOpening.delete(opening));
+      }
+      const p = await opening;
       members.set(name, { name, kind, p });
       void p.exited.then((code) => {
         members.delete(name);
@@ -391,6 +413,62 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         },
       },
       {
+        kind: 'trigger-kill',
+        unavailable: always,
+        inject: async () => {
+          // The orchestrator reading the most source partitions is SIGKILLed halfway through a burst of records.
+          const hosts = await trigger.hosts().catch(() => new Map<string, number[]>());
+          const share = (m: Member) => hosts.get(m.name)?.length ?? 0;
+          const all = live('orchestrator').sort((a, b) => share(b) - share(a));
+          if (all.length === 0) return { skipped: 'no orchestrator alive' };
+          const v = share(all[0]) > 0 ? all[0] : rnd.pick(all);
+          const what = `SIGKILL ${v.name} (pid ${v.p.proc.pid}, trigger partitions [${hosts.get(v.name)?.join(',') ?? ''}])`;
+          const burst: string[] = [];
+          for (let i = 0; i < 12; i++) {
+            if (i === 6) {
+              stop(v, 'SIGKILL');
+              void start('orchestrator');
+            }
+            const id = await produceOrder(extraOrders++);
+            if (id) burst.push(id);
+            await new Promise((r) => setTimeout(r, 100));
+          }
+          const s = await trigger.awaitStarted(`trigger-kill of ${v.name}`, burst, h.events);
+          return `${what} after 6 of 12 trigger records, replacement starting; ${s === undefined ? 'the trigger did NOT start them all in 120 s' : `all 12 runs started ${s.toFixed(1)} s after the burst`}`;
+        },
+      },
+      {
+        kind: 'trigger-reset',
+        unavailable: always,
+        inject: async () => {
+          // Every orchestrator hosts the trigger: the group is empty only when all are stopped (gracefully).
+          let release = () => undefined as void;
+          orchestratorsHeld = new Promise<void>((r) => (release = r));
+          const stopped: string[] = [];
+          let state: string;
+          try {
+            for (;;) {
+              const all = live('orchestrator');
+              if (all.length === 0 && orchestratorsOpening.size === 0) break;
+              for (const m of all) {
+                stop(m, 'SIGTERM');
+                stopped.push(m.name);
+                setTimeout(() => m.p.kill('SIGKILL'), 30_000).unref();
+              }
+              await Promise.allSettled([...all.map((m) => m.p.exited), ...orchestratorsOpening]);
+            }
+            state = await trigger.resetToEarliest(60_000);
+          } finally {
+            orchestratorsHeld = undefined;
+            release();
+          }
+          await Promise.all(Array.from({ length: o.orchestrators }, () => start('orchestrator')));
+          const probe = await produceOrder(extraOrders++);
+          const s = probe ? await trigger.awaitStarted('trigger-reset', [probe], h.events) : undefined;
+          return `SIGTERM ${stopped.join(',')}, group ${trigger.group} (${state}) reset to earliest, ${o.orchestrators} orchestrators restarted; ${s === undefined ? 'a record written after it did NOT start its run in 120 s' : `a record written after it started its run in ${s.toFixed(1)} s`}`;
+        },
+      },
+      {
         kind: 'duplicate',
         unavailable: always,
         inject: async () => {
@@ -405,9 +483,24 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     ];
   };
 
+  /** Starts one order saga through the trigger: a record keyed by one of a few order ids. */
+  let extraOrders = 1_000_000; // `n` of the records the trigger faults write (the load's are its run numbers)
+  const produceOrder = async (k: number): Promise<string | undefined> => {
+    const decline = rnd.int(4) === 0;
+    try {
+      const id = await trigger.produce(k, `order-${rnd.int(CHAOS_ORDER_KEYS)}`, decline);
+      runs.set(id, { workflow: 'chaos-order', decline, items: 0 });
+      return id;
+    } catch (e) {
+      notStarted++;
+      log(`trigger record ${k} could not be written in 90 s: ${(e as Error).message}`);
+      return undefined;
+    }
+  };
   const urls = async () => Promise.all(live('orchestrator').map((m) => m.p.ready));
   /** Starts one run over HTTP on any live instance, the same Idempotency-Key on every try. */
   const startRun = async (k: number) => {
+    if (rnd.int(100) < 30) return void (await produceOrder(k));
     const roll = rnd.int(100);
     const workflow: Workflow = roll < 40 ? 'chaos-three' : roll < 80 ? 'chaos-order' : 'chaos-etl';
     const run: Run = {
@@ -449,6 +542,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   let dlqRecords = 0;
   let notStarted = 0;
   try {
+    await trigger.setup(); // the team's topic exists before the orchestrators that read it start
     await start('worker', { TEST_CREATE_TABLES: '1' }); // creates the PostgreSQL tables, then the others start
     await Promise.all([
       ...Array.from({ length: o.orchestrators }, () => start('orchestrator')),
@@ -580,6 +674,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       again.items.some((e) => e.value.runId === id && TERMINAL_EVENTS.has(e.event)),
     );
     const incompleteLifecycle = lifecycleGaps(distinctEvents(again), new Set(runs.keys()));
+    const triggerStarts = await trigger.report([...h.events.items, ...again.items]);
 
     // Outcomes.
     const outcome = new Map<string, string>();
@@ -648,13 +743,19 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       },
       order: { entities: last.size, violations },
       poison: { sent: poison.sent, deadLettered: deadLettered.size, dlqRecords },
+      triggerStarts,
       exits,
       seconds,
     };
   } finally {
     stopping = true;
     await Promise.allSettled([...starting]);
-    await Promise.allSettled([reader.disconnect(), dlqs.disconnect(), producer?.disconnect()]);
+    await Promise.allSettled([
+      reader.disconnect(),
+      dlqs.disconnect(),
+      producer?.disconnect(),
+      trigger.close(),
+    ]);
     await h.teardown();
     await redis.remove();
     if (!process.env.KEYFLOW_CHAOS_KEEP_TABLES) {
