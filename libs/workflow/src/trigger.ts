@@ -142,8 +142,8 @@ export const TRIGGER_NAME = /^[a-z0-9][a-z0-9-]{0,99}$/;
 export const DEFAULT_TRIGGER_MAX_IN_FLIGHT = 1_000;
 /** Default of `awaitRunMs`, in ms. */
 export const DEFAULT_AWAIT_RUN_MS = 30_000;
-/** Kafka's limit on a topic name (Kafka docs, "topic names": at most 249 of `[a-zA-Z0-9._-]`). */
-const TOPIC_NAME = /^[a-zA-Z0-9._-]{1,249}$/;
+/** Kafka's limit on a topic name (Kafka docs, "topic names": at most 249 of `[a-zA-Z0-9._-]`, not `.` or `..`). */
+const TOPIC_NAME = /^(?!\.\.?$)[a-zA-Z0-9._-]{1,249}$/;
 
 /** The default run id of a record: `<trigger>:<topic>:<partition>:<offset>` (unique per record, stable on replay). */
 export const recordRunId = (trigger: string, r: TriggerRecord): string =>
