@@ -172,11 +172,13 @@ export function startTrigger<I>(o: StartTriggerOptions<I>): StartTriggerDefiniti
   const serializeBy = o.serializeBy ?? 'offset';
   if (serializeBy !== 'offset' && serializeBy !== 'key')
     throw new InvalidTriggerError(o.name, 'serializeBy must be offset or key');
+  const workflow = typeof o.workflow === 'string' ? o.workflow : o.workflow?.name;
+  if (!workflow) throw new InvalidTriggerError(o.name, 'workflow must be a definition or a non-empty name');
   const runId = o.runId ?? ((r: TriggerRecord) => recordRunId(o.name, r));
   return {
     ...c,
     kind: 'start',
-    workflow: typeof o.workflow === 'string' ? o.workflow : o.workflow.name,
+    workflow,
     input: o.input ?? ((r) => r.value),
     runId,
     businessKey: o.businessKey ?? ((r) => r.key ?? runId(r)),
