@@ -74,7 +74,7 @@ export interface StartTriggerOptions<I = unknown> extends TriggerCommonOptions {
    * ended runs for ORCHESTRATOR_RUN_RETENTION_MS), so a business id here makes the trigger idempotent by it.
    */
   runId?: (r: TriggerRecord) => string;
-  /** The run's business key (default: the record key, or the run id when the record has none). */
+  /** The run's business key (default: the record key, or the run id when the record has none or an empty one). */
   businessKey?: (r: TriggerRecord) => string;
   /** Order of one key's runs (default `offset`). */
   serializeBy?: SerializeBy;
@@ -181,7 +181,8 @@ export function startTrigger<I>(o: StartTriggerOptions<I>): StartTriggerDefiniti
     workflow,
     input: o.input ?? ((r) => r.value),
     runId,
-    businessKey: o.businessKey ?? ((r) => r.key ?? runId(r)),
+    // An empty key (Kafka tells it from no key) is no business key: applied() rejects an empty one.
+    businessKey: o.businessKey ?? ((r) => r.key || runId(r)),
     serializeBy,
   };
 }
