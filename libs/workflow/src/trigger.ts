@@ -74,7 +74,7 @@ export interface StartTriggerOptions<I = unknown> extends TriggerCommonOptions {
    * ended runs for ORCHESTRATOR_RUN_RETENTION_MS), so a business id here makes the trigger idempotent by it.
    */
   runId?: (r: TriggerRecord) => string;
-  /** The run's business key (default: the record key, or the run id when the record has none). */
+  /** The run's business key (default: the record key, or the run id when the record has none or an empty one). */
   businessKey?: (r: TriggerRecord) => string;
   /** Order of one key's runs (default `offset`). */
   serializeBy?: SerializeBy;
@@ -142,8 +142,8 @@ export const TRIGGER_NAME = /^[a-z0-9][a-z0-9-]{0,99}$/;
 export const DEFAULT_TRIGGER_MAX_IN_FLIGHT = 1_000;
 /** Default of `awaitRunMs`, in ms. */
 export const DEFAULT_AWAIT_RUN_MS = 30_000;
-/** Kafka's limit on a topic name (Kafka docs, "topic names": at most 249 of `[a-zA-Z0-9._-]`). */
-const TOPIC_NAME = /^[a-zA-Z0-9._-]{1,249}$/;
+/** Kafka's limit on a topic name (Kafka docs, "topic names": at most 249 of `[a-zA-Z0-9._-]`, not `.` or `..`). */
+const TOPIC_NAME = /^(?!\.\.?$)[a-zA-Z0-9._-]{1,249}$/;
 
 /** The default run id of a record: `<trigger>:<topic>:<partition>:<offset>` (unique per record, stable on replay). */
 export const recordRunId = (trigger: string, r: TriggerRecord): string =>
@@ -172,14 +172,17 @@ export function startTrigger<I>(o: StartTriggerOptions<I>): StartTriggerDefiniti
   const serializeBy = o.serializeBy ?? 'offset';
   if (serializeBy !== 'offset' && serializeBy !== 'key')
     throw new InvalidTriggerError(o.name, 'serializeBy must be offset or key');
+  const workflow = typeof o.workflow === 'string' ? o.workflow : o.workflow?.name;
+  if (!workflow) throw new InvalidTriggerError(o.name, 'workflow must be a definition or a non-empty name');
   const runId = o.runId ?? ((r: TriggerRecord) => recordRunId(o.name, r));
   return {
     ...c,
     kind: 'start',
-    workflow: typeof o.workflow === 'string' ? o.workflow : o.workflow.name,
+    workflow,
     input: o.input ?? ((r) => r.value),
     runId,
-    businessKey: o.businessKey ?? ((r) => r.key ?? runId(r)),
+    // An empty key (Kafka tells it from no key) is no business key: applied() rejects an empty one.
+    businessKey: o.businessKey ?? ((r) => r.key || runId(r)),
     serializeBy,
   };
 }

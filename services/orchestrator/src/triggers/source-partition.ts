@@ -103,12 +103,16 @@ export class SourcePartition<R> {
     return true;
   }
 
-  /** Holds a record of `key` (not null) behind the key's earlier records or run. */
+  /**
+   * Holds a record of `key` (not null) behind the key's earlier records or run. The record was {@link read} (which
+   * moved `next` past it): `next` goes back to it, so the mark lists it as held and a restart applies it.
+   */
   hold(key: string, offset: bigint, record: R): void {
     const q = this.queues.get(key);
     if (q) q.push({ offset, record });
     else this.queues.set(key, [{ offset, record }]);
     this.heldOffsets.add(offset);
+    if (offset < this.next) this.next = offset;
   }
 
   /** The key's next records wait for `runId` (the run its record just started). */
