@@ -113,10 +113,6 @@ export const ERROR_CODES = {
     retryable: true,
     doc: "A topic trigger's source topic does not exist (yet); the trigger starts once it does (/health degraded meanwhile).",
   },
-  TRIGGER_REPLAY_BEYOND_WINDOW: {
-    retryable: false,
-    doc: "A trigger's group was reset to records older than the run de-duplication window and no progress mark covers them.",
-  },
   INVALID_RETRY_POLICY: { retryable: false, doc: 'A retry policy is invalid.' },
 
   // ---- blobs (claim check) ----

@@ -57,8 +57,9 @@ interface TriggerCommonOptions {
   /** How values are read (default `auto`). */
   format?: TriggerFormat;
   /**
-   * Most runs of this trigger in flight (started and not ended, or signals written whose run has not read them)
-   * before it pauses reading its source partitions (default 1000); each source partition pauses at its share.
+   * Most runs of this trigger in flight on one orchestrator instance (runs it started that have not ended, plus the
+   * records it holds behind their key) before that instance pauses reading the trigger's partitions (default 1000);
+   * it resumes below 90 % of it.
    */
   maxInFlight?: number;
 }
