@@ -7,7 +7,6 @@ import {
   writeCompression,
   type ConsumedMessage,
   type Kafka,
-  type Message,
   type Producer,
 } from '@keyflow/kafka';
 import { derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
