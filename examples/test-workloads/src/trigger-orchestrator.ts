@@ -66,12 +66,7 @@ const orders = startTrigger({
   input: (r: TriggerRecord) => (accept ? repaired(r.value) : r.value),
 });
 
-bootstrapOrchestrator(
-  [...allWorkflows, triggerOrder],
-  process.env,
-  [],
-  [orders],
-).catch((err) => {
+bootstrapOrchestrator([...allWorkflows, triggerOrder], process.env, [], [orders]).catch((err) => {
   console.error(err instanceof Error ? err.message : err);
   process.exit(1);
 });
