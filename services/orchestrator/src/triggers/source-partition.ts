@@ -174,7 +174,7 @@ export class SourcePartition<R> {
   mark(): Mark {
     const held = [...this.heldOffsets, ...this.replayHeld].filter((o) => o >= this.next).sort(cmp);
     const requests = [...this.requests].map(([partition, offset]) => ({ partition, offset }));
-    return { next: this.next, through: this.through, held, requests };
+    return { next: this.next, through: this.through, held, ...(requests.length ? { requests } : {}) };
   }
 
   /** Whether anything was read since construction (a mark exists to commit). */
