@@ -442,9 +442,16 @@ async function runRequest(a, kind, body, label) {
     delete a.keys[kind];
     answerLine(a, `${label}: accepted (request ${r.requestId})`, false);
   } catch (e) {
-    if (e instanceof ApiError && e.status < 500) delete a.keys[kind];
     if (e instanceof SignInNeeded) throw e;
-    answerLine(a, `${label}: refused: ${e.message}`, true);
+    const stands = e instanceof ApiError && e.status < 500;
+    if (stands) delete a.keys[kind];
+    answerLine(
+      a,
+      stands
+        ? `${label}: refused: ${e.message}`
+        : `${label}: no answer (${e.message}); a click sends the same request again, applied once`,
+      true,
+    );
   } finally {
     a.inFlight.delete(kind);
     syncActions(a);
