@@ -34,6 +34,15 @@ const apiKey = () => sessionStorage.getItem(KEY_STORAGE);
 /** The API asked for credentials (401): the view shows the sign-in form. */
 class SignInNeeded extends Error {}
 
+/** A refusal of the API: its HTTP status and the error list's code (when it names one) beside the message. */
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
 async function call(path, init) {
   const key = apiKey();
   const res = await fetch(new URL(path.replace(/^\//, ''), api), {
@@ -62,7 +71,12 @@ async function call(path, init) {
   }
   if (!res.ok) {
     const detail = body?.errors ? body.errors.map((e) => `${e.path}: ${e.message}`).join('; ') : '';
-    throw new Error(`${res.status} ${body?.message ?? res.statusText}${detail ? ` (${detail})` : ''}`);
+    const code = typeof body?.code === 'string' ? body.code : undefined;
+    throw new ApiError(
+      res.status,
+      code,
+      `${res.status}${code ? ` ${code}` : ''} ${body?.message ?? res.statusText}${detail ? ` (${detail})` : ''}`,
+    );
   }
   return body;
 }
@@ -348,6 +362,7 @@ async function runView(view, runId) {
           `${run.parked.length} inputs parked until an instance with ${run.workflow} ${run.version ? `v${run.version}` : '(latest)'} owns the run: ${run.parked.map((p) => (p.detail ? `${p.kind} (${p.detail})` : p.kind)).join(', ')}`,
         )
       : '',
+    runActions(run),
     h('h2', {}, 'Steps'),
     table(
       ['step', 'status', { label: 'attempts', num: true }, { label: 'took', num: true }, 'items', 'error'],
@@ -371,6 +386,166 @@ async function runView(view, runId) {
       ? h('p', { class: 'muted' }, `first ${TIMELINE_ROWS} of ${num(run.timeline.length)} entries shown`)
       : '',
   );
+}
+
+// ---- run actions: cancel, terminate, signal, retry (the requests `keyflow runs ...` sends) ----
+
+/** Statuses in which a run takes no cancel, terminate or signal (the API answers 409 RUN_ENDED). */
+const OVER = new Set(['completed', 'compensated', 'cancelled']);
+
+/** A random UUID v4 (crypto.randomUUID needs a secure context; a plain-http name behind a proxy is not one). */
+function uuid() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const x = [...b].map((v) => v.toString(16).padStart(2, '0')).join('');
+  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
+}
+
+/** The actions panel of the run shown, kept across refreshes (what the operator typed, the last answer). */
+let actions;
+
+function answerLine(a, text, bad) {
+  a.answer.textContent = text;
+  a.answer.className = bad ? 'bad' : 'ok';
+}
+
+/** Buttons enabled by the run's status; one whose request is on its way stays disabled until the API answers. */
+function syncActions(a) {
+  const over = OVER.has(a.status);
+  for (const [kind, off] of [
+    ['cancel', over],
+    ['terminate', over],
+    ['signal', over],
+    ['retry', a.status !== 'failed'],
+  ])
+    a.buttons[kind].disabled = off || a.inFlight.has(kind);
+}
+
+/**
+ * POST /runs/<id>/<kind> with `body` and an Idempotency-Key that is kept until the API gives an answer that stands (a
+ * status below 500): a click while the request is on its way does nothing, and the same request sent again after a
+ * network error or a 5xx carries the same key, so the engine applies it once. Shows the answer, then refreshes.
+ * @throws SignInNeeded on a 401 (the view then asks for a key).
+ */
+async function runRequest(a, kind, body, label) {
+  if (a.inFlight.has(kind)) return;
+  a.keys[kind] ??= uuid();
+  a.inFlight.add(kind);
+  syncActions(a);
+  try {
+    const r = await call(`/runs/${encodeURIComponent(a.runId)}/${kind}`, {
+      method: 'POST',
+      headers: { 'idempotency-key': a.keys[kind] },
+      body: JSON.stringify(body),
+    });
+    delete a.keys[kind];
+    answerLine(a, `${label}: accepted (request ${r.requestId})`, false);
+  } catch (e) {
+    if (e instanceof SignInNeeded) throw e;
+    const stands = e instanceof ApiError && e.status < 500;
+    if (stands) delete a.keys[kind];
+    answerLine(
+      a,
+      stands
+        ? `${label}: refused: ${e.message}`
+        : `${label}: no answer (${e.message}); a click sends the same request again, applied once`,
+      true,
+    );
+  } finally {
+    a.inFlight.delete(kind);
+    syncActions(a);
+  }
+  await render();
+}
+
+function stopRun(a, kind, reason) {
+  const how =
+    kind === 'cancel'
+      ? 'Cancel run %s (its completed steps are compensated)?'
+      : 'Terminate run %s at once (nothing is compensated)?';
+  if (!confirm(how.replace('%s', a.runId))) return;
+  const why = reason.trim() || `${kind === 'cancel' ? 'cancelled' : 'terminated'} from the keyflow console`;
+  return runRequest(a, kind, { reason: why }, kind);
+}
+
+/** Sends a signal; its payload (optional) must parse as JSON here, or nothing is sent. */
+function sendSignal(a, name, text) {
+  const signal = name.trim();
+  if (!signal) return answerLine(a, 'signal: name the signal first; nothing sent', true);
+  let payload;
+  if (text.trim())
+    try {
+      payload = JSON.parse(text);
+    } catch (e) {
+      return answerLine(a, `signal: the payload is not JSON (${e.message}); nothing sent`, true);
+    }
+  return runRequest(
+    a,
+    'signal',
+    payload === undefined ? { signal } : { signal, payload },
+    `signal ${signal}`,
+  );
+}
+
+function buildActions(runId) {
+  const a = { runId, status: undefined, keys: {}, inFlight: new Set(), buttons: {} };
+  const input = (name, attrs) => h('input', { name, 'data-testid': `action-${name}`, ...attrs });
+  const reason = input('reason', { placeholder: 'reason (recorded with RunCancelled)', size: 40 });
+  const signal = input('signal', { placeholder: 'name' });
+  const payload = h('textarea', {
+    name: 'payload',
+    'data-testid': 'action-payload',
+    rows: 2,
+    cols: 40,
+    placeholder: 'JSON, optional',
+  });
+  const fromStep = input('fromStepId', { placeholder: 'its failed step' });
+  const button = (kind, text, f) =>
+    (a.buttons[kind] = h(
+      'button',
+      { type: 'button', 'data-testid': `run-${kind}`, onclick: () => run(f) },
+      text,
+    ));
+  a.answer = h('p', { 'data-testid': 'action-answer' });
+  a.el = h(
+    'section',
+    { 'data-testid': 'run-actions' },
+    h('h2', {}, 'Actions'),
+    h(
+      'div',
+      { class: 'filters' },
+      h('label', {}, 'reason', reason),
+      button('cancel', 'Cancel', () => stopRun(a, 'cancel', reason.value)),
+      button('terminate', 'Terminate', () => stopRun(a, 'terminate', reason.value)),
+    ),
+    h(
+      'div',
+      { class: 'filters' },
+      h('label', {}, 'signal', signal),
+      h('label', {}, 'payload', payload),
+      button('signal', 'Send signal', () => sendSignal(a, signal.value, payload.value)),
+    ),
+    h(
+      'div',
+      { class: 'filters' },
+      h('label', {}, 'from step', fromStep),
+      button('retry', 'Retry', () => {
+        const from = fromStep.value.trim();
+        return runRequest(a, 'retry', from ? { fromStepId: from } : {}, 'retry');
+      }),
+    ),
+    a.answer,
+  );
+  return a;
+}
+
+/** The run's actions panel (the same element on every refresh of this run), its buttons set by the run's status. */
+function runActions(run) {
+  if (actions?.runId !== run.runId) actions = buildActions(run.runId);
+  actions.status = run.status;
+  syncActions(actions);
+  return actions.el;
 }
 
 function card(k, v, attrs = {}) {
