@@ -213,7 +213,7 @@ async function newStack(name: string, createSource: boolean): Promise<Stack> {
   });
   const producer = h.ns.kafka.producer();
   await producer.connect();
-  await h.readEvents();
+  let reading = false;
   const ids = (event: string) =>
     distinctEvents(h.events)
       .filter((e: Lifecycle) => e.event === event)
@@ -223,8 +223,15 @@ async function newStack(name: string, createSource: boolean): Promise<Stack> {
     source,
     signals,
     producer,
-    start: (extra = {}) =>
-      h.startOrchestrator({ TRIGGER_SOURCE_TOPIC: source, TRIGGER_SIGNAL_TOPIC: signals, ...extra }, FIXTURE),
+    start: async (extra = {}) => {
+      const o = await h.startOrchestrator(
+        { TRIGGER_SOURCE_TOPIC: source, TRIGGER_SIGNAL_TOPIC: signals, ...extra },
+        FIXTURE,
+      );
+      if (!reading) await h.readEvents(); // wf.events exists once an orchestrator is ready
+      reading = true;
+      return o;
+    },
     startedIds: () => ids('RunStarted'),
     completedIds: () => ids('RunCompleted'),
     at: (event, runId) => {
