@@ -82,6 +82,8 @@ export class TriggerRunner {
   private readonly parts = new Map<string, Part>();
   /** Runs started here and not ended: run id -> the part that started it. */
   private readonly inFlight = new Map<string, Part>();
+  /** Runs written into a transaction not committed yet (any part): they count against maxInFlight too. */
+  private uncommitted = 0;
   private paused = false;
   private stopped = false;
   private sweep?: NodeJS.Timeout;
@@ -199,26 +201,32 @@ export class TriggerRunner {
       }
       if (isStale() || !isRunning() || p.revoked) return;
       p.end = BigInt(batch.highWatermark);
-      let ok = false;
+      let taken = 0;
       await exclusively(p, async () => {
-        ok = await this.applyBatch(p, batch.messages, batch.topic, batch.partition);
+        taken = await this.applyBatch(p, batch.messages, batch.topic, batch.partition);
       });
-      if (ok && batch.messages.length) resolveOffset(batch.messages[batch.messages.length - 1].offset);
+      // Records past `taken` (maxInFlight reached) stay unresolved: the consumer fetches them again once resumed.
+      if (taken > 0) resolveOffset(batch.messages[taken - 1].offset);
     } finally {
       clearInterval(beat);
     }
     this.checkPressure();
   }
 
-  /** Applies a fetched batch in one transaction. @returns false when it failed (the part was rewound). */
+  /**
+   * Applies a fetched batch in one transaction, up to where runs in flight and held records reach maxInFlight.
+   * @returns how many of `messages` were read (applied, held, dead-lettered or skipped); 0 when it failed (the part
+   *   was rewound)
+   */
   private async applyBatch(
     p: Part,
     messages: KafkaMessage[],
     topic: string,
     partition: number,
-  ): Promise<boolean> {
+  ): Promise<number> {
     const out = new TriggerOutputs(this.def, this.d.codec, this.group);
     let skipped = 0;
+    let taken = 0;
     try {
       for (const km of messages) {
         const m: ConsumedMessage = { ...km, topic, partition, headers: km.headers ?? {} };
@@ -226,18 +234,23 @@ export class TriggerRunner {
         if (p.part.appliedBefore(o)) {
           p.part.read(o);
           skipped++;
+          taken++;
           continue;
         }
+        if (this.load() >= this.def.maxInFlight) break;
         p.part.read(o);
         await this.take(p, m, o, out);
+        taken++;
       }
       await this.commit(p, out);
       this.counts.skippedReplay += skipped;
       if (skipped) this.d.metrics.records.inc({ trigger: this.def.name, outcome: 'skipped_replay' }, skipped);
-      return true;
+      return taken;
     } catch (err) {
       await this.rewind(p, out, err);
-      return false;
+      return 0;
+    } finally {
+      this.uncommitted -= out.started.length;
     }
   }
 
@@ -271,7 +284,10 @@ export class TriggerRunner {
   private emit(p: Part, key: string | null, r: Pending, target: string | Error, out: TriggerOutputs): void {
     if (target instanceof Error) return out.deadLetter(r.m, target, Date.now());
     out.apply(r.m, r.a, target);
-    if (r.a.kind === 'start') p.part.gate(key, target);
+    if (r.a.kind === 'start') {
+      p.part.gate(key, target);
+      this.uncommitted++;
+    }
   }
 
   /**
@@ -392,6 +408,8 @@ export class TriggerRunner {
           } catch (err) {
             await this.rewind(p, out, err);
             return;
+          } finally {
+            this.uncommitted -= out.started.length;
           }
         }
       });
@@ -428,6 +446,11 @@ export class TriggerRunner {
     }
   }
 
+  /** Runs in flight (committed or being committed) plus records held: what maxInFlight bounds. */
+  private load(): number {
+    return this.inFlight.size + this.uncommitted + this.held();
+  }
+
   private held(): number {
     let n = 0;
     for (const p of this.parts.values()) n += p.part.heldCount;
@@ -438,7 +461,7 @@ export class TriggerRunner {
   private checkPressure(): void {
     const c = this.consumer;
     if (!c || this.stopped) return;
-    const load = this.inFlight.size + this.held();
+    const load = this.load();
     const topics = [{ topic: this.def.topic }, { topic: this.redriveTopic }];
     if (!this.paused && load >= this.def.maxInFlight) {
       this.paused = true;
