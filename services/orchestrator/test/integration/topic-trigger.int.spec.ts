@@ -71,7 +71,9 @@ describe('topic triggers', () => {
       'TRIGGER_INPUT_INVALID',
       'TRIGGER_RECORD_UNDECODABLE',
     ]);
-    expect(dlq.every((m) => m.headers['x-dlq-original-topic'] === source)).toBe(true);
+    // A redrive sends to the trigger's own topic; the source topic is named by the trigger's own headers.
+    expect(dlq.every((m) => m.headers['x-dlq-original-topic'] === `${h.prefix}trigger.orders`)).toBe(true);
+    expect(dlq.every((m) => m.headers['x-keyflow-trigger-source-topic'] === source)).toBe(true);
 
     // A signal by run id completes that run; one for a run that does not exist goes to the signal trigger's DLQ.
     const target = runs[0].value.runId;
