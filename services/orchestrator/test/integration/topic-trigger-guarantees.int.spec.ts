@@ -45,11 +45,13 @@ describe('topic trigger guarantees', () => {
 
     await s.signal(id(0));
     await s.started([id(1)], o);
+    await s.ended(id(0));
     expect(s.at('RunStarted', id(1))).toBeGreaterThanOrEqual(s.at('RunCompleted', id(0))!);
     expect(s.startedIds()).not.toContain(id(3));
 
     await s.signal(id(1));
     await s.started([id(3)], o);
+    await s.ended(id(1));
     expect(s.at('RunStarted', id(3))).toBeGreaterThanOrEqual(s.at('RunCompleted', id(1))!);
     expect(s.startedIds().sort()).toEqual([id(0), id(1), id(2), id(3)].sort());
   });
@@ -73,19 +75,25 @@ describe('topic trigger guarantees', () => {
     expect(st.lag).toBeLessThanOrEqual(15);
     await eventually('the 5 applied records to start their runs', () => s.startedIds().length === 5);
 
-    // Signal what runs; each time at most 5 are in flight, until every record started its run.
+    // Signal each run as it starts, until every record's run has ended.
     const signalled = new Set<string>();
-    while (signalled.size < keys.length) {
-      const running = s.startedIds().filter((r) => !signalled.has(r));
-      expect(s.startedIds().length - s.completedIds().length).toBeLessThanOrEqual(5);
-      for (const r of running) signalled.add(r);
-      await Promise.all(running.map((r) => s.signal(r)));
-      await eventually(
-        'the signalled runs to end and more to start',
-        () => s.startedIds().length > signalled.size || signalled.size === keys.length,
-        { timeoutMs: 60_000, check: () => o.proc.exitCode === null || fail(o.tail()) },
-      );
-    }
+    await eventually(
+      'every record to start its run, and the run to end',
+      async () => {
+        const fresh = s.startedIds().filter((r) => !signalled.has(r));
+        for (const r of fresh) signalled.add(r);
+        await Promise.all(fresh.map((r) => s.signal(r)));
+        return s.completedIds().length;
+      },
+      {
+        until: (n) => n === keys.length,
+        timeoutMs: 90_000,
+        intervalMs: 200,
+        check: () => o.proc.exitCode === null || fail(o.tail()),
+      },
+    );
+    // By the engine's clock: never more than maxInFlight runs started and not ended at once.
+    expect(mostAtOnce(s)).toBe(5);
     expect(new Set(s.startedIds()).size).toBe(20);
     expect(distinctEvents(s.h.events).filter((e) => e.event === 'RunStarted')).toHaveLength(20);
   });
@@ -196,6 +204,8 @@ interface Stack {
   at(event: string, runId: string): number | undefined;
   /** Waits until runs with these ids (or, with `prefix`, one run whose id starts with each) started. */
   started(ids: string[], o: ServiceProcess, prefix?: boolean): Promise<string[]>;
+  /** Waits until the events reader has seen the run's RunCompleted. */
+  ended(runId: string): Promise<unknown>;
   /** Signals `go` to a run by id through the signal topic. */
   signal(runId: string): Promise<void>;
   close(): Promise<void>;
@@ -253,6 +263,10 @@ async function newStack(name: string, createSource: boolean): Promise<Stack> {
           check: () => o.proc.exitCode === null || fail(o.tail()),
         },
       ) as Promise<string[]>,
+    ended: (runId) =>
+      eventually(`run ${runId} to complete`, () => ids('RunCompleted').includes(runId), {
+        timeoutMs: 60_000,
+      }),
     signal: async (runId) => {
       await producer.send({ topic: signals, messages: [{ key: runId, value: JSON.stringify({ runId }) }] });
     },
@@ -261,6 +275,21 @@ async function newStack(name: string, createSource: boolean): Promise<Stack> {
       await h.teardown();
     },
   };
+}
+
+/** The most runs started and not completed at one time, by the engine's event times (occurredAt, ms). */
+function mostAtOnce(s: Stack): number {
+  const steps = s
+    .startedIds()
+    .flatMap((r) => [
+      { at: s.at('RunStarted', r)!, d: 1 },
+      { at: s.at('RunCompleted', r) ?? Infinity, d: -1 },
+    ])
+    .sort((a, b) => a.at - b.at || a.d - b.d); // an end before a start at the same ms
+  let now = 0;
+  let most = 0;
+  for (const x of steps) most = Math.max(most, (now += x.d));
+  return most;
 }
 
 /** The `orders` trigger as GET /ops/triggers shows it (the tests reach the API on loopback without a key). */
