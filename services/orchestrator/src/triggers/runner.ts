@@ -82,7 +82,10 @@ export class TriggerRunner {
   private readonly parts = new Map<string, Part>();
   /** Runs started here and not ended: run id -> the part that started it. */
   private readonly inFlight = new Map<string, Part>();
-  /** Runs written into a transaction not committed yet (any part): they count against maxInFlight too. */
+  /**
+   * Runs written into a transaction not committed yet (any part), plus records being taken (decoded, mapped: a run
+   * each at most): they count against maxInFlight too, so concurrently applied partitions do not overshoot it.
+   */
   private uncommitted = 0;
   private paused = false;
   private stopped = false;
@@ -239,7 +242,12 @@ export class TriggerRunner {
         }
         if (this.load() >= this.def.maxInFlight) break;
         p.part.read(o);
-        await this.take(p, m, o, out);
+        this.uncommitted++; // the slot of the run it may start, held while it is decoded
+        try {
+          await this.take(p, m, o, out);
+        } finally {
+          this.uncommitted--;
+        }
         taken++;
       }
       await this.commit(p, out);
