@@ -174,11 +174,7 @@ describe('topic trigger guarantees', () => {
       'trigger:orders',
     ]);
 
-    const admin = await s.h.ns.getAdmin();
-    await admin.createTopics({
-      topics: [{ topic: s.source, numPartitions: 2, replicationFactor: 1 }],
-      waitForLeaders: true,
-    });
+    await s.h.ns.createTopics({ name: 'src-orders', numPartitions: 2 });
     await s.producer.send({
       topic: s.source,
       messages: [{ key: 'late', value: JSON.stringify({ key: 'late', seq: 0 }) }],
@@ -215,13 +211,10 @@ async function newStack(name: string, createSource: boolean): Promise<Stack> {
   const h = new OrchestratorHarness(name);
   const source = `${h.prefix}src-orders`;
   const signals = `${h.prefix}src-goes`;
-  const admin = await h.ns.getAdmin();
-  await admin.createTopics({
-    topics: [
-      ...(createSource ? [{ topic: source, numPartitions: 3, replicationFactor: 1 }] : []),
-      { topic: signals, numPartitions: 2, replicationFactor: 1 },
-    ],
-    waitForLeaders: true,
+  // The harness's createTopics rides out lagging metadata (the admin's waitForLeaders can fail on it).
+  await h.ns.createTopics(...(createSource ? [{ name: 'src-orders', numPartitions: 3 }] : []), {
+    name: 'src-goes',
+    numPartitions: 2,
   });
   const producer = h.ns.kafka.producer();
   await producer.connect();
