@@ -90,6 +90,11 @@ export class TriggerRunner {
   private readonly parts = new Map<string, Part>();
   /** Runs started here and not ended: run id -> the part that started it. */
   private readonly inFlight = new Map<string, Part>();
+  /**
+   * Runs written into a transaction not committed yet (any part), plus records being taken (decoded, mapped: a run
+   * each at most): they count against maxInFlight too, so concurrently applied partitions do not overshoot it.
+   */
+  private uncommitted = 0;
   private paused = false;
   private stopped = false;
   private sweep?: NodeJS.Timeout;
@@ -231,24 +236,29 @@ export class TriggerRunner {
       }
       if (isStale() || !isRunning() || p.revoked) return;
       p.end = BigInt(batch.highWatermark);
-      let ok = false;
+      let taken = 0;
       await exclusively(p, async () => {
-        ok = await this.applyBatch(p, batch.messages, batch.topic, batch.partition);
+        taken = await this.applyBatch(p, batch.messages, batch.topic, batch.partition);
       });
-      if (ok && batch.messages.length) resolveOffset(batch.messages[batch.messages.length - 1].offset);
+      // Records past `taken` (maxInFlight reached) stay unresolved: the consumer fetches them again once resumed.
+      if (taken > 0) resolveOffset(batch.messages[taken - 1].offset);
     } finally {
       clearInterval(beat);
     }
     this.checkPressure();
   }
 
-  /** Applies a fetched batch in one transaction. @returns false when it failed (the part was rewound). */
+  /**
+   * Applies a fetched batch in one transaction, up to where runs in flight and held records reach maxInFlight.
+   * @returns how many of `messages` were read (applied, held, dead-lettered or skipped); 0 when it failed (the part
+   *   was rewound)
+   */
   private async applyBatch(
     p: Part,
     messages: KafkaMessage[],
     topic: string,
     partition: number,
-  ): Promise<boolean> {
+  ): Promise<number> {
     const out = new TriggerOutputs(
       this.def,
       this.d.codec,
@@ -257,6 +267,7 @@ export class TriggerRunner {
       this.d.requestPartitions(),
     );
     let skipped = 0;
+    let taken = 0;
     try {
       for (const km of messages) {
         const m: ConsumedMessage = { ...km, topic, partition, headers: km.headers ?? {} };
@@ -264,18 +275,28 @@ export class TriggerRunner {
         if (p.part.appliedBefore(o)) {
           p.part.read(o);
           skipped++;
+          taken++;
           continue;
         }
+        if (this.load() >= this.def.maxInFlight) break;
         p.part.read(o);
-        await this.take(p, m, o, out);
+        this.uncommitted++; // the slot of the run it may start, held while it is decoded
+        try {
+          await this.take(p, m, o, out);
+        } finally {
+          this.uncommitted--;
+        }
+        taken++;
       }
       await this.commit(p, out);
       this.counts.skippedReplay += skipped;
       if (skipped) this.d.metrics.records.inc({ trigger: this.def.name, outcome: 'skipped_replay' }, skipped);
-      return true;
+      return taken;
     } catch (err) {
       await this.rewind(p, out, err);
-      return false;
+      return 0;
+    } finally {
+      this.uncommitted -= out.started.length;
     }
   }
 
@@ -314,7 +335,10 @@ export class TriggerRunner {
       if (!(err instanceof TriggerRecordError)) throw err;
       return out.deadLetter(r.m, err, Date.now());
     }
-    if (r.a.kind === 'start') p.part.gate(key, target);
+    if (r.a.kind === 'start') {
+      p.part.gate(key, target);
+      this.uncommitted++;
+    }
   }
 
   /**
@@ -450,6 +474,8 @@ export class TriggerRunner {
           } catch (err) {
             await this.rewind(p, out, err);
             return;
+          } finally {
+            this.uncommitted -= out.started.length;
           }
         }
       });
@@ -486,6 +512,11 @@ export class TriggerRunner {
     }
   }
 
+  /** Runs in flight (committed or being committed) plus records held: what maxInFlight bounds. */
+  private load(): number {
+    return this.inFlight.size + this.uncommitted + this.held();
+  }
+
   private held(): number {
     let n = 0;
     for (const p of this.parts.values()) n += p.part.heldCount;
@@ -496,7 +527,7 @@ export class TriggerRunner {
   private checkPressure(): void {
     const c = this.consumer;
     if (!c || this.stopped) return;
-    const load = this.inFlight.size + this.held();
+    const load = this.load();
     const topics = [{ topic: this.def.topic }, { topic: this.redriveTopic }];
     if (!this.paused && load >= this.def.maxInFlight) {
       this.paused = true;

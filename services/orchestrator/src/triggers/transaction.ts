@@ -107,7 +107,11 @@ export class TriggerOutputs {
     }
   }
 
-  /** The record to the trigger's DLQ with triage headers and where it came from (kept by a redrive). */
+  /**
+   * The record to the trigger's DLQ with triage headers and where it came from (kept by a redrive). Its
+   * x-dlq-original-topic is the trigger's own topic `trigger.<name>`: the one topic a redrive may send it to (libs/ops
+   * catalogDlqSource), never the team's source topic, which the x-keyflow-trigger-source-* headers name.
+   */
   deadLetter(m: ConsumedMessage, err: unknown, at: number): void {
     const source = m.headers?.[TRIGGER_SOURCE_HEADERS.topic]
       ? {}

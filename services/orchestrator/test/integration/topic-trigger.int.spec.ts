@@ -71,6 +71,7 @@ describe('topic triggers', () => {
       'TRIGGER_INPUT_INVALID',
       'TRIGGER_RECORD_UNDECODABLE',
     ]);
+    // A redrive sends to the trigger's own topic; the source topic is named by the trigger's own headers.
     expect(dlq.every((m) => m.headers['x-dlq-original-topic'] === `${h.prefix}trigger.orders`)).toBe(true);
     expect(dlq.every((m) => m.headers['x-keyflow-trigger-source-topic'] === source)).toBe(true);
 
