@@ -96,6 +96,10 @@ export class TriggerRunner {
    */
   private uncommitted = 0;
   private paused = false;
+  /** The partitions assigned now, by topic (the last GROUP_JOIN). */
+  private assignment: Record<string, number[]> = {};
+  /** Per assigned `<topic>/<partition>`, its lag and position at the last look (every second). */
+  private lags = new Map<string, { lag: number; position: bigint }>();
   private stopped = false;
   private sweep?: NodeJS.Timeout;
   private releaseSoon?: NodeJS.Immediate;
@@ -144,6 +148,7 @@ export class TriggerRunner {
 
   /** Drops the parts no longer assigned (their producers disconnect; the next owner's fences them anyway). */
   private assigned(assignment: Record<string, number[]>): void {
+    this.assignment = assignment;
     const keep = new Set(Object.entries(assignment).flatMap(([topic, ps]) => ps.map((p) => `${topic}/${p}`)));
     for (const [id, p] of this.parts) if (!keep.has(id)) void this.drop(p);
   }
@@ -498,18 +503,33 @@ export class TriggerRunner {
     void this.refreshEnds();
   }
 
+  /**
+   * The lag of every assigned partition (read_committed end offset minus the group's position), those not fetched
+   * yet (paused before their first batch) included: their position is the group's committed offset.
+   */
   private async refreshEnds(): Promise<void> {
+    const admin = this.d.admin();
+    if (!admin) return;
+    const lag = new Map<string, { lag: number; position: bigint }>();
     for (const topic of [this.def.topic, this.redriveTopic]) {
-      const ends =
-        (await this.d
-          .admin()
-          ?.fetchTopicOffsets(topic)
-          .catch(() => [])) ?? [];
+      const assigned = this.assignment[topic] ?? [];
+      if (assigned.length === 0) continue;
+      const [ends, committed] = await Promise.all([
+        admin.fetchTopicOffsets(topic).catch(() => []),
+        admin.fetchOffsets({ groupId: this.group, topics: [topic] }).catch(() => []),
+      ]);
+      const at = new Map((committed[0]?.partitions ?? []).map((c) => [c.partition, BigInt(c.offset)]));
       for (const e of ends) {
+        if (!assigned.includes(e.partition)) continue;
         const p = this.parts.get(`${topic}/${e.partition}`);
-        if (p) p.end = BigInt(e.offset);
+        const end = BigInt(e.offset);
+        if (p) p.end = end;
+        const from = p?.committed?.next ?? at.get(e.partition) ?? -1n;
+        const position = from >= 0n ? from : BigInt(e.low);
+        lag.set(`${topic}/${e.partition}`, { lag: end > position ? Number(end - position) : 0, position });
       }
     }
+    this.lags = lag;
   }
 
   /** Runs in flight (committed or being committed) plus records held: what maxInFlight bounds. */
@@ -541,20 +561,23 @@ export class TriggerRunner {
 
   /** What the ops API and the console show (see TriggerStatus). */
   status(): TriggerStatus {
-    const partitions = [...this.parts.values()]
-      .filter((p) => p.topic === this.def.topic || p.part.heldCount > 0 || p.end > 0n)
-      .map((p) => {
-        const position = p.committed?.next ?? -1n;
-        const lag = p.end >= 0n && position >= 0n && p.end > position ? Number(p.end - position) : 0;
-        return {
-          topic: p.topic,
-          partition: p.partition,
-          lag,
-          position: position.toString(),
-          paused: this.paused,
-          held: p.part.heldCount,
-        };
-      });
+    const partitions = Object.entries(this.assignment).flatMap(([topic, ps]) =>
+      ps
+        .map((partition) => {
+          const p = this.parts.get(`${topic}/${partition}`);
+          const seen = this.lags.get(`${topic}/${partition}`);
+          const position = p?.committed?.next ?? seen?.position ?? -1n;
+          return {
+            topic,
+            partition,
+            lag: seen?.lag ?? 0,
+            position: position.toString(),
+            paused: this.paused,
+            held: p?.part.heldCount ?? 0,
+          };
+        })
+        .filter((x) => topic === this.def.topic || x.lag > 0 || x.held > 0),
+    );
     return {
       name: this.def.name,
       kind: this.def.kind,
