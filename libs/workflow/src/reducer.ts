@@ -49,6 +49,8 @@ export type WorkflowInput =
       version: number;
       businessKey: string;
       input: Record<string, unknown>;
+      /** Set when a parent run's child step started this run (StartRun.parent): its end is reported there. */
+      parent?: ParentRef | null;
     })
   | (InputBase & {
       kind: 'task-completed';
@@ -77,6 +79,34 @@ export type WorkflowInput =
     })
   | (InputBase & { kind: 'signal'; signal: string; payload: unknown })
   | (InputBase & { kind: 'retry'; fromStepId?: string | null });
+
+/**
+ * The step of a parent run that started a run as its child workflow: where the child's end is reported (a
+ * TaskCompleted or TaskFailed for `stepId` attempt `attempt`, keyed by `runId`, carrying `idempotencyKey`).
+ */
+export interface ParentRef {
+  runId: string;
+  stepId: string;
+  attempt: number;
+  idempotencyKey: string;
+}
+
+/** A CancelRun the reducer asks for: a child run its parent no longer awaits (the parent failed, was cancelled...). */
+export interface ChildCancel {
+  runId: string;
+  reason: string;
+  /** Stop the child at once, without compensating (the parent was terminated). */
+  terminate: boolean;
+}
+
+/**
+ * The run id of the child a child step's attempt starts: `<parent run>/<step>#<attempt>` (a fan-out item's step id is
+ * `<map>[<index>]`). Deterministic, so a replay writes the same StartRun and the engine keeps the first (duplicate
+ * start); a retry's new attempt starts a new child.
+ */
+export function childRunIdOf(parentRunId: string, stepId: string, attempt: number): string {
+  return `${parentRunId}/${stepId}#${attempt}`;
+}
 
 export interface StepError {
   errorClass: string;
@@ -204,6 +234,8 @@ export interface RunState {
    * when there are none.
    */
   parked?: ParkedInput[];
+  /** The parent run's step that started this run as a child workflow; absent for a run started otherwise. */
+  parent?: ParentRef;
 }
 
 export interface CommandSpec {
@@ -219,6 +251,11 @@ export interface CommandSpec {
   idempotencyKey: string;
   /** For a compensation: the idempotency key of the step it undoes (the worker fences it first). */
   compensates: string | null;
+  /**
+   * A child step's attempt: not a task command but a StartRun of `workflow` v`version` as run `runId` (see
+   * {@link childRunIdOf}), business key `entityKey`, input `input`, its parent this step.
+   */
+  child?: { workflow: string; version: number; runId: string };
 }
 
 export type LifecycleSpec =
@@ -246,6 +283,8 @@ export interface Decision {
   state: RunState | undefined;
   commands: CommandSpec[];
   events: LifecycleSpec[];
+  /** Child runs to cancel (their parent step no longer awaits them); absent when none. */
+  cancels?: ChildCancel[];
   /** Why the input changed nothing, in words (stale, duplicate, unknown run); undefined when applied. */
   ignored?: string;
   /** The same, as a code of a closed list (for counting and branching); set exactly when `ignored` is. */
@@ -543,6 +582,7 @@ export function seededRandom(seed: string): () => number {
 class Ctx {
   readonly commands: CommandSpec[] = [];
   readonly events: LifecycleSpec[] = [];
+  readonly cancels: ChildCancel[] = [];
   constructor(
     readonly def: WorkflowDefinition,
     public s: RunState,
@@ -617,6 +657,7 @@ export function reduce(
       sequence: 1,
       timeline: [],
     };
+    if (input.parent) s.parent = input.parent;
     const c = new Ctx(def, s, input.at);
     c.events.push({
       type: 'RunStarted',
@@ -666,7 +707,9 @@ export function reduceInPlace(
   }
   c.s.sequence++;
   c.s.updatedAt = input.at;
-  return { state: c.s, commands: c.commands, events: c.events };
+  const d: Decision = { state: c.s, commands: c.commands, events: c.events };
+  if (c.cancels.length) d.cancels = c.cancels;
+  return d;
 }
 
 /** An input the reducer applies to a run that exists (all but a start), of one kind. */
@@ -748,6 +791,12 @@ function applyTimer(c: Ctx, input: RunInput<'timer-fired'>): Ignored | undefined
     schedule(c, t.stepId!, t.attempt!);
   } else if (t.purpose === 'step-timeout') {
     const st = stepStateOf(s, t.stepId!);
+    if (st?.status === 'scheduled' && taskOf(c, t.stepId!).step.child)
+      c.cancels.push({
+        runId: childRunIdOf(s.runId, t.stepId!, t.attempt!),
+        reason: `parent step ${t.stepId} timed out`,
+        terminate: false,
+      });
     if (st) setStepState(s, t.stepId!, { ...st, uncertain: true });
     onFailed(c, t.stepId!, t.attempt!, {
       errorClass: STEP_TIMEOUT_ERROR,
@@ -808,7 +857,8 @@ function applyCancel(c: Ctx, input: RunInput<'cancel'>): Ignored | undefined {
   const s = c.s;
   if (input.terminate) {
     // Terminate: stop at once, compensating nothing (a compensation under way is cut off too). Commands out
-    // may still run; their results are stale.
+    // may still run; their results are stale. Children it awaits are terminated too.
+    cancelChildren(c, `parent run ${s.runId} was terminated`, true);
     endCancelled(c, input.reason, true);
     return undefined;
   }
@@ -1054,6 +1104,9 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     maxAttempts,
     idempotencyKey: idempotencyKeyOf(s.runId, stepId, st.generation),
     compensates: undone ? idempotencyKeyOf(s.runId, undone, s.steps[undone]?.generation) : null,
+    ...(!compensation && step.child
+      ? { child: { ...step.child, runId: childRunIdOf(s.runId, stepId, attempt) } }
+      : {}),
   });
   s.timers[`step-timeout:${stepId}:${attempt}`] = {
     dueAt: c.at + stepTimeoutMs,
@@ -1210,6 +1263,11 @@ function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string
     c.log('RunFailed', stepId, undefined, 'compensation failed');
     return;
   }
+  cancelChildren(
+    c,
+    `parent run ${s.runId} ${cancelReason === undefined ? 'failed' : 'was cancelled'}`,
+    false,
+  );
   // A task step still outstanding (its command queued or running: a run timeout, or another step of the run
   // failing) may yet have its effect: it is compensated like a completed one, and its compensation fences its key.
   for (const [id, st] of Object.entries(s.steps)) {
@@ -1282,6 +1340,64 @@ function nextCompensation(c: Ctx): void {
   }
   const id = compensationStepId(comp.queue[comp.index]);
   schedule(c, id, currentAttempt(c, id) + 1);
+}
+
+/** Asks for a CancelRun of every child run a child step (or a child map's item) of the run awaits. */
+function cancelChildren(c: Ctx, reason: string, terminate: boolean): void {
+  const s = c.s;
+  for (const [id, st] of Object.entries(s.steps)) {
+    const step = c.def.stepIndex.get(id);
+    if ((step?.kind !== 'task' && step?.kind !== 'map') || !step.child) continue;
+    if (step.kind === 'task' && st.status === 'scheduled')
+      c.cancels.push({ runId: childRunIdOf(s.runId, id, st.attempt), reason, terminate });
+    st.map?.segments.forEach((seg, k) =>
+      seg.steps.forEach((item, i) => {
+        if (item?.status === 'scheduled')
+          c.cancels.push({
+            runId: childRunIdOf(s.runId, itemStepId(id, k * SEGMENT_ITEMS + i), item.attempt),
+            reason,
+            terminate,
+          });
+      }),
+    );
+  }
+}
+
+/**
+ * What a child run's end reports to its parent's step: its output when it completed, else its error (a cancelled
+ * child: ChildCancelled, not retryable). Undefined while the run has not ended or has no parent.
+ */
+export function parentResultOf(
+  s: RunState,
+): { completed: true; output: unknown } | { completed: false; error: StepError } | undefined {
+  if (!s.parent || !TERMINAL.has(s.status)) return undefined;
+  if (s.status === 'completed') return { completed: true, output: s.output ?? null };
+  if (s.status === 'cancelled') {
+    const reason = [...s.timeline].reverse().find((e) => e.event.startsWith('Run'))?.detail ?? '';
+    return {
+      completed: false,
+      error: {
+        errorClass: 'ChildCancelled',
+        message: `child run ${s.runId} was cancelled: ${reason}`,
+        retryable: false,
+      },
+    };
+  }
+  const e = s.error ?? {
+    errorClass: 'ChildFailed',
+    message: 'no error recorded',
+    retryable: false,
+    stepId: '?',
+  };
+  return {
+    completed: false,
+    error: {
+      errorClass: e.errorClass,
+      message: `child run ${s.runId} ${s.status} at step ${e.stepId}: ${e.message}`,
+      retryable: e.retryable,
+      code: e.code ?? null,
+    },
+  };
 }
 
 /** Ends a cancelled run (after its compensations, if it had any), or a terminated one (at once). */

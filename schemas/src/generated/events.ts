@@ -346,7 +346,30 @@ export namespace DevKeyflowEvents {
          */
         payload: string;
     }
-    export const StartRunSchema = "{\"type\":\"record\",\"name\":\"StartRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Trigger -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\"},{\"name\":\"workflowVersion\",\"type\":[\"null\",\"int\"],\"default\":null},{\"name\":\"businessKey\",\"type\":\"string\",\"doc\":\"Default entity key for the run's task commands.\"},{\"name\":\"input\",\"type\":\"string\",\"doc\":\"Run input as JSON text.\"},{\"name\":\"idempotencyKey\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Caller's Idempotency-Key; the same key returns the same run.\"},{\"name\":\"trigger\",\"type\":\"string\",\"doc\":\"api, webhook, schedule or replay.\"}]}";
+    export const ParentStepSchema = "{\"type\":\"record\",\"name\":\"ParentStep\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The step of a parent run that started this run as its child workflow.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (its result goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's step id (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"The parent step's attempt that started this child.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"The parent step's idempotency key (echoed in the result).\"}]}";
+    export const ParentStepName = "dev.keyflow.events.ParentStep";
+    /**
+     * The step of a parent run that started this run as its child workflow.
+     */
+    export interface ParentStep {
+        /**
+         * The parent run's id (its result goes to task.results keyed by it).
+         */
+        runId: string;
+        /**
+         * The parent's step id (a fan-out item has `<step>[<index>]`).
+         */
+        stepId: string;
+        /**
+         * The parent step's attempt that started this child.
+         */
+        attempt: number;
+        /**
+         * The parent step's idempotency key (echoed in the result).
+         */
+        idempotencyKey: string;
+    }
+    export const StartRunSchema = "{\"type\":\"record\",\"name\":\"StartRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Trigger -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\"},{\"name\":\"workflowVersion\",\"type\":[\"null\",\"int\"],\"default\":null},{\"name\":\"businessKey\",\"type\":\"string\",\"doc\":\"Default entity key for the run's task commands.\"},{\"name\":\"input\",\"type\":\"string\",\"doc\":\"Run input as JSON text.\"},{\"name\":\"idempotencyKey\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Caller's Idempotency-Key; the same key returns the same run.\"},{\"name\":\"trigger\",\"type\":\"string\",\"doc\":\"api, webhook, schedule or replay.\"},{\"name\":\"parent\",\"type\":[\"null\",{\"type\":\"record\",\"name\":\"ParentStep\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The step of a parent run that started this run as its child workflow.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (its result goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's step id (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"The parent step's attempt that started this child.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"The parent step's idempotency key (echoed in the result).\"}]}],\"default\":null,\"doc\":\"Set when a parent run's child step started this run: its end is reported to that step as a TaskCompleted or TaskFailed.\"}]}";
     export const StartRunName = "dev.keyflow.events.StartRun";
     /**
      * Trigger -> wf.requests. Key: run id.
@@ -380,6 +403,12 @@ export namespace DevKeyflowEvents {
          * api, webhook, schedule or replay.
          */
         trigger: string;
+        /**
+         * Set when a parent run's child step started this run: its end is reported to that step as a TaskCompleted or TaskFailed.
+         *
+         * Default: null
+         */
+        parent: null | DevKeyflowEvents.ParentStep;
     }
     export const StepCompletedSchema = "{\"type\":\"record\",\"name\":\"StepCompleted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"A step completed; its output is part of the run.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step.\"},{\"name\":\"output\",\"type\":\"string\"},{\"name\":\"outputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the output (JSON) when it is larger than the topic accepts; `output` is then empty.\"}]}";
     export const StepCompletedName = "dev.keyflow.events.StepCompleted";
@@ -724,7 +753,7 @@ export const EVENT_VERSIONS = {
   "RunSnapshot": 3,
   "RunStarted": 2,
   "SignalRun": 1,
-  "StartRun": 1,
+  "StartRun": 2,
   "StepCompleted": 2,
   "StepFailed": 1,
   "StepScheduled": 1,
