@@ -43,7 +43,7 @@ export const CHILD_STEP_TIMEOUT_MS = 24 * 60 * 60 * 1000;
 export interface ChildPolicyOptions {
   /**
    * The parent's retry policy for the step: a failed child (its error class and retryable flag are the step's
-   * error's) is retried with a new child run (`<parent>/<step>#<attempt>`).
+   * error's) is retried with a new child run (`<parent>~<step>~<attempt>`).
    */
   retry?: RetryPolicyInput;
   /**

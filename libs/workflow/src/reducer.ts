@@ -100,12 +100,14 @@ export interface ChildCancel {
 }
 
 /**
- * The run id of the child a child step's attempt starts: `<parent run>/<step>#<attempt>` (a fan-out item's step id is
+ * The run id of the child a child step's attempt starts: `<parent run>~<step>~<attempt>` (a fan-out item's step id is
  * `<map>[<index>]`). Deterministic, so a replay writes the same StartRun and the engine keeps the first (duplicate
- * start); a retry's new attempt starts a new child.
+ * start); a retry's new attempt starts a new child. `~` is in no step id and in no run id the API takes, so a child's
+ * id names its parent step unambiguously and never meets a run id a client chose; it has no `/` (wf.state segment
+ * keys) and needs no escaping in a URL.
  */
 export function childRunIdOf(parentRunId: string, stepId: string, attempt: number): string {
-  return `${parentRunId}/${stepId}#${attempt}`;
+  return `${parentRunId}~${stepId}~${attempt}`;
 }
 
 export interface StepError {

@@ -12,7 +12,7 @@ import {
 
 /**
  * Child workflows (docs/workflows.md "Child workflows"): a child step's attempt is a StartRun of the child as run
- * `<parent>/<step>#<attempt>`; the child's end is the step's result; a parent that fails, is cancelled or terminated
+ * `<parent>~<step>~<attempt>`; the child's end is the step's result; a parent that fails, is cancelled or terminated
  * cancels the children it still awaits; a failed child fails the step, retried by the parent's policy with a new child.
  */
 let clock = 1_000_000;
@@ -66,12 +66,12 @@ const parent = workflow('parent', 1, { input: z.object({ orderId: z.string(), li
   .build();
 
 describe('child workflows in the reducer', () => {
-  it('a child step starts its child as <parent>/<step>#<attempt> with the child workflow, input and business key', () => {
+  it('a child step starts its child as <parent>~<step>~<attempt> with the child workflow, input and business key', () => {
     const d = reduce(parent, undefined, start());
     expect(d.commands).toHaveLength(1);
     const [cmd] = d.commands;
-    expect(cmd.child).toEqual({ workflow: 'line', version: 1, runId: 'p1/first#1' });
-    expect(childRunIdOf('p1', 'first', 1)).toBe('p1/first#1');
+    expect(cmd.child).toEqual({ workflow: 'line', version: 1, runId: 'p1~first~1' });
+    expect(childRunIdOf('p1', 'first', 1)).toBe('p1~first~1');
     expect(JSON.parse(cmd.input)).toEqual({ orderId: 'o-1', line: 0 });
     expect(cmd.entityKey).toBe('b-1/first');
     expect(cmd.taskType).toBe('child:line');
@@ -80,9 +80,9 @@ describe('child workflows in the reducer', () => {
   it("a child map starts one child per item (up to its concurrency) and aggregates the children's outputs", () => {
     let d = reduce(parent, undefined, start());
     d = reduce(parent, d.state, completed(d.commands[0], { priced: 0 }));
-    expect(d.commands.map((c) => c.child?.runId)).toEqual(['p1/lines[0]#1', 'p1/lines[1]#1']);
+    expect(d.commands.map((c) => c.child?.runId)).toEqual(['p1~lines[0]~1', 'p1~lines[1]~1']);
     const third = reduce(parent, d.state, completed(d.commands[0], { priced: 10 }));
-    expect(third.commands.map((c) => c.child?.runId)).toEqual(['p1/lines[2]#1']);
+    expect(third.commands.map((c) => c.child?.runId)).toEqual(['p1~lines[2]~1']);
     let e = reduce(parent, third.state, completed(d.commands[1], { priced: 20 }));
     e = reduce(parent, e.state, completed(third.commands[0], { priced: 30 }));
     expect(e.state!.status).toBe('completed');
@@ -103,7 +103,7 @@ describe('child workflows in the reducer', () => {
     expect(d.state!.steps.first.status).toBe('waiting-retry');
     const [timerId] = Object.keys(d.state!.timers).filter((t) => t.startsWith('retry:'));
     d = reduce(parent, d.state, { ...base(), kind: 'timer-fired', timerId });
-    expect(d.commands[0].child?.runId).toBe('p1/first#2');
+    expect(d.commands[0].child?.runId).toBe('p1~first~2');
     d = reduce(parent, d.state, failed(d.commands[0], true));
     expect(d.state!.status).toBe('failed');
     expect(d.state!.error).toMatchObject({ errorClass: 'ChildBoom', stepId: 'first' });
@@ -116,8 +116,8 @@ describe('child workflows in the reducer', () => {
     d = reduce(parent, d.state, { ...base(), kind: 'cancel', reason: 'user' });
     expect(d.state!.status).toBe('cancelled');
     expect(d.cancels).toEqual([
-      { runId: 'p1/lines[1]#1', reason: 'parent run p1 was cancelled', terminate: false },
-      { runId: 'p1/lines[2]#1', reason: 'parent run p1 was cancelled', terminate: false },
+      { runId: 'p1~lines[1]~1', reason: 'parent run p1 was cancelled', terminate: false },
+      { runId: 'p1~lines[2]~1', reason: 'parent run p1 was cancelled', terminate: false },
     ]);
   });
 
@@ -125,7 +125,7 @@ describe('child workflows in the reducer', () => {
     const s = reduce(parent, undefined, start()).state;
     const d = reduce(parent, s, { ...base(), kind: 'cancel', reason: 'stop', terminate: true });
     expect(d.cancels).toEqual([
-      { runId: 'p1/first#1', reason: 'parent run p1 was terminated', terminate: true },
+      { runId: 'p1~first~1', reason: 'parent run p1 was terminated', terminate: true },
     ]);
   });
 
@@ -134,7 +134,7 @@ describe('child workflows in the reducer', () => {
     const [timerId] = Object.keys(d.state!.timers).filter((t) => t.startsWith('step-timeout:'));
     const t = reduce(parent, d.state, { ...base(), kind: 'timer-fired', timerId });
     expect(t.cancels).toEqual([
-      { runId: 'p1/first#1', reason: 'parent step first timed out', terminate: false },
+      { runId: 'p1~first~1', reason: 'parent step first timed out', terminate: false },
     ]);
     expect(t.state!.steps.first.status).toBe('waiting-retry');
   });
@@ -142,7 +142,7 @@ describe('child workflows in the reducer', () => {
   it('a child run keeps its parent and reports its output, or its error, once it ends', () => {
     const parentRef = { runId: 'p1', stepId: 'first', attempt: 1, idempotencyKey: 'p1/first' };
     const begin: WorkflowInput = {
-      ...base('p1/first#1'),
+      ...base('p1~first~1'),
       kind: 'start',
       workflow: 'line',
       version: 1,
@@ -153,10 +153,10 @@ describe('child workflows in the reducer', () => {
     let d: Decision = reduce(line, undefined, begin);
     expect(d.state!.parent).toEqual(parentRef);
     expect(parentResultOf(d.state!)).toBeUndefined();
-    d = reduce(line, d.state, { ...base('p1/first#1'), kind: 'timer-fired', timerId: 'wait:settle' });
+    d = reduce(line, d.state, { ...base('p1~first~1'), kind: 'timer-fired', timerId: 'wait:settle' });
     expect(parentResultOf(d.state!)).toEqual({ completed: true, output: { priced: 40 } });
     const cancelled = reduce(line, reduce(line, undefined, { ...begin, eventId: 'other' }).state, {
-      ...base('p1/first#1'),
+      ...base('p1~first~1'),
       kind: 'cancel',
       reason: 'parent run p1 failed',
     });

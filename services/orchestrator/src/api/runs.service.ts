@@ -181,6 +181,7 @@ export class RunsService {
         input: JSON.stringify(req.input),
         idempotencyKey: req.idempotencyKey ?? null,
         trigger: req.trigger,
+        parent: null,
       });
     } catch (e) {
       // Not written: free the key, so a retry with it (or another request) is not held to a run that never was.
