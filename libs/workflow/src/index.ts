@@ -45,6 +45,7 @@ export {
   stepOf,
   idempotencyKeyOf,
   childRunIdOf,
+  childrenOf,
   parentResultOf,
   TERMINAL,
   RUN_STATUSES,
@@ -74,6 +75,7 @@ export type {
   ReduceOptions,
   ParentRef,
   ChildCancel,
+  ChildRun,
 } from './reducer';
 export { PendingRuns } from './pending';
 export {

@@ -1344,6 +1344,34 @@ function nextCompensation(c: Ctx): void {
   schedule(c, id, currentAttempt(c, id) + 1);
 }
 
+/** A child run a run started: its step (a fan-out item's `<map>[<index>]`), the attempt, the child's run id. */
+export interface ChildRun {
+  stepId: string;
+  attempt: number;
+  runId: string;
+}
+
+/**
+ * The child runs `s` started (every attempt of its child steps and child maps' items so far), in step order then
+ * attempt order. O(steps + items of child maps). Definitions without child steps give [].
+ */
+export function childrenOf(def: WorkflowDefinition, s: RunState): ChildRun[] {
+  const out: ChildRun[] = [];
+  const attempts = (stepId: string, st: StepState | null) => {
+    for (let a = 1; st && a <= st.attempt; a++)
+      out.push({ stepId, attempt: a, runId: childRunIdOf(s.runId, stepId, a) });
+  };
+  for (const [id, st] of Object.entries(s.steps)) {
+    const step = def.stepIndex.get(id);
+    if ((step?.kind !== 'task' && step?.kind !== 'map') || !step.child) continue;
+    if (step.kind === 'task') attempts(id, st);
+    st.map?.segments.forEach((seg, k) =>
+      seg.steps.forEach((item, i) => attempts(itemStepId(id, k * SEGMENT_ITEMS + i), item)),
+    );
+  }
+  return out;
+}
+
 /** Asks for a CancelRun of every child run a child step (or a child map's item) of the run awaits. */
 function cancelChildren(c: Ctx, reason: string, terminate: boolean): void {
   const s = c.s;
