@@ -57,6 +57,12 @@ export interface ChildPolicyOptions {
 export type ChildOptions<I, O, CI, R = CI> = ChildPolicyOptions & {
   /** The child run's business key (default `<parent business key>/<step id>`). */
   businessKey?: (c: StepContext<I, O>) => string;
+  /**
+   * Saga compensation: when a later step of the parent fails for good (or the parent is cancelled), the completed
+   * child run is asked to compensate its own completed steps (in reverse order; it then ends cancelled), and the
+   * parent's compensation of this step waits for that to end. Default false: a completed child is left as it is.
+   */
+  compensate?: boolean;
 } & InputMapping<[c: StepContext<I, O>], I, CI, R>;
 
 /** Options of a child map (`.childMap`): each item starts one child run; `CO` is the child's run output. */
@@ -522,6 +528,16 @@ class Builder {
       entityKey: (o.businessKey as TaskStep['entityKey'] | undefined) ?? ((c) => `${c.businessKey}/${id}`),
       ...taskFields(this.name, id, { retry: o.retry, timeoutMs: stepTimeoutMs, stepTimeoutMs }),
       child: { workflow: def.name, version: def.version },
+      ...(o.compensate
+        ? {
+            compensate: {
+              type: `child-compensate:${def.name}`,
+              input: () => null,
+              retry: retryPolicy({ maxAttempts: 1 }),
+              timeoutMs: stepTimeoutMs,
+            },
+          }
+        : {}),
     });
     return this;
   }

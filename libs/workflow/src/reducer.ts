@@ -76,6 +76,13 @@ export type WorkflowInput =
       reason: string;
       /** Stop at once without compensating (terminate); otherwise completed steps are compensated first. */
       terminate?: boolean;
+      /**
+       * A parent's request to its child run: applies to a completed run too (its completed steps are compensated,
+       * then it ends cancelled). CancelRun.compensateCompleted.
+       */
+      compensateCompleted?: boolean;
+      /** Where the end of that compensation is reported: the parent's `<step>.compensate` (CancelRun.reportTo). */
+      reportTo?: ParentRef | null;
     })
   | (InputBase & { kind: 'signal'; signal: string; payload: unknown })
   | (InputBase & { kind: 'retry'; fromStepId?: string | null });
@@ -97,6 +104,10 @@ export interface ChildCancel {
   reason: string;
   /** Stop the child at once, without compensating (the parent was terminated). */
   terminate: boolean;
+  /** Compensate a child that has completed too (a cancel that crossed its completion; a parent's compensation). */
+  compensateCompleted: boolean;
+  /** A parent's compensation step awaiting the end of the child's compensation (see RunState.compensatingFor). */
+  reportTo?: ParentRef;
 }
 
 /**
@@ -238,6 +249,11 @@ export interface RunState {
   parked?: ParkedInput[];
   /** The parent run's step that started this run as a child workflow; absent for a run started otherwise. */
   parent?: ParentRef;
+  /**
+   * The parent's compensation step that asked this completed child run to compensate its steps: the end of that is
+   * reported there (instead of to `parent`). Absent otherwise.
+   */
+  compensatingFor?: ParentRef;
 }
 
 export interface CommandSpec {
@@ -258,6 +274,11 @@ export interface CommandSpec {
    * {@link childRunIdOf}), business key `entityKey`, input `input`, its parent this step.
    */
   child?: { workflow: string; version: number; runId: string };
+  /**
+   * A child step's compensation: not a task command but a CancelRun of the completed child run `runId`
+   * (compensateCompleted), whose end is reported to this command's step and attempt.
+   */
+  compensateChild?: { runId: string };
 }
 
 export type LifecycleSpec =
@@ -354,6 +375,14 @@ function isDuplicateRequest(state: RunState, input: WorkflowInput): boolean {
 
 const duplicateRequest = (state: RunState, input: WorkflowInput) =>
   ignoredBy(state, 'DUPLICATE_REQUEST', `${input.kind} ${input.eventId} was applied already`);
+
+/** Whether `input` applies to a run that has ended: a retry (of a failed run), a parent's compensating cancel. */
+function appliesToEnded(state: RunState, input: WorkflowInput): boolean {
+  return (
+    input.kind === 'retry' ||
+    (input.kind === 'cancel' && input.compensateCompleted === true && state.status === 'completed')
+  );
+}
 
 /** Options of `reduce` that come from the engine's settings, not from the definition. */
 export interface ReduceOptions {
@@ -676,7 +705,7 @@ export function reduce(
   }
   if (!state) return ignoredBy(state, 'UNKNOWN_RUN', `unknown run ${input.runId}`);
   if (isDuplicateRequest(state, input)) return duplicateRequest(state, input);
-  if (TERMINAL.has(state.status) && input.kind !== 'retry')
+  if (TERMINAL.has(state.status) && !appliesToEnded(state, input))
     return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const d = reduceInPlace(def, copyPlain(state), input, opts);
   return d.ignored ? { ...d, state } : d;
@@ -697,7 +726,7 @@ export function reduceInPlace(
 ): Decision {
   if (input.kind === 'start' || !state) return reduce(def, state, input, opts);
   if (isDuplicateRequest(state, input)) return duplicateRequest(state, input);
-  if (TERMINAL.has(state.status) && input.kind !== 'retry')
+  if (TERMINAL.has(state.status) && !appliesToEnded(state, input))
     return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const c = new Ctx(def, state, input.at);
   const ignored = apply(c, input, opts);
@@ -798,6 +827,7 @@ function applyTimer(c: Ctx, input: RunInput<'timer-fired'>): Ignored | undefined
         runId: childRunIdOf(s.runId, t.stepId!, t.attempt!),
         reason: `parent step ${t.stepId} timed out`,
         terminate: false,
+        compensateCompleted: true,
       });
     if (st) setStepState(s, t.stepId!, { ...st, uncertain: true });
     onFailed(c, t.stepId!, t.attempt!, {
@@ -863,6 +893,13 @@ function applyCancel(c: Ctx, input: RunInput<'cancel'>): Ignored | undefined {
     cancelChildren(c, `parent run ${s.runId} was terminated`, true);
     endCancelled(c, input.reason, true);
     return undefined;
+  }
+  if (s.status === 'completed') {
+    // A parent's compensating cancel (appliesToEnded): the completed steps are compensated, then it ends cancelled.
+    if (input.reportTo) s.compensatingFor = input.reportTo;
+    s.status = 'running';
+    s.endedAt = undefined;
+    c.log('CompensateCompleted', undefined, undefined, input.reason);
   }
   // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
   if (s.status === 'compensating')
@@ -1109,6 +1146,9 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     ...(!compensation && step.child
       ? { child: { ...step.child, runId: childRunIdOf(s.runId, stepId, attempt) } }
       : {}),
+    ...(compensation?.child
+      ? { compensateChild: { runId: childRunIdOf(s.runId, undone!, s.steps[undone!]?.attempt ?? 1) } }
+      : {}),
   });
   s.timers[`step-timeout:${stepId}:${attempt}`] = {
     dueAt: c.at + stepTimeoutMs,
@@ -1275,7 +1315,14 @@ function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string
   for (const [id, st] of Object.entries(s.steps)) {
     const step = c.def.stepIndex.get(id);
     const outstanding = st.status === 'scheduled' || st.status === 'waiting-retry';
-    if (outstanding && step?.kind === 'task' && step.compensate && !s.compensable.includes(id)) {
+    // (A child step's outstanding child is cancelled instead: see cancelChildren.)
+    if (
+      outstanding &&
+      step?.kind === 'task' &&
+      step.compensate &&
+      !step.child &&
+      !s.compensable.includes(id)
+    ) {
       st.uncertain = true;
       s.compensable.push(id);
     }
@@ -1378,8 +1425,14 @@ function cancelChildren(c: Ctx, reason: string, terminate: boolean): void {
   for (const [id, st] of Object.entries(s.steps)) {
     const step = c.def.stepIndex.get(id);
     if ((step?.kind !== 'task' && step?.kind !== 'map') || !step.child) continue;
+    const compensateCompleted = !terminate;
     if (step.kind === 'task' && st.status === 'scheduled')
-      c.cancels.push({ runId: childRunIdOf(s.runId, id, st.attempt), reason, terminate });
+      c.cancels.push({
+        runId: childRunIdOf(s.runId, id, st.attempt),
+        reason,
+        terminate,
+        compensateCompleted,
+      });
     st.map?.segments.forEach((seg, k) =>
       seg.steps.forEach((item, i) => {
         if (item?.status === 'scheduled')
@@ -1387,6 +1440,7 @@ function cancelChildren(c: Ctx, reason: string, terminate: boolean): void {
             runId: childRunIdOf(s.runId, itemStepId(id, k * SEGMENT_ITEMS + i), item.attempt),
             reason,
             terminate,
+            compensateCompleted,
           });
       }),
     );
@@ -1399,8 +1453,19 @@ function cancelChildren(c: Ctx, reason: string, terminate: boolean): void {
  */
 export function parentResultOf(
   s: RunState,
-): { completed: true; output: unknown } | { completed: false; error: StepError } | undefined {
-  if (!s.parent || !TERMINAL.has(s.status)) return undefined;
+):
+  | { to: ParentRef; completed: true; output: unknown }
+  | { to: ParentRef; completed: false; error: StepError }
+  | undefined {
+  const to = s.compensatingFor ?? s.parent;
+  if (!to || !TERMINAL.has(s.status)) return undefined;
+  return { to, ...endOf(s) };
+}
+
+/** A run's end as a step result (see parentResultOf). */
+function endOf(s: RunState): { completed: true; output: unknown } | { completed: false; error: StepError } {
+  if (s.compensatingFor && s.status !== 'failed')
+    return { completed: true, output: { compensated: s.compensation?.queue ?? [] } };
   if (s.status === 'completed') return { completed: true, output: s.output ?? null };
   if (s.status === 'cancelled') {
     const reason = [...s.timeline].reverse().find((e) => e.event.startsWith('Run'))?.detail ?? '';

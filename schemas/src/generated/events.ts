@@ -52,7 +52,30 @@ export namespace DevKeyflowEvents {
          */
         tracestate: null | string;
     }
-    export const CancelRunSchema = "{\"type\":\"record\",\"name\":\"CancelRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":{\"type\":\"record\",\"name\":\"EventMetadata\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Carried by every event, enforced by its schema. Times are ms since the Unix epoch.\",\"fields\":[{\"name\":\"eventId\",\"type\":\"string\",\"doc\":\"Unique id of this event (UUID). Consumers deduplicate on it.\"},{\"name\":\"eventType\",\"type\":\"string\",\"doc\":\"Name of the event record, e.g. TaskCompleted.\"},{\"name\":\"schemaVersion\",\"type\":\"int\",\"doc\":\"Version of the event's .avsc in schemas/avro/<eventType>/ that the producer wrote.\"},{\"name\":\"occurredAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"},\"doc\":\"When it happened (not when it was sent), ms since epoch.\"},{\"name\":\"key\",\"type\":\"string\",\"doc\":\"The ordering (partition) key the event was produced with.\"},{\"name\":\"correlationId\",\"type\":\"string\",\"doc\":\"The workflow run this event belongs to.\"},{\"name\":\"causationId\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"eventId of the event that caused this one; null for an external trigger.\"},{\"name\":\"traceparent\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/#traceparent-header).\"},{\"name\":\"tracestate\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context tracestate.\"}]}},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"},{\"name\":\"terminate\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True: stop the run at once, without compensating its completed steps (keyflow runs terminate). False: cancel, which compensates them first.\"}]}";
+    export const ReportToSchema = "{\"type\":\"record\",\"name\":\"ReportTo\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The parent step (a child step's compensation) that awaits the end of this cancel's compensation.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (the report goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's compensation step id (`<step>.compensate`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"Its attempt.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"Its idempotency key (echoed in the report).\"}]}";
+    export const ReportToName = "dev.keyflow.events.ReportTo";
+    /**
+     * The parent step (a child step's compensation) that awaits the end of this cancel's compensation.
+     */
+    export interface ReportTo {
+        /**
+         * The parent run's id (the report goes to task.results keyed by it).
+         */
+        runId: string;
+        /**
+         * The parent's compensation step id (`<step>.compensate`).
+         */
+        stepId: string;
+        /**
+         * Its attempt.
+         */
+        attempt: number;
+        /**
+         * Its idempotency key (echoed in the report).
+         */
+        idempotencyKey: string;
+    }
+    export const CancelRunSchema = "{\"type\":\"record\",\"name\":\"CancelRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":{\"type\":\"record\",\"name\":\"EventMetadata\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Carried by every event, enforced by its schema. Times are ms since the Unix epoch.\",\"fields\":[{\"name\":\"eventId\",\"type\":\"string\",\"doc\":\"Unique id of this event (UUID). Consumers deduplicate on it.\"},{\"name\":\"eventType\",\"type\":\"string\",\"doc\":\"Name of the event record, e.g. TaskCompleted.\"},{\"name\":\"schemaVersion\",\"type\":\"int\",\"doc\":\"Version of the event's .avsc in schemas/avro/<eventType>/ that the producer wrote.\"},{\"name\":\"occurredAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"},\"doc\":\"When it happened (not when it was sent), ms since epoch.\"},{\"name\":\"key\",\"type\":\"string\",\"doc\":\"The ordering (partition) key the event was produced with.\"},{\"name\":\"correlationId\",\"type\":\"string\",\"doc\":\"The workflow run this event belongs to.\"},{\"name\":\"causationId\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"eventId of the event that caused this one; null for an external trigger.\"},{\"name\":\"traceparent\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/#traceparent-header).\"},{\"name\":\"tracestate\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context tracestate.\"}]}},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"},{\"name\":\"terminate\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True: stop the run at once, without compensating its completed steps (keyflow runs terminate). False: cancel, which compensates them first.\"},{\"name\":\"compensateCompleted\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True (a parent run's request to its child run): also applies to a completed run, whose completed steps are then compensated and which ends cancelled.\"},{\"name\":\"reportTo\",\"type\":[\"null\",{\"type\":\"record\",\"name\":\"ReportTo\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The parent step (a child step's compensation) that awaits the end of this cancel's compensation.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (the report goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's compensation step id (`<step>.compensate`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"Its attempt.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"Its idempotency key (echoed in the report).\"}]}],\"default\":null,\"doc\":\"Set when a parent run's compensation of a completed child step asks for this cancel: its end is reported there as a TaskCompleted (or TaskFailed when a compensation failed).\"}]}";
     export const CancelRunName = "dev.keyflow.events.CancelRun";
     /**
      * Operator -> wf.requests. Key: run id.
@@ -70,6 +93,18 @@ export namespace DevKeyflowEvents {
          * Default: false
          */
         terminate: boolean;
+        /**
+         * True (a parent run's request to its child run): also applies to a completed run, whose completed steps are then compensated and which ends cancelled.
+         *
+         * Default: false
+         */
+        compensateCompleted: boolean;
+        /**
+         * Set when a parent run's compensation of a completed child step asks for this cancel: its end is reported there as a TaskCompleted (or TaskFailed when a compensation failed).
+         *
+         * Default: null
+         */
+        reportTo: null | DevKeyflowEvents.ReportTo;
     }
     export const CityEnrichedSchema = "{\"type\":\"record\",\"name\":\"CityEnriched\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"ETL workers -> etl.cities.enriched: one validated, normalised, enriched GeoNames city. Key: its natural key.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The ETL run that produced it.\"},{\"name\":\"naturalKey\",\"type\":\"string\",\"doc\":\"country|admin1|name|lat|lng (normalised): the upsert and dedupe key.\"},{\"name\":\"name\",\"type\":\"string\",\"doc\":\"Unicode NFC, trimmed.\"},{\"name\":\"country\",\"type\":\"string\",\"doc\":\"ISO 3166-1 alpha-2 code.\"},{\"name\":\"countryName\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"region\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"subregion\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"currencies\",\"type\":{\"type\":\"array\",\"items\":\"string\"},\"default\":[],\"doc\":\"ISO 4217 codes.\"},{\"name\":\"admin1\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin1 code.\"},{\"name\":\"admin1Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"admin2\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin2 code.\"},{\"name\":\"admin2Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"lat\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"},{\"name\":\"lng\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"}]}";
     export const CityEnrichedName = "dev.keyflow.events.CityEnriched";
@@ -742,7 +777,7 @@ export type TriggerProgress = DevKeyflowEvents.TriggerProgress;
 
 /** Latest schema version of every event. */
 export const EVENT_VERSIONS = {
-  "CancelRun": 2,
+  "CancelRun": 3,
   "CityEnriched": 1,
   "DlqRecordHandled": 1,
   "RetryRun": 1,

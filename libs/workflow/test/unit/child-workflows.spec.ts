@@ -116,8 +116,18 @@ describe('child workflows in the reducer', () => {
     d = reduce(parent, d.state, { ...base(), kind: 'cancel', reason: 'user' });
     expect(d.state!.status).toBe('cancelled');
     expect(d.cancels).toEqual([
-      { runId: 'p1~lines[1]~1', reason: 'parent run p1 was cancelled', terminate: false },
-      { runId: 'p1~lines[2]~1', reason: 'parent run p1 was cancelled', terminate: false },
+      {
+        runId: 'p1~lines[1]~1',
+        reason: 'parent run p1 was cancelled',
+        terminate: false,
+        compensateCompleted: true,
+      },
+      {
+        runId: 'p1~lines[2]~1',
+        reason: 'parent run p1 was cancelled',
+        terminate: false,
+        compensateCompleted: true,
+      },
     ]);
   });
 
@@ -125,7 +135,12 @@ describe('child workflows in the reducer', () => {
     const s = reduce(parent, undefined, start()).state;
     const d = reduce(parent, s, { ...base(), kind: 'cancel', reason: 'stop', terminate: true });
     expect(d.cancels).toEqual([
-      { runId: 'p1~first~1', reason: 'parent run p1 was terminated', terminate: true },
+      {
+        runId: 'p1~first~1',
+        reason: 'parent run p1 was terminated',
+        terminate: true,
+        compensateCompleted: false,
+      },
     ]);
   });
 
@@ -134,7 +149,12 @@ describe('child workflows in the reducer', () => {
     const [timerId] = Object.keys(d.state!.timers).filter((t) => t.startsWith('step-timeout:'));
     const t = reduce(parent, d.state, { ...base(), kind: 'timer-fired', timerId });
     expect(t.cancels).toEqual([
-      { runId: 'p1~first~1', reason: 'parent step first timed out', terminate: false },
+      {
+        runId: 'p1~first~1',
+        reason: 'parent step first timed out',
+        terminate: false,
+        compensateCompleted: true,
+      },
     ]);
     expect(t.state!.steps.first.status).toBe('waiting-retry');
   });
@@ -154,7 +174,7 @@ describe('child workflows in the reducer', () => {
     expect(d.state!.parent).toEqual(parentRef);
     expect(parentResultOf(d.state!)).toBeUndefined();
     d = reduce(line, d.state, { ...base('p1~first~1'), kind: 'timer-fired', timerId: 'wait:settle' });
-    expect(parentResultOf(d.state!)).toEqual({ completed: true, output: { priced: 40 } });
+    expect(parentResultOf(d.state!)).toEqual({ to: parentRef, completed: true, output: { priced: 40 } });
     const cancelled = reduce(line, reduce(line, undefined, { ...begin, eventId: 'other' }).state, {
       ...base('p1~first~1'),
       kind: 'cancel',
@@ -164,6 +184,73 @@ describe('child workflows in the reducer', () => {
       completed: false,
       error: { errorClass: 'ChildCancelled', retryable: false },
     });
+  });
+
+  it("a parent's saga compensates a completed child: the child compensates its own steps, then reports to the parent's compensation", () => {
+    const booking = workflow('booking', 1)
+      .task('book', { type: 'book', compensate: { type: 'unbook' } })
+      .build();
+    const trip = workflow('trip', 1)
+      .child('hotel', booking, { compensate: true })
+      .task('pay', { type: 'pay', retry: { maxAttempts: 1 } })
+      .build();
+    // The parent: the child completes, then `pay` fails for good: the compensation of `hotel` asks the child.
+    let p = reduce(trip, undefined, { ...start(), workflow: 'trip' });
+    p = reduce(trip, p.state, completed(p.commands[0], { booked: true }));
+    p = reduce(trip, p.state, failed(p.commands[0], false));
+    expect(p.state!.status).toBe('compensating');
+    const [comp] = p.commands;
+    expect(comp).toMatchObject({ stepId: 'hotel.compensate', compensateChild: { runId: 'p1~hotel~1' } });
+    // The child (completed) gets the compensating cancel: it compensates `book`, ends cancelled, reports.
+    const kid = 'p1~hotel~1';
+    const parentRef = { runId: 'p1', stepId: 'hotel', attempt: 1, idempotencyKey: 'p1/hotel' };
+    let c = reduce(booking, undefined, { ...start(kid), workflow: 'booking', parent: parentRef });
+    c = reduce(booking, c.state, { ...completed(c.commands[0], { ok: 1 }), runId: kid });
+    expect(c.state!.status).toBe('completed');
+    const reportTo = {
+      runId: 'p1',
+      stepId: 'hotel.compensate',
+      attempt: 1,
+      idempotencyKey: comp.idempotencyKey,
+    };
+    const request: WorkflowInput = {
+      ...base(kid),
+      kind: 'cancel',
+      reason: 'parent run p1 compensates hotel.compensate',
+      compensateCompleted: true,
+      reportTo,
+    };
+    c = reduce(booking, c.state, request);
+    expect(c.commands.map((x) => x.stepId)).toEqual(['book.compensate']);
+    expect(parentResultOf(c.state!)).toBeUndefined();
+    // The same request again (a replay) is applied once.
+    expect(reduce(booking, c.state, request).ignoredReason).toBe('DUPLICATE_REQUEST');
+    c = reduce(booking, c.state, { ...completed(c.commands[0], null), runId: kid });
+    expect(c.state!.status).toBe('cancelled');
+    expect(parentResultOf(c.state!)).toEqual({
+      to: reportTo,
+      completed: true,
+      output: { compensated: ['book'] },
+    });
+    // The parent applies the report: its saga ends compensated.
+    p = reduce(trip, p.state, completed(comp, { compensated: ['book'] }));
+    expect(p.state!.status).toBe('compensated');
+  });
+
+  it('a compensating cancel does not reopen a child that did not complete', () => {
+    const s = reduce(line, undefined, {
+      ...start('k'),
+      workflow: 'line',
+      input: { orderId: 'o', line: 1 },
+    }).state!;
+    const cancelled = reduce(line, s, { ...base('k'), kind: 'cancel', reason: 'x' }).state!;
+    const again = reduce(line, cancelled, {
+      ...base('k'),
+      kind: 'cancel',
+      reason: 'y',
+      compensateCompleted: true,
+    });
+    expect(again.ignoredReason).toBe('RUN_ENDED');
   });
 
   it('types: a child input of the wrong shape and a misread child output do not compile', () => {

@@ -273,7 +273,12 @@ export class RunsService {
         `run ${runId} has ended (${s.status}); nothing to ${terminate ? 'terminate' : 'cancel'}`,
         { status: s.status },
       );
-    await this.send(runId, 'CancelRun', { runId, reason, terminate }, requestId);
+    await this.send(
+      runId,
+      'CancelRun',
+      { runId, reason, terminate, compensateCompleted: false, reportTo: null },
+      requestId,
+    );
   }
 
   /**

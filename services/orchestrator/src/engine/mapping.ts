@@ -77,6 +77,8 @@ export function toWorkflowInput(
         kind: 'cancel',
         reason: d.value.reason,
         terminate: d.value.terminate === true, // v1 records have no field: a cancel
+        compensateCompleted: d.value.compensateCompleted === true, // a parent's request to its child (v3)
+        reportTo: d.value.reportTo ?? null,
       };
     case 'SignalRun': {
       let payload: unknown = d.value.payload;
@@ -222,6 +224,25 @@ export async function encodeOutputs(
       out.push(childStart(codec, state, c, meta('StartRun', c.child.runId, c.child.runId), headers));
       continue;
     }
+    if (c.compensateChild) {
+      const runId = c.compensateChild.runId;
+      const reportTo = {
+        runId: state.runId,
+        stepId: c.stepId,
+        attempt: c.attempt,
+        idempotencyKey: c.idempotencyKey,
+      };
+      const x = { runId, reason: `parent run ${state.runId} compensates ${c.stepId}`, terminate: false };
+      out.push(
+        childCancel(
+          codec,
+          { ...x, compensateCompleted: true, reportTo },
+          meta('CancelRun', runId, runId),
+          headers,
+        ),
+      );
+      continue;
+    }
     const logical = taskTopic(c.taskType);
     const input = await claim.offload(
       `input of ${c.idempotencyKey} attempt ${c.attempt}`,
@@ -237,15 +258,7 @@ export async function encodeOutputs(
       headers,
     });
   }
-  for (const x of cancels) {
-    const value = codec.encode(Topic.WF_REQUESTS, 'CancelRun', {
-      metadata: meta('CancelRun', x.runId, x.runId),
-      runId: x.runId,
-      reason: x.reason,
-      terminate: x.terminate,
-    });
-    out.push({ topic: codec.physical(Topic.WF_REQUESTS), key: x.runId, value, headers });
-  }
+  for (const x of cancels) out.push(childCancel(codec, x, meta('CancelRun', x.runId, x.runId), headers));
   out.push(...(await eventRecords(codec, state, events, claim, meta, headers)));
   const ended = events.some((e) => RUN_ENDS.has(e.type));
   const result = ended ? await parentResult(codec, state, claim, meta) : undefined;
@@ -306,6 +319,24 @@ async function eventRecords(
   return out;
 }
 
+/** A CancelRun of a child run (wf.requests, keyed by its run id), written in its parent's transaction. */
+function childCancel(
+  codec: EventCodec,
+  x: ChildCancel,
+  metadata: TaskCommand['metadata'],
+  headers: Record<string, string> | undefined,
+): OutputRecord {
+  const value = codec.encode(Topic.WF_REQUESTS, 'CancelRun', {
+    metadata,
+    runId: x.runId,
+    reason: x.reason,
+    terminate: x.terminate,
+    compensateCompleted: x.compensateCompleted,
+    reportTo: x.reportTo ?? null,
+  });
+  return { topic: codec.physical(Topic.WF_REQUESTS), key: x.runId, value, headers };
+}
+
 /**
  * A child step's attempt as the StartRun of its child run (wf.requests, keyed by the child's run id): written in the
  * parent's transaction, so it is written exactly when the parent's state that awaits it is; a replay writes the same
@@ -345,8 +376,8 @@ async function parentResult(
   meta: Meta,
 ): Promise<Omit<OutputRecord, 'headers'> | undefined> {
   const r = parentResultOf(state);
-  const p = state.parent;
-  if (!r || !p) return undefined;
+  if (!r) return undefined;
+  const p = r.to;
   const topic = codec.physical(Topic.TASK_RESULTS);
   const common = {
     runId: p.runId,

@@ -24,9 +24,11 @@ describe('child workflows', () => {
     killed = await h.startOrchestrator();
     url = await (await h.startOrchestrator()).ready;
     await h.readEvents();
-    // The children's one task: doubles `n`; holds (never answers) with `hold`; with `fail`, fails the first child of
+    // `child.undo` undoes, `child.pay` is declined. The children's one task: doubles `n`; holds (never answers) with `hold`; with `fail`, fails the first child of
     // a parent's step `one` (retryable unless n is 99).
-    await h.simulateWorker(['child.work'], (cmd) => {
+    await h.simulateWorker(['child.work', 'child.undo', 'child.pay'], (cmd) => {
+      if (cmd.taskType === 'child.undo') return { output: { undone: true } };
+      if (cmd.taskType === 'child.pay') return { error: 'PaymentDeclined', retryable: false };
       const input = JSON.parse(cmd.input) as { n: number; fail?: boolean; hold?: boolean };
       if (input.hold) return undefined;
       if (input.fail && cmd.runId.endsWith('~one~1'))
@@ -152,5 +154,26 @@ describe('child workflows', () => {
     expect(cancelled.map((e) => String(e.value.reason))).toEqual(
       Array(5).fill(`parent run ${parent} was cancelled`),
     );
+  });
+
+  it("a parent's saga compensates its completed child: the child's own compensations run, then the parent's step is compensated once", async () => {
+    const parent = await start('child-saga', { n: 3 });
+    await ended(parent, 'RunCompensated');
+    const kid = `${parent}~booked~1`;
+    const kidEvents = ofRun(kid).map((e) => `${e.event}${e.value.stepId ? ` ${e.value.stepId}` : ''}`);
+    expect(kidEvents).toEqual([
+      'RunStarted',
+      'StepScheduled book',
+      'StepCompleted book',
+      'RunCompleted',
+      'StepScheduled book.compensate',
+      'StepCompleted book.compensate',
+      'RunCancelled',
+    ]);
+    const compensated = ofRun(parent).filter(
+      (e) => e.event === 'StepCompleted' && e.value.stepId === 'booked.compensate',
+    );
+    expect(compensated).toHaveLength(1);
+    expect(JSON.parse(String(compensated[0].value.output))).toEqual({ compensated: ['book'] });
   });
 });
