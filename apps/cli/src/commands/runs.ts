@@ -48,7 +48,7 @@ export function stepRows(run: RunState): Array<Record<string, unknown>> {
     });
 }
 
-function showRun(run: RunState & { children?: ChildRun[] }): string {
+export function showRun(run: RunState & { children?: ChildRun[] }): string {
   const took =
     run.endedAt !== undefined
       ? duration(run.endedAt - run.startedAt)
