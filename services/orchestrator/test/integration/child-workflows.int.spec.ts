@@ -1,5 +1,8 @@
 import { Collector, eventually } from '@keyflow/testing';
 import { Topic } from '@keyflow/schemas';
+import { rebuildRuns } from '../../src/rebuild';
+import { WorkflowRegistry } from '../../src/workflows/registry';
+import { childWorkflows } from '../fixtures/test-workflows';
 import { distinctEvents, OrchestratorHarness, post, type Lifecycle, type ServiceProcess } from './support';
 
 jest.setTimeout(300_000);
@@ -175,5 +178,12 @@ describe('child workflows', () => {
     );
     expect(compensated).toHaveLength(1);
     expect(JSON.parse(String(compensated[0].value.output))).toEqual({ compensated: ['book'] });
+  });
+
+  it("a rebuild from the topics gives every parent and child run the state the engine committed (the children's parents included)", async () => {
+    const report = await rebuildRuns(h.ns.kafka, h.codec, new WorkflowRegistry().register(...childWorkflows));
+    expect(report.differences).toEqual([]);
+    expect(report.matching).toBe(report.runsLive);
+    expect(report.runsLive).toBeGreaterThan(CHILDREN);
   });
 });
