@@ -1,8 +1,11 @@
 import { bootstrapOrchestrator } from '@keyflow/orchestrator';
-import { greet } from './workflow';
+import { greet, greetAll } from './workflow';
 
-/** 4a. An orchestrator that knows the workflow (and no other: it creates only its task topics). */
-bootstrapOrchestrator([greet]).catch((err) => {
+/**
+ * 4a. An orchestrator that knows the workflows (and no other: it creates only their task topics): `greet`, and
+ * `greet-all`, whose children are `greet` runs (6).
+ */
+bootstrapOrchestrator([greet, greetAll]).catch((err) => {
   console.error(err instanceof Error ? err.message : err);
   process.exit(1);
 });

@@ -36,6 +36,49 @@ export interface StepContext<I = Record<string, unknown>, O = Record<string, unk
   outputs: O;
 }
 
+/** Default step timeout of a child step (`.child`, `.childMap`): 24 hours. */
+export const CHILD_STEP_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+
+/** Options of a child step's retries and timeout. */
+export interface ChildPolicyOptions {
+  /**
+   * The parent's retry policy for the step: a failed child (its error class and retryable flag are the step's
+   * error's) is retried with a new child run (`<parent>~<step>~<attempt>`).
+   */
+  retry?: RetryPolicyInput;
+  /**
+   * How long the step waits for the child's end, in ms (default {@link CHILD_STEP_TIMEOUT_MS}); then the child is
+   * cancelled and the attempt fails (StepTimeoutError, retryable).
+   */
+  stepTimeoutMs?: number;
+}
+
+/** Options of a child step (`.child(id, definition, { ... })`); `CI` is the child's run input. */
+export type ChildOptions<I, O, CI, R = CI> = ChildPolicyOptions & {
+  /** The child run's business key (default `<parent business key>/<step id>`). */
+  businessKey?: (c: StepContext<I, O>) => string;
+  /**
+   * Saga compensation: when a later step of the parent fails for good (or the parent is cancelled), the completed
+   * child run is asked to compensate its own completed steps (in reverse order; it then ends cancelled), and the
+   * parent's compensation of this step waits for that to end. Default false: a completed child is left as it is.
+   */
+  compensate?: boolean;
+} & InputMapping<[c: StepContext<I, O>], I, CI, R>;
+
+/** Options of a child map (`.childMap`): each item starts one child run; `CO` is the child's run output. */
+export type ChildMapOptions<I, O, CI, CO, Item, A, R = CI> = ChildPolicyOptions & {
+  /** The items to fan out over (each becomes one child run). Must be deterministic. */
+  items: (c: StepContext<I, O>) => Item[];
+  /** An item's child run input (must be deterministic). */
+  input: (item: Item, index: number, c: StepContext<I, O>) => NoExtra<R, CI>;
+  /** An item's child business key (default `<businessKey>/<index>`). */
+  businessKey?: (item: Item, index: number, c: StepContext<I, O>) => string;
+  /** Children running at once (default 10). */
+  concurrency?: number;
+  /** Fan-in: the step's output from the children's outputs, in item order (default: the array). */
+  aggregate?: (outputs: CO[]) => A;
+};
+
 /** Retry and timeout options of a task or map step. */
 export interface StepPolicyOptions {
   /** Orchestrator-level retry policy: attempts, backoff with full jitter, non-retryable error classes. */
@@ -205,6 +248,14 @@ export interface TaskStep {
   };
   /** The task's contract, when the step was defined with one (views mask its PII fields). */
   contract?: AnyTaskContract;
+  /** A child step (`.child`): each attempt starts a run of this workflow instead of sending a task command. */
+  child?: ChildRef;
+}
+
+/** The workflow a child step starts (see `.child` and `.childMap`). */
+export interface ChildRef {
+  workflow: string;
+  version: number;
 }
 
 export interface MapStep {
@@ -226,6 +277,8 @@ export interface MapStep {
   contract?: AnyTaskContract;
   /** Whether the step's output is the default aggregate (the items' outputs, in item order). */
   defaultAggregate: boolean;
+  /** A child map (`.childMap`): each item starts a run of this workflow instead of sending a task command. */
+  child?: ChildRef;
 }
 
 export interface ChoiceStep {
@@ -246,7 +299,13 @@ export interface WaitStep {
 
 export type Step = TaskStep | MapStep | ChoiceStep | WaitStep;
 
-export interface WorkflowDefinition {
+/**
+ * A built definition. `I` (its run input) and `Out` (its run output) are types only, for a parent's `.child` step
+ * (its input mapping is checked against `I`, later steps see `Out`); nothing holds them at run time.
+ */
+export interface WorkflowDefinition<I = unknown, Out = unknown> {
+  /** Types only (never set): the run input's and output's. */
+  readonly __types?: { input: I; output: Out };
   name: string;
   version: number;
   steps: Step[];
@@ -355,6 +414,24 @@ export interface StepMethods<I, O, Kind extends 'steps' | 'workflow'> {
     branches: Bs,
     otherwise?: (b: StepsBuilder<I, O>) => StepsBuilder<I, E>,
   ): Next<Kind, I, O & Partial<Omit<UnionToIntersection<BranchOutputs<Bs[number]> | E>, keyof O>>>;
+  /**
+   * A child workflow: each attempt starts a run of `definition` (on the partition of its own run id) and the step's
+   * output is that run's output; a child that fails fails the step with its error (retried by `retry`). The child's
+   * input is checked against the child's input type; later steps see the child's output type.
+   */
+  child<const Id extends string, CI, CO, R extends CI = CI>(
+    id: Id,
+    definition: WorkflowDefinition<CI, CO>,
+    ...options: DefaultFits<I, CI> extends true
+      ? [o?: ChildOptions<I, O, CI, R>]
+      : [o: ChildOptions<I, O, CI, R>]
+  ): Next<Kind, I, WithOutput<O, Id, CO>>;
+  /** A map of child workflows: each item starts one run of `definition`; the output is `aggregate(outputs)`. */
+  childMap<const Id extends string, CI, CO, Item, A = CO[], R extends CI = CI>(
+    id: Id,
+    definition: WorkflowDefinition<CI, CO>,
+    o: ChildMapOptions<I, O, CI, CO, Item, A, R>,
+  ): Next<Kind, I, WithOutput<O, Id, A>>;
   /** Waits for a signal (its payload becomes the step output) and/or a timer, in ms. */
   wait<const Id extends string>(
     id: Id,
@@ -368,20 +445,20 @@ export interface StepsBuilder<I = Record<string, unknown>, O = NoOutputs> extend
 }
 
 /** The top-level builder: the step methods, the run timeout, the run's output and `build()`. */
-export interface WorkflowBuilder<I = Record<string, unknown>, O = NoOutputs> extends StepMethods<
+export interface WorkflowBuilder<I = Record<string, unknown>, O = NoOutputs, Out = O> extends StepMethods<
   I,
   O,
   'workflow'
 > {
   /** Run timeout in ms from the start. */
-  timeout(ms: number): WorkflowBuilder<I, O>;
+  timeout(ms: number): WorkflowBuilder<I, O, Out>;
   /** The run's output (default: the outputs of all steps, by step id). */
-  output(f: (c: StepContext<I, O>) => unknown): WorkflowBuilder<I, O>;
+  output<R>(f: (c: StepContext<I, O>) => R): WorkflowBuilder<I, O, R>;
   /**
    * @throws InvalidDefinitionError on a duplicate or malformed step id (one ending in `.compensate` included), or an
    * empty workflow.
    */
-  build(): WorkflowDefinition;
+  build(): WorkflowDefinition<I, Out>;
 }
 
 /** The builders' one implementation, untyped (the interfaces above type it at the call sites). */
@@ -438,6 +515,51 @@ class Builder {
       ...taskFields(this.name, id, o),
       ...(isContract(a) ? { contract: a } : {}),
     });
+    return this;
+  }
+
+  child(id: string, def: WorkflowDefinition, o: ChildOptions<never, never, unknown> = {}): this {
+    const stepTimeoutMs = o.stepTimeoutMs ?? CHILD_STEP_TIMEOUT_MS;
+    this.list.push({
+      kind: 'task',
+      id,
+      type: `child:${def.name}`,
+      input: (o.input as TaskStep['input'] | undefined) ?? defaultInput,
+      entityKey: (o.businessKey as TaskStep['entityKey'] | undefined) ?? ((c) => `${c.businessKey}/${id}`),
+      ...taskFields(this.name, id, { retry: o.retry, timeoutMs: stepTimeoutMs, stepTimeoutMs }),
+      child: { workflow: def.name, version: def.version },
+      ...(o.compensate
+        ? {
+            compensate: {
+              type: `child-compensate:${def.name}`,
+              input: () => null,
+              retry: retryPolicy({ maxAttempts: 1 }),
+              timeoutMs: stepTimeoutMs,
+            },
+          }
+        : {}),
+    });
+    return this;
+  }
+
+  childMap(
+    id: string,
+    def: WorkflowDefinition,
+    o: ChildMapOptions<never, never, unknown, unknown, unknown, unknown>,
+  ): this {
+    const stepTimeoutMs = o.stepTimeoutMs ?? CHILD_STEP_TIMEOUT_MS;
+    this.map(id, {
+      type: `child:${def.name}`,
+      items: o.items as MapOptions['items'],
+      input: o.input as MapOptions['input'],
+      entityKey: o.businessKey as MapOptions['entityKey'],
+      concurrency: o.concurrency,
+      aggregate: o.aggregate as MapOptions['aggregate'],
+      retry: o.retry,
+      timeoutMs: stepTimeoutMs,
+      stepTimeoutMs,
+    });
+    (this.list[this.list.length - 1] as MapStep).child = { workflow: def.name, version: def.version };
     return this;
   }
 

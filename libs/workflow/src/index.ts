@@ -1,6 +1,6 @@
 export { retryPolicy, backoffCapMs, backoffDelayMs, shouldRetry, InvalidRetryPolicyError } from './retry';
 export type { RetryPolicy, RetryPolicyInput } from './retry';
-export { workflow, InvalidDefinitionError, COMPENSATION_SUFFIX } from './dsl';
+export { workflow, InvalidDefinitionError, COMPENSATION_SUFFIX, CHILD_STEP_TIMEOUT_MS } from './dsl';
 export type {
   Step,
   TaskStep,
@@ -26,6 +26,10 @@ export type {
   StepsBuilder,
   WorkflowBuilder,
   StepMethods,
+  ChildRef,
+  ChildOptions,
+  ChildMapOptions,
+  ChildPolicyOptions,
 } from './dsl';
 export {
   reduce,
@@ -40,6 +44,9 @@ export {
   seededRandom,
   stepOf,
   idempotencyKeyOf,
+  childRunIdOf,
+  childrenOf,
+  parentResultOf,
   TERMINAL,
   RUN_STATUSES,
   TIMELINE_MAX,
@@ -66,6 +73,9 @@ export type {
   StepError,
   TimelineEntry,
   ReduceOptions,
+  ParentRef,
+  ChildCancel,
+  ChildRun,
 } from './reducer';
 export { PendingRuns } from './pending';
 export {

@@ -49,6 +49,8 @@ export type WorkflowInput =
       version: number;
       businessKey: string;
       input: Record<string, unknown>;
+      /** Set when a parent run's child step started this run (StartRun.parent): its end is reported there. */
+      parent?: ParentRef | null;
     })
   | (InputBase & {
       kind: 'task-completed';
@@ -74,9 +76,50 @@ export type WorkflowInput =
       reason: string;
       /** Stop at once without compensating (terminate); otherwise completed steps are compensated first. */
       terminate?: boolean;
+      /**
+       * A parent's request to its child run: applies to a completed run too (its completed steps are compensated,
+       * then it ends cancelled). CancelRun.compensateCompleted.
+       */
+      compensateCompleted?: boolean;
+      /** Where the end of that compensation is reported: the parent's `<step>.compensate` (CancelRun.reportTo). */
+      reportTo?: ParentRef | null;
     })
   | (InputBase & { kind: 'signal'; signal: string; payload: unknown })
   | (InputBase & { kind: 'retry'; fromStepId?: string | null });
+
+/**
+ * The step of a parent run that started a run as its child workflow: where the child's end is reported (a
+ * TaskCompleted or TaskFailed for `stepId` attempt `attempt`, keyed by `runId`, carrying `idempotencyKey`).
+ */
+export interface ParentRef {
+  runId: string;
+  stepId: string;
+  attempt: number;
+  idempotencyKey: string;
+}
+
+/** A CancelRun the reducer asks for: a child run its parent no longer awaits (the parent failed, was cancelled...). */
+export interface ChildCancel {
+  runId: string;
+  reason: string;
+  /** Stop the child at once, without compensating (the parent was terminated). */
+  terminate: boolean;
+  /** Compensate a child that has completed too (a cancel that crossed its completion; a parent's compensation). */
+  compensateCompleted: boolean;
+  /** A parent's compensation step awaiting the end of the child's compensation (see RunState.compensatingFor). */
+  reportTo?: ParentRef;
+}
+
+/**
+ * The run id of the child a child step's attempt starts: `<parent run>~<step>~<attempt>` (a fan-out item's step id is
+ * `<map>[<index>]`). Deterministic, so a replay writes the same StartRun and the engine keeps the first (duplicate
+ * start); a retry's new attempt starts a new child. `~` is in no step id and in no run id the API takes, so a child's
+ * id names its parent step unambiguously and never meets a run id a client chose; it has no `/` (wf.state segment
+ * keys) and needs no escaping in a URL.
+ */
+export function childRunIdOf(parentRunId: string, stepId: string, attempt: number): string {
+  return `${parentRunId}~${stepId}~${attempt}`;
+}
 
 export interface StepError {
   errorClass: string;
@@ -204,6 +247,13 @@ export interface RunState {
    * when there are none.
    */
   parked?: ParkedInput[];
+  /** The parent run's step that started this run as a child workflow; absent for a run started otherwise. */
+  parent?: ParentRef;
+  /**
+   * The parent's compensation step that asked this completed child run to compensate its steps: the end of that is
+   * reported there (instead of to `parent`). Absent otherwise.
+   */
+  compensatingFor?: ParentRef;
 }
 
 export interface CommandSpec {
@@ -219,6 +269,16 @@ export interface CommandSpec {
   idempotencyKey: string;
   /** For a compensation: the idempotency key of the step it undoes (the worker fences it first). */
   compensates: string | null;
+  /**
+   * A child step's attempt: not a task command but a StartRun of `workflow` v`version` as run `runId` (see
+   * {@link childRunIdOf}), business key `entityKey`, input `input`, its parent this step.
+   */
+  child?: { workflow: string; version: number; runId: string };
+  /**
+   * A child step's compensation: not a task command but a CancelRun of the completed child run `runId`
+   * (compensateCompleted), whose end is reported to this command's step and attempt.
+   */
+  compensateChild?: { runId: string };
 }
 
 export type LifecycleSpec =
@@ -246,6 +306,8 @@ export interface Decision {
   state: RunState | undefined;
   commands: CommandSpec[];
   events: LifecycleSpec[];
+  /** Child runs to cancel (their parent step no longer awaits them); absent when none. */
+  cancels?: ChildCancel[];
   /** Why the input changed nothing, in words (stale, duplicate, unknown run); undefined when applied. */
   ignored?: string;
   /** The same, as a code of a closed list (for counting and branching); set exactly when `ignored` is. */
@@ -313,6 +375,14 @@ function isDuplicateRequest(state: RunState, input: WorkflowInput): boolean {
 
 const duplicateRequest = (state: RunState, input: WorkflowInput) =>
   ignoredBy(state, 'DUPLICATE_REQUEST', `${input.kind} ${input.eventId} was applied already`);
+
+/** Whether `input` applies to a run that has ended: a retry (of a failed run), a parent's compensating cancel. */
+function appliesToEnded(state: RunState, input: WorkflowInput): boolean {
+  return (
+    input.kind === 'retry' ||
+    (input.kind === 'cancel' && input.compensateCompleted === true && state.status === 'completed')
+  );
+}
 
 /** Options of `reduce` that come from the engine's settings, not from the definition. */
 export interface ReduceOptions {
@@ -543,6 +613,7 @@ export function seededRandom(seed: string): () => number {
 class Ctx {
   readonly commands: CommandSpec[] = [];
   readonly events: LifecycleSpec[] = [];
+  readonly cancels: ChildCancel[] = [];
   constructor(
     readonly def: WorkflowDefinition,
     public s: RunState,
@@ -617,6 +688,7 @@ export function reduce(
       sequence: 1,
       timeline: [],
     };
+    if (input.parent) s.parent = input.parent;
     const c = new Ctx(def, s, input.at);
     c.events.push({
       type: 'RunStarted',
@@ -633,7 +705,7 @@ export function reduce(
   }
   if (!state) return ignoredBy(state, 'UNKNOWN_RUN', `unknown run ${input.runId}`);
   if (isDuplicateRequest(state, input)) return duplicateRequest(state, input);
-  if (TERMINAL.has(state.status) && input.kind !== 'retry')
+  if (TERMINAL.has(state.status) && !appliesToEnded(state, input))
     return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const d = reduceInPlace(def, copyPlain(state), input, opts);
   return d.ignored ? { ...d, state } : d;
@@ -654,7 +726,7 @@ export function reduceInPlace(
 ): Decision {
   if (input.kind === 'start' || !state) return reduce(def, state, input, opts);
   if (isDuplicateRequest(state, input)) return duplicateRequest(state, input);
-  if (TERMINAL.has(state.status) && input.kind !== 'retry')
+  if (TERMINAL.has(state.status) && !appliesToEnded(state, input))
     return ignoredBy(state, RUN_ENDED, `run is ${state.status}`);
   const c = new Ctx(def, state, input.at);
   const ignored = apply(c, input, opts);
@@ -666,7 +738,9 @@ export function reduceInPlace(
   }
   c.s.sequence++;
   c.s.updatedAt = input.at;
-  return { state: c.s, commands: c.commands, events: c.events };
+  const d: Decision = { state: c.s, commands: c.commands, events: c.events };
+  if (c.cancels.length) d.cancels = c.cancels;
+  return d;
 }
 
 /** An input the reducer applies to a run that exists (all but a start), of one kind. */
@@ -748,6 +822,13 @@ function applyTimer(c: Ctx, input: RunInput<'timer-fired'>): Ignored | undefined
     schedule(c, t.stepId!, t.attempt!);
   } else if (t.purpose === 'step-timeout') {
     const st = stepStateOf(s, t.stepId!);
+    if (st?.status === 'scheduled' && taskOf(c, t.stepId!).step.child)
+      c.cancels.push({
+        runId: childRunIdOf(s.runId, t.stepId!, t.attempt!),
+        reason: `parent step ${t.stepId} timed out`,
+        terminate: false,
+        compensateCompleted: true,
+      });
     if (st) setStepState(s, t.stepId!, { ...st, uncertain: true });
     onFailed(c, t.stepId!, t.attempt!, {
       errorClass: STEP_TIMEOUT_ERROR,
@@ -808,9 +889,17 @@ function applyCancel(c: Ctx, input: RunInput<'cancel'>): Ignored | undefined {
   const s = c.s;
   if (input.terminate) {
     // Terminate: stop at once, compensating nothing (a compensation under way is cut off too). Commands out
-    // may still run; their results are stale.
+    // may still run; their results are stale. Children it awaits are terminated too.
+    cancelChildren(c, `parent run ${s.runId} was terminated`, true);
     endCancelled(c, input.reason, true);
     return undefined;
+  }
+  if (s.status === 'completed') {
+    // A parent's compensating cancel (appliesToEnded): the completed steps are compensated, then it ends cancelled.
+    if (input.reportTo) s.compensatingFor = input.reportTo;
+    s.status = 'running';
+    s.endedAt = undefined;
+    c.log('CompensateCompleted', undefined, undefined, input.reason);
   }
   // Compensation runs to its end (its commands are out; stopping half-way would leave effects undone).
   if (s.status === 'compensating')
@@ -1054,6 +1143,12 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     maxAttempts,
     idempotencyKey: idempotencyKeyOf(s.runId, stepId, st.generation),
     compensates: undone ? idempotencyKeyOf(s.runId, undone, s.steps[undone]?.generation) : null,
+    ...(!compensation && step.child
+      ? { child: { ...step.child, runId: childRunIdOf(s.runId, stepId, attempt) } }
+      : {}),
+    ...(compensation?.child
+      ? { compensateChild: { runId: childRunIdOf(s.runId, undone!, s.steps[undone!]?.attempt ?? 1) } }
+      : {}),
   });
   s.timers[`step-timeout:${stepId}:${attempt}`] = {
     dueAt: c.at + stepTimeoutMs,
@@ -1210,12 +1305,24 @@ function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string
     c.log('RunFailed', stepId, undefined, 'compensation failed');
     return;
   }
+  cancelChildren(
+    c,
+    `parent run ${s.runId} ${cancelReason === undefined ? 'failed' : 'was cancelled'}`,
+    false,
+  );
   // A task step still outstanding (its command queued or running: a run timeout, or another step of the run
   // failing) may yet have its effect: it is compensated like a completed one, and its compensation fences its key.
   for (const [id, st] of Object.entries(s.steps)) {
     const step = c.def.stepIndex.get(id);
     const outstanding = st.status === 'scheduled' || st.status === 'waiting-retry';
-    if (outstanding && step?.kind === 'task' && step.compensate && !s.compensable.includes(id)) {
+    // (A child step's outstanding child is cancelled instead: see cancelChildren.)
+    if (
+      outstanding &&
+      step?.kind === 'task' &&
+      step.compensate &&
+      !step.child &&
+      !s.compensable.includes(id)
+    ) {
       st.uncertain = true;
       s.compensable.push(id);
     }
@@ -1282,6 +1389,110 @@ function nextCompensation(c: Ctx): void {
   }
   const id = compensationStepId(comp.queue[comp.index]);
   schedule(c, id, currentAttempt(c, id) + 1);
+}
+
+/** A child run a run started: its step (a fan-out item's `<map>[<index>]`), the attempt, the child's run id. */
+export interface ChildRun {
+  stepId: string;
+  attempt: number;
+  runId: string;
+}
+
+/**
+ * The child runs `s` started (every attempt of its child steps and child maps' items so far), in step order then
+ * attempt order. O(steps + items of child maps). Definitions without child steps give [].
+ */
+export function childrenOf(def: WorkflowDefinition, s: RunState): ChildRun[] {
+  const out: ChildRun[] = [];
+  const attempts = (stepId: string, st: StepState | null) => {
+    for (let a = 1; st && a <= st.attempt; a++)
+      out.push({ stepId, attempt: a, runId: childRunIdOf(s.runId, stepId, a) });
+  };
+  for (const [id, st] of Object.entries(s.steps)) {
+    const step = def.stepIndex.get(id);
+    if ((step?.kind !== 'task' && step?.kind !== 'map') || !step.child) continue;
+    if (step.kind === 'task') attempts(id, st);
+    st.map?.segments.forEach((seg, k) =>
+      seg.steps.forEach((item, i) => attempts(itemStepId(id, k * SEGMENT_ITEMS + i), item)),
+    );
+  }
+  return out;
+}
+
+/** Asks for a CancelRun of every child run a child step (or a child map's item) of the run awaits. */
+function cancelChildren(c: Ctx, reason: string, terminate: boolean): void {
+  const s = c.s;
+  for (const [id, st] of Object.entries(s.steps)) {
+    const step = c.def.stepIndex.get(id);
+    if ((step?.kind !== 'task' && step?.kind !== 'map') || !step.child) continue;
+    const compensateCompleted = !terminate;
+    if (step.kind === 'task' && st.status === 'scheduled')
+      c.cancels.push({
+        runId: childRunIdOf(s.runId, id, st.attempt),
+        reason,
+        terminate,
+        compensateCompleted,
+      });
+    st.map?.segments.forEach((seg, k) =>
+      seg.steps.forEach((item, i) => {
+        if (item?.status === 'scheduled')
+          c.cancels.push({
+            runId: childRunIdOf(s.runId, itemStepId(id, k * SEGMENT_ITEMS + i), item.attempt),
+            reason,
+            terminate,
+            compensateCompleted,
+          });
+      }),
+    );
+  }
+}
+
+/**
+ * What a child run's end reports to its parent's step: its output when it completed, else its error (a cancelled
+ * child: ChildCancelled, not retryable). Undefined while the run has not ended or has no parent.
+ */
+export function parentResultOf(
+  s: RunState,
+):
+  | { to: ParentRef; completed: true; output: unknown }
+  | { to: ParentRef; completed: false; error: StepError }
+  | undefined {
+  const to = s.compensatingFor ?? s.parent;
+  if (!to || !TERMINAL.has(s.status)) return undefined;
+  return { to, ...endOf(s) };
+}
+
+/** A run's end as a step result (see parentResultOf). */
+function endOf(s: RunState): { completed: true; output: unknown } | { completed: false; error: StepError } {
+  if (s.compensatingFor && s.status !== 'failed')
+    return { completed: true, output: { compensated: s.compensation?.queue ?? [] } };
+  if (s.status === 'completed') return { completed: true, output: s.output ?? null };
+  if (s.status === 'cancelled') {
+    const reason = [...s.timeline].reverse().find((e) => e.event.startsWith('Run'))?.detail ?? '';
+    return {
+      completed: false,
+      error: {
+        errorClass: 'ChildCancelled',
+        message: `child run ${s.runId} was cancelled: ${reason}`,
+        retryable: false,
+      },
+    };
+  }
+  const e = s.error ?? {
+    errorClass: 'ChildFailed',
+    message: 'no error recorded',
+    retryable: false,
+    stepId: '?',
+  };
+  return {
+    completed: false,
+    error: {
+      errorClass: e.errorClass,
+      message: `child run ${s.runId} ${s.status} at step ${e.stepId}: ${e.message}`,
+      retryable: e.retryable,
+      code: e.code ?? null,
+    },
+  };
 }
 
 /** Ends a cancelled run (after its compensations, if it had any), or a terminated one (at once). */

@@ -52,7 +52,30 @@ export namespace DevKeyflowEvents {
          */
         tracestate: null | string;
     }
-    export const CancelRunSchema = "{\"type\":\"record\",\"name\":\"CancelRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":{\"type\":\"record\",\"name\":\"EventMetadata\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Carried by every event, enforced by its schema. Times are ms since the Unix epoch.\",\"fields\":[{\"name\":\"eventId\",\"type\":\"string\",\"doc\":\"Unique id of this event (UUID). Consumers deduplicate on it.\"},{\"name\":\"eventType\",\"type\":\"string\",\"doc\":\"Name of the event record, e.g. TaskCompleted.\"},{\"name\":\"schemaVersion\",\"type\":\"int\",\"doc\":\"Version of the event's .avsc in schemas/avro/<eventType>/ that the producer wrote.\"},{\"name\":\"occurredAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"},\"doc\":\"When it happened (not when it was sent), ms since epoch.\"},{\"name\":\"key\",\"type\":\"string\",\"doc\":\"The ordering (partition) key the event was produced with.\"},{\"name\":\"correlationId\",\"type\":\"string\",\"doc\":\"The workflow run this event belongs to.\"},{\"name\":\"causationId\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"eventId of the event that caused this one; null for an external trigger.\"},{\"name\":\"traceparent\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/#traceparent-header).\"},{\"name\":\"tracestate\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context tracestate.\"}]}},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"},{\"name\":\"terminate\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True: stop the run at once, without compensating its completed steps (keyflow runs terminate). False: cancel, which compensates them first.\"}]}";
+    export const ReportToSchema = "{\"type\":\"record\",\"name\":\"ReportTo\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The parent step (a child step's compensation) that awaits the end of this cancel's compensation.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (the report goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's compensation step id (`<step>.compensate`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"Its attempt.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"Its idempotency key (echoed in the report).\"}]}";
+    export const ReportToName = "dev.keyflow.events.ReportTo";
+    /**
+     * The parent step (a child step's compensation) that awaits the end of this cancel's compensation.
+     */
+    export interface ReportTo {
+        /**
+         * The parent run's id (the report goes to task.results keyed by it).
+         */
+        runId: string;
+        /**
+         * The parent's compensation step id (`<step>.compensate`).
+         */
+        stepId: string;
+        /**
+         * Its attempt.
+         */
+        attempt: number;
+        /**
+         * Its idempotency key (echoed in the report).
+         */
+        idempotencyKey: string;
+    }
+    export const CancelRunSchema = "{\"type\":\"record\",\"name\":\"CancelRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Operator -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":{\"type\":\"record\",\"name\":\"EventMetadata\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Carried by every event, enforced by its schema. Times are ms since the Unix epoch.\",\"fields\":[{\"name\":\"eventId\",\"type\":\"string\",\"doc\":\"Unique id of this event (UUID). Consumers deduplicate on it.\"},{\"name\":\"eventType\",\"type\":\"string\",\"doc\":\"Name of the event record, e.g. TaskCompleted.\"},{\"name\":\"schemaVersion\",\"type\":\"int\",\"doc\":\"Version of the event's .avsc in schemas/avro/<eventType>/ that the producer wrote.\"},{\"name\":\"occurredAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"},\"doc\":\"When it happened (not when it was sent), ms since epoch.\"},{\"name\":\"key\",\"type\":\"string\",\"doc\":\"The ordering (partition) key the event was produced with.\"},{\"name\":\"correlationId\",\"type\":\"string\",\"doc\":\"The workflow run this event belongs to.\"},{\"name\":\"causationId\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"eventId of the event that caused this one; null for an external trigger.\"},{\"name\":\"traceparent\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/#traceparent-header).\"},{\"name\":\"tracestate\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"W3C Trace Context tracestate.\"}]}},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"reason\",\"type\":\"string\"},{\"name\":\"terminate\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True: stop the run at once, without compensating its completed steps (keyflow runs terminate). False: cancel, which compensates them first.\"},{\"name\":\"compensateCompleted\",\"type\":\"boolean\",\"default\":false,\"doc\":\"True (a parent run's request to its child run): also applies to a completed run, whose completed steps are then compensated and which ends cancelled.\"},{\"name\":\"reportTo\",\"type\":[\"null\",{\"type\":\"record\",\"name\":\"ReportTo\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The parent step (a child step's compensation) that awaits the end of this cancel's compensation.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (the report goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's compensation step id (`<step>.compensate`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"Its attempt.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"Its idempotency key (echoed in the report).\"}]}],\"default\":null,\"doc\":\"Set when a parent run's compensation of a completed child step asks for this cancel: its end is reported there as a TaskCompleted (or TaskFailed when a compensation failed).\"}]}";
     export const CancelRunName = "dev.keyflow.events.CancelRun";
     /**
      * Operator -> wf.requests. Key: run id.
@@ -70,6 +93,18 @@ export namespace DevKeyflowEvents {
          * Default: false
          */
         terminate: boolean;
+        /**
+         * True (a parent run's request to its child run): also applies to a completed run, whose completed steps are then compensated and which ends cancelled.
+         *
+         * Default: false
+         */
+        compensateCompleted: boolean;
+        /**
+         * Set when a parent run's compensation of a completed child step asks for this cancel: its end is reported there as a TaskCompleted (or TaskFailed when a compensation failed).
+         *
+         * Default: null
+         */
+        reportTo: null | DevKeyflowEvents.ReportTo;
     }
     export const CityEnrichedSchema = "{\"type\":\"record\",\"name\":\"CityEnriched\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"ETL workers -> etl.cities.enriched: one validated, normalised, enriched GeoNames city. Key: its natural key.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The ETL run that produced it.\"},{\"name\":\"naturalKey\",\"type\":\"string\",\"doc\":\"country|admin1|name|lat|lng (normalised): the upsert and dedupe key.\"},{\"name\":\"name\",\"type\":\"string\",\"doc\":\"Unicode NFC, trimmed.\"},{\"name\":\"country\",\"type\":\"string\",\"doc\":\"ISO 3166-1 alpha-2 code.\"},{\"name\":\"countryName\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"region\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"subregion\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"currencies\",\"type\":{\"type\":\"array\",\"items\":\"string\"},\"default\":[],\"doc\":\"ISO 4217 codes.\"},{\"name\":\"admin1\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin1 code.\"},{\"name\":\"admin1Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"admin2\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Admin2 code.\"},{\"name\":\"admin2Name\",\"type\":[\"null\",\"string\"],\"default\":null},{\"name\":\"lat\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"},{\"name\":\"lng\",\"type\":\"double\",\"doc\":\"Degrees, WGS84.\"}]}";
     export const CityEnrichedName = "dev.keyflow.events.CityEnriched";
@@ -346,7 +381,30 @@ export namespace DevKeyflowEvents {
          */
         payload: string;
     }
-    export const StartRunSchema = "{\"type\":\"record\",\"name\":\"StartRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Trigger -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\"},{\"name\":\"workflowVersion\",\"type\":[\"null\",\"int\"],\"default\":null},{\"name\":\"businessKey\",\"type\":\"string\",\"doc\":\"Default entity key for the run's task commands.\"},{\"name\":\"input\",\"type\":\"string\",\"doc\":\"Run input as JSON text.\"},{\"name\":\"idempotencyKey\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Caller's Idempotency-Key; the same key returns the same run.\"},{\"name\":\"trigger\",\"type\":\"string\",\"doc\":\"api, webhook, schedule or replay.\"}]}";
+    export const ParentStepSchema = "{\"type\":\"record\",\"name\":\"ParentStep\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The step of a parent run that started this run as its child workflow.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (its result goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's step id (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"The parent step's attempt that started this child.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"The parent step's idempotency key (echoed in the result).\"}]}";
+    export const ParentStepName = "dev.keyflow.events.ParentStep";
+    /**
+     * The step of a parent run that started this run as its child workflow.
+     */
+    export interface ParentStep {
+        /**
+         * The parent run's id (its result goes to task.results keyed by it).
+         */
+        runId: string;
+        /**
+         * The parent's step id (a fan-out item has `<step>[<index>]`).
+         */
+        stepId: string;
+        /**
+         * The parent step's attempt that started this child.
+         */
+        attempt: number;
+        /**
+         * The parent step's idempotency key (echoed in the result).
+         */
+        idempotencyKey: string;
+    }
+    export const StartRunSchema = "{\"type\":\"record\",\"name\":\"StartRun\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Trigger -> wf.requests. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"workflow\",\"type\":\"string\"},{\"name\":\"workflowVersion\",\"type\":[\"null\",\"int\"],\"default\":null},{\"name\":\"businessKey\",\"type\":\"string\",\"doc\":\"Default entity key for the run's task commands.\"},{\"name\":\"input\",\"type\":\"string\",\"doc\":\"Run input as JSON text.\"},{\"name\":\"idempotencyKey\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Caller's Idempotency-Key; the same key returns the same run.\"},{\"name\":\"trigger\",\"type\":\"string\",\"doc\":\"api, webhook, schedule or replay.\"},{\"name\":\"parent\",\"type\":[\"null\",{\"type\":\"record\",\"name\":\"ParentStep\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"The step of a parent run that started this run as its child workflow.\",\"fields\":[{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"The parent run's id (its result goes to task.results keyed by it).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"The parent's step id (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"The parent step's attempt that started this child.\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"The parent step's idempotency key (echoed in the result).\"}]}],\"default\":null,\"doc\":\"Set when a parent run's child step started this run: its end is reported to that step as a TaskCompleted or TaskFailed.\"}]}";
     export const StartRunName = "dev.keyflow.events.StartRun";
     /**
      * Trigger -> wf.requests. Key: run id.
@@ -380,6 +438,12 @@ export namespace DevKeyflowEvents {
          * api, webhook, schedule or replay.
          */
         trigger: string;
+        /**
+         * Set when a parent run's child step started this run: its end is reported to that step as a TaskCompleted or TaskFailed.
+         *
+         * Default: null
+         */
+        parent: null | DevKeyflowEvents.ParentStep;
     }
     export const StepCompletedSchema = "{\"type\":\"record\",\"name\":\"StepCompleted\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"A step completed; its output is part of the run.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step.\"},{\"name\":\"output\",\"type\":\"string\"},{\"name\":\"outputRef\",\"type\":[\"null\",\"string\"],\"default\":null,\"doc\":\"Claim check: `blob:<key>` of the output (JSON) when it is larger than the topic accepts; `output` is then empty.\"}]}";
     export const StepCompletedName = "dev.keyflow.events.StepCompleted";
@@ -713,7 +777,7 @@ export type TriggerProgress = DevKeyflowEvents.TriggerProgress;
 
 /** Latest schema version of every event. */
 export const EVENT_VERSIONS = {
-  "CancelRun": 2,
+  "CancelRun": 3,
   "CityEnriched": 1,
   "DlqRecordHandled": 1,
   "RetryRun": 1,
@@ -724,7 +788,7 @@ export const EVENT_VERSIONS = {
   "RunSnapshot": 3,
   "RunStarted": 2,
   "SignalRun": 1,
-  "StartRun": 1,
+  "StartRun": 2,
   "StepCompleted": 2,
   "StepFailed": 1,
   "StepScheduled": 1,

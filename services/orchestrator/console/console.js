@@ -340,6 +340,35 @@ async function runView(view, runId) {
       card('started', iso(run.startedAt)),
       card('chain time', took),
     ),
+    // A child run links its parent; a parent lists the child runs its child steps started.
+    run.parent
+      ? h(
+          'p',
+          { 'data-testid': 'run-parent' },
+          'parent ',
+          h('a', { href: `#/runs/${encodeURIComponent(run.parent.runId)}` }, run.parent.runId),
+          ` (step ${run.parent.stepId}, attempt ${run.parent.attempt})`,
+        )
+      : '',
+    run.children?.length
+      ? h(
+          'details',
+          { 'data-testid': 'run-children' },
+          h('summary', {}, `${num(run.children.length)} child runs`),
+          table(
+            ['step', { label: 'attempt', num: true }, 'run'],
+            run.children.map((c) =>
+              h(
+                'tr',
+                {},
+                h('td', {}, c.stepId),
+                h('td', { class: 'num' }, c.attempt),
+                h('td', {}, h('a', { href: `#/runs/${encodeURIComponent(c.runId)}` }, c.runId)),
+              ),
+            ),
+          ),
+        )
+      : '',
     run.error
       ? h(
           'p',

@@ -1,5 +1,12 @@
 import { Command, Option } from 'commander';
-import { COMPENSATION_SUFFIX, itemOf, RUN_STATUSES, type RunState, type StepState } from '@keyflow/workflow';
+import {
+  COMPENSATION_SUFFIX,
+  itemOf,
+  RUN_STATUSES,
+  type ChildRun,
+  type RunState,
+  type StepState,
+} from '@keyflow/workflow';
 import { api } from '../api';
 import type { CliContext } from '../context';
 import { opt } from '../options';
@@ -41,7 +48,7 @@ export function stepRows(run: RunState): Array<Record<string, unknown>> {
     });
 }
 
-function showRun(run: RunState): string {
+export function showRun(run: RunState & { children?: ChildRun[] }): string {
   const took =
     run.endedAt !== undefined
       ? duration(run.endedAt - run.startedAt)
@@ -51,6 +58,18 @@ function showRun(run: RunState): string {
     '',
     table(stepRows(run)),
   ];
+  if (run.parent)
+    lines.splice(
+      1,
+      0,
+      `parent ${run.parent.runId} (step ${run.parent.stepId}, attempt ${run.parent.attempt})`,
+    );
+  if (run.children?.length)
+    lines.push(
+      '',
+      'children:',
+      table(run.children.map((c) => ({ step: c.stepId, attempt: c.attempt, run: c.runId }))),
+    );
   if (run.error)
     lines.push('', `error at ${run.error.stepId}: ${run.error.errorClass}: ${run.error.message}`);
   if (run.compensation)

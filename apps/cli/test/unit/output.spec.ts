@@ -1,5 +1,5 @@
 import type { RunState } from '@keyflow/workflow';
-import { stepRows } from '../../src/commands/runs';
+import { showRun, stepRows } from '../../src/commands/runs';
 import { duration, errorLine, parseTime, print, table, terminalSafe } from '../../src/output';
 
 describe('CLI output and option parsing', () => {
@@ -49,6 +49,29 @@ describe('runs show', () => {
       ['each', '1/3 done, 2 failed'],
       ['each.compensate', ''],
     ]);
+  });
+
+  it("names a child run's parent and lists a parent's child runs", () => {
+    const base = {
+      workflow: 'w',
+      version: 1,
+      status: 'completed',
+      startedAt: 0,
+      endedAt: 5,
+      plan: [],
+      steps: {},
+      timeline: [],
+    };
+    const child = {
+      ...base,
+      runId: 'p~one~1',
+      parent: { runId: 'p', stepId: 'one', attempt: 1, idempotencyKey: 'p/one' },
+    } as unknown as RunState;
+    expect(showRun(child).split('\n')[1]).toBe('parent p (step one, attempt 1)');
+    const parent = { ...base, runId: 'p', children: [{ stepId: 'one', attempt: 1, runId: 'p~one~1' }] };
+    const text = showRun(parent as unknown as RunState);
+    expect(text).toContain('children:');
+    expect(text).toMatch(/one\s+1\s+p~one~1/);
   });
 });
 

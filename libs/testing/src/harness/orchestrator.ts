@@ -127,6 +127,7 @@ export class OrchestratorHarness {
       input: '{}',
       idempotencyKey: null,
       trigger,
+      parent: null,
     });
   }
 

@@ -1,4 +1,4 @@
-import { flatRunState, RUN_STATUSES } from '@keyflow/workflow';
+import { childrenOf, flatRunState, RUN_STATUSES } from '@keyflow/workflow';
 import {
   Body,
   Controller,
@@ -279,8 +279,11 @@ export class RunsController {
     return answer(() => {
       const s = this.runs.readModel.get(id);
       if (!s) throw unknownRun(this.runs.readModel, id);
-      // Map items listed among the steps, as `<map>[<index>]`; fields the contracts mark pii() masked.
-      return this.runs.pii.run(flatRunState(s));
+      // Map items listed among the steps, as `<map>[<index>]`; fields the contracts mark pii() masked. A child run
+      // names its parent (`parent`); a parent lists the child runs its child steps started (`children`).
+      const def = this.runs.registry.get(s.workflow, s.version);
+      const children = def ? childrenOf(def, s) : [];
+      return { ...this.runs.pii.run(flatRunState(s)), ...(children.length ? { children } : {}) };
     });
   }
 

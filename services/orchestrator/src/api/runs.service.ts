@@ -181,6 +181,7 @@ export class RunsService {
         input: JSON.stringify(req.input),
         idempotencyKey: req.idempotencyKey ?? null,
         trigger: req.trigger,
+        parent: null,
       });
     } catch (e) {
       // Not written: free the key, so a retry with it (or another request) is not held to a run that never was.
@@ -272,7 +273,12 @@ export class RunsService {
         `run ${runId} has ended (${s.status}); nothing to ${terminate ? 'terminate' : 'cancel'}`,
         { status: s.status },
       );
-    await this.send(runId, 'CancelRun', { runId, reason, terminate }, requestId);
+    await this.send(
+      runId,
+      'CancelRun',
+      { runId, reason, terminate, compensateCompleted: false, reportTo: null },
+      requestId,
+    );
   }
 
   /**

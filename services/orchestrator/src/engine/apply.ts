@@ -331,6 +331,7 @@ export class BatchApply implements BatchOutputs {
       this.snapshots === 'per-input'
         ? { previous: this.o.runs.get(input.runId), partition: this.o.partition }
         : undefined,
+      d.cancels,
     );
   }
 

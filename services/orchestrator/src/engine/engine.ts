@@ -151,8 +151,8 @@ export class Engine {
     for (const name of registry.names()) {
       const def = registry.get(name)!;
       for (const s of def.stepIndex.values()) {
-        if (s.kind === 'task' || s.kind === 'map') taskTypes.add(s.type);
-        if (s.kind === 'task' && s.compensate) taskTypes.add(s.compensate.type);
+        if ((s.kind === 'task' || s.kind === 'map') && !s.child) taskTypes.add(s.type); // a child step sends no commands
+        if (s.kind === 'task' && s.compensate && !s.child) taskTypes.add(s.compensate.type);
       }
     }
     const n = cfg.ORCHESTRATOR_PARTITIONS;

@@ -17,10 +17,12 @@ import {
 import type { EventName, TaskCommand } from '@keyflow/schemas';
 import { taskTopic, Topic } from '@keyflow/schemas';
 import {
+  parentResultOf,
   runInputIssues,
   segmentKey,
   snapshotParts,
   type WorkflowDefinition,
+  type ChildCancel,
   type CommandSpec,
   type LifecycleSpec,
   type RunState,
@@ -75,6 +77,8 @@ export function toWorkflowInput(
         kind: 'cancel',
         reason: d.value.reason,
         terminate: d.value.terminate === true, // v1 records have no field: a cancel
+        compensateCompleted: d.value.compensateCompleted === true, // a parent's request to its child (v3)
+        reportTo: d.value.reportTo ?? null,
       };
     case 'SignalRun': {
       let payload: unknown = d.value.payload;
@@ -139,6 +143,7 @@ function startRunInput(
     version: v,
     businessKey: r.businessKey,
     input: (input ?? {}) as Record<string, unknown>,
+    ...(r.parent ? { parent: r.parent } : {}),
   };
 }
 
@@ -197,14 +202,16 @@ export async function encodeOutputs(
    * instead (Engine.applyBatch), except when it looks for the one input whose state cannot be encoded.
    */
   snapshot?: { previous: RunState | undefined; partition: number },
+  /** Child runs to cancel (Decision.cancels): a CancelRun each on wf.requests, keyed by the child's run id. */
+  cancels: ChildCancel[] = [],
 ): Promise<OutputRecord[]> {
   const out: OutputRecord[] = [];
   let i = 0;
   const headers = traceHeaders(cause);
-  const meta = (event: EventName, key: string) =>
+  const meta = (event: EventName, key: string, correlationId = state.runId) =>
     newMetadata(event, {
       key,
-      correlationId: state.runId,
+      correlationId,
       causationId: cause.eventId,
       // Deterministic: re-processing one input (after an aborted transaction) yields the same ids.
       eventId: derivedEventId(cause.eventId, i++),
@@ -213,6 +220,29 @@ export async function encodeOutputs(
       tracestate: cause.tracestate,
     });
   for (const c of commands) {
+    if (c.child) {
+      out.push(childStart(codec, state, c, meta('StartRun', c.child.runId, c.child.runId), headers));
+      continue;
+    }
+    if (c.compensateChild) {
+      const runId = c.compensateChild.runId;
+      const reportTo = {
+        runId: state.runId,
+        stepId: c.stepId,
+        attempt: c.attempt,
+        idempotencyKey: c.idempotencyKey,
+      };
+      const x = { runId, reason: `parent run ${state.runId} compensates ${c.stepId}`, terminate: false };
+      out.push(
+        childCancel(
+          codec,
+          { ...x, compensateCompleted: true, reportTo },
+          meta('CancelRun', runId, runId),
+          headers,
+        ),
+      );
+      continue;
+    }
     const logical = taskTopic(c.taskType);
     const input = await claim.offload(
       `input of ${c.idempotencyKey} attempt ${c.attempt}`,
@@ -228,6 +258,38 @@ export async function encodeOutputs(
       headers,
     });
   }
+  for (const x of cancels) out.push(childCancel(codec, x, meta('CancelRun', x.runId, x.runId), headers));
+  out.push(...(await eventRecords(codec, state, events, claim, meta, headers)));
+  const ended = events.some((e) => RUN_ENDS.has(e.type));
+  const result = ended ? await parentResult(codec, state, claim, meta) : undefined;
+  if (result) out.push({ ...result, headers });
+  if (snapshot)
+    out.push(
+      ...(await encodeSnapshotRecords(codec, state, snapshot.previous, cause, claim, snapshot.partition)),
+    );
+  return out;
+}
+
+/** The lifecycle events that end a run: with them, a child run reports to its parent. */
+const RUN_ENDS: ReadonlySet<string> = new Set([
+  'RunCompleted',
+  'RunFailed',
+  'RunCompensated',
+  'RunCancelled',
+]);
+
+type Meta = (event: EventName, key: string, correlationId?: string) => TaskCommand['metadata'];
+
+/** The lifecycle events as wf.events records, their user-sized fields claim-checked. */
+async function eventRecords(
+  codec: EventCodec,
+  state: RunState,
+  events: LifecycleSpec[],
+  claim: ClaimCheck,
+  meta: Meta,
+  headers: Record<string, string> | undefined,
+): Promise<OutputRecord[]> {
+  const out: OutputRecord[] = [];
   for (const e of events) {
     const { type, ...fields } = e;
     const metadata = meta(type, state.runId);
@@ -254,11 +316,101 @@ export async function encodeOutputs(
     } as never);
     out.push({ topic: codec.physical(Topic.WF_EVENTS), key: state.runId, value, headers });
   }
-  if (snapshot)
-    out.push(
-      ...(await encodeSnapshotRecords(codec, state, snapshot.previous, cause, claim, snapshot.partition)),
-    );
   return out;
+}
+
+/** A CancelRun of a child run (wf.requests, keyed by its run id), written in its parent's transaction. */
+function childCancel(
+  codec: EventCodec,
+  x: ChildCancel,
+  metadata: TaskCommand['metadata'],
+  headers: Record<string, string> | undefined,
+): OutputRecord {
+  const value = codec.encode(Topic.WF_REQUESTS, 'CancelRun', {
+    metadata,
+    runId: x.runId,
+    reason: x.reason,
+    terminate: x.terminate,
+    compensateCompleted: x.compensateCompleted,
+    reportTo: x.reportTo ?? null,
+  });
+  return { topic: codec.physical(Topic.WF_REQUESTS), key: x.runId, value, headers };
+}
+
+/**
+ * A child step's attempt as the StartRun of its child run (wf.requests, keyed by the child's run id): written in the
+ * parent's transaction, so it is written exactly when the parent's state that awaits it is; a replay writes the same
+ * run id, which the child's engine keeps once (duplicate start).
+ */
+function childStart(
+  codec: EventCodec,
+  state: RunState,
+  c: CommandSpec,
+  metadata: TaskCommand['metadata'],
+  headers: Record<string, string> | undefined,
+): OutputRecord {
+  const child = c.child!;
+  const value = codec.encode(Topic.WF_REQUESTS, 'StartRun', {
+    metadata,
+    runId: child.runId,
+    workflow: child.workflow,
+    workflowVersion: child.version,
+    businessKey: c.entityKey,
+    input: c.input,
+    idempotencyKey: null,
+    trigger: 'parent',
+    parent: { runId: state.runId, stepId: c.stepId, attempt: c.attempt, idempotencyKey: c.idempotencyKey },
+  });
+  return { topic: codec.physical(Topic.WF_REQUESTS), key: child.runId, value, headers };
+}
+
+/**
+ * A child run's end as its parent step's result (task.results, keyed by the parent's run id): a TaskCompleted with
+ * its output, or a TaskFailed with its error. Written in the child's transaction that ends it (once); the parent
+ * applies it by the usual result rules (a stale attempt is ignored). Undefined for a run without a parent.
+ */
+async function parentResult(
+  codec: EventCodec,
+  state: RunState,
+  claim: ClaimCheck,
+  meta: Meta,
+): Promise<Omit<OutputRecord, 'headers'> | undefined> {
+  const r = parentResultOf(state);
+  if (!r) return undefined;
+  const p = r.to;
+  const topic = codec.physical(Topic.TASK_RESULTS);
+  const common = {
+    runId: p.runId,
+    stepId: p.stepId,
+    taskType: `child:${state.workflow}`,
+    attempt: p.attempt,
+    idempotencyKey: p.idempotencyKey,
+    workerId: `child/${state.runId}`,
+  };
+  if (r.completed) {
+    const output = await claim.offload(
+      `output of child run ${state.runId}`,
+      () => payloadBlobKey('outputs', p.runId, `${p.idempotencyKey}@${p.attempt}`),
+      JSON.stringify(r.output ?? null),
+      blobRetentionMs(),
+    );
+    const value = codec.encode(Topic.TASK_RESULTS, 'TaskCompleted', {
+      metadata: meta('TaskCompleted', p.runId, p.runId),
+      ...common,
+      output: output.inline,
+      outputRef: output.ref,
+      durationMs: (state.endedAt ?? state.updatedAt) - state.startedAt,
+      replayed: false,
+    });
+    return { topic, key: p.runId, value };
+  }
+  const at = state.endedAt ?? state.updatedAt;
+  const value = codec.encode(Topic.TASK_RESULTS, 'TaskFailed', {
+    metadata: meta('TaskFailed', p.runId, p.runId),
+    ...common,
+    error: { ...r.error, code: r.error.code ?? null, attempts: 1, firstFailureAt: at, lastFailureAt: at },
+  });
+  return { topic, key: p.runId, value };
 }
 
 /** A reducer's command as a TaskCommand, its input inline or by claim check (`input`, offloaded already). */

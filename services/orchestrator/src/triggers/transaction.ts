@@ -81,6 +81,7 @@ export class TriggerOutputs {
         input: JSON.stringify(a.input),
         idempotencyKey: null,
         trigger: `topic:${this.def.name}`,
+        parent: null,
       });
       return {
         topic,

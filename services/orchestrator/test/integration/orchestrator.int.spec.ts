@@ -415,6 +415,7 @@ describe('bad input', () => {
           input: JSON.stringify(input),
           idempotencyKey: null,
           trigger: 'test',
+          parent: null,
         });
       const unknown = startRun('r-x', 'no-such-workflow', {});
       // Its input breaks the workflow's input schema (order-saga: amount is a number): refused by the engine too.

@@ -86,6 +86,7 @@ describe('a rolling deploy', () => {
               input: '{}',
               idempotencyKey: null,
               trigger: 'api',
+              parent: null,
             }),
           },
         ],
