@@ -191,11 +191,11 @@ describe('child workflows in the reducer', () => {
       .task('book', { type: 'book', compensate: { type: 'unbook' } })
       .build();
     const trip = workflow('trip', 1)
-      .child('hotel', booking, { compensate: true })
+      .child('hotel', booking, { compensate: true, input: (c) => c.input })
       .task('pay', { type: 'pay', retry: { maxAttempts: 1 } })
       .build();
     // The parent: the child completes, then `pay` fails for good: the compensation of `hotel` asks the child.
-    let p = reduce(trip, undefined, { ...start(), workflow: 'trip' });
+    let p = reduce(trip, undefined, { ...start(), workflow: 'trip' } as WorkflowInput);
     p = reduce(trip, p.state, completed(p.commands[0], { booked: true }));
     p = reduce(trip, p.state, failed(p.commands[0], false));
     expect(p.state!.status).toBe('compensating');
@@ -204,7 +204,11 @@ describe('child workflows in the reducer', () => {
     // The child (completed) gets the compensating cancel: it compensates `book`, ends cancelled, reports.
     const kid = 'p1~hotel~1';
     const parentRef = { runId: 'p1', stepId: 'hotel', attempt: 1, idempotencyKey: 'p1/hotel' };
-    let c = reduce(booking, undefined, { ...start(kid), workflow: 'booking', parent: parentRef });
+    let c = reduce(booking, undefined, {
+      ...start(kid),
+      workflow: 'booking',
+      parent: parentRef,
+    } as WorkflowInput);
     c = reduce(booking, c.state, { ...completed(c.commands[0], { ok: 1 }), runId: kid });
     expect(c.state!.status).toBe('completed');
     const reportTo = {
@@ -242,7 +246,7 @@ describe('child workflows in the reducer', () => {
       ...start('k'),
       workflow: 'line',
       input: { orderId: 'o', line: 1 },
-    }).state!;
+    } as WorkflowInput).state!;
     const cancelled = reduce(line, s, { ...base('k'), kind: 'cancel', reason: 'x' }).state!;
     const again = reduce(line, cancelled, {
       ...base('k'),
