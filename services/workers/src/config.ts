@@ -109,7 +109,10 @@ const Schema = z.object({
       try {
         return FlowLimitsSchema.parse(JSON.parse(v || '{}'));
       } catch (e) {
-        ctx.addIssue({ code: 'custom', message: `not a JSON object of flow limits: ${(e as Error).message}` });
+        ctx.addIssue({
+          code: 'custom',
+          message: `not a JSON object of flow limits: ${(e as Error).message}`,
+        });
         return z.NEVER;
       }
     }),

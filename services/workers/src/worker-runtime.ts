@@ -351,7 +351,11 @@ export class TaskWorker {
       keyPrefix: `${this.cfg.KEYFLOW_TOPIC_PREFIX}keyflow:`,
       leaseMs: this.cfg.WORKER_FLOW_LEASE_MS,
       logger: this.log,
-      metrics: { waiting: this.metrics.flowWaiting, admitted: this.metrics.flowAdmitted },
+      metrics: {
+        waiting: this.metrics.flowWaiting,
+        admitted: this.metrics.flowAdmitted,
+        storeErrors: this.metrics.flowStoreErrors,
+      },
     });
     this.flow = { limiter, redis };
     this.log.info({ limits: this.cfg.WORKER_FLOW_LIMITS }, 'flow control on');

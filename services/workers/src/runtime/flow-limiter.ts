@@ -43,8 +43,8 @@ export interface FlowLimiterOptions {
    */
   leaseMs: number;
   logger: Logger;
-  /** keyflow_worker_flow_waiting{task_type} and keyflow_worker_flow_admitted_total{task_type}. */
-  metrics: { waiting: Gauge<'task_type'>; admitted: Counter<'task_type'> };
+  /** keyflow_worker_flow_waiting, keyflow_worker_flow_admitted_total and keyflow_worker_flow_store_errors_total (by task_type). */
+  metrics: { waiting: Gauge<'task_type'>; admitted: Counter<'task_type'>; storeErrors: Counter<'task_type'> };
 }
 
 /** Why an admission was refused by the store (the script's answer). */
@@ -238,6 +238,7 @@ export class FlowLimiter {
           failures = 0;
         } catch (err) {
           failures++;
+          this.o.metrics.storeErrors.inc({ task_type: type });
           pause = Math.min(STORE_RETRY_MAX_MS, 50 * 2 ** Math.min(failures, 5));
           if (failures === 1 || failures % 20 === 0)
             this.o.logger.warn(
@@ -258,7 +259,7 @@ export class FlowLimiter {
    */
   private async tryLine(type: string, line: Line): Promise<number> {
     const refusedKeys = new Set<string>();
-    for (let i = 0; i < line.waiters.length; ) {
+    for (let i = 0; i < line.waiters.length;) {
       const w = line.waiters[i];
       if (refusedKeys.has(w.key)) {
         i++;

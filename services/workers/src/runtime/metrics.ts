@@ -17,6 +17,7 @@ export interface WorkerMetrics {
   pausedPartitions: Gauge;
   flowWaiting: Gauge<'task_type'>;
   flowAdmitted: Counter<'task_type'>;
+  flowStoreErrors: Counter<'task_type'>;
 }
 
 /** Buckets of the wave size histogram: powers of two up to the largest in-flight bound worth telling apart. */
@@ -96,6 +97,12 @@ export function workerMetrics(r: Registry): WorkerMetrics {
       r,
       'worker_flow_admitted_total',
       'Task attempts admitted by flow control (rate(): admitted/s).',
+      ['task_type'],
+    ) as Counter<'task_type'>,
+    flowStoreErrors: metric.counter(
+      r,
+      'worker_flow_store_errors_total',
+      'Admission tries the flow limit store did not answer (the waiting tasks keep waiting).',
       ['task_type'],
     ) as Counter<'task_type'>,
   };
