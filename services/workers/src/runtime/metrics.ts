@@ -87,6 +87,13 @@ export function workerMetrics(r: Registry): WorkerMetrics {
       'worker_paused_partitions',
       'Partitions that cannot dispatch more work now.',
     ),
+    ...flowMetrics(r),
+  };
+}
+
+/** The flow-control metrics (see FlowLimiter). */
+function flowMetrics(r: Registry): Pick<WorkerMetrics, 'flowWaiting' | 'flowAdmitted' | 'flowStoreErrors'> {
+  return {
     flowWaiting: metric.gauge(
       r,
       'worker_flow_waiting',
