@@ -48,43 +48,105 @@ export interface FlowLimiterOptions {
 }
 
 /** Why an admission was refused by the store (the script's answer). */
-const REFUSED_BY = { 1: 'concurrency', 2: 'key', 3: 'rate' } as const;
+const REFUSED_BY = { 1: 'concurrency', 2: 'key', 3: 'rate', 4: 'not in line' } as const;
 
 /** Longest pause between two tries of a waiting head while another worker holds the permits, in ms. */
 const POLL_MS = 25;
+/**
+ * How long a waiter stays in the cluster-wide line without a sign of life from its worker, in ms (its worker renews
+ * it at least every WAITER_RENEW_MS): a crashed worker's waiters stop holding others back after this long.
+ */
+const WAITER_TTL_MS = 5_000;
+/** How often a worker renews its waiters' place in the cluster-wide line, in ms. */
+const WAITER_RENEW_MS = 1_000;
 /** Longest pause between tries while the limit store does not answer, in ms. */
 const STORE_RETRY_MAX_MS = 1_000;
 
 /**
- * One atomic admission: expired permits dropped, then the type's concurrency, the key's, and the rate (GCRA without
- * burst: the next start time `tat` is at least an interval after the last) checked; all pass or nothing is taken.
- * Time is Redis's (TIME), so workers' clocks do not matter. KEYS: held, held by key, tat. ARGV: permit id,
- * concurrency, perKey, interval ms, lease ms. Returns {1} or {0, why (1 concurrency, 2 key, 3 rate), wait ms}.
+ * The cluster-wide line of waiters of a type: KEYS queue (ticket order), alive (expiry), keys (waiter -> its key),
+ * seq (tickets). ARGV: waiter ms to live, then pairs of waiter id and key. A waiter not in line is given the next
+ * ticket; one in line keeps its place and lives on. Dead waiters (their worker gone) are dropped.
+ */
+const ENQUEUE = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+for i = 2, #ARGV, 2 do
+  if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], redis.call('INCR', KEYS[4]), ARGV[i])
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  end
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[i])
+end
+for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}) do redis.call('PEXPIRE', k, ttl * 4 + 60000) end
+return 1
+`;
+
+/** Leaves the line (a cancelled wait). KEYS queue, alive, keys. ARGV: waiter ids. */
+const DEQUEUE = `
+for i = 1, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i]); redis.call('ZREM', KEYS[2], ARGV[i]); redis.call('HDEL', KEYS[3], ARGV[i])
+end
+return 1
+`;
+
+/**
+ * One atomic admission of the waiter ARGV[1] (in line, see ENQUEUE): dead waiters and expired permits dropped; then
+ * the type's concurrency, the waiter's key's, the waiters ahead of it in line that could go first (each key counted
+ * up to its free per-key permits), and the rate (a GCRA without burst: the next start time `tat` is at least an
+ * interval after the last, and only the first waiter that can go takes it); all pass or nothing is taken. Time is
+ * Redis's (TIME), so workers' clocks do not matter.
+ * KEYS: held, key prefix of held-by-key sets, tat, queue, alive, keys. ARGV: waiter id, its key, concurrency,
+ * perKey, interval ms, lease ms. Returns {1} or {0, why (1 concurrency or waiters ahead, 2 key, 3 rate), wait ms}.
  */
 const ACQUIRE = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local conc, perKey, interval, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local id, key = ARGV[1], ARGV[2]
+local conc, perKey, interval, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
+  redis.call('ZREM', KEYS[4], dead); redis.call('ZREM', KEYS[5], dead); redis.call('HDEL', KEYS[6], dead)
+end
+local rank = redis.call('ZRANK', KEYS[4], id)
+if not rank then return {0, 4, 0} end
+local free = 1000000000
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  if redis.call('ZCARD', KEYS[1]) >= conc then return {0, 1, 0} end
+  free = conc - redis.call('ZCARD', KEYS[1])
+  if free <= 0 then return {0, 1, 0} end
 end
-if perKey > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if redis.call('ZCARD', KEYS[2]) >= perKey then return {0, 2, 0} end
+local function keyFree(k)
+  if perKey == 0 then return 1000000000 end
+  return perKey - redis.call('ZCOUNT', KEYS[2] .. k, now + 1, '+inf')
 end
+if keyFree(key) <= 0 then return {0, 2, 0} end
+local ahead = 0
+if rank > 0 then
+  local used = {}
+  for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, rank - 1)) do
+    local k = redis.call('HGET', KEYS[6], w)
+    if k then
+      used[k] = (used[k] or 0) + 1
+      if used[k] <= keyFree(k) then ahead = ahead + 1 end
+    end
+  end
+end
+if ahead >= free then return {0, 1, 0} end
 if interval > 0 then
   local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
   if tat > now then return {0, 3, tat - now} end
+  if ahead > 0 then return {0, 1, 0} end
   redis.call('SET', KEYS[3], now + interval, 'PX', interval + 60000)
 end
+redis.call('ZREM', KEYS[4], id); redis.call('ZREM', KEYS[5], id); redis.call('HDEL', KEYS[6], id)
 if conc > 0 then
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+  redis.call('ZADD', KEYS[1], now + lease, id)
   redis.call('PEXPIRE', KEYS[1], lease * 2)
 end
 if perKey > 0 then
-  redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], lease * 2)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2] .. key, '-inf', now)
+  redis.call('ZADD', KEYS[2] .. key, now + lease, id)
+  redis.call('PEXPIRE', KEYS[2] .. key, lease * 2)
 end
 return {1, 0, 0}
 `;
@@ -104,6 +166,8 @@ return lost
 
 /** A task waiting for its admission, in its type's line. */
 interface Waiter {
+  /** Its id in the cluster-wide line, and its permit's id once admitted. */
+  id: string;
   key: string;
   resolve: (p: FlowPermit) => void;
   reject: (e: unknown) => void;
@@ -114,12 +178,16 @@ interface Line {
   limit: Required<Omit<FlowLimit, 'keyField'>> & { keyField?: string };
   waiters: Waiter[];
   pumping: boolean;
+  /** When the waiters' places in the cluster-wide line were last renewed (ms since epoch; 0: some are not in it). */
+  enqueuedAt: number;
   /** Wakes the pump's pause early (a permit of this type was given back here). */
   wake?: () => void;
 }
 
 type FlowRedis = Redis & {
   flowAcquire(...a: Array<string | number>): Promise<[number, number, number]>;
+  flowEnqueue(...a: Array<string | number>): Promise<number>;
+  flowDequeue(...a: Array<string | number>): Promise<number>;
   flowRefresh(...a: Array<string | number>): Promise<number>;
 };
 
@@ -127,9 +195,11 @@ type FlowRedis = Redis & {
  * Cluster-wide flow control by task type (concurrency, per-key concurrency, smooth rate) on Redis, with a lease
  * per permit (refreshed while the handler runs, so a crashed worker's permits come back after `leaseMs`).
  *
- * Waiting: a task waits in its type's line in this process, in arrival order; only the line's head (and, when the
- * head's key is at its per-key bound, the first waiter of each other key) asks the store, so a key at its bound
- * does not hold back other keys, and one type's line never holds back another type. Nothing times out or fails
+ * Waiting: a task waits in its type's line, one line per type across all workers (in the store: a ticket per waiter
+ * in arrival order, renewed every second while its worker lives). A waiter is admitted only when the waiters ahead of
+ * it that could go now (a waiter whose key is at its per-key bound cannot) leave it a free permit, and only the first
+ * of them takes the next rate slot; so a key at its bound does not hold back other keys, and one type's line never
+ * holds back another type. In each process its waiters ask in their order, the head first. Nothing times out or fails
  * while waiting: the wait ends with a permit, or when the caller cancels it (shutdown, revocation, lost lease).
  *
  * The store unreachable: admissions stop (each try fails, the head tries again with backoff up to 1 s, logged),
@@ -154,10 +224,12 @@ export class FlowLimiter {
         keyField: l.keyField,
       };
       if (limit.concurrency || limit.perKey || limit.ratePerSec)
-        this.lines.set(type, { limit, waiters: [], pumping: false });
+        this.lines.set(type, { limit, waiters: [], pumping: false, enqueuedAt: 0 });
     }
     this.redis = o.redis as FlowRedis;
-    this.redis.defineCommand('flowAcquire', { numberOfKeys: 3, lua: ACQUIRE });
+    this.redis.defineCommand('flowAcquire', { numberOfKeys: 6, lua: ACQUIRE });
+    this.redis.defineCommand('flowEnqueue', { numberOfKeys: 4, lua: ENQUEUE });
+    this.redis.defineCommand('flowDequeue', { numberOfKeys: 3, lua: DEQUEUE });
     this.redis.defineCommand('flowRefresh', { lua: REFRESH });
     this.refreshTimer = setInterval(() => void this.refresh(), Math.max(100, o.leaseMs / 3));
     this.refreshTimer.unref();
@@ -187,11 +259,13 @@ export class FlowLimiter {
     const line = this.lines.get(type);
     if (!line) return Promise.resolve({ id: '', type, key });
     return new Promise<FlowPermit>((resolve, reject) => {
-      const w: Waiter = { key, resolve, reject };
+      const w: Waiter = { id: randomUUID(), key, resolve, reject };
       if (cancel?.aborted) return reject(cancel.reason);
       const onCancel = () => {
         const i = line.waiters.indexOf(w);
         if (i >= 0) line.waiters.splice(i, 1);
+        // Leaves the cluster-wide line (else it goes after WAITER_TTL_MS).
+        this.redis.flowDequeue(...this.lineKeys(type), w.id).catch(() => undefined);
         this.o.metrics.waiting.set({ task_type: type }, line.waiters.length);
         reject(cancel!.reason);
       };
@@ -201,6 +275,7 @@ export class FlowLimiter {
         resolve(p);
       };
       line.waiters.push(w);
+      line.enqueuedAt = 0;
       this.o.metrics.waiting.set({ task_type: type }, line.waiters.length);
       if (!line.pumping) void this.pump(type, line);
       else line.wake?.();
@@ -254,10 +329,20 @@ export class FlowLimiter {
   }
 
   /**
-   * One pass over the line: the first waiter of each key asks in order; stops at a concurrency or rate refusal.
-   * Returns how long to pause before the next pass (0: go on at once).
+   * One pass over the line: its waiters' places in the cluster-wide line renewed (each second, or at once when one is
+   * new), then the first waiter of each key asks, in order; stops at a concurrency or rate refusal. Returns how long
+   * to pause before the next pass (0: go on at once).
    */
   private async tryLine(type: string, line: Line): Promise<number> {
+    if (Date.now() - line.enqueuedAt >= WAITER_RENEW_MS) {
+      const at = Date.now();
+      await this.redis.flowEnqueue(
+        ...this.lineKeys(type, true),
+        WAITER_TTL_MS,
+        ...line.waiters.flatMap((w) => [w.id, w.key]),
+      );
+      line.enqueuedAt = at;
+    }
     const refusedKeys = new Set<string>();
     for (let i = 0; i < line.waiters.length;) {
       const w = line.waiters[i];
@@ -265,35 +350,55 @@ export class FlowLimiter {
         i++;
         continue;
       }
-      const id = randomUUID();
-      const [ok, why, waitMs] = await this.redis.flowAcquire(
-        this.heldKey(type),
-        this.keyKey(type, w.key),
-        this.tatKey(type),
-        id,
-        line.limit.concurrency,
-        line.limit.perKey,
-        line.limit.ratePerSec ? 1000 / line.limit.ratePerSec : 0,
-        this.o.leaseMs,
-      );
+      const [ok, why, waitMs] = await this.ask(type, line, w);
       if (ok === 1) {
         const at = line.waiters.indexOf(w);
         if (at < 0) {
           // Cancelled while asking: the permit goes back.
-          this.release(this.hold({ id, type, key: w.key }));
+          this.release(this.hold({ id: w.id, type, key: w.key }));
           continue;
         }
         line.waiters.splice(at, 1);
         this.o.metrics.waiting.set({ task_type: type }, line.waiters.length);
         this.o.metrics.admitted.inc({ task_type: type });
-        w.resolve(this.hold({ id, type, key: w.key }));
+        w.resolve(this.hold({ id: w.id, type, key: w.key }));
         continue;
       }
-      if (REFUSED_BY[why as 1 | 2 | 3] !== 'key') return why === 3 ? Math.max(1, waitMs) : POLL_MS;
+      const refused = REFUSED_BY[why as 1 | 2 | 3 | 4];
+      if (refused === 'not in line') {
+        line.enqueuedAt = 0; // dropped from the line (the store lost it, or it was away too long): enqueued again
+        return 0;
+      }
+      if (refused !== 'key') return refused === 'rate' ? Math.max(1, waitMs) : POLL_MS;
       refusedKeys.add(w.key);
       i++;
     }
     return line.waiters.length > 0 ? POLL_MS : 0;
+  }
+
+  /** One admission try of `w` (see ACQUIRE). */
+  private ask(type: string, line: Line, w: Waiter): Promise<[number, number, number]> {
+    const [queue, alive, keys] = this.lineKeys(type);
+    return this.redis.flowAcquire(
+      this.heldKey(type),
+      this.keyKey(type, ''),
+      this.tatKey(type),
+      queue,
+      alive,
+      keys,
+      w.id,
+      w.key,
+      line.limit.concurrency,
+      line.limit.perKey,
+      line.limit.ratePerSec ? 1000 / line.limit.ratePerSec : 0,
+      this.o.leaseMs,
+    );
+  }
+
+  /** The keys of a type's cluster-wide line: queue, alive, keys (and, with `seq`, the ticket counter). */
+  private lineKeys(type: string, seq = false): string[] {
+    const b = this.base(type);
+    return [`${b}:queue`, `${b}:alive`, `${b}:waiter-keys`, ...(seq ? [`${b}:seq`] : [])];
   }
 
   private hold(p: FlowPermit): FlowPermit {
