@@ -348,7 +348,7 @@ export class TaskWorker {
     const limiter = new FlowLimiter({
       redis,
       limits: this.cfg.WORKER_FLOW_LIMITS,
-      keyPrefix: `${this.cfg.KEYFLOW_TOPIC_PREFIX}keyflow:`,
+      topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX,
       leaseMs: this.cfg.WORKER_FLOW_LEASE_MS,
       logger: this.log,
       metrics: {

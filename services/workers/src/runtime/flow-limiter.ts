@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type Redis from 'ioredis';
 import { abortableSleep } from '@keyflow/kafka';
+import { flowKeys } from '@keyflow/ops';
 import type { Counter, Gauge, Logger } from '@keyflow/observability';
 
 /**
@@ -35,8 +36,8 @@ export interface FlowLimiterOptions {
   /** The limit store: a Redis connection without offline queue (a call fails at once while it is unreachable). */
   redis: Redis;
   limits: FlowLimits;
-  /** Prefix of the limit keys (the deployment's topic prefix keeps deployments apart). */
-  keyPrefix: string;
+  /** The deployment's topic prefix: it keeps deployments' limit keys apart (see flowKeys of @keyflow/ops). */
+  topicPrefix: string;
   /**
    * How long a permit outlives its holder's last refresh, in ms (refreshed every third of it): a crashed worker's
    * permits come back after at most this long.
@@ -213,6 +214,7 @@ export class FlowLimiter {
   private readonly redis: FlowRedis;
   private readonly refreshTimer: NodeJS.Timeout;
   private readonly closed = new AbortController();
+  private readonly keys: ReturnType<typeof flowKeys>;
 
   /** @throws Error when a limit is negative or not a number */
   constructor(private readonly o: FlowLimiterOptions) {
@@ -226,7 +228,15 @@ export class FlowLimiter {
       if (limit.concurrency || limit.perKey || limit.ratePerSec)
         this.lines.set(type, { limit, waiters: [], pumping: false, enqueuedAt: 0 });
     }
+    this.keys = flowKeys(o.topicPrefix);
     this.redis = o.redis as FlowRedis;
+    // The limits, for the ops console (GET /ops/overview), at each (re)connection.
+    const announce = () =>
+      void Promise.all(
+        [...this.lines].map(([type, l]) => this.redis.hset(this.keys.limits, type, JSON.stringify(l.limit))),
+      ).catch(() => undefined);
+    this.redis.on('ready', announce);
+    if (this.redis.status === 'ready') announce();
     this.redis.defineCommand('flowAcquire', { numberOfKeys: 6, lua: ACQUIRE });
     this.redis.defineCommand('flowEnqueue', { numberOfKeys: 4, lua: ENQUEUE });
     this.redis.defineCommand('flowDequeue', { numberOfKeys: 3, lua: DEQUEUE });
@@ -397,8 +407,8 @@ export class FlowLimiter {
 
   /** The keys of a type's cluster-wide line: queue, alive, keys (and, with `seq`, the ticket counter). */
   private lineKeys(type: string, seq = false): string[] {
-    const b = this.base(type);
-    return [`${b}:queue`, `${b}:alive`, `${b}:waiter-keys`, ...(seq ? [`${b}:seq`] : [])];
+    const k = this.keys;
+    return [k.queue(type), k.alive(type), k.waiterKeys(type), ...(seq ? [k.seq(type)] : [])];
   }
 
   private hold(p: FlowPermit): FlowPermit {
@@ -439,17 +449,14 @@ export class FlowLimiter {
     );
   }
 
-  private base(type: string): string {
-    return `${this.o.keyPrefix}flow:{${type}}`;
-  }
   private heldKey(type: string): string {
-    return `${this.base(type)}:held`;
+    return this.keys.held(type);
   }
   private keyKey(type: string, key: string): string {
-    return `${this.base(type)}:key:${key}`;
+    return this.keys.keyPrefix(type) + key;
   }
   private tatKey(type: string): string {
-    return `${this.base(type)}:tat`;
+    return this.keys.tat(type);
   }
 }
 

@@ -1,5 +1,6 @@
 import Redis from 'ioredis';
 import { createLogger, createMetricsRegistry } from '@keyflow/observability';
+import { flowKeys } from '@keyflow/ops';
 import { eventually } from '@keyflow/testing';
 import { FlowLimiter, type FlowLimits, type FlowPermit } from '../../src/runtime/flow-limiter';
 import { workerMetrics } from '../../src/runtime/metrics';
@@ -20,7 +21,7 @@ describe('FlowLimiter across limiters (one per worker) on one Redis', () => {
     const l = new FlowLimiter({
       redis,
       limits,
-      keyPrefix: prefix,
+      topicPrefix: prefix,
       leaseMs,
       logger: createLogger('workers', { level: 'error' }),
       metrics: { waiting: m.flowWaiting, admitted: m.flowAdmitted, storeErrors: m.flowStoreErrors },
@@ -28,7 +29,7 @@ describe('FlowLimiter across limiters (one per worker) on one Redis', () => {
     made.push({ limiter: l, redis });
     return l;
   };
-  const inLine = () => queue.zcard(`${prefix}flow:{${TYPE}}:queue`);
+  const inLine = () => queue.zcard(flowKeys(prefix).queue(TYPE));
   afterAll(() => {
     for (const { limiter: l, redis } of made) {
       l.close();
@@ -55,6 +56,12 @@ describe('FlowLimiter across limiters (one per worker) on one Redis', () => {
       (p.key === 'k1' || p.key === 'k3' ? b : a).release(p);
     }
     expect(order).toEqual(['k1', 'k2', 'k3', 'k4']);
+    // The limits are in the store for the ops console (GET /ops/overview reads them there).
+    expect(JSON.parse((await queue.hget(flowKeys(prefix).limits, TYPE))!)).toEqual({
+      concurrency: 1,
+      perKey: 0,
+      ratePerSec: 0,
+    });
   });
 
   it("gives a crashed worker's permit back after its lease, and its waiters stop holding the line", async () => {
