@@ -53,3 +53,4 @@ export { rerunAdmission, UNDECODABLE_COMMAND, type CheckedCommand } from './dlq-
 export { lastStableOffsets, resumePosition, scanRanges, type ScanRange } from './scan';
 export { groupLag, SCAN_GROUP_PREFIXES, type PartitionLag } from './lag';
 export { listDlqTopics, summarizeDlqs, type DlqSummary } from './dlq-summary';
+export { flowKeys } from './flow-keys';

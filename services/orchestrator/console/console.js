@@ -587,6 +587,28 @@ function card(k, v, attrs = {}) {
   );
 }
 
+/** The workers' flow control (docs/workers.md "Flow control"): limits, running and waiting per limited task type. */
+function flowSection(flow) {
+  if (flow.length === 0) return [];
+  const limit = (v, unit = '') => (v ? `${num(v)}${unit}` : '—');
+  return [
+    h('h2', {}, 'Flow control (all workers)'),
+    grid(
+      [
+        col('task type', (f) => f.taskType),
+        numCol('concurrency', (f) => limit(f.limits.concurrency)),
+        numCol('per key', (f) => limit(f.limits.perKey)),
+        col('key field', (f) => f.limits.keyField ?? (f.limits.perKey ? 'run id' : '—')),
+        numCol('rate', (f) => limit(f.limits.ratePerSec, '/s')),
+        numCol('running', (f) => num(f.running)),
+        numCol('waiting', (f) => num(f.waiting)),
+      ],
+      flow,
+      { testid: 'flow', row: (f) => ({ 'data-task-type': f.taskType }) },
+    ),
+  ];
+}
+
 async function queuesView(view) {
   const o = await call(`/ops/overview?maxAgeMs=${FIGURES_MAX_AGE_MS}`);
   const queues = o.lags.filter((l) => l.taskType !== null);
@@ -626,6 +648,7 @@ async function queuesView(view) {
       queues,
       { testid: 'queues', row: (l) => ({ 'data-task-type': l.taskType }) },
     ),
+    ...flowSection(o.flow ?? []),
     h('h2', {}, 'Consumer lag per group'),
     grid(
       [

@@ -121,6 +121,7 @@ export async function createOrchestratorRuntime(
       runs.pii,
       dlqs,
       triggers,
+      redis, // the workers' flow-control store when they share this Redis (their default)
     );
     const scheduler = startScheduler(w, schedules, runs);
     let closing: Promise<void> | undefined;

@@ -6,6 +6,17 @@ import { defaultGroupId, blankAsUnset, unsetWhenEmpty, type KafkaSecurity } from
 import { brokerList, CONNECTION_ENV, connectionSettingsFromEnv } from '@keyflow/idempotency';
 import { SettingsError } from '@keyflow/errors';
 
+/** One task type's flow limits (see FlowLimit). */
+const FlowLimitsSchema = z.record(
+  z.string(),
+  z.strictObject({
+    concurrency: z.number().int().min(0).optional(),
+    perKey: z.number().int().min(0).optional(),
+    keyField: z.string().min(1).optional(),
+    ratePerSec: z.number().min(0).optional(),
+  }),
+);
+
 /**
  * Worker configuration from the environment, validated at startup. Every field is set after parsing
  * (defaults applied), so nothing downstream sees an optional value.
@@ -86,6 +97,29 @@ const Schema = z.object({
     .int()
     .min(0)
     .default(10 * 60_000),
+  /**
+   * Flow control by task type, shared by every worker on the same limit store (docs/workers.md "Flow control"):
+   * JSON `{"<type>":{"concurrency":5,"perKey":1,"keyField":"customerId","ratePerSec":50}}` (counts of handler calls
+   * running at once across workers and per key, handler starts per second spaced evenly). Default: no limits.
+   */
+  WORKER_FLOW_LIMITS: z
+    .string()
+    .default('{}')
+    .transform((v, ctx) => {
+      try {
+        return FlowLimitsSchema.parse(JSON.parse(v || '{}'));
+      } catch (e) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `not a JSON object of flow limits: ${(e as Error).message}`,
+        });
+        return z.NEVER;
+      }
+    }),
+  /** The flow limits' Redis (`redis://`), when it is not REDIS_URL; the same credentials and TLS settings apply. */
+  WORKER_FLOW_REDIS_URL: unsetWhenEmpty,
+  /** How long a flow permit outlives its worker's last refresh, in ms (refreshed every third of it): a crashed worker's permits come back after it. */
+  WORKER_FLOW_LEASE_MS: z.coerce.number().int().min(300).default(30_000),
   /** Blob store and size limits (libs/blobs config.ts). */
   ...BlobConfigSchema,
 });

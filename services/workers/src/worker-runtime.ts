@@ -29,6 +29,7 @@ import { IdempotencyStoreHealth, type IdempotencyHealth } from './runtime/idempo
 import { workerMetrics, type WorkerMetrics } from './runtime/metrics';
 import type { TaskHandlerFn } from '@keyflow/handler';
 import { TaskExecutor, type StoredOutcome } from './runtime/task-executor';
+import { FlowLimiter } from './runtime/flow-limiter';
 
 export {
   IDEMPOTENCY_STORE_FULL_CONDITION,
@@ -65,6 +66,8 @@ export class TaskWorker {
   private kafka?: Kafka;
   private producer?: Producer;
   private redis?: Redis;
+  /** Flow control of the limited task types (WORKER_FLOW_LIMITS), on its own Redis connection. */
+  private flow?: { limiter: FlowLimiter; redis: Redis };
   /** The ordered consumer of the task topics, once started. */
   consumer?: OrderedConsumer;
   private gaugeTimer?: NodeJS.Timeout;
@@ -146,6 +149,7 @@ export class TaskWorker {
       groupId: this.cfg.WORKER_GROUP_ID,
       retry: { initialDelayMs: this.cfg.WORKER_RETRY_INITIAL_MS, maxDelayMs: this.cfg.WORKER_RETRY_MAX_MS },
       maxConcurrentHandlers: this.cfg.WORKER_MAX_CONCURRENT_HANDLERS,
+      flow: this.startFlowControl(),
     });
     this.consumer = this.taskConsumer(codec, taskTopics, executor);
     this.startGauges(executor);
@@ -328,6 +332,41 @@ export class TaskWorker {
     return consumer;
   }
 
+  /**
+   * The flow limiter of WORKER_FLOW_LIMITS (undefined without limits), on a connection of its own to
+   * WORKER_FLOW_REDIS_URL (default REDIS_URL) without offline queue: while it is away, admissions fail at once and
+   * the waiting tasks keep waiting (see FlowLimiter).
+   */
+  private startFlowControl(): FlowLimiter | undefined {
+    if (Object.keys(this.cfg.WORKER_FLOW_LIMITS).length === 0) return undefined;
+    const url = this.cfg.WORKER_FLOW_REDIS_URL ?? this.cfg.redis.url;
+    const redis = createRedis(
+      { url, options: this.cfg.redis.options },
+      { enableOfflineQueue: false, maxRetriesPerRequest: 1, retryStrategy: (n) => Math.min(50 * n, 1_000) },
+    );
+    redis.on('error', (err) => this.log.debug({ err: err.message }, 'flow limit redis connection error'));
+    const limiter = new FlowLimiter({
+      redis,
+      limits: this.cfg.WORKER_FLOW_LIMITS,
+      topicPrefix: this.cfg.KEYFLOW_TOPIC_PREFIX,
+      leaseMs: this.cfg.WORKER_FLOW_LEASE_MS,
+      logger: this.log,
+      metrics: {
+        waiting: this.metrics.flowWaiting,
+        admitted: this.metrics.flowAdmitted,
+        storeErrors: this.metrics.flowStoreErrors,
+      },
+    });
+    this.flow = { limiter, redis };
+    this.log.info({ limits: this.cfg.WORKER_FLOW_LIMITS }, 'flow control on');
+    return limiter;
+  }
+
+  /** Tasks waiting for their flow-control admission in this process, by limited task type. */
+  flowWaiting(): Record<string, number> {
+    return this.flow?.limiter.waiting() ?? {};
+  }
+
   /** Sets the in-flight, paused-partition and handler-slot gauges every second. */
   private startGauges(executor: TaskExecutor): void {
     this.gaugeTimer = setInterval(() => {
@@ -348,6 +387,8 @@ export class TaskWorker {
     await this.consumer?.stop(this.cfg.WORKER_DRAIN_DEADLINE_MS);
     await this.producer?.disconnect().catch(() => undefined);
     this.redis?.disconnect();
+    this.flow?.limiter.close();
+    this.flow?.redis.disconnect();
     await this.stopSweeper?.();
     await this.blobs.close().catch(() => undefined);
     this.log.info('worker stopped');

@@ -10,6 +10,7 @@ import {
   redrive,
   rerunAdmission,
   taskTypeOfTopic,
+  flowKeys,
   type DlqAction,
   type DlqRecord,
   type DlqSummary,
@@ -17,6 +18,7 @@ import {
   type RedriveReport,
 } from '@keyflow/ops';
 import type { Logger } from '@keyflow/observability';
+import type Redis from 'ioredis';
 import { COMPENSATION_SUFFIX, RUN_STATUSES, TIMELINE_MAX } from '@keyflow/workflow';
 import type { LagMonitor } from '../engine/lag-monitor';
 import type { OrchestratorMetrics } from '../engine/metrics';
@@ -63,6 +65,19 @@ export interface Overview {
   tasks: TaskRetryStats[];
   /** The chain-time window, ms. */
   chainWindowMs: number;
+  /** The workers' flow control by limited task type (empty without limits or a store). */
+  flow: FlowStatus[];
+}
+
+/** One limited task type's flow control, cluster-wide. */
+export interface FlowStatus {
+  taskType: string;
+  /** As the workers have them (WORKER_FLOW_LIMITS; counts, and starts per second). */
+  limits: { concurrency: number; perKey: number; ratePerSec: number; keyField?: string };
+  /** Handlers admitted and running now (permits held). */
+  running: number;
+  /** Tasks waiting for their admission (the cluster-wide line). */
+  waiting: number;
 }
 
 /**
@@ -97,7 +112,35 @@ export class OpsService {
     private readonly declaredDlqs?: ReadonlySet<string>,
     /** The statuses of this instance's topic triggers (the trigger runners). Default: none (an empty list). */
     private readonly triggerStatus?: TriggerStatusSource,
+    /** The workers' flow-control store (their WORKER_FLOW_REDIS_URL: this service's REDIS_URL). Default: no flow figures. */
+    private readonly flowStore?: Redis,
   ) {}
+
+  /**
+   * The workers' flow limits and, cluster-wide, the handlers they admitted that run now and the tasks waiting
+   * (see docs/workers.md "Flow control"). Empty when there is no store, no limits, or the store does not answer.
+   */
+  private async flow(): Promise<FlowStatus[]> {
+    if (!this.flowStore) return [];
+    const keys = flowKeys(this.codec.topicPrefix);
+    try {
+      const limits = await this.flowStore.hgetall(keys.limits);
+      const now = Date.now();
+      return await Promise.all(
+        Object.entries(limits)
+          .sort(([a], [b]) => (a < b ? -1 : 1))
+          .map(async ([taskType, json]) => ({
+            taskType,
+            limits: JSON.parse(json) as FlowStatus['limits'],
+            running: await this.flowStore!.zcount(keys.held(taskType), now, '+inf'),
+            waiting: await this.flowStore!.zcard(keys.queue(taskType)),
+          })),
+      );
+    } catch (err) {
+      this.logger.warn({ err }, 'flow-control figures not read (the store did not answer)');
+      return [];
+    }
+  }
 
   /** This instance's topic triggers (its share of their source partitions), as the runners see them now. */
   triggers(): { triggers: TriggerView[] } {
@@ -151,6 +194,7 @@ export class OpsService {
       workflows: this.readModel.workflowStats(Date.now() - CHAIN_WINDOW_MS),
       tasks: [...tasks.values()].sort((a, b) => (a.taskType < b.taskType ? -1 : 1)),
       chainWindowMs: CHAIN_WINDOW_MS,
+      flow: await this.flow(),
     };
   }
 

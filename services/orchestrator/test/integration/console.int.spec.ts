@@ -32,7 +32,13 @@ describe('the ops console (headless Chromium)', () => {
     const orch = await h.startOrchestrator({ ORCHESTRATOR_LAG_INTERVAL_MS: '2000' });
     url = await orch.ready;
     await h.startWorker(
-      { TEST_TABLE_PREFIX: table, TEST_CREATE_TABLES: '1', WORKER_TASK_TYPES: 'charge,refund' },
+      {
+        TEST_TABLE_PREFIX: table,
+        TEST_CREATE_TABLES: '1',
+        WORKER_TASK_TYPES: 'charge,refund',
+        // A limit no run here reaches, so the queues panel has flow control to show.
+        WORKER_FLOW_LIMITS: JSON.stringify({ charge: { concurrency: 5, ratePerSec: 50 } }),
+      },
       WORKER_FIXTURE,
     );
     await h.readEvents();
@@ -133,6 +139,16 @@ describe('the ops console (headless Chromium)', () => {
       '0',
       '0.0 %',
       '2',
+    ]);
+    // Flow control: the workers' limit of charge, nothing running or waiting once the runs ended.
+    await expectCells(page.locator('[data-testid="flow"] tr[data-task-type="charge"]'), [
+      'charge',
+      '5',
+      '—',
+      '—',
+      '50/s',
+      '0',
+      '0',
     ]);
     await shot('queues');
   });

@@ -15,6 +15,9 @@ export interface WorkerMetrics {
   handlersRunning: Gauge;
   handlersWaiting: Gauge;
   pausedPartitions: Gauge;
+  flowWaiting: Gauge<'task_type'>;
+  flowAdmitted: Counter<'task_type'>;
+  flowStoreErrors: Counter<'task_type'>;
 }
 
 /** Buckets of the wave size histogram: powers of two up to the largest in-flight bound worth telling apart. */
@@ -84,5 +87,30 @@ export function workerMetrics(r: Registry): WorkerMetrics {
       'worker_paused_partitions',
       'Partitions that cannot dispatch more work now.',
     ),
+    ...flowMetrics(r),
+  };
+}
+
+/** The flow-control metrics (see FlowLimiter). */
+function flowMetrics(r: Registry): Pick<WorkerMetrics, 'flowWaiting' | 'flowAdmitted' | 'flowStoreErrors'> {
+  return {
+    flowWaiting: metric.gauge(
+      r,
+      'worker_flow_waiting',
+      'Task attempts waiting in this process for their flow-control admission (WORKER_FLOW_LIMITS).',
+      ['task_type'],
+    ) as Gauge<'task_type'>,
+    flowAdmitted: metric.counter(
+      r,
+      'worker_flow_admitted_total',
+      'Task attempts admitted by flow control (rate(): admitted/s).',
+      ['task_type'],
+    ) as Counter<'task_type'>,
+    flowStoreErrors: metric.counter(
+      r,
+      'worker_flow_store_errors_total',
+      'Admission tries the flow limit store did not answer (the waiting tasks keep waiting).',
+      ['task_type'],
+    ) as Counter<'task_type'>,
   };
 }

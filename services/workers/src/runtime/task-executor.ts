@@ -64,6 +64,7 @@ import { LeaseRenewer } from './lease-renewer';
 import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
 import { decodeTask, taskInput } from './task-decode';
 import type { WorkerMetrics } from './metrics';
+import type { FlowLimiter, FlowPermit } from './flow-limiter';
 import { Topic, type TaskTopic } from '@keyflow/schemas';
 
 /**
@@ -101,6 +102,11 @@ export interface ExecutorOptions {
   maxConcurrentHandlers: number;
   /** Source of randomness for jitter (tests). */
   random?: () => number;
+  /**
+   * Flow control of limited task types (WORKER_FLOW_LIMITS): each attempt of such a type waits for its admission,
+   * lease held, before it takes a handler slot; its attempt timeout starts when its handler does.
+   */
+  flow?: FlowLimiter;
 }
 
 const workerId = `${hostname()}/${process.pid}`;
@@ -618,11 +624,20 @@ export class TaskExecutor {
     let firstFailureAt = 0;
     for (let attempt = 1; ; attempt++) {
       // Draining stops only a task whose handler has not run yet; one between attempts goes on as before.
-      const slot = this.handlerSlot(stop, attempt === 1 ? t.hc.draining : undefined);
-      if (slot) await slot;
+      const draining = attempt === 1 ? t.hc.draining : undefined;
+      const permit = this.o.flow?.limits(cmd.taskType)
+        ? await this.flowAdmission(t, input, stop, draining)
+        : undefined;
+      try {
+        const slot = this.handlerSlot(stop, draining);
+        if (slot) await slot;
+      } catch (e) {
+        if (permit) this.o.flow!.release(permit);
+        throw e;
+      }
       // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
       // soon as the handler settles (before any backoff), at most once, and the handler's time is counted then.
-      const a = new Attempt(this.handlerSlots);
+      const a = new Attempt(this.handlerSlots, permit && (() => this.o.flow!.release(permit)));
       try {
         const result = await this.callHandler(t, handler, input, attempt, stop, traced, a);
         handlerMs += a.release();
@@ -740,6 +755,30 @@ export class TaskExecutor {
     this.o.metrics.tasks.inc({ type: cmd.taskType, outcome: 'failed' });
     t.log().warn({ attempt, errorClass: err.name, err: err.message, retryable }, 'task failed for good');
     return { kind: 'failed' as const, error: failure(err, retryable, attempt, firstFailureAt, now) };
+  }
+
+  /**
+   * Waits for the flow-control admission of an attempt (ExecutorOptions.flow), lease held and renewed, in its type's
+   * line: never failed or timed out by the limit or its store. Rejects, holding nothing, with the stop's reason when
+   * the attempts stop, or with ConsumerStoppingError when `draining` aborts first (the message is redelivered).
+   */
+  private flowAdmission(
+    t: Task,
+    input: unknown,
+    stop: AttemptSignals,
+    draining?: AbortSignal,
+  ): Promise<FlowPermit> {
+    const flow = this.o.flow!;
+    if (stop.stopped) return Promise.reject(stop.reason ?? new Error('stopping'));
+    const cancel = new AbortController();
+    const offStop = stop.onStop((reason) => cancel.abort(reason));
+    const offDrain = draining ? this.aborts.on(draining, () => cancel.abort(draining.reason)) : undefined;
+    if (draining?.aborted) cancel.abort(draining.reason);
+    const key = flow.keyOf(t.cmd.taskType, input, t.cmd.runId);
+    return flow.admit(t.cmd.taskType, key, cancel.signal).finally(() => {
+      offStop();
+      offDrain?.();
+    });
   }
 
   /**
@@ -976,13 +1015,18 @@ class Attempt {
   attemptSpan = UNRECORDED_SPAN;
   handlerSpan = UNRECORDED_SPAN;
 
-  constructor(private readonly slots: Semaphore) {}
+  constructor(
+    private readonly slots: Semaphore,
+    /** Gives the attempt's flow-control permit back, when it holds one. */
+    private readonly releasePermit?: () => void,
+  ) {}
 
-  /** Gives the handler slot back (the first call only): the handler's time in ms then, else 0. */
+  /** Gives the handler slot (and flow permit) back (the first call only): the handler's time in ms then, else 0. */
   release(): number {
     if (!this.holding) return 0;
     this.holding = false;
     this.slots.release();
+    this.releasePermit?.();
     return this.started > 0 ? Date.now() - this.started : 0;
   }
 

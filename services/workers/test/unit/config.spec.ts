@@ -27,6 +27,17 @@ describe('worker configuration', () => {
     ).toBe('mine');
   });
 
+  it('reads WORKER_FLOW_LIMITS as limits by task type (none by default) and refuses one that is not JSON limits', () => {
+    expect(loadWorkerConfig(base).WORKER_FLOW_LIMITS).toEqual({});
+    const limits = { charge: { concurrency: 5, perKey: 1, keyField: 'customerId', ratePerSec: 50 } };
+    expect(
+      loadWorkerConfig({ ...base, WORKER_FLOW_LIMITS: JSON.stringify(limits) }).WORKER_FLOW_LIMITS,
+    ).toEqual(limits);
+    for (const bad of ['{', '{"charge":{"concurrency":-1}}', '{"charge":{"burst":2}}'])
+      expect(() => loadWorkerConfig({ ...base, WORKER_FLOW_LIMITS: bad })).toThrow(/WORKER_FLOW_LIMITS/);
+    expect(() => loadWorkerConfig({ ...base, WORKER_FLOW_LIMITS: '{' })).toThrow(WorkerConfigError);
+  });
+
   it('refuses bad values at startup, naming every bad variable', () => {
     const err = (() => {
       try {
