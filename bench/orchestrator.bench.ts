@@ -321,6 +321,7 @@ function startRecords(codec: EventCodec, from: number, n: number, tag: string) {
         input: JSON.stringify({ tag: `${tag}${from + j}` }),
         idempotencyKey: null,
         trigger: 'bench',
+        parent: null,
       }),
     };
   });
