@@ -253,6 +253,12 @@ export class TriggerRunner {
     this.checkPressure();
   }
 
+  /** An empty transaction's outputs for this trigger. */
+  private outputs(): TriggerOutputs {
+    const d = this.d;
+    return new TriggerOutputs(this.def, d.codec, this.group, d.maxMessageBytes, d.requestPartitions());
+  }
+
   /**
    * Applies a fetched batch in one transaction, up to where runs in flight and held records reach maxInFlight.
    * @returns how many of `messages` were read (applied, held, dead-lettered or skipped); 0 when it failed (the part
@@ -264,13 +270,7 @@ export class TriggerRunner {
     topic: string,
     partition: number,
   ): Promise<number> {
-    const out = new TriggerOutputs(
-      this.def,
-      this.d.codec,
-      this.group,
-      this.d.maxMessageBytes,
-      this.d.requestPartitions(),
-    );
+    const out = this.outputs();
     let skipped = 0;
     let taken = 0;
     try {
@@ -454,13 +454,7 @@ export class TriggerRunner {
       await exclusively(p, async () => {
         for (;;) {
           if (p.revoked || this.stopped) return;
-          const out = new TriggerOutputs(
-            this.def,
-            this.d.codec,
-            this.group,
-            this.d.maxMessageBytes,
-            this.d.requestPartitions(),
-          );
+          const out = this.outputs();
           const items = p.part.release(
             (id) => this.gateOpen(id),
             (r) => this.target(r) !== 'wait',

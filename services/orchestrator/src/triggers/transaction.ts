@@ -68,44 +68,38 @@ export class TriggerOutputs {
   }
 
   private request(m: ConsumedMessage, a: Applied, runId: string): Msg & { topic: string } {
-    const eventId = derivedEventId(`${this.group}/${m.topic}/${m.partition}`, m.offset);
-    const topic = this.codec.physical(Topic.WF_REQUESTS);
-    const traceHeaders = pick(m, ['traceparent', 'tracestate']);
-    if (a.kind === 'start') {
-      const value = this.codec.encode(Topic.WF_REQUESTS, 'StartRun', {
-        metadata: newMetadata('StartRun', { key: runId, correlationId: runId, eventId }),
-        runId,
-        workflow: a.workflow.name,
-        workflowVersion: a.workflow.version,
-        businessKey: a.businessKey,
-        input: JSON.stringify(a.input),
-        idempotencyKey: null,
-        trigger: `topic:${this.def.name}`,
-        parent: null,
-      });
-      return {
-        topic,
-        key: runId,
-        value,
-        headers: traceHeaders,
-        partition: keyPartition(runId, this.requestPartitions),
-      };
-    }
-    {
-      const value = this.codec.encode(Topic.WF_REQUESTS, 'SignalRun', {
-        metadata: newMetadata('SignalRun', { key: runId, correlationId: runId, eventId }),
-        runId,
-        signal: a.signal,
-        payload: JSON.stringify(a.payload ?? null),
-      });
-      return {
-        topic,
-        key: runId,
-        value,
-        headers: traceHeaders,
-        partition: keyPartition(runId, this.requestPartitions),
-      };
-    }
+    const metadata = {
+      key: runId,
+      correlationId: runId,
+      eventId: derivedEventId(`${this.group}/${m.topic}/${m.partition}`, m.offset),
+    };
+    const value =
+      a.kind === 'start'
+        ? this.codec.encode(Topic.WF_REQUESTS, 'StartRun', {
+            metadata: newMetadata('StartRun', metadata),
+            runId,
+            workflow: a.workflow.name,
+            workflowVersion: a.workflow.version,
+            businessKey: a.businessKey,
+            input: JSON.stringify(a.input),
+            idempotencyKey: null,
+            trigger: `topic:${this.def.name}`,
+            parent: null,
+          })
+        : this.codec.encode(Topic.WF_REQUESTS, 'SignalRun', {
+            metadata: newMetadata('SignalRun', metadata),
+            runId,
+            signal: a.signal,
+            payload: JSON.stringify(a.payload ?? null),
+          });
+    return {
+      topic: this.codec.physical(Topic.WF_REQUESTS),
+      key: runId,
+      value,
+      headers: pick(m, ['traceparent', 'tracestate']),
+      // Named here (the Java client's rule over the run id): the mark counts the requests per wf.requests partition.
+      partition: keyPartition(runId, this.requestPartitions),
+    };
   }
 
   /**
