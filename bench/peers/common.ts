@@ -17,14 +17,18 @@ export const stepInput = (k: 1 | 2 | 3, previous: unknown) =>
   k === 1 ? { step: 1, input: previous } : { step: k, previous };
 
 /** The output a run of input `{ tag }` must end with: the third step's output. */
-export const expectedOutput = (tag: string) =>
-  stepInput(3, stepInput(2, stepInput(1, { tag })));
+export const expectedOutput = (tag: string) => stepInput(3, stepInput(2, stepInput(1, { tag })));
 
 /** A started run: its id in the engine, and its output once the client has seen it finish. */
 export type Started = { id: string; tag: string; done: Promise<unknown> };
 
 /** CPU seconds of each part over the measured phases (burst and open loop); null when a part has no process of its own. */
-export type CpuSplit = { engine: number | null; workers: number | null; store: number | null; client: number };
+export type CpuSplit = {
+  engine: number | null;
+  workers: number | null;
+  store: number | null;
+  client: number;
+};
 
 /** One engine's row: figures, verification, CPU and the durability it ran with; `error` when it could not run. */
 export interface EngineResult {
@@ -77,9 +81,7 @@ export async function drive(start: (tag: string) => Promise<Started>) {
     const wait = tl + (i * 1000) / workload.rate - Date.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     const t = Date.now();
-    lat.push(
-      start(`l${i}`).then((s) => (runs.push(s), s.done.then(() => Date.now() - t))),
-    );
+    lat.push(start(`l${i}`).then((s) => (runs.push(s), s.done.then(() => Date.now() - t))));
   }
   const ms = await Promise.all(lat);
   const load = {
@@ -178,7 +180,8 @@ export function cpuParts(parts: () => Parts): () => CpuSplit {
 export function versionOf(pkg: string): string {
   for (const dir of [join(__dirname, 'node_modules'), join(__dirname, '../../node_modules')])
     try {
-      return (JSON.parse(readFileSync(join(dir, pkg, 'package.json'), 'utf8')) as { version: string }).version;
+      return (JSON.parse(readFileSync(join(dir, pkg, 'package.json'), 'utf8')) as { version: string })
+        .version;
     } catch {
       // not in this one
     }

@@ -20,7 +20,9 @@ const threeStep = DBOS.registerWorkflow(
     let out: unknown = input;
     for (const k of [1, 2, 3] as const) {
       const previous = out;
-      out = await DBOS.runStep(async () => (countStep(runId, k), stepInput(k, previous)), { name: `step${k}` });
+      out = await DBOS.runStep(async () => (countStep(runId, k), stepInput(k, previous)), {
+        name: `step${k}`,
+      });
     }
     return out;
   },
@@ -95,7 +97,8 @@ async function measure(admin: Client, dbUrl: string) {
       body: body ? JSON.stringify(body) : undefined,
     });
     const json = (await res.body.json()) as unknown;
-    if (res.statusCode >= 300) throw new Error(`${method} ${path}: HTTP ${res.statusCode} ${JSON.stringify(json)}`);
+    if (res.statusCode >= 300)
+      throw new Error(`${method} ${path}: HTTP ${res.statusCode} ${JSON.stringify(json)}`);
     return json;
   };
   const start = async (tag: string): Promise<Started> => {

@@ -65,8 +65,14 @@ async function startServer(dir: string) {
   const urls = { ingress: `http://127.0.0.1:${ingress}`, admin: `http://127.0.0.1:${admin}` };
   for (let i = 0; ; i++) {
     if (proc.exitCode !== null) throw new Error(`restate-server exited (code ${proc.exitCode})`);
-    const ok = await fetch(`${urls.ingress}/restate/health`).then((r) => r.ok, () => false);
-    const adminOk = await fetch(`${urls.admin}/health`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${urls.ingress}/restate/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    const adminOk = await fetch(`${urls.admin}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok && adminOk) break;
     if (i > 600) throw new Error('restate-server not ready after 60 s');
     await new Promise((r) => setTimeout(r, 100));
@@ -104,9 +110,10 @@ async function bench() {
     return {
       engine: 'Restate',
       version: `restate-server ${versionOf('@restatedev/restate-server')}, @restatedev/restate-sdk ${versionOf('@restatedev/restate-sdk')}`,
-      layout: '1 restate-server (single node: its log, partition store and ingress in it), 1 SDK service process',
+      layout:
+        '1 restate-server (single node: its log, partition store and ingress in it), 1 SDK service process',
       durability:
-        "its own log and state on local disk (RocksDB, WAL fsync on: its defaults, replication 1; one node)",
+        'its own log and state on local disk (RocksDB, WAL fsync on: its defaults, replication 1; one node)',
       burst,
       load,
       cpu: used,
