@@ -57,12 +57,29 @@ export const workload = {
   seconds: Number(process.env.PEERS_SECONDS ?? 30),
 };
 
+/** How long a run may take before the engine's row fails (`PEERS_RUN_TIMEOUT_MS`, default 300,000). */
+const RUN_TIMEOUT_MS = Number(process.env.PEERS_RUN_TIMEOUT_MS ?? 300_000);
+
+/** `s` whose `done` rejects when the run has not finished within {@link RUN_TIMEOUT_MS}: a lost run fails, never hangs. */
+function bounded(s: Started): Started {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`run ${s.id} not finished after ${RUN_TIMEOUT_MS} ms`)),
+      RUN_TIMEOUT_MS,
+    );
+    timer.unref();
+  });
+  return { ...s, done: Promise.race([s.done, timeout]).finally(() => clearTimeout(timer)) };
+}
+
 /**
  * Runs the workload through `start` (which resolves once the engine has accepted the run): the burst, started 100
  * at a time then awaited together, and the open loop, one start every 1/rate s whatever the engine does.
  * @returns the figures and every started run (for the verification).
  */
-export async function drive(start: (tag: string) => Promise<Started>) {
+export async function drive(startRun: (tag: string) => Promise<Started>) {
+  const start = async (tag: string) => bounded(await startRun(tag));
   const runs: Started[] = [];
   const t0 = Date.now();
   for (let i = 0; i < workload.burst; i += 100)

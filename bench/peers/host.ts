@@ -17,6 +17,8 @@ export const countStep = (runId: string, k: number) =>
  * (with `info`) once `start` resolves.
  */
 export function serveRole(start: () => Promise<unknown>, stop: () => Promise<void>): void {
+  // The bench gone (killed, crashed): its IPC channel closes, and this process goes too.
+  process.on('disconnect', () => process.exit(0));
   process.on('message', (m: unknown) => {
     if (m === 'counts') process.send!({ counts: [...executions] });
     if (m === 'stop') void stop().finally(() => process.exit(0));
