@@ -40,6 +40,8 @@ export interface EngineResult {
   load?: { rate: number; seconds: number; runs: number; p50: number; p95: number; p99: number };
   cpu?: CpuSplit;
   verified?: string;
+  /** Anything else the engine's row measured (printed under the table, kept in the JSON). */
+  note?: string;
   loadAvgBefore?: number[];
   error?: string;
 }

@@ -120,6 +120,7 @@ async function main() {
     rows.push(row);
   }
   console.log(`\n${table(rows)}\n`);
+  for (const r of rows.filter((x) => x.note)) console.log(`${r.engine}: ${r.note}`);
   const file = join(OUT, 'peers.json');
   writeFileSync(file, JSON.stringify({ at: new Date().toISOString(), workload, idle, rows }, null, 2));
   console.log(`figures: ${file}; each engine's output: ${OUT}/peers-<engine>.log`);

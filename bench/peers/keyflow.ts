@@ -5,7 +5,7 @@ import { localStackPids } from '@keyflow/observability';
 import { Topic } from '@keyflow/schemas';
 import { echo } from '@keyflow/testing';
 import { httpClient, ROOT, spawnService } from '../support';
-import { cpuParts, drive, runEngine, verify, versionOf, type Started } from './common';
+import { cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
 
 /**
  * keyflow at its defaults, as bench/orchestrator.bench.ts runs it: 1 orchestrator and 2 worker processes of
@@ -85,6 +85,10 @@ async function measure(
   const waiting = new Map<string, (output: unknown) => void>();
   const finished = new Map<string, unknown>();
   const completions = new Map<string, number>();
+  // When the engine wrote each RunCompleted (its clock): bench:orchestrator's latency ends there, this one when
+  // the client reads it (after the transaction's commit and a read_committed fetch).
+  const occurredAt = new Map<string, number>();
+  const startedAt = new Map<string, number>();
   const events = await consume(
     kafka,
     `${prefix}events`,
@@ -94,6 +98,7 @@ async function measure(
       const d = await codec.decode(Topic.WF_EVENTS, v, at);
       if (d.event !== 'RunCompleted') return;
       const { runId, output } = d.value;
+      occurredAt.set(runId, d.value.metadata.occurredAt);
       completions.set(runId, (completions.get(runId) ?? 0) + 1);
       // A keyflow run's output is every step's output by step name; the workload's output is the third's.
       const parsed = (JSON.parse(output) as { third?: unknown }).third;
@@ -116,9 +121,11 @@ async function measure(
   );
   const http = httpClient(url);
   const start = async (tag: string): Promise<Started> => {
+    const t = Date.now();
     const res = await http.post('/runs', { workflow: 'three-step', input: { tag } });
     if (res.status !== 202) throw new Error(`start failed: HTTP ${res.status}`);
     const id = (res.json as { runId: string }).runId;
+    startedAt.set(id, t);
     const done = finished.has(id)
       ? Promise.resolve(finished.get(id))
       : new Promise<unknown>((r) => waiting.set(id, r));
@@ -140,6 +147,9 @@ async function measure(
   for (let i = 0; i < 600 && executions.size < runs.length * 3; i++)
     await new Promise((r) => setTimeout(r, 100));
   const verified = await verify(runs, executions, completions);
+  const loop = runs.filter((r) => r.tag.startsWith('l'));
+  const engineMs = loop.map((r) => occurredAt.get(r.id)! - startedAt.get(r.id)!);
+  const note = `in the loop, start to RunCompleted's occurredAt (the engine's clock, as bench:orchestrator measures): p50 ${pct(engineMs, 50)} ms, p95 ${pct(engineMs, 95)} ms`;
   await Promise.all([events.disconnect(), results.disconnect(), http.close()]);
   const admin = kafka.admin();
   await admin.connect();
@@ -155,6 +165,7 @@ async function measure(
     load,
     cpu: used,
     verified,
+    note,
     loadAvgBefore,
   };
 }
