@@ -34,6 +34,14 @@ async function consume(
   return consumer;
 }
 
+/** Deletes the topics under `prefix` (this run's). */
+async function deleteTopics(brokers: string[], prefix: string): Promise<void> {
+  const admin = new Kafka({ brokers, clientId: 'bench-peers-admin', logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  await admin.deleteTopics({ topics: (await admin.listTopics()).filter((t) => t.startsWith(prefix)) });
+  await admin.disconnect();
+}
+
 async function bench() {
   const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
   const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
@@ -68,6 +76,7 @@ async function bench() {
     );
   } finally {
     await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
+    await deleteTopics(brokers, prefix);
   }
 }
 
@@ -151,10 +160,6 @@ async function measure(
   const engineMs = loop.map((r) => occurredAt.get(r.id)! - startedAt.get(r.id)!);
   const note = `in the loop, start to RunCompleted's occurredAt (the engine's clock, as bench:orchestrator measures): p50 ${pct(engineMs, 50)} ms, p95 ${pct(engineMs, 95)} ms`;
   await Promise.all([events.disconnect(), results.disconnect(), http.close()]);
-  const admin = kafka.admin();
-  await admin.connect();
-  await admin.deleteTopics({ topics: (await admin.listTopics()).filter((t) => t.startsWith(prefix)) });
-  await admin.disconnect();
   return {
     engine: 'keyflow',
     version: `keyflow ${versionOf('@keyflow/orchestrator')} (this tree), Kafka ${process.env.KEYFLOW_KAFKA_VERSION ?? '?'}`,
