@@ -118,7 +118,7 @@ export default tseslint.config(
   // measure the client itself, and bench-clients/ compares clients.
   {
     files: ['**/*.ts'],
-    ignores: ['libs/kafka/**', 'bench/*.bench.ts', 'bench/chain.ts', 'bench-clients/**'],
+    ignores: ['libs/kafka/**', 'bench/*.bench.ts', 'bench/chain.ts', 'bench/peers/**', 'bench-clients/**'],
     rules: {
       'no-restricted-imports': [
         'error',

@@ -1,0 +1,178 @@
+import { loadavg } from 'node:os';
+import { Kafka, logLevel, type Consumer } from 'kafkajs';
+import { EventCodec } from '@keyflow/contracts';
+import { localStackPids } from '@keyflow/observability';
+import { Topic } from '@keyflow/schemas';
+import { echo } from '@keyflow/testing';
+import { httpClient, ROOT, spawnService } from '../support';
+import { cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
+
+/**
+ * keyflow at its defaults, as bench/orchestrator.bench.ts runs it: 1 orchestrator and 2 worker processes of
+ * examples/test-workloads (the `three-step` workflow of libs/testing: three `echo` steps, step k given step k-1's
+ * output), on the stack's Kafka and registry, a fresh topic prefix (6 partitions). The client starts each run with
+ * POST /runs (202 once StartRun is acknowledged by the in-sync replicas) and sees it finish by reading RunCompleted on
+ * wf.events (read_committed). Step executions: the TaskCompleted records on task.results read uncommitted (every
+ * result a worker wrote, aborted or not), per run and step.
+ */
+const STEPS = ['first', 'second', 'third'];
+
+async function consume(
+  kafka: Kafka,
+  groupId: string,
+  topic: string,
+  readUncommitted: boolean,
+  each: (value: Buffer, at: { topic: string; partition: number; offset: string }) => Promise<void>,
+): Promise<Consumer> {
+  const consumer = kafka.consumer({ groupId, readUncommitted, maxWaitTimeInMs: 50 });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  await consumer.run({
+    eachMessage: ({ topic: t, partition, message }) =>
+      each(message.value!, { topic: t, partition, offset: message.offset }),
+  });
+  return consumer;
+}
+
+/** Deletes the topics under `prefix` (this run's). */
+async function deleteTopics(brokers: string[], prefix: string): Promise<void> {
+  const admin = new Kafka({ brokers, clientId: 'bench-peers-admin', logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  await admin.deleteTopics({ topics: (await admin.listTopics()).filter((t) => t.startsWith(prefix)) });
+  await admin.disconnect();
+}
+
+async function bench() {
+  const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+  const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
+  if (!brokers.length || !registryUrl)
+    throw new Error('KAFKA_BROKERS and SCHEMA_REGISTRY_URL must be set: eval "$(infra/local/stack.sh env)"');
+  const prefix = `bench-peers-${Date.now()}.`;
+  const env = {
+    KEYFLOW_TOPIC_PREFIX: prefix,
+    ORCHESTRATOR_GROUP_ID: `${prefix}orch`,
+    WORKER_GROUP_ID: `${prefix}workers`,
+    ORCHESTRATOR_PARTITIONS: '6',
+    WORKER_RESULT_PARTITIONS: '6',
+  };
+  const orch = spawnService('examples/test-workloads/src/orchestrator.ts', env, 'orchestrator ready');
+  const url = await orch.ready;
+  const workers = [0, 1].map(() =>
+    spawnService(
+      'examples/test-workloads/src/worker.ts',
+      { ...env, WORKER_TASK_TYPES: echo.type },
+      'worker ready',
+    ),
+  );
+  try {
+    await Promise.all(workers.map((w) => w.ready));
+    return await measure(
+      prefix,
+      brokers,
+      registryUrl,
+      url,
+      orch.proc.pid!,
+      workers.map((w) => w.proc.pid!),
+    );
+  } finally {
+    await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
+    await deleteTopics(brokers, prefix);
+  }
+}
+
+async function measure(
+  prefix: string,
+  brokers: string[],
+  registryUrl: string,
+  url: string,
+  orchPid: number,
+  workerPids: number[],
+) {
+  const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
+  await codec.registerTopics([Topic.WF_EVENTS, Topic.TASK_RESULTS]);
+  const kafka = new Kafka({ brokers, clientId: 'bench-peers', logLevel: logLevel.NOTHING });
+  const waiting = new Map<string, (output: unknown) => void>();
+  const finished = new Map<string, unknown>();
+  const completions = new Map<string, number>();
+  // When the engine wrote each RunCompleted (its clock): bench:orchestrator's latency ends there, this one when
+  // the client reads it (after the transaction's commit and a read_committed fetch).
+  const occurredAt = new Map<string, number>();
+  const startedAt = new Map<string, number>();
+  const events = await consume(
+    kafka,
+    `${prefix}events`,
+    codec.physical(Topic.WF_EVENTS),
+    false,
+    async (v, at) => {
+      const d = await codec.decode(Topic.WF_EVENTS, v, at);
+      if (d.event !== 'RunCompleted') return;
+      const { runId, output } = d.value;
+      occurredAt.set(runId, d.value.metadata.occurredAt);
+      completions.set(runId, (completions.get(runId) ?? 0) + 1);
+      // A keyflow run's output is every step's output by step name; the workload's output is the third's.
+      const parsed = (JSON.parse(output) as { third?: unknown }).third;
+      finished.set(runId, parsed);
+      waiting.get(runId)?.(parsed);
+    },
+  );
+  const executions = new Map<string, number>();
+  const results = await consume(
+    kafka,
+    `${prefix}results`,
+    codec.physical(Topic.TASK_RESULTS),
+    true,
+    async (v, at) => {
+      const d = await codec.decode(Topic.TASK_RESULTS, v, at);
+      if (d.event !== 'TaskCompleted') return;
+      const key = `${d.value.runId}:${STEPS.indexOf(d.value.stepId) + 1}`;
+      executions.set(key, (executions.get(key) ?? 0) + 1);
+    },
+  );
+  const http = httpClient(url);
+  const start = async (tag: string): Promise<Started> => {
+    const t = Date.now();
+    const res = await http.post('/runs', { workflow: 'three-step', input: { tag } });
+    if (res.status !== 202) throw new Error(`start failed: HTTP ${res.status}`);
+    const id = (res.json as { runId: string }).runId;
+    startedAt.set(id, t);
+    const done = finished.has(id)
+      ? Promise.resolve(finished.get(id))
+      : new Promise<unknown>((r) => waiting.set(id, r));
+    return { id, tag, done };
+  };
+  const stack = localStackPids(ROOT);
+  const store = Object.entries(stack)
+    .filter(([n]) => n !== 'redis')
+    .map(([, p]) => p);
+  const loadAvgBefore = loadavg();
+  const cpu = cpuParts(() => ({
+    engine: [orchPid],
+    workers: workerPids,
+    store: store.length ? store : undefined,
+  }));
+  const { burst, load, runs } = await drive(start);
+  const used = cpu();
+  // The results consumer may trail the events one: wait until it has every run's three results.
+  for (let i = 0; i < 600 && executions.size < runs.length * 3; i++)
+    await new Promise((r) => setTimeout(r, 100));
+  const verified = await verify(runs, executions, completions);
+  const loop = runs.filter((r) => r.tag.startsWith('l'));
+  const engineMs = loop.map((r) => occurredAt.get(r.id)! - startedAt.get(r.id)!);
+  const note = `in the loop, start to RunCompleted's occurredAt (the engine's clock, as bench:orchestrator measures): p50 ${pct(engineMs, 50)} ms, p95 ${pct(engineMs, 95)} ms`;
+  await Promise.all([events.disconnect(), results.disconnect(), http.close()]);
+  return {
+    engine: 'keyflow',
+    version: `keyflow ${versionOf('@keyflow/orchestrator')} (this tree), Kafka ${process.env.KEYFLOW_KAFKA_VERSION ?? '?'}`,
+    layout: `1 orchestrator, 2 worker processes, Kafka${store.length ? '' : ' (its CPU unread: no pid files, set KEYFLOW_RUN_DIR)'} + schema registry`,
+    durability:
+      "Kafka: every step transition in a transaction, acks=all (the stack: one broker, replication 1, the broker's default flush: the page cache)",
+    burst,
+    load,
+    cpu: used,
+    verified,
+    note,
+    loadAvgBefore,
+  };
+}
+
+runEngine('keyflow', bench);
