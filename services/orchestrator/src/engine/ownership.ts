@@ -130,10 +130,11 @@ export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promi
 }
 
 /**
- * Runs `f` with partition `o`'s lock: one transaction at a time per partition (the two input topics of partition
- * p and the retention sweep share its producer), in the order the callers asked.
+ * Runs `f` with partition `o`'s lock: one transaction at a time per partition (the engine's two input topics of
+ * partition p and the retention sweep share its producer; a topic trigger's batches and releases share theirs), in the
+ * order the callers asked.
  */
-export async function exclusively(o: OwnedPartition, f: () => Promise<void>): Promise<void> {
+export async function exclusively(o: { lock: Promise<void> }, f: () => Promise<void>): Promise<void> {
   const previous = o.lock;
   let release!: () => void;
   o.lock = new Promise((r) => (release = r));

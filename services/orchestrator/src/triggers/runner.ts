@@ -15,6 +15,7 @@ import { isRetryable } from '@keyflow/errors';
 import type { Logger } from '@keyflow/observability';
 import { TERMINAL, type RunState, type TriggerDefinition, type WorkflowDefinition } from '@keyflow/workflow';
 import type { RunReadModel } from '../engine/read-model';
+import { exclusively } from '../engine/ownership';
 import type { TriggerMetrics } from './metrics';
 import { readMarks } from './progress';
 import { applied, triggerRecord, TriggerRecordError, type Applied } from './record';
@@ -587,18 +588,5 @@ export class TriggerRunner {
       dlq: this.dlqTopic,
       counts: { ...this.counts },
     };
-  }
-}
-
-/** Runs `f` with the part's lock: one transaction at a time per partition, in the order asked. */
-async function exclusively(p: Part, f: () => Promise<void>): Promise<void> {
-  const previous = p.lock;
-  let release!: () => void;
-  p.lock = new Promise((r) => (release = r));
-  await previous;
-  try {
-    await f();
-  } finally {
-    release();
   }
 }
