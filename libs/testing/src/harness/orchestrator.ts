@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { Consumer, Producer } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import type { Browser } from 'playwright-core';
-import { Collector } from '../await';
+import { Collector, eventually } from '../await';
 import { ensureDebianTool } from '../debian-tool';
 import { TestNamespace } from '../namespace';
 import { startServiceProcess, type ServiceProcess } from '../service-process';
@@ -155,6 +155,35 @@ export class OrchestratorHarness {
         into.push({ event: d.event, value: d.value as unknown as Lifecycle['value'] });
       },
     });
+  }
+
+  /**
+   * The first `n` records of a physical topic, read from its earliest offset in a consumer group of its own, with
+   * keys and headers as text.
+   * @throws AwaitTimeoutError when fewer than `n` arrive within `timeoutMs` (default 60 000)
+   */
+  async readRecords(
+    topic: string,
+    n: number,
+    timeoutMs = 60_000,
+  ): Promise<Array<{ key: string | null; headers: Record<string, string> }>> {
+    const out: Array<{ key: string | null; headers: Record<string, string> }> = [];
+    const c = this.ns.kafka.consumer({ groupId: this.ns.groupId(`read-${topic}`), maxWaitTimeInMs: 100 });
+    await c.connect();
+    await c.subscribe({ topic, fromBeginning: true });
+    await c.run({
+      eachMessage: async ({ message }) => {
+        const headers: Record<string, string> = {};
+        for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = String(v);
+        out.push({ key: message.key?.toString() ?? null, headers });
+      },
+    });
+    try {
+      await eventually(`${n} records in ${topic}`, () => out.length >= n, { timeoutMs });
+    } finally {
+      await c.disconnect();
+    }
+    return out;
   }
 
   /**

@@ -106,7 +106,7 @@ describe('topic trigger guarantees', () => {
       messages: [{ key: 'r', value: JSON.stringify({ key: 'r', seq: '7' }), partition: 0 }],
     });
     const dlq = `${s.h.prefix}trigger.orders.dlq`;
-    const [dead] = await readAll(s.h, dlq, 1);
+    const [dead] = await s.h.readRecords(dlq, 1);
     expect(dead.headers['x-dlq-error-code']).toBe('TRIGGER_INPUT_INVALID');
 
     // The "fix": the orders trigger now repairs a numeric-string seq.
@@ -155,7 +155,7 @@ describe('topic trigger guarantees', () => {
         { key: 'x', value: JSON.stringify({ businessKey: 'bk-1' }) },
       ],
     });
-    const dead = await readAll(s.h, `${s.h.prefix}trigger.goes.dlq`, 2);
+    const dead = await s.h.readRecords(`${s.h.prefix}trigger.goes.dlq`, 2);
     for (const d of dead) {
       expect(d.headers['x-dlq-error-code']).toBe('TRIGGER_NO_SUCH_RUN');
       const waited =
@@ -307,25 +307,4 @@ async function ordersStatus(url: string) {
   const t = body.triggers.find((x) => x.name === 'orders');
   if (!t) throw new Error(`no orders trigger in ${JSON.stringify(body)}`);
   return t;
-}
-
-/** The first `n` records of a topic (read from the earliest offset), with headers as text. */
-async function readAll(h: OrchestratorHarness, topic: string, n: number) {
-  const out: Array<{ key: string | null; headers: Record<string, string> }> = [];
-  const c = h.ns.kafka.consumer({ groupId: h.ns.groupId(`read-${topic}`), maxWaitTimeInMs: 100 });
-  await c.connect();
-  await c.subscribe({ topic, fromBeginning: true });
-  await c.run({
-    eachMessage: async ({ message }) => {
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = String(v);
-      out.push({ key: message.key?.toString() ?? null, headers });
-    },
-  });
-  try {
-    await eventually(`${n} records in ${topic}`, () => out.length >= n, { timeoutMs: 60_000 });
-  } finally {
-    await c.disconnect();
-  }
-  return out;
 }

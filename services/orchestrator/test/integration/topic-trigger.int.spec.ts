@@ -66,7 +66,7 @@ describe('topic triggers', () => {
     expect(runs).toHaveLength(KEYS * PER_KEY);
     expectKeyOrder(runs);
 
-    const dlq = await readAll(h, `${h.prefix}trigger.orders.dlq`, 2);
+    const dlq = await h.readRecords(`${h.prefix}trigger.orders.dlq`, 2);
     expect(dlq.map((m) => m.headers['x-dlq-error-code']).sort()).toEqual([
       'TRIGGER_INPUT_INVALID',
       'TRIGGER_RECORD_UNDECODABLE',
@@ -87,7 +87,7 @@ describe('topic triggers', () => {
     await eventually('the signalled run to complete', () =>
       distinctEvents(h.events).some((e) => e.event === 'RunCompleted' && e.value.runId === target),
     );
-    const noRun = await readAll(h, `${h.prefix}trigger.goes.dlq`, 1);
+    const noRun = await h.readRecords(`${h.prefix}trigger.goes.dlq`, 1);
     expect(noRun[0].headers['x-dlq-error-code']).toBe('TRIGGER_NO_SUCH_RUN');
 
     // A restart, then the group reset to the earliest offset: nothing starts twice.
@@ -139,25 +139,4 @@ function expectKeyOrder(runs: Lifecycle[]): void {
       if (bySeq[i].at < bySeq[i - 1].at)
         throw new Error(`${key}: run of seq ${bySeq[i].seq} started before seq ${bySeq[i - 1].seq}`);
   }
-}
-
-/** The first `n` records of a topic (read from the earliest offset), with headers as text. */
-async function readAll(h: OrchestratorHarness, topic: string, n: number) {
-  const out: Array<{ key: string | null; headers: Record<string, string> }> = [];
-  const c = h.ns.kafka.consumer({ groupId: h.ns.groupId(`read-${topic}`), maxWaitTimeInMs: 100 });
-  await c.connect();
-  await c.subscribe({ topic, fromBeginning: true });
-  await c.run({
-    eachMessage: async ({ message }) => {
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(message.headers ?? {})) headers[k] = String(v);
-      out.push({ key: message.key?.toString() ?? null, headers });
-    },
-  });
-  try {
-    await eventually(`${n} records in ${topic}`, () => out.length >= n, { timeoutMs: 60_000 });
-  } finally {
-    await c.disconnect();
-  }
-  return out;
 }
