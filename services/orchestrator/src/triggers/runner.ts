@@ -71,6 +71,8 @@ interface Part {
 const RETRY_MS = 200;
 /** How often held records and in-flight runs are looked at again without a change of a run (ms). */
 const SWEEP_MS = 1_000;
+/** How often the lag of the assigned partitions is asked of the brokers (four admin requests per trigger), ms. */
+const LAG_REFRESH_MS = 5_000;
 /** How often a new owner of a partition asks whether the engine applied the previous owner's starts, ms. */
 const ENGINE_POLL_MS = 200;
 /** Reading resumes once in-flight runs and held records are below this share of maxInFlight. */
@@ -99,8 +101,10 @@ export class TriggerRunner {
   private paused = false;
   /** The partitions assigned now, by topic (the last GROUP_JOIN). */
   private assignment: Record<string, number[]> = {};
-  /** Per assigned `<topic>/<partition>`, its lag and position at the last look (every second). */
+  /** Per assigned `<topic>/<partition>`, its lag and position at the last look (every LAG_REFRESH_MS). */
   private lags = new Map<string, { lag: number; position: bigint }>();
+  /** When the lag was last asked of the brokers (ms since epoch). */
+  private lagAskedAt = 0;
   private stopped = false;
   private sweep?: NodeJS.Timeout;
   private releaseSoon?: NodeJS.Immediate;
@@ -487,7 +491,7 @@ export class TriggerRunner {
     }
   }
 
-  /** Every second: held signals past their awaitRunMs, runs ended unseen, the pause, the lag. */
+  /** Every second: held signals past their awaitRunMs, runs ended unseen, the pause; the lag every LAG_REFRESH_MS. */
   private onSweep(): void {
     for (const runId of this.inFlight.keys()) {
       const s = this.d.readModel.get(runId);
@@ -495,7 +499,10 @@ export class TriggerRunner {
     }
     this.scheduleRelease();
     this.checkPressure();
-    void this.refreshEnds();
+    if (Date.now() - this.lagAskedAt >= LAG_REFRESH_MS) {
+      this.lagAskedAt = Date.now();
+      void this.refreshEnds();
+    }
   }
 
   /**
