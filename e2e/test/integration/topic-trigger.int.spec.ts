@@ -31,10 +31,10 @@ import { Pool } from 'pg';
  * effect. Then 20 records that fail the input schema (and 4 that are not JSON) land in the trigger's DLQ with their
  * triage headers; after the fix (TRIGGER_ACCEPT_POISON=1) `keyflow dlq redrive` sends the 20 back: exactly N + 20 runs.
  *
- * Size: TRIGGER_E2E_RECORDS (default 600, the CI sample; `npm run e2e:triggers` runs 10,000).
+ * Size: TRIGGER_E2E_RECORDS (default 300, the CI sample: 100 keys of 3 records; `npm run e2e:triggers` runs 10,000).
  */
 
-const N = Number(process.env.TRIGGER_E2E_RECORDS ?? 600);
+const N = Number(process.env.TRIGGER_E2E_RECORDS ?? 300);
 /** Order ids: 200 for the full size, so each key has many records (at least 3 each for a small N). */
 const KEYS = Math.max(1, Math.min(200, Math.floor(N / 3)));
 const JAVA_SHARE = Math.round(N * 0.7);
