@@ -30,6 +30,27 @@ function h(tag, attrs = {}, ...children) {
 /** The API key the operator signed in with (this tab only), sent as a bearer token. */
 const KEY_STORAGE = 'keyflow.apiKey';
 const apiKey = () => sessionStorage.getItem(KEY_STORAGE);
+/**
+ * What the key allows, `{ authentication, name, scopes }` (GET /ops/me: the key's name, never the key): asked once
+ * when the page loads and again after the key changes (sign in, sign out, a key refused), not on every refresh.
+ */
+let caller;
+/** Signs in with `key` (or out, without one): the next render asks GET /ops/me again. */
+function setKey(key) {
+  if (key) sessionStorage.setItem(KEY_STORAGE, key);
+  else sessionStorage.removeItem(KEY_STORAGE);
+  caller = undefined;
+}
+/**
+ * The scope every action needs (run cancel, terminate, signal, retry; DLQ redrive and discard): the API's rule, a
+ * request other than GET needs `control` (docs/security.md "API authentication").
+ */
+const ACTION_SCOPE = 'control';
+/** Why an action's button is disabled when the key lacks {@link ACTION_SCOPE}, else undefined. */
+function missingScope() {
+  if (!caller || caller.scopes.includes(ACTION_SCOPE)) return undefined;
+  return `needs the ${ACTION_SCOPE} scope: the API key ${caller.name} has ${caller.scopes.join(', ') || 'none'}`;
+}
 
 /** The API asked for credentials (401): the view shows the sign-in form. */
 class SignInNeeded extends Error {}
@@ -61,14 +82,17 @@ async function call(path, init) {
     body = { message: text.slice(0, 200) };
   }
   if (res.status === 401) {
-    if (key) sessionStorage.removeItem(KEY_STORAGE);
+    setKey(undefined);
     throw new SignInNeeded(key ? 'that API key was not accepted' : 'this orchestrator needs an API key');
   }
   if (res.status === 403 && (init?.method ?? 'GET') === 'GET') {
     // A key that cannot even read (control only): offer to sign in with another.
-    sessionStorage.removeItem(KEY_STORAGE);
+    setKey(undefined);
     throw new SignInNeeded('that API key may not read runs, DLQs and lag (it lacks the read scope)');
   }
+  // The key lost a scope since GET /ops/me answered (keys are configured anew): ask again at the next render, so
+  // the buttons follow; the refusal itself is still shown where the action was asked.
+  if (res.status === 403 && body?.code === 'FORBIDDEN') caller = undefined;
   if (!res.ok) {
     const detail = body?.errors ? body.errors.map((e) => `${e.path}: ${e.message}`).join('; ') : '';
     const code = typeof body?.code === 'string' ? body.code : undefined;
@@ -97,7 +121,7 @@ function signInView(view, why) {
         onsubmit: (e) => {
           e.preventDefault();
           const key = String(new FormData(e.target).get('key') ?? '').trim();
-          if (key) sessionStorage.setItem(KEY_STORAGE, key);
+          if (key) setKey(key);
           document.activeElement?.blur();
           void render();
         },
@@ -439,16 +463,27 @@ function answerLine(a, text, bad) {
   a.answer.className = bad ? 'bad' : 'ok';
 }
 
-/** Buttons enabled by the run's status; one whose request is on its way stays disabled until the API answers. */
+/**
+ * Buttons enabled by the run's status and the key's scopes (GET /ops/me): without the `control` scope each stays
+ * disabled, its title and the panel's note naming the scope; one whose request is on its way stays disabled until
+ * the API answers.
+ */
 function syncActions(a) {
   const over = OVER.has(a.status);
+  const missing = missingScope();
+  a.scopeNote.hidden = !missing;
+  a.scopeNote.textContent = missing ? `Actions disabled: each ${missing}.` : '';
   for (const [kind, off] of [
     ['cancel', over],
     ['terminate', over],
     ['signal', over],
     ['retry', a.status !== 'failed'],
-  ])
-    a.buttons[kind].disabled = off || a.inFlight.has(kind);
+  ]) {
+    const b = a.buttons[kind];
+    b.disabled = Boolean(missing) || off || a.inFlight.has(kind);
+    if (missing) b.title = missing;
+    else b.removeAttribute('title');
+  }
 }
 
 /**
@@ -537,10 +572,12 @@ function buildActions(runId) {
       text,
     ));
   a.answer = h('p', { 'data-testid': 'action-answer' });
+  a.scopeNote = h('p', { class: 'bad', 'data-testid': 'action-scope', hidden: true });
   a.el = h(
     'section',
     { 'data-testid': 'run-actions' },
     h('h2', {}, 'Actions'),
+    a.scopeNote,
     h(
       'div',
       { class: 'filters' },
@@ -913,6 +950,12 @@ async function act(topic, body) {
   await render();
 }
 
+/** A DLQ action button's attributes: disabled, its title naming the scope, when the key lacks it. */
+function actionAttrs() {
+  const missing = missingScope();
+  return missing ? { disabled: true, title: missing } : {};
+}
+
 async function dlqView(view, topic) {
   const q = new URLSearchParams({ limit: '100', pending: String(dlqFilters.pendingOnly) });
   if (dlqFilters.key) q.set('key', dlqFilters.key);
@@ -958,6 +1001,7 @@ async function dlqView(view, topic) {
         type: 'button',
         class: 'primary',
         'data-testid': 'redrive-matching',
+        ...actionAttrs(),
         onclick: (e) => run(() => act(topic, { action: 'redrive', ...typedFilter(e.target.form) })),
       },
       'Redrive all matching',
@@ -966,6 +1010,7 @@ async function dlqView(view, topic) {
       'button',
       {
         type: 'button',
+        ...actionAttrs(),
         onclick: (e) => run(() => act(topic, { action: 'discard', ...typedFilter(e.target.form) })),
       },
       'Discard all matching',
@@ -1009,6 +1054,7 @@ async function dlqView(view, topic) {
                 'button',
                 {
                   'data-testid': 'redrive-one',
+                  ...actionAttrs(),
                   onclick: () =>
                     run(() => act(topic, { action: 'redrive', partition: r.partition, offset: r.offset })),
                 },
@@ -1017,6 +1063,7 @@ async function dlqView(view, topic) {
               h(
                 'button',
                 {
+                  ...actionAttrs(),
                   onclick: () =>
                     run(() => act(topic, { action: 'discard', partition: r.partition, offset: r.offset })),
                 },
@@ -1095,6 +1142,7 @@ async function render() {
     ({ tab, arg } = route());
     for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.tab === tab);
     meta ??= await call('/ops/meta');
+    caller ??= await call('/ops/me');
     if (tab === 'runs' && arg) await runView(view, arg);
     else if (tab === 'queues') await queuesView(view);
     else if (tab === 'triggers') await triggersView(view);
@@ -1127,7 +1175,7 @@ async function render() {
 
 const signOut = document.getElementById('sign-out');
 signOut.addEventListener('click', () => {
-  sessionStorage.removeItem(KEY_STORAGE);
+  setKey(undefined);
   void render();
 });
 window.addEventListener('hashchange', () => void render());

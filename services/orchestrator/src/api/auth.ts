@@ -50,6 +50,7 @@ const PUBLIC = 'keyflow:public';
 const SCOPES = 'keyflow:scopes';
 const METRICS = 'keyflow:metrics';
 const SIGNED = 'keyflow:signed';
+const ANY_KEY = 'keyflow:any-key';
 /** A route anyone may call (health, the signed webhook door). */
 export const Public = () => SetMetadata(PUBLIC, true);
 /**
@@ -68,6 +69,25 @@ export const LOOPBACK_ADDRESS =
 
 /** The scope a route needs; without this decorator a GET needs `read` and anything else `control`. */
 export const RequireScope = (scope: ApiScope) => SetMetadata(SCOPES, scope);
+/**
+ * A route any known key may call, whatever its scopes (`GET /ops/me`: a key must learn what it may do even when it
+ * lacks `read`). Still 401 without a known key, and still under the cross-site rules.
+ */
+export const AnyScope = () => SetMetadata(ANY_KEY, true);
+
+/**
+ * Who the guard let through (`GET /ops/me` answers it): with API keys, the key's `name` from KEYFLOW_API_KEYS (never
+ * the key) and its scopes, in {@link API_SCOPES} order; without keys (authentication off, loopback or
+ * KEYFLOW_API_INSECURE) `name` null and every scope, since every route then passes.
+ */
+export interface ApiCaller {
+  authentication: boolean;
+  name: string | null;
+  scopes: ApiScope[];
+}
+const callers = new WeakMap<object, ApiCaller>();
+/** The caller {@link ApiAuthGuard} recorded for `req`, or undefined on a public route (nobody was identified). */
+export const callerOf = (req: object): ApiCaller | undefined => callers.get(req);
 
 const digest = (key: string) => createHash('sha256').update(key, 'utf8').digest();
 
@@ -122,7 +142,8 @@ export function credentialsOf(req: Pick<Request, 'headers'>): string | undefined
  * without keys 403 CROSS_ORIGIN_REFUSED for another Origin, 415 UNSUPPORTED_MEDIA_TYPE for a body that is not JSON).
  * Then public routes pass (and metrics unless KEYFLOW_METRICS_AUTH);
  * others need a known key (401 UNAUTHENTICATED, with `WWW-Authenticate: Bearer`, RFC 6750 section 3) with the
- * route's scope (403 FORBIDDEN naming the scope). Without keys configured, a request that reached a loopback
+ * route's scope (403 FORBIDDEN naming the scope; any scope on an {@link AnyScope} route), and records who passed
+ * ({@link callerOf}). Without keys configured, a request that reached a loopback
  * address passes and any other gets 403 API_KEYS_REQUIRED, unless KEYFLOW_API_INSECURE.
  */
 @Injectable()
@@ -147,7 +168,10 @@ export class ApiAuthGuard implements CanActivate {
       return true;
     if (!this.keys.enabled) {
       // An application on KeyflowOrchestratorModule listens where it wants: without keys, loopback only.
-      if (this.keys.insecure || LOOPBACK_ADDRESS.test(req.socket?.localAddress ?? '')) return true;
+      if (this.keys.insecure || LOOPBACK_ADDRESS.test(req.socket?.localAddress ?? '')) {
+        callers.set(req, { authentication: false, name: null, scopes: [...API_SCOPES] });
+        return true;
+      }
       throw new HttpException(
         {
           message:
@@ -182,7 +206,7 @@ export class ApiAuthGuard implements CanActivate {
         401,
       );
     }
-    if (!who.scopes.has(needed)) {
+    if (this.reflector.getAllAndOverride<boolean>(ANY_KEY, targets) !== true && !who.scopes.has(needed)) {
       ctx
         .switchToHttp()
         .getResponse<Response>()
@@ -195,6 +219,11 @@ export class ApiAuthGuard implements CanActivate {
         403,
       );
     }
+    callers.set(req, {
+      authentication: true,
+      name: who.name,
+      scopes: API_SCOPES.filter((s) => who.scopes.has(s)),
+    });
     return true;
   }
 }

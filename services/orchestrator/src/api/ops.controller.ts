@@ -9,13 +9,14 @@ import {
   Param,
   Post,
   Query,
+  Req,
   UseGuards,
 } from '@nestjs/common';
 import { ApiOperation, ApiQuery, ApiResponse, ApiTags } from '@nestjs/swagger';
 import { z } from 'zod';
 import { OpsService } from './ops.service';
 import { answer, parse } from './validation';
-import { Public, ApiAuthGuard } from './auth';
+import { Public, ApiAuthGuard, AnyScope, callerOf, type ApiCaller } from './auth';
 
 /** Default and largest freshness of the overview's lag and DLQ figures, ms. */
 export const OVERVIEW_MAX_AGE_MS = { default: 10_000, max: 600_000 } as const;
@@ -181,6 +182,22 @@ export class OpsController {
         allowRerun: b.allowRerun,
       }),
     );
+  }
+
+  @Get('me')
+  @AnyScope() // a key learns what it may do even without the read scope
+  @ApiOperation({
+    summary:
+      "What the credentials sent allow: `{ authentication, name, scopes }`. With API keys, `name` is the key's name " +
+      'in KEYFLOW_API_KEYS (never the key) and `scopes` its scopes (read, control); any known key may ask, whatever ' +
+      'its scopes; 401 without a known key. Without keys (authentication off) `name` is null and `scopes` all of them.',
+  })
+  @ApiResponse({ status: 401, description: 'No API key, or an unknown one.' })
+  me(@Req() req: object): ApiCaller {
+    const caller = callerOf(req);
+    // The guard records every caller it lets through on a route that is not public.
+    if (!caller) throw new Error('GET /ops/me reached without the API guard');
+    return caller;
   }
 
   @Get('meta')

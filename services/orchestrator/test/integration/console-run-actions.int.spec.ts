@@ -8,6 +8,9 @@ jest.setTimeout(300_000);
 
 const READER = 'reader-key-0123456789abcdefghij';
 const OPERATOR = 'operator-key-0123456789abcdefghij';
+const WRITER = 'writer-key-0123456789abcdefghij';
+/** The run actions' buttons. */
+const ACTIONS = ['cancel', 'terminate', 'signal', 'retry'] as const;
 /** Where the screenshots go (one PNG per scenario). */
 const SCREENSHOTS = join(SCREENSHOTS_DIR, 'console');
 /** Longest wait for something the console shows live (a run's page refreshes every 2 s), ms. */
@@ -32,6 +35,7 @@ describe("the console's run actions (headless Chromium, API keys)", () => {
       KEYFLOW_API_KEYS: JSON.stringify([
         { name: 'dashboards', key: READER, scopes: ['read'] },
         { name: 'ops', key: OPERATOR, scopes: ['read', 'control'] },
+        { name: 'scripts', key: WRITER, scopes: ['control'] },
       ]),
     });
     url = await orch.ready;
@@ -93,6 +97,13 @@ describe("the console's run actions (headless Chromium, API keys)", () => {
     const runId = await start('two-approvals');
     const page = await openRun(OPERATOR, runId, 'waiting');
     const sent = runRequests(page);
+    // A key with the control scope: no button disabled for a scope, no note.
+    expect(await page.locator('[data-testid="action-scope"]').isHidden()).toBe(true);
+    for (const kind of ACTIONS)
+      expect([kind, await page.locator(`[data-testid="run-${kind}"]`).getAttribute('title')]).toEqual([
+        kind,
+        null,
+      ]);
     await page.locator('[data-testid="action-signal"]').fill('approved');
     await page.locator('[data-testid="action-payload"]').fill('{"by": console}');
     await page.locator('[data-testid="run-signal"]').click();
@@ -193,27 +204,89 @@ describe("the console's run actions (headless Chromium, API keys)", () => {
     await page.close();
   });
 
-  it('a key without the control scope is refused as by the API (403 FORBIDDEN naming the scope), the page says so, and the run is untouched', async () => {
-    const runId = await start('approval');
-    const page = await openRun(READER, runId, 'waiting');
+  it('GET /ops/me names each key and its scopes, never the key, whatever its scopes; 401 without a known key', async () => {
+    const me = async (headers: Record<string, string>) => {
+      const res = await fetch(`${url}/ops/me`, { headers });
+      return { status: res.status, text: await res.text() };
+    };
+    for (const [key, name, scopes] of [
+      [READER, 'dashboards', ['read']],
+      [OPERATOR, 'ops', ['read', 'control']],
+      [WRITER, 'scripts', ['control']], // a key that may not read still learns what it may do
+    ] as const) {
+      const r = await me(bearer(key));
+      expect([name, r.status, JSON.parse(r.text)]).toEqual([
+        name,
+        200,
+        { authentication: true, name, scopes },
+      ]);
+      expect(r.text).not.toContain(key);
+    }
+    expect((await me({ 'x-api-key': READER })).status).toBe(200);
+    for (const headers of [{}, bearer('unknown-key-0123456789abcdefghij')]) {
+      const r = await me(headers);
+      expect([r.status, JSON.parse(r.text).code]).toEqual([401, 'UNAUTHENTICATED']);
+    }
+  });
+
+  it("a read-only key sees the run's actions disabled, each naming the control scope it needs, and sends nothing", async () => {
+    const runId = await start('payment-plain', { amount: 7 });
+    const page = await openRun(READER, runId, 'failed'); // failed: by its status alone each action would be enabled
     const sent = runRequests(page);
+    const why = 'needs the control scope: the API key dashboards has read';
+    await page
+      .locator('[data-testid="action-scope"]', { hasText: `Actions disabled: each ${why}.` })
+      .waitFor({ timeout: LIVE_MS });
+    for (const kind of ACTIONS) {
+      const button = page.locator(`[data-testid="run-${kind}"]`);
+      expect([kind, await button.isDisabled(), await button.getAttribute('title')]).toEqual([
+        kind,
+        true,
+        why,
+      ]);
+    }
+    await page.locator('[data-testid="run-retry"]').click({ force: true }); // a disabled button does nothing
+    await shot(page, 'run-actions-read-only');
+    expect(sent).toEqual([]);
+    expect(await status(runId)).toBe('failed');
+    await page.close();
+  });
+
+  it('a key that lost the control scope after the page asked is refused as by the API (403 FORBIDDEN naming the scope), the page says so, the buttons follow, and the run is untouched', async () => {
+    const runId = await start('approval');
+    const page = await browser!.newPage({ viewport: { width: 1400, height: 1000 } });
+    page.on('dialog', (d) => void d.accept());
+    // The page's first GET /ops/me with a key answers as if the key still had control (keys configured anew since).
+    let stale = true;
+    await page.route('**/ops/me', (r) => {
+      if (!stale || !r.request().headers().authorization) return r.continue();
+      stale = false;
+      return r.fulfill({
+        status: 200,
+        contentType: 'application/json',
+        body: JSON.stringify({ authentication: true, name: 'dashboards', scopes: ['read', 'control'] }),
+      });
+    });
+    await page.goto(`${url}/console/#/runs/${encodeURIComponent(runId)}`);
+    await page.locator('[data-testid="sign-in"] input[name="key"]').fill(READER);
+    await page.locator('[data-testid="sign-in"] button[type="submit"]').click();
+    await runStatus(page, 'waiting');
+    const sent = runRequests(page);
+    expect(await page.locator('[data-testid="run-cancel"]').isDisabled()).toBe(false);
     await page.locator('[data-testid="action-signal"]').fill('approved');
     await page.locator('[data-testid="run-signal"]').click();
     await answer(
       page,
       /^signal approved: refused: 403 FORBIDDEN the API key dashboards lacks the control scope$/,
     );
-    await page.locator('[data-testid="run-cancel"]').click();
-    await answer(page, /^cancel: refused: 403 FORBIDDEN the API key dashboards lacks the control scope$/);
-    await page.locator('[data-testid="run-terminate"]').click();
-    await answer(page, /^terminate: refused: 403 FORBIDDEN/);
+    // The 403 makes the page ask GET /ops/me again: the buttons now say why, and the refusal stays shown.
+    await page.locator('[data-testid="run-cancel"][title^="needs the control scope"]:disabled').waitFor({
+      timeout: LIVE_MS,
+    });
+    await answer(page, /^signal approved: refused: 403 FORBIDDEN/);
     await shot(page, 'run-action-refused');
-    expect(sent.map((s) => s.path)).toEqual([
-      `/runs/${runId}/signal`,
-      `/runs/${runId}/cancel`,
-      `/runs/${runId}/terminate`,
-    ]);
-    // The same request from outside a browser gets the same answer; the operator's key is still accepted.
+    expect(sent.map((s) => s.path)).toEqual([`/runs/${runId}/signal`]);
+    // The same request from outside a browser gets the same answer.
     const direct = await post(`${url}/runs/${runId}/cancel`, { reason: 'x' }, bearer(READER));
     expect([direct.status, direct.body.code, direct.body.scope]).toEqual([403, 'FORBIDDEN', 'control']);
     await runStatus(page, 'waiting'); // still signed in: a 403 on a control request does not sign the reader out
