@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { Command } from 'commander';
-import { Kafka, logLevel } from 'kafkajs';
+import { Kafka, logLevel } from '@keyflow/kafka';
 import { cpuSplit, httpClient, spawnService } from './support';
 
 /**
