@@ -58,11 +58,15 @@ export function cpuSplit(pids: Record<string, number | undefined>): () => string
 export function httpClient(origin: string, connections = 64) {
   const pool = new Pool(origin, { connections });
   return {
-    async post(path: string, body?: unknown): Promise<{ status: number; json: unknown }> {
+    async post(
+      path: string,
+      body?: unknown,
+      headers: Record<string, string> = {},
+    ): Promise<{ status: number; json: unknown }> {
       const res = await pool.request({
         path,
         method: 'POST',
-        headers: body === undefined ? {} : { 'content-type': 'application/json' },
+        headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
       const text = await res.body.text();

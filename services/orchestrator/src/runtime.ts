@@ -264,7 +264,9 @@ async function startApi(
   await connectUntilAnswered(producer, { what: 'API producer', logger });
   // Connects in the background and reconnects by itself: while Redis is away (a restart at startup included), the
   // requests that need it answer 503 and the process stays up.
-  const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2 });
+  // Auto-pipelining: the commands concurrent requests issue in one event-loop turn (their keys' claims, settles)
+  // go to Redis in one write and come back in one read, each still its own atomic command with its own reply.
+  const redis = createRedis(cfg.redis, { maxRetriesPerRequest: 2, enableAutoPipelining: true });
   redis.on('error', (err) => logger.warn({ err }, 'request key store (Redis) error'));
   // Idempotency-Keys and webhook delivery ids evicted at maxmemory would let a retried request start a second run:
   // checked at every connection and shown as degraded (docs/guarantees/idempotency-store.md).

@@ -146,15 +146,20 @@ export class RunsService {
    *   does not answer.
    */
   async start(req: StartRunRequest): Promise<StartedRun> {
-    const def = this.definitionOf(req);
+    // The input as the StartRun carries it, serialised once for the input check and the record alike.
+    const input = JSON.stringify(req.input ?? {});
+    const def = this.definitionOf(req, input);
     const keyed = req.idempotencyKey && req.trigger === 'api';
-    const fp = fingerprint({
-      workflow: req.workflow,
-      version: req.version,
-      input: req.input,
-      businessKey: req.businessKey,
-      runId: req.runId,
-    });
+    // Only a bound key needs the request's fingerprint (a SHA-256 of its canonical JSON): not computed otherwise.
+    const fp = keyed
+      ? fingerprint({
+          workflow: req.workflow,
+          version: req.version,
+          input: req.input,
+          businessKey: req.businessKey,
+          runId: req.runId,
+        })
+      : '';
     // A keyed run's id names the key and the request: after the key's TTL, the same key with another request is a
     // new run rather than a duplicate start the engine would drop.
     const runId =
@@ -178,7 +183,7 @@ export class RunsService {
         workflow: def.name,
         workflowVersion: def.version, // resolved now, so the run keeps this version even if a newer one is deployed
         businessKey,
-        input: JSON.stringify(req.input),
+        input,
         idempotencyKey: req.idempotencyKey ?? null,
         trigger: req.trigger,
         parent: null,
@@ -205,14 +210,14 @@ export class RunsService {
    * The definition a start asks for, its input checked as the engine will check it.
    * @throws RequestError for an unknown workflow or version, or an input its input schema refuses.
    */
-  private definitionOf(req: StartRunRequest): WorkflowDefinition {
+  private definitionOf(req: StartRunRequest, input: string): WorkflowDefinition {
     const def = this.registry.get(req.workflow, req.version);
     if (!def)
       throw new RequestError(`unknown workflow ${req.workflow}${req.version ? ` v${req.version}` : ''}`, [
         { path: req.version ? 'version' : 'workflow', message: 'not registered' },
       ]);
     // What the engine will check: the input as the StartRun's JSON carries it (a schedule's input is code).
-    const issues = runInputIssues(def, JSON.parse(JSON.stringify(req.input ?? {})));
+    const issues = def.inputSchema ? runInputIssues(def, JSON.parse(input)) : [];
     if (issues.length)
       throw new RequestError(
         `input does not match workflow ${def.name} v${def.version}'s input schema`,

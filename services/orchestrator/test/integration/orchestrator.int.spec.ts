@@ -259,19 +259,36 @@ describe('the orchestrator', () => {
     }
   });
 
-  it('two identical starts with one Idempotency-Key make one run; bad requests get 400 and a bad webhook signature 401', async () => {
+  it('identical starts with one Idempotency-Key, sent at once among starts with keys of their own (one produce, pipelined Redis commands), make one run; each other key its own run, answered again the same; bad requests get 400 and a bad webhook signature 401', async () => {
     const h = new OrchestratorHarness('orch-api');
     try {
       const orch = await h.startOrchestrator();
       await h.startWorker();
       await h.readEvents();
       const url = await orch.ready;
-      const [r1, r2] = await Promise.all(
-        [0, 1].map(() =>
-          post(`${url}/runs`, { workflow: 'three-step', input: { a: 1 } }, { 'Idempotency-Key': 'same-key' }),
+      const others = Array.from({ length: 6 }, (_, i) => `other-key-${i}`);
+      const sent = await Promise.all(
+        ['same-key', ...others, 'same-key', 'same-key'].map((key, i) =>
+          post(
+            `${url}/runs`,
+            { workflow: 'three-step', input: key === 'same-key' ? { a: 1 } : { b: i } },
+            { 'Idempotency-Key': key },
+          ),
         ),
       );
-      expect(r1.body.runId).toBe(r2.body.runId);
+      expect(sent.map((r) => r.status)).toEqual(sent.map(() => 202));
+      const [r1, ...rest] = sent;
+      const [r2, r3] = rest.slice(others.length);
+      expect([r2.body.runId, r3.body.runId]).toEqual([r1.body.runId, r1.body.runId]);
+      const otherRuns = rest.slice(0, others.length).map((r) => r.body.runId as string);
+      expect(new Set([r1.body.runId, ...otherRuns]).size).toBe(others.length + 1);
+      // Each key was bound to its own answer: a repeat gets that run again.
+      const again = await Promise.all(
+        others.map((key, i) =>
+          post(`${url}/runs`, { workflow: 'three-step', input: { b: i + 1 } }, { 'Idempotency-Key': key }),
+        ),
+      );
+      expect(again.map((r) => r.body.runId)).toEqual(otherRuns);
       const runId = r1.body.runId as string;
       await eventually('completed', () => h.of(runId).find((e) => e.event === 'RunCompleted'), {
         timeoutMs: 60_000,
@@ -308,7 +325,8 @@ describe('the orchestrator', () => {
         { timeoutMs: 60_000 },
       );
       const started = h.events.items.filter((e) => e.event === 'RunStarted');
-      expect(started).toHaveLength(2); // the idempotent pair, and the signed webhook; the unsigned one started nothing
+      // One run of the same key, one of each other key, and the signed webhook; the unsigned one started nothing.
+      expect(started).toHaveLength(2 + others.length);
       const openapi = (await (await fetch(`${url}/docs/openapi.json`)).json()) as {
         paths: Record<string, unknown>;
       };
