@@ -1341,32 +1341,7 @@ function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string
     `parent run ${s.runId} ${cancelReason === undefined ? 'failed' : 'was cancelled'}`,
     false,
   );
-  // A task step still outstanding (its command queued or running: a run timeout, or another step of the run
-  // failing) may yet have its effect: it is compensated like a completed one, and its compensation fences its key.
-  for (const [id, st] of Object.entries(s.steps)) {
-    const step = c.def.stepIndex.get(id);
-    const outstanding = st.status === 'scheduled' || st.status === 'waiting-retry';
-    // (A child step's outstanding child is cancelled instead: see cancelChildren.)
-    if (
-      outstanding &&
-      step?.kind === 'task' &&
-      step.compensate &&
-      !step.child &&
-      !s.compensable.includes(id)
-    ) {
-      st.uncertain = true;
-      s.compensable.push(id);
-    }
-    // A child map cut short: its completed items' children are compensated (the others are cancelled above).
-    if (
-      outstanding &&
-      step?.kind === 'map' &&
-      step.compensate &&
-      st.map!.done > 0 &&
-      !s.compensable.includes(id)
-    )
-      s.compensable.push(id);
-  }
+  compensateOutstanding(c);
   // Outstanding work of the failed run is now stale.
   for (const [id, t] of Object.entries(s.timers)) if (t.purpose !== 'run-timeout') delete s.timers[id];
   const outstanding = (st: StepState | null) =>
@@ -1410,6 +1385,40 @@ function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string
     queue.join(' <- '),
   );
   nextCompensation(c);
+}
+
+/**
+ * Before a run's compensation: the steps still outstanding whose effect may happen or has partly happened join the
+ * compensable ones.
+ */
+function compensateOutstanding(c: Ctx): void {
+  const s = c.s;
+  // A task step still outstanding (its command queued or running: a run timeout, or another step of the run
+  // failing) may yet have its effect: it is compensated like a completed one, and its compensation fences its key.
+  for (const [id, st] of Object.entries(s.steps)) {
+    const step = c.def.stepIndex.get(id);
+    const outstanding = st.status === 'scheduled' || st.status === 'waiting-retry';
+    // (A child step's outstanding child is cancelled instead: see cancelChildren.)
+    if (
+      outstanding &&
+      step?.kind === 'task' &&
+      step.compensate &&
+      !step.child &&
+      !s.compensable.includes(id)
+    ) {
+      st.uncertain = true;
+      s.compensable.push(id);
+    }
+    // A child map cut short: its completed items' children are compensated (cancelChildren cancels the others).
+    if (
+      outstanding &&
+      step?.kind === 'map' &&
+      step.compensate &&
+      st.map!.done > 0 &&
+      !s.compensable.includes(id)
+    )
+      s.compensable.push(id);
+  }
 }
 
 function nextCompensation(c: Ctx): void {
@@ -1471,7 +1480,6 @@ function armMapCompensationTimeout(c: Ctx, step: MapStep, attempt: number): void
 function moreItemCompensations(c: Ctx, step: MapStep): void {
   const s = c.s;
   const id = compensationStepId(step.id);
-  const map = s.steps[step.id].map!;
   const progress = s.steps[id].map!;
   const attempt = s.steps[id].attempt;
   while (progress.next < progress.total && progress.started! - progress.done < step.concurrency) {
