@@ -198,6 +198,10 @@ export const ERROR_CODES = {
     retryable: false,
     doc: 'A run holds ORCHESTRATOR_PARKED_INPUTS_LIMIT parked inputs already; dead-lettered.',
   },
+  CHILD_START_REFUSED: {
+    retryable: false,
+    doc: "A child run's StartRun the engine refused for good (input schema, payload size, definition); fails the parent's step.",
+  },
   DEFINITION_FAILED: {
     retryable: false,
     doc: "A definition's function threw while an input was applied; dead-lettered.",

@@ -77,6 +77,13 @@ export type ChildMapOptions<I, O, CI, CO, Item, A, R = CI> = ChildPolicyOptions 
   concurrency?: number;
   /** Fan-in: the step's output from the children's outputs, in item order (default: the array). */
   aggregate?: (outputs: CO[]) => A;
+  /**
+   * Saga compensation, as `.child`'s: when the parent's saga compensates this step, each completed item's child run
+   * is asked to compensate its own completed steps (up to `concurrency` children at once; each ends cancelled), and
+   * the parent's saga goes on once every one has reported. Items that never completed are cancelled instead. Default
+   * false: completed children are left as they are.
+   */
+  compensate?: boolean;
 };
 
 /** Retry and timeout options of a task or map step. */
@@ -279,6 +286,12 @@ export interface MapStep {
   defaultAggregate: boolean;
   /** A child map (`.childMap`): each item starts a run of this workflow instead of sending a task command. */
   child?: ChildRef;
+  /**
+   * A child map's saga compensation (`.childMap(..., { compensate: true })`): each completed item's child is asked
+   * to compensate itself (a CancelRun, not a task command); `retry` is the policy of each item's compensation
+   * (one attempt), `timeoutMs` how long (ms) the compensation may go without an item's report.
+   */
+  compensate?: { type: string; retry: RetryPolicy; timeoutMs: number };
 }
 
 export interface ChoiceStep {
@@ -559,7 +572,14 @@ class Builder {
       timeoutMs: stepTimeoutMs,
       stepTimeoutMs,
     });
-    (this.list[this.list.length - 1] as MapStep).child = { workflow: def.name, version: def.version };
+    const step = this.list[this.list.length - 1] as MapStep;
+    step.child = { workflow: def.name, version: def.version };
+    if (o.compensate)
+      step.compensate = {
+        type: `child-compensate:${def.name}`,
+        retry: retryPolicy({ maxAttempts: 1 }),
+        timeoutMs: stepTimeoutMs,
+      };
     return this;
   }
 

@@ -171,6 +171,11 @@ export interface MapProgress {
   /** States written before segments existed carried every item's output here (see normalizeRunState). */
   outputs?: unknown[];
   /**
+   * A child map's compensation (the progress of `<map>.compensate`, items `<map>[<index>].compensate`): the items
+   * whose compensation was asked for so far; `next` is then the next item index to look at and `done` the reports in.
+   */
+  started?: number;
+  /**
    * Items a run retry's smaller fan-out left out, by index (their reset states): a later, larger fan-out takes their
    * attempts and generations back, so an index never reuses the idempotency key of another item's effect.
    */
@@ -405,6 +410,8 @@ export function idempotencyKeyOf(runId: string, stepId: string, generation = 0):
 const compensationStepId = (stepId: string) => `${stepId}${COMPENSATION_SUFFIX}`;
 const itemStepId = (mapId: string, index: number) => `${mapId}[${index}]`;
 const ITEM = /^(.+)\[(\d+)\]$/;
+/** A child map item's compensation: `<map>[<index>].compensate` (its state is in `<map>.compensate`'s segments). */
+const ITEM_COMPENSATION = /^(.+)\[(\d+)\]\.compensate$/;
 /** A running map step's items, by its progress record (see Ctx.itemsOf); dropped with the record. */
 const ITEMS = new WeakMap<object, unknown[]>();
 
@@ -463,9 +470,20 @@ export function isUpgradedRunState(s: RunState): boolean {
   return UPGRADED.has(s);
 }
 
-/** A step's state by id, a map item's included (from its segment). */
-export function stepStateOf(s: RunState, stepId: string): StepState | undefined {
+/**
+ * Where an item's state is kept: the segments of `<map>` for an item `<map>[<index>]`, of `<map>.compensate` for a
+ * child map item's compensation `<map>[<index>].compensate`; undefined for any other step id.
+ */
+function segmentedOf(stepId: string): { mapId: string; index: number } | undefined {
   const item = itemOf(stepId);
+  if (item) return item;
+  const comp = ITEM_COMPENSATION.exec(stepId);
+  return comp ? { mapId: compensationStepId(comp[1]), index: Number(comp[2]) } : undefined;
+}
+
+/** A step's state by id, a map item's (or a child map item's compensation's) included (from its segment). */
+export function stepStateOf(s: RunState, stepId: string): StepState | undefined {
+  const item = segmentedOf(stepId);
   if (!item) return s.steps[stepId];
   const seg = s.steps[item.mapId]?.map?.segments[Math.floor(item.index / SEGMENT_ITEMS)];
   return seg?.steps[item.index % SEGMENT_ITEMS] ?? undefined;
@@ -486,7 +504,7 @@ function writeItem(
 
 /** Sets a step's state, a map item's included (copying its segment). */
 function setStepState(s: RunState, stepId: string, st: StepState): void {
-  const item = itemOf(stepId);
+  const item = segmentedOf(stepId);
   if (!item) {
     s.steps[stepId] = st;
     return;
@@ -512,9 +530,12 @@ export function flatRunState(s: RunState): RunState {
     }
     const { segments, ...rest } = st.map;
     steps[id] = { ...st, map: { ...rest, outputs: outputsOf(st.map) } as MapProgress };
+    // A child map's compensation's items are `<map>[<index>].compensate`.
+    const base = id.endsWith(COMPENSATION_SUFFIX) ? id.slice(0, -COMPENSATION_SUFFIX.length) : undefined;
     segments.forEach((seg, k) =>
       seg.steps.forEach((item, i) => {
-        if (item) steps[`${id}[${k * SEGMENT_ITEMS + i}]`] = item;
+        const at = k * SEGMENT_ITEMS + i;
+        if (item) steps[base ? compensationStepId(itemStepId(base, at)) : `${id}[${at}]`] = item;
       }),
     );
   }
@@ -1068,7 +1089,9 @@ function taskOf(
   stepId: string,
 ): { step: TaskStep | MapStep; item?: number; compensation?: TaskStep } {
   if (stepId.endsWith(COMPENSATION_SUFFIX)) {
-    const base = stepId.slice(0, -COMPENSATION_SUFFIX.length);
+    // (A child map item's compensation `<map>[<i>].compensate` is its map's: the policy is the map's compensate.)
+    const undone = stepId.slice(0, -COMPENSATION_SUFFIX.length);
+    const base = ITEM.exec(undone)?.[1] ?? undone;
     return {
       step: c.def.stepIndex.get(base) as TaskStep,
       compensation: c.def.stepIndex.get(base) as TaskStep,
@@ -1197,6 +1220,10 @@ function completeStep(c: Ctx, stepId: string, attempt: number, output: unknown, 
 
 function onCompleted(c: Ctx, stepId: string, attempt: number, output: unknown): void {
   const s = c.s;
+  if (s.status === 'compensating' && ITEM_COMPENSATION.test(stepId)) {
+    itemCompensated(c, stepId, attempt, output);
+    return;
+  }
   if (s.status === 'compensating') {
     s.steps[stepId] = { ...s.steps[stepId], status: 'completed', attempt, output };
     c.events.push({ type: 'StepCompleted', stepId, attempt, output: JSON.stringify(output ?? null) });
@@ -1217,6 +1244,7 @@ function onCompleted(c: Ctx, stepId: string, attempt: number, output: unknown): 
     });
     map.done++;
     if (map.done === map.total) {
+      if (step.compensate) s.compensable.push(mapId);
       completeStep(c, mapId, 1, step.aggregate(deepFreeze(outputsOf(map))));
       return;
     }
@@ -1278,6 +1306,9 @@ function onFailed(c: Ctx, stepId: string, attempt: number, error: StepError): vo
   const step = c.def.stepIndex.get(stepId);
   if (failed.uncertain && s.status !== 'compensating' && step?.kind === 'task' && step.compensate)
     s.compensable.push(stepId);
+  // A child map item's compensation that failed fails its map's compensation (and the run, below).
+  const itemComp = ITEM_COMPENSATION.exec(stepId);
+  if (itemComp) s.steps[compensationStepId(itemComp[1])].status = 'failed';
   // A failed map item fails its map step.
   const item = ITEM.exec(stepId);
   failRun(c, item ? item[1] : stepId, error);
@@ -1310,23 +1341,7 @@ function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string
     `parent run ${s.runId} ${cancelReason === undefined ? 'failed' : 'was cancelled'}`,
     false,
   );
-  // A task step still outstanding (its command queued or running: a run timeout, or another step of the run
-  // failing) may yet have its effect: it is compensated like a completed one, and its compensation fences its key.
-  for (const [id, st] of Object.entries(s.steps)) {
-    const step = c.def.stepIndex.get(id);
-    const outstanding = st.status === 'scheduled' || st.status === 'waiting-retry';
-    // (A child step's outstanding child is cancelled instead: see cancelChildren.)
-    if (
-      outstanding &&
-      step?.kind === 'task' &&
-      step.compensate &&
-      !step.child &&
-      !s.compensable.includes(id)
-    ) {
-      st.uncertain = true;
-      s.compensable.push(id);
-    }
-  }
+  compensateOutstanding(c);
   // Outstanding work of the failed run is now stale.
   for (const [id, t] of Object.entries(s.timers)) if (t.purpose !== 'run-timeout') delete s.timers[id];
   const outstanding = (st: StepState | null) =>
@@ -1372,6 +1387,40 @@ function failRun(c: Ctx, stepId: string, error: StepError, cancelReason?: string
   nextCompensation(c);
 }
 
+/**
+ * Before a run's compensation: the steps still outstanding whose effect may happen or has partly happened join the
+ * compensable ones.
+ */
+function compensateOutstanding(c: Ctx): void {
+  const s = c.s;
+  // A task step still outstanding (its command queued or running: a run timeout, or another step of the run
+  // failing) may yet have its effect: it is compensated like a completed one, and its compensation fences its key.
+  for (const [id, st] of Object.entries(s.steps)) {
+    const step = c.def.stepIndex.get(id);
+    const outstanding = st.status === 'scheduled' || st.status === 'waiting-retry';
+    // (A child step's outstanding child is cancelled instead: see cancelChildren.)
+    if (
+      outstanding &&
+      step?.kind === 'task' &&
+      step.compensate &&
+      !step.child &&
+      !s.compensable.includes(id)
+    ) {
+      st.uncertain = true;
+      s.compensable.push(id);
+    }
+    // A child map cut short: its completed items' children are compensated (cancelChildren cancels the others).
+    if (
+      outstanding &&
+      step?.kind === 'map' &&
+      step.compensate &&
+      st.map!.done > 0 &&
+      !s.compensable.includes(id)
+    )
+      s.compensable.push(id);
+  }
+}
+
 function nextCompensation(c: Ctx): void {
   const s = c.s;
   const comp = s.compensation!;
@@ -1388,7 +1437,98 @@ function nextCompensation(c: Ctx): void {
     return;
   }
   const id = compensationStepId(comp.queue[comp.index]);
-  schedule(c, id, currentAttempt(c, id) + 1);
+  const undone = c.def.stepIndex.get(comp.queue[comp.index]);
+  if (undone?.kind === 'map') startMapCompensation(c, undone, currentAttempt(c, id) + 1);
+  else schedule(c, id, currentAttempt(c, id) + 1);
+}
+
+/**
+ * A child map's compensation (`<map>.compensate`): each completed item's child run is asked to compensate itself (a
+ * CancelRun with compensateCompleted, reporting to the item's `<map>[<index>].compensate`), up to the map's
+ * concurrency at once; the step completes once every one has reported (see itemCompensated), and fails (the run
+ * fails with it) when one reports a failure or none reports within the compensation's timeout. Items that never
+ * completed were cancelled when the run failed (cancelChildren) and are not asked again.
+ */
+function startMapCompensation(c: Ctx, step: MapStep, attempt: number): void {
+  const s = c.s;
+  const id = compensationStepId(step.id);
+  const total = s.steps[step.id].map!.total;
+  const progress = newProgress(total);
+  progress.started = 0;
+  s.steps[id] = { status: 'scheduled', attempt, startedAt: c.at, dispatchedAt: c.at, map: progress };
+  c.events.push({ type: 'StepScheduled', stepId: id, taskType: step.compensate!.type, attempt });
+  c.log('StepScheduled', id, attempt);
+  armMapCompensationTimeout(c, step, attempt);
+  moreItemCompensations(c, step);
+}
+
+/** (Re)arms `<map>.compensate`'s timeout: the map's compensate timeout (+30 s) from now, its latest progress. */
+function armMapCompensationTimeout(c: Ctx, step: MapStep, attempt: number): void {
+  const id = compensationStepId(step.id);
+  c.s.timers[`step-timeout:${id}:${attempt}`] = {
+    dueAt: c.at + step.compensate!.timeoutMs + 30_000,
+    purpose: 'step-timeout',
+    stepId: id,
+    attempt,
+  };
+}
+
+/**
+ * Asks completed items' children to compensate until the map's concurrency is reached; completes `<map>.compensate`
+ * when every item was looked at and every compensation asked for has reported. Each item is looked at once.
+ */
+function moreItemCompensations(c: Ctx, step: MapStep): void {
+  const s = c.s;
+  const id = compensationStepId(step.id);
+  const progress = s.steps[id].map!;
+  const attempt = s.steps[id].attempt;
+  while (progress.next < progress.total && progress.started! - progress.done < step.concurrency) {
+    const index = progress.next++;
+    const item = stepStateOf(s, itemStepId(step.id, index));
+    if (item?.status !== 'completed') continue;
+    progress.started!++;
+    const stepId = compensationStepId(itemStepId(step.id, index));
+    setStepState(s, stepId, { status: 'scheduled', attempt: 1, startedAt: c.at, dispatchedAt: c.at });
+    c.commands.push({
+      stepId,
+      taskType: step.compensate!.type,
+      attempt: 1,
+      entityKey: s.runId,
+      input: 'null',
+      timeoutMs: step.compensate!.timeoutMs,
+      maxAttempts: 1,
+      idempotencyKey: idempotencyKeyOf(s.runId, stepId),
+      compensates: idempotencyKeyOf(s.runId, itemStepId(step.id, index), item.generation),
+      compensateChild: { runId: childRunIdOf(s.runId, itemStepId(step.id, index), item.attempt) },
+    });
+    c.log('StepScheduled', stepId, 1);
+  }
+  if (progress.next < progress.total || progress.done < progress.started!) return;
+  delete s.timers[`step-timeout:${id}:${attempt}`];
+  const output = { items: progress.done };
+  s.steps[id] = Object.assign({}, s.steps[id], { status: 'completed' as const, output, endedAt: c.at });
+  c.events.push({ type: 'StepCompleted', stepId: id, attempt, output: JSON.stringify(output) });
+  c.log('CompensationCompleted', id, attempt);
+  s.compensation!.index++;
+  nextCompensation(c);
+}
+
+/** A child map item's compensation reported (the child compensated itself and ended): the next ones are asked. */
+function itemCompensated(c: Ctx, stepId: string, attempt: number, output: unknown): void {
+  const s = c.s;
+  const mapId = ITEM_COMPENSATION.exec(stepId)![1];
+  const step = c.def.stepIndex.get(mapId) as MapStep;
+  const progress = s.steps[compensationStepId(mapId)].map!;
+  const index = Number(ITEM_COMPENSATION.exec(stepId)![2]);
+  const prev = stepStateOf(s, stepId);
+  writeItem(progress, index, (seg, at) => {
+    seg.steps[at] = Object.assign({}, prev, { status: 'completed' as const, attempt, output, endedAt: c.at });
+    seg.outputs[at] = output;
+  });
+  progress.done++;
+  c.log('CompensationCompleted', stepId, attempt);
+  armMapCompensationTimeout(c, step, s.steps[compensationStepId(mapId)].attempt);
+  moreItemCompensations(c, step);
 }
 
 /** A child run a run started: its step (a fan-out item's `<map>[<index>]`), the attempt, the child's run id. */

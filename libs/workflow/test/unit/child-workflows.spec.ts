@@ -1,6 +1,7 @@
 import { z } from 'zod/v4';
 import {
   childRunIdOf,
+  flatRunState,
   parentResultOf,
   reduce,
   workflow,
@@ -255,6 +256,96 @@ describe('child workflows in the reducer', () => {
       compensateCompleted: true,
     });
     expect(again.ignoredReason).toBe('RUN_ENDED');
+  });
+
+  describe("a child map's items compensated by the parent's saga", () => {
+    const fanout = workflow('fanout', 1, {
+      input: z.object({ orderId: z.string(), lines: z.array(z.number()) }),
+    })
+      .childMap('lines', line, {
+        items: (c) => c.input.lines,
+        input: (l, _i, c) => ({ orderId: c.input.orderId, line: l }),
+        concurrency: 2,
+        compensate: true,
+      })
+      .task('pay', { type: 'pay', retry: { maxAttempts: 1 } })
+      .build();
+    const begin = (lines: number[]) =>
+      reduce(fanout, undefined, {
+        ...start(),
+        workflow: 'fanout',
+        input: { orderId: 'o', lines },
+      } as WorkflowInput);
+
+    it('each completed item is compensated once, up to the concurrency at once, then the saga goes on', () => {
+      let d = begin([1, 2, 3]);
+      const [i0, i1] = d.commands;
+      d = reduce(fanout, d.state, completed(i0, { priced: 10 }));
+      const [i2] = d.commands;
+      d = reduce(fanout, d.state, completed(i1, { priced: 20 }));
+      d = reduce(fanout, d.state, completed(i2, { priced: 30 }));
+      expect(d.state!.compensable).toEqual(['lines']);
+      d = reduce(fanout, d.state, failed(d.commands[0], false));
+      expect(d.state!.status).toBe('compensating');
+      // Two children asked at once (the map's concurrency), each reporting to its own item's compensation.
+      expect(d.commands.map((c) => [c.stepId, c.compensateChild?.runId])).toEqual([
+        ['lines[0].compensate', 'p1~lines[0]~1'],
+        ['lines[1].compensate', 'p1~lines[1]~1'],
+      ]);
+      expect(d.events.map((e) => e.type)).toEqual(['StepFailed', 'StepScheduled']);
+      const [c0, c1] = d.commands;
+      d = reduce(fanout, d.state, completed(c0, { compensated: ['settle'] }));
+      expect(d.commands.map((c) => c.stepId)).toEqual(['lines[2].compensate']);
+      const c2 = d.commands[0];
+      // A report applied twice is applied once.
+      expect(reduce(fanout, d.state, completed(c0, { compensated: [] })).ignoredReason).toBe('STALE_RESULT');
+      d = reduce(fanout, d.state, completed(c2, { compensated: [] }));
+      expect(d.state!.status).toBe('compensating');
+      expect(d.commands).toEqual([]);
+      d = reduce(fanout, d.state, completed(c1, { compensated: [] }));
+      expect(d.state!.status).toBe('compensated');
+      expect(d.state!.steps['lines.compensate']).toMatchObject({ status: 'completed', output: { items: 3 } });
+      expect(flatRunState(d.state!).steps['lines[2].compensate']).toMatchObject({ status: 'completed' });
+      expect(reduce(fanout, d.state, completed(c1, { compensated: [] })).ignoredReason).toBe('RUN_ENDED');
+    });
+
+    it('a map cut short compensates its completed items and cancels the others', () => {
+      let d = begin([1, 2, 3]);
+      const [i0, i1] = d.commands;
+      d = reduce(fanout, d.state, completed(i0, { priced: 10 }));
+      const [i2] = d.commands;
+      d = reduce(fanout, d.state, failed(i1, false));
+      expect(d.cancels?.map((x) => [x.runId, x.compensateCompleted, x.reportTo])).toEqual([
+        ['p1~lines[2]~1', true, undefined],
+      ]);
+      expect(d.state!.status).toBe('compensating');
+      expect(d.commands.map((c) => c.compensateChild?.runId)).toEqual(['p1~lines[0]~1']);
+      // The cancelled child's end is stale; the compensated one's ends the saga.
+      expect(reduce(fanout, d.state, failed(i2, false)).ignoredReason).toBe('STALE_RESULT');
+      d = reduce(fanout, d.state, completed(d.commands[0], { compensated: ['settle'] }));
+      expect(d.state!.status).toBe('compensated');
+      expect(d.state!.steps['lines.compensate'].output).toEqual({ items: 1 });
+    });
+
+    it("an item's compensation that fails fails the run with its error", () => {
+      let d = begin([1]);
+      d = reduce(fanout, d.state, completed(d.commands[0], { priced: 10 }));
+      d = reduce(fanout, d.state, failed(d.commands[0], false));
+      d = reduce(fanout, d.state, failed(d.commands[0], false));
+      expect(d.state!.status).toBe('failed');
+      expect(d.state!.error).toMatchObject({ stepId: 'lines[0].compensate', errorClass: 'ChildBoom' });
+      expect(d.state!.steps['lines.compensate'].status).toBe('failed');
+    });
+
+    it('a cancelled parent compensates the completed items of its child map', () => {
+      let d = begin([1, 2]);
+      d = reduce(fanout, d.state, completed(d.commands[0], { priced: 10 }));
+      d = reduce(fanout, d.state, { ...base(), kind: 'cancel', reason: 'user' });
+      expect(d.cancels?.map((x) => x.runId)).toEqual(['p1~lines[1]~1']);
+      expect(d.commands.map((c) => c.compensateChild?.runId)).toEqual(['p1~lines[0]~1']);
+      d = reduce(fanout, d.state, completed(d.commands[0], { compensated: [] }));
+      expect(d.state!.status).toBe('cancelled');
+    });
   });
 
   it('types: a child input of the wrong shape and a misread child output do not compile', () => {

@@ -26,6 +26,7 @@ import {
   UNPARK_TIMER,
   type Decision,
   type IgnoreReason,
+  type ParentRef,
   type ParkedInput,
   type RunState,
   type WorkflowDefinition,
@@ -34,7 +35,13 @@ import {
 import { isRetryable, KeyflowError } from '@keyflow/errors';
 import type { OrchestratorConfig } from '../config';
 import type { WorkflowRegistry } from '../workflows/registry';
-import { encodeOutputs, encodeSnapshotRecords, toWorkflowInput, type OutputRecord } from './mapping';
+import {
+  encodeOutputs,
+  encodeSnapshotRecords,
+  refusedChildResult,
+  toWorkflowInput,
+  type OutputRecord,
+} from './mapping';
 import type { OrchestratorMetrics } from './metrics';
 import type { OwnedPartition } from './ownership';
 import type { BatchOutputs, DeadLetter, InputRecord } from './commit';
@@ -74,6 +81,8 @@ interface AtRecord {
   runId: string;
   state: RunState | undefined;
   now: number;
+  /** The record decoded (set on the invalid-input path: a refused child StartRun fails its parent's step). */
+  decoded?: DecodedEvent;
 }
 
 /**
@@ -171,7 +180,7 @@ export class BatchApply implements BatchOutputs {
       );
       const eventId = decoded.value.metadata.eventId;
       if ('invalid' in decodedInput) {
-        const at = { m, topic, logical, eventId, runId, state, now };
+        const at = { m, topic, logical, eventId, runId, state, now, decoded };
         if (this.invalid(decodedInput, at) && this.snapshots === 'per-input') await this.snapshotNow(runId);
         continue;
       }
@@ -199,7 +208,7 @@ export class BatchApply implements BatchOutputs {
         d = this.pending.apply(def, input);
         if (!d.ignored) outputs = await this.encode(d, input, this.applySpan(m, decoded, input));
       } catch (e) {
-        this.applyFailed(e, d, input, m, topic);
+        this.applyFailed(e, d, input, m, topic, state);
         continue;
       }
       if (d.ignoredReason) this.ignored(d, input);
@@ -235,8 +244,38 @@ export class BatchApply implements BatchOutputs {
     const unknown = decoded.unknownDefinition;
     if (unknown && (at.state === undefined || isParkedStart(at.state)))
       return this.park(at, 'start', definitionName(unknown), unknown);
-    this.dlq.push({ m: at.m, err: new InvalidRequestError(decoded.invalid), topic: at.topic });
+    const err = new InvalidRequestError(decoded.invalid);
+    this.dlq.push({ m: at.m, err, topic: at.topic });
+    if (at.decoded?.event === 'StartRun' && at.decoded.value.parent)
+      this.refuseChild(at.decoded.value, at.decoded.value.parent, at.state, err, at.now);
     return false;
+  }
+
+  /**
+   * A child run's StartRun dead-lettered (refused for good): when no run of its id exists (none started, none
+   * parked: a parked one waits for an instance that has its workflow), its parent's step gets a TaskFailed
+   * (ChildStartRefusedError) in this transaction, as the child's end would have been, instead of waiting for its step
+   * timeout. A duplicate of a StartRun whose run exists changes nothing here (the run reports its own end).
+   */
+  private refuseChild(
+    start: { runId: string; workflow: string; metadata: { eventId: string } },
+    parent: ParentRef,
+    state: RunState | undefined,
+    cause: Error,
+    now: number,
+  ): void {
+    if (state !== undefined) return;
+    const err = new ChildStartRefusedError(start.runId, start.workflow, cause);
+    this.d.logger.warn(
+      { runId: start.runId, parent, code: (cause as { code?: string }).code, reason: cause.message },
+      "a child run's StartRun was refused: its parent's step fails",
+    );
+    this.records.push(
+      refusedChildResult(this.d.codec, { runId: start.runId, workflow: start.workflow, parent }, err, {
+        eventId: start.metadata.eventId,
+        at: now,
+      }),
+    );
   }
 
   /**
@@ -346,6 +385,7 @@ export class BatchApply implements BatchOutputs {
     input: WorkflowInput,
     m: InputRecord,
     topic: string,
+    state: RunState | undefined,
   ): void {
     // Applied, but its outputs could not be encoded: the run goes back to how it was before this input.
     if (d && !d.ignored) this.pending.undoLast(input.runId);
@@ -357,11 +397,16 @@ export class BatchApply implements BatchOutputs {
       'applying an input failed; it goes to the DLQ',
     );
     const what = `${input.kind} for run ${input.runId}`;
-    this.dlq.push({
-      m,
-      err: err instanceof PayloadTooLargeError ? err : new DefinitionError(what, err),
-      topic,
-    });
+    const dead = err instanceof PayloadTooLargeError ? err : new DefinitionError(what, err);
+    this.dlq.push({ m, err: dead, topic });
+    if (input.kind === 'start' && input.parent)
+      this.refuseChild(
+        { runId: input.runId, workflow: input.workflow, metadata: { eventId: input.eventId } },
+        input.parent,
+        state,
+        dead,
+        input.at,
+      );
   }
 
   /** An input the reducer ignored: counted by reason (a signal refused for a full buffer is logged). */
@@ -512,6 +557,20 @@ export class SnapshotPerInput extends KeyflowError {
 export class InvalidRequestError extends KeyflowError {
   readonly code = 'INVALID_REQUEST';
   readonly retryable = false;
+}
+
+/**
+ * A child run's StartRun the engine refused for good (dead-lettered with `cause`: INVALID_REQUEST for an input the
+ * child's schema refuses, PAYLOAD_TOO_LARGE, DEFINITION_FAILED): the error of the parent step's TaskFailed. Not
+ * retryable: the same StartRun is refused the same way (the step's retry policy does not retry it).
+ */
+export class ChildStartRefusedError extends KeyflowError {
+  readonly code = 'CHILD_START_REFUSED';
+  readonly retryable = false;
+  constructor(runId: string, workflow: string, cause: Error) {
+    const code = cause instanceof KeyflowError ? `${cause.code}: ` : '';
+    super(`child run ${runId} of ${workflow} was refused: ${code}${cause.message}`, { cause });
+  }
 }
 
 /**

@@ -25,6 +25,7 @@ import {
   type ChildCancel,
   type CommandSpec,
   type LifecycleSpec,
+  type ParentRef,
   type RunState,
   type WorkflowInput,
 } from '@keyflow/workflow';
@@ -411,6 +412,48 @@ async function parentResult(
     error: { ...r.error, code: r.error.code ?? null, attempts: 1, firstFailureAt: at, lastFailureAt: at },
   });
   return { topic, key: p.runId, value };
+}
+
+/**
+ * The parent step's TaskFailed for a child run whose StartRun the engine refused for good (dead-lettered: an input
+ * its schema refuses, a payload too large, a definition that threw): task.results, keyed by the parent's run id,
+ * for the step's attempt, as the child's end would have been (task type `child:<workflow>`, worker id
+ * `child/<run>`), written in the transaction that dead-letters the StartRun, so the parent's step fails (or retries
+ * by its policy) at once instead of at its step timeout. `err` is the refusal: its class and code are carried, its
+ * retry flag says whether the step may retry. Event id derived from the StartRun's (a replay writes the same).
+ */
+export function refusedChildResult(
+  codec: EventCodec,
+  start: { runId: string; workflow: string; parent: ParentRef },
+  err: { name: string; message: string; code: string; retryable: boolean },
+  cause: { eventId: string; at: number },
+): Omit<OutputRecord, 'headers'> {
+  const p = start.parent;
+  const value = codec.encode(Topic.TASK_RESULTS, 'TaskFailed', {
+    metadata: newMetadata('TaskFailed', {
+      key: p.runId,
+      correlationId: p.runId,
+      causationId: cause.eventId,
+      eventId: derivedEventId(cause.eventId, 'refused-child'),
+      occurredAt: cause.at,
+    }),
+    runId: p.runId,
+    stepId: p.stepId,
+    taskType: `child:${start.workflow}`,
+    attempt: p.attempt,
+    idempotencyKey: p.idempotencyKey,
+    workerId: `child/${start.runId}`,
+    error: {
+      errorClass: err.name,
+      message: err.message,
+      retryable: err.retryable,
+      code: err.code,
+      attempts: 1,
+      firstFailureAt: cause.at,
+      lastFailureAt: cause.at,
+    },
+  });
+  return { topic: codec.physical(Topic.TASK_RESULTS), key: p.runId, value };
 }
 
 /** A reducer's command as a TaskCommand, its input inline or by claim check (`input`, offloaded already). */

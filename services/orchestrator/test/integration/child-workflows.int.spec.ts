@@ -180,6 +180,52 @@ describe('child workflows', () => {
     expect(JSON.parse(String(compensated[0].value.output))).toEqual({ compensated: ['book'] });
   });
 
+  it("a parent's saga compensates every completed item of its child map once: each child's own compensations run, then the parent ends compensated", async () => {
+    const parent = await start('child-map-saga', { count: 3 });
+    const done = await ended(parent, 'RunCompensated');
+    expect(done.value.compensatedSteps).toEqual(['booked']);
+    for (let i = 0; i < 3; i++) {
+      const kid = `${parent}~booked[${i}]~1`;
+      expect(ofRun(kid).map((e) => `${e.event}${e.value.stepId ? ` ${e.value.stepId}` : ''}`)).toEqual([
+        'RunStarted',
+        'StepScheduled book',
+        'StepCompleted book',
+        'RunCompleted',
+        'StepScheduled book.compensate',
+        'StepCompleted book.compensate',
+        'RunCancelled',
+      ]);
+    }
+    // One compensation result per child, one report per item to the parent, applied once.
+    await eventually('every report read', () => results.items.filter((r) => r.runId === parent), {
+      until: (rs) => rs.filter((r) => r.stepId.endsWith('.compensate')).length >= 3,
+    });
+    const undone = results.items.filter(
+      (r) => r.runId.startsWith(`${parent}~`) && r.stepId === 'book.compensate',
+    );
+    expect(undone.map((r) => r.runId).sort()).toEqual([0, 1, 2].map((i) => `${parent}~booked[${i}]~1`));
+    const reports = results.items.filter((r) => r.runId === parent && r.stepId.endsWith('.compensate'));
+    expect(reports.map((r) => r.stepId).sort()).toEqual([0, 1, 2].map((i) => `booked[${i}].compensate`));
+    const compensated = ofRun(parent).filter(
+      (e) => e.event === 'StepCompleted' && e.value.stepId === 'booked.compensate',
+    );
+    expect(compensated).toHaveLength(1);
+    expect(JSON.parse(String(compensated[0].value.output))).toEqual({ items: 3 });
+  });
+
+  it("a child StartRun the child's engine refuses (its input schema) fails the parent's step at once, not at its step timeout, and is not retried", async () => {
+    const parent = await start('child-refused', { n: 'seven' });
+    const failed = await ended(parent, 'RunFailed');
+    expect(String(failed.value.reason)).toMatch(
+      /^ChildStartRefusedError: child run .*~bad~1 of child-line was refused: INVALID_REQUEST: StartRun.input does not match/,
+    );
+    const stepFailed = ofRun(parent).filter((e) => e.event === 'StepFailed');
+    expect(stepFailed).toHaveLength(1);
+    expect(stepFailed[0].value).toMatchObject({ stepId: 'bad', attempt: 1, willRetry: false });
+    expect((stepFailed[0].value.error as { code: string }).code).toBe('CHILD_START_REFUSED');
+    expect(children(parent)).toEqual([]); // the child never started
+  });
+
   it("a rebuild from the topics gives every parent and child run the state the engine committed (the children's parents included)", async () => {
     const report = await rebuildRuns(h.ns.kafka, h.codec, new WorkflowRegistry().register(...childWorkflows));
     expect(report.differences).toEqual([]);
