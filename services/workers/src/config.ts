@@ -123,8 +123,8 @@ const Schema = z.object({
   /**
    * How often a task waiting for its flow-control admission reports the wait to the orchestrator, in ms (TaskWaiting
    * on task.results: when it starts waiting, at this interval, and at its admission); each report restarts the step's
-   * deadline, so keep it well below the smallest stepTimeoutMs of a limited task type. 0: no reports (the step's
-   * deadline then counts the wait).
+   * deadline, so keep it well below the smallest stepTimeoutMs of a limited task type. At least 100, or 0: no reports
+   * (the step's deadline then counts the wait).
    */
   WORKER_FLOW_WAIT_REPORT_MS: z.coerce
     .number()
