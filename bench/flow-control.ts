@@ -120,6 +120,7 @@ async function main() {
           partition,
           offset: message.offset,
         });
+        if (d.event === 'TaskWaiting') return; // a wait report (progress), not a result
         if (d.event === 'TaskCompleted') results.completed++;
         else {
           results.failed++;

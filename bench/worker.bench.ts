@@ -158,6 +158,7 @@ async function resultCounter(codec: EventCodec, group: string) {
         partition,
         offset: message.offset,
       });
+      if (d.event === 'TaskWaiting') return; // a wait report (progress), not a result
       if (count++ === 0) firstAt = Date.now();
       const at = sentAt.get((d.value as { runId: string }).runId);
       if (at !== undefined) latencies.push(Number(message.timestamp) - at);

@@ -70,6 +70,18 @@ export type WorkflowInput =
       /** The worker's error code; `DEAD_LETTERED` means the command went to the DLQ (it may be redriven). */
       code?: string | null;
     })
+  | (InputBase & {
+      /**
+       * A worker's report that the step's attempt waits for its flow-control admission, or was just admitted
+       * (TaskWaiting on task.results): the step's deadline restarts at `at` (see applyTaskWaiting).
+       */
+      kind: 'task-waiting';
+      stepId: string;
+      attempt: number;
+      /** The command's idempotency key: a report of another generation of the step is stale. */
+      idempotencyKey?: string;
+      admitted: boolean;
+    })
   | (InputBase & { kind: 'timer-fired'; timerId: string })
   | (InputBase & {
       kind: 'cancel';
@@ -141,6 +153,12 @@ export interface StepState {
   endedAt?: number;
   /** When the engine dispatched the current attempt (ms since epoch, the engine's clock): its deadline's start. */
   dispatchedAt?: number;
+  /**
+   * When the current attempt's deadline last restarted on a worker's report that it waited for its flow-control
+   * admission (ms since epoch, the engine's clock; see applyTaskWaiting); absent, or before `dispatchedAt` (an
+   * earlier attempt's), when it runs from `dispatchedAt`.
+   */
+  deadlineFrom?: number;
   /**
    * Bumped when a run retry re-runs a step that had completed (a second effect asked for on purpose): it becomes
    * part of the idempotency key. Absent (0) otherwise, so every attempt of a logical step shares one key.
@@ -779,6 +797,8 @@ function apply(
     case 'task-completed':
     case 'task-failed':
       return applyTaskResult(c, input);
+    case 'task-waiting':
+      return applyTaskWaiting(c, input);
     case 'timer-fired':
       return applyTimer(c, input);
     case 'signal':
@@ -828,6 +848,40 @@ function applyTaskResult(c: Ctx, input: RunInput<'task-completed' | 'task-failed
       code: input.code ?? null,
     });
   }
+  return undefined;
+}
+
+/**
+ * A worker's report that the step's current attempt waits for its flow-control admission (sent when it starts
+ * waiting, at an interval while it waits, and at its admission): the step's deadline restarts now, so it counts from
+ * the admission and not from the dispatch (issue 43: a wait for the limit costs no attempt). Its length is the
+ * step's stepTimeoutMs, read off the timer (its due time minus its last start). Stale when the report is not for
+ * the current attempt, generation or phase of a step still waiting for its result, or when that deadline has passed
+ * already (its TimerFired may be on its way: the timeout wins). Emits nothing: a run's events stay its facts.
+ */
+function applyTaskWaiting(c: Ctx, input: RunInput<'task-waiting'>): Ignored | undefined {
+  const s = c.s;
+  const st = stepStateOf(s, input.stepId);
+  const timerId = `step-timeout:${input.stepId}:${input.attempt}`;
+  const timer = s.timers[timerId];
+  if (
+    !st ||
+    st.status !== 'scheduled' ||
+    st.attempt !== input.attempt ||
+    !timer ||
+    st.dispatchedAt === undefined ||
+    input.stepId.endsWith(COMPENSATION_SUFFIX) !== (s.status === 'compensating') ||
+    (input.idempotencyKey !== undefined &&
+      input.idempotencyKey !== idempotencyKeyOf(s.runId, input.stepId, st.generation))
+  )
+    return ['STALE_RESULT', `stale wait report for ${input.stepId} attempt ${input.attempt}`];
+  if (c.at >= timer.dueAt)
+    return ['STALE_RESULT', `wait report for ${input.stepId} attempt ${input.attempt} after its deadline`];
+  const from = Math.max(st.dispatchedAt, st.deadlineFrom ?? 0);
+  const dueAt = c.at + (timer.dueAt - from);
+  if (dueAt <= timer.dueAt) return undefined;
+  s.timers[timerId] = { ...timer, dueAt };
+  setStepState(s, input.stepId, { ...st, deadlineFrom: c.at });
   return undefined;
 }
 

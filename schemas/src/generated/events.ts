@@ -682,6 +682,53 @@ export namespace DevKeyflowEvents {
         error: DevKeyflowEvents.TaskError;
         workerId: string;
     }
+    export const TaskWaitReasonSchema = "{\"type\":\"enum\",\"name\":\"TaskWaitReason\",\"namespace\":\"dev.keyflow.events\",\"symbols\":[\"FLOW_LIMIT\",\"UNKNOWN\"],\"default\":\"UNKNOWN\"}";
+    export const TaskWaitReasonName = "dev.keyflow.events.TaskWaitReason";
+    export type TaskWaitReason = "FLOW_LIMIT" | "UNKNOWN";
+    export const TaskWaitingSchema = "{\"type\":\"record\",\"name\":\"TaskWaiting\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Worker -> task.results: an attempt waits for its admission by the flow limit of its task type (WORKER_FLOW_LIMITS), not yet running its handler. Sent when it starts waiting (not for one admitted at once), again every WORKER_FLOW_WAIT_REPORT_MS while it waits, and once when admitted; the orchestrator restarts the step's deadline (stepTimeoutMs) at each, so the wait does not use the step's time. Key: run id. A consumer that does not need it skips it.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"stepId\",\"type\":\"string\",\"doc\":\"Step id within the run's definition (a fan-out item has `<step>[<index>]`).\"},{\"name\":\"taskType\",\"type\":\"string\",\"doc\":\"Task type; the command topic is task.<taskType>.\"},{\"name\":\"attempt\",\"type\":\"int\",\"doc\":\"1-based attempt number of this step (TaskCommand.attempt).\"},{\"name\":\"idempotencyKey\",\"type\":\"string\",\"doc\":\"The command's idempotency key (names the logical step).\"},{\"name\":\"reason\",\"type\":{\"type\":\"enum\",\"name\":\"TaskWaitReason\",\"namespace\":\"dev.keyflow.events\",\"symbols\":[\"FLOW_LIMIT\",\"UNKNOWN\"],\"default\":\"UNKNOWN\"},\"doc\":\"What it waits for: FLOW_LIMIT, the flow limit of its task type (concurrency, per key or rate). UNKNOWN is what a reader sees for a reason added later.\"},{\"name\":\"admitted\",\"type\":\"boolean\",\"doc\":\"False while it waits; true once, when it is admitted (its handler starts next).\"},{\"name\":\"waitedMs\",\"type\":\"long\",\"doc\":\"How long it has waited so far, in ms (the worker's clock).\"},{\"name\":\"workerId\",\"type\":\"string\",\"doc\":\"host/pid of the worker.\"}]}";
+    export const TaskWaitingName = "dev.keyflow.events.TaskWaiting";
+    /**
+     * Worker -> task.results: an attempt waits for its admission by the flow limit of its task type (WORKER_FLOW_LIMITS), not yet running its handler. Sent when it starts waiting (not for one admitted at once), again every WORKER_FLOW_WAIT_REPORT_MS while it waits, and once when admitted; the orchestrator restarts the step's deadline (stepTimeoutMs) at each, so the wait does not use the step's time. Key: run id. A consumer that does not need it skips it.
+     */
+    export interface TaskWaiting {
+        metadata: DevKeyflowEvents.EventMetadata;
+        /**
+         * Workflow run id (also the key of run-keyed topics).
+         */
+        runId: string;
+        /**
+         * Step id within the run's definition (a fan-out item has `<step>[<index>]`).
+         */
+        stepId: string;
+        /**
+         * Task type; the command topic is task.<taskType>.
+         */
+        taskType: string;
+        /**
+         * 1-based attempt number of this step (TaskCommand.attempt).
+         */
+        attempt: number;
+        /**
+         * The command's idempotency key (names the logical step).
+         */
+        idempotencyKey: string;
+        /**
+         * What it waits for: FLOW_LIMIT, the flow limit of its task type (concurrency, per key or rate). UNKNOWN is what a reader sees for a reason added later.
+         */
+        reason: DevKeyflowEvents.TaskWaitReason;
+        /**
+         * False while it waits; true once, when it is admitted (its handler starts next).
+         */
+        admitted: boolean;
+        /**
+         * How long it has waited so far, in ms (the worker's clock).
+         */
+        waitedMs: number;
+        /**
+         * host/pid of the worker.
+         */
+        workerId: string;
+    }
     export const TimerFiredSchema = "{\"type\":\"record\",\"name\":\"TimerFired\",\"namespace\":\"dev.keyflow.events\",\"doc\":\"Orchestrator -> wf.requests: a durable timer came due. Key: run id.\",\"fields\":[{\"name\":\"metadata\",\"type\":\"dev.keyflow.events.EventMetadata\"},{\"name\":\"runId\",\"type\":\"string\",\"doc\":\"Workflow run id (also the key of run-keyed topics).\"},{\"name\":\"timerId\",\"type\":\"string\"},{\"name\":\"purpose\",\"type\":\"string\",\"doc\":\"retry, step-timeout, run-timeout or wait.\"},{\"name\":\"dueAt\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"}}]}";
     export const TimerFiredName = "dev.keyflow.events.TimerFired";
     /**
@@ -772,6 +819,7 @@ export type StepScheduled = DevKeyflowEvents.StepScheduled;
 export type TaskCommand = DevKeyflowEvents.TaskCommand;
 export type TaskCompleted = DevKeyflowEvents.TaskCompleted;
 export type TaskFailed = DevKeyflowEvents.TaskFailed;
+export type TaskWaiting = DevKeyflowEvents.TaskWaiting;
 export type TimerFired = DevKeyflowEvents.TimerFired;
 export type TriggerProgress = DevKeyflowEvents.TriggerProgress;
 
@@ -795,6 +843,7 @@ export const EVENT_VERSIONS = {
   "TaskCommand": 2,
   "TaskCompleted": 2,
   "TaskFailed": 1,
+  "TaskWaiting": 1,
   "TimerFired": 1,
   "TriggerProgress": 1
 } as const;
@@ -822,6 +871,7 @@ export interface EventsByName {
   TaskCommand: DevKeyflowEvents.TaskCommand;
   TaskCompleted: DevKeyflowEvents.TaskCompleted;
   TaskFailed: DevKeyflowEvents.TaskFailed;
+  TaskWaiting: DevKeyflowEvents.TaskWaiting;
   TimerFired: DevKeyflowEvents.TimerFired;
   TriggerProgress: DevKeyflowEvents.TriggerProgress;
 }
@@ -865,7 +915,8 @@ export const TOPIC_EVENTS = {
   ],
   "task.results": [
     "TaskCompleted",
-    "TaskFailed"
+    "TaskFailed",
+    "TaskWaiting"
   ],
   "wf.events": [
     "RunStarted",

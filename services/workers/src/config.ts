@@ -120,6 +120,17 @@ const Schema = z.object({
   WORKER_FLOW_REDIS_URL: unsetWhenEmpty,
   /** How long a flow permit outlives its worker's last refresh, in ms (refreshed every third of it): a crashed worker's permits come back after it. */
   WORKER_FLOW_LEASE_MS: z.coerce.number().int().min(300).default(30_000),
+  /**
+   * How often a task waiting for its flow-control admission reports the wait to the orchestrator, in ms (TaskWaiting
+   * on task.results: when it starts waiting, at this interval, and at its admission); each report restarts the step's
+   * deadline, so keep it well below the smallest stepTimeoutMs of a limited task type. At least 100, or 0: no reports
+   * (the step's deadline then counts the wait).
+   */
+  WORKER_FLOW_WAIT_REPORT_MS: z.coerce
+    .number()
+    .int()
+    .refine((v) => v === 0 || v >= 100, 'must be 0 (no reports) or at least 100 ms')
+    .default(10_000),
   /** Blob store and size limits (libs/blobs config.ts). */
   ...BlobConfigSchema,
 });

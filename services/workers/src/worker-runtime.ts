@@ -150,6 +150,7 @@ export class TaskWorker {
       retry: { initialDelayMs: this.cfg.WORKER_RETRY_INITIAL_MS, maxDelayMs: this.cfg.WORKER_RETRY_MAX_MS },
       maxConcurrentHandlers: this.cfg.WORKER_MAX_CONCURRENT_HANDLERS,
       flow: this.startFlowControl(),
+      flowWaitReportMs: this.cfg.WORKER_FLOW_WAIT_REPORT_MS,
     });
     this.consumer = this.taskConsumer(codec, taskTopics, executor);
     this.startGauges(executor);

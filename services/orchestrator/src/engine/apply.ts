@@ -293,6 +293,11 @@ export class BatchApply implements BatchOutputs {
       );
       return true;
     }
+    // A wait report is not kept for later: it only moves a deadline now, and a waiting task sends one again.
+    if (at.state && input.kind === 'task-waiting') {
+      this.d.metrics.ignored.inc({ reason: 'NOT_APPLICABLE' } satisfies { reason: IgnoreReason });
+      return false;
+    }
     if (at.state) return this.park(at, input.kind, parkedDetail(input));
     this.d.metrics.ignored.inc({ reason: 'UNKNOWN_RUN' } satisfies { reason: IgnoreReason });
     return false;
@@ -624,6 +629,7 @@ function parkedDetail(input: WorkflowInput): string {
       return input.terminate ? `terminate: ${input.reason}` : input.reason;
     case 'task-completed':
     case 'task-failed':
+    case 'task-waiting':
       return `${input.stepId} attempt ${input.attempt}`;
     case 'timer-fired':
       return input.timerId;

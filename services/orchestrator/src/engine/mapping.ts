@@ -68,6 +68,17 @@ export function toWorkflowInput(
         retryable: d.value.error.retryable,
         code: d.value.error.code,
       };
+    case 'TaskWaiting':
+      return {
+        eventId,
+        at,
+        runId: d.value.runId,
+        kind: 'task-waiting',
+        stepId: d.value.stepId,
+        attempt: d.value.attempt,
+        idempotencyKey: d.value.idempotencyKey,
+        admitted: d.value.admitted,
+      };
     case 'TimerFired':
       return { eventId, at, runId: d.value.runId, kind: 'timer-fired', timerId: d.value.timerId };
     case 'CancelRun':

@@ -166,4 +166,47 @@ describe('one effect per logical step (orchestrator and workers)', () => {
       expect(await executions(`${runId}/charge`)).toHaveLength(1);
     },
   );
+
+  it('a step waiting for its flow-limit admission longer than its step timeout is not timed out: every step completes at attempt 1', async () => {
+    // Concurrency 1 and 500 ms per charge: the eighth run's charge waits about 3.5 s for its turn, its step timeout
+    // is 2 s (workflow flow-limited). Its worker reports the wait (TaskWaiting), so the deadline starts at the
+    // admission; counting from the dispatch it would time out and show as attempt 2.
+    const flow = await h.startWorker(
+      {
+        ...workerEnv('limited.charge'),
+        WORKER_GROUP_ID: h.ns.groupId('flow-workers'),
+        WORKER_FLOW_LIMITS: JSON.stringify({ 'limited.charge': { concurrency: 1 } }),
+        WORKER_FLOW_WAIT_REPORT_MS: '200',
+        WORKER_MAX_IN_FLIGHT: '64',
+        WORKER_MAX_IN_FLIGHT_PER_PARTITION: '32',
+      },
+      WORKER_FIXTURE,
+    );
+    await flow.ready;
+    const counter = `flow-deadline-${process.pid}-${Date.now()}`;
+    const startRun = async (i: number, ms: number) => {
+      const input = { counter, customerId: `cust-${i}`, ms };
+      return (await post(`${url}/runs`, { workflow: 'flow-limited', input })).body.runId as string;
+    };
+    // One run first, so the worker consumes its topic before the queue forms (a command the worker has not
+    // fetched yet is not waiting for the limit: its deadline runs from the dispatch).
+    expect((await terminal(await startRun(-1, 1)))!.event).toBe('RunCompleted');
+    const runIds = await Promise.all(Array.from({ length: 8 }, (_, i) => startRun(i, 500)));
+    const ends = await Promise.all(runIds.map(terminal));
+    expect(ends.map((e) => e!.event)).toEqual(runIds.map(() => 'RunCompleted'));
+    const at = (e: { value: { metadata: { eventId: string } } }) =>
+      new Date((e.value.metadata as { occurredAt?: number }).occurredAt as number).getTime();
+    const spans: number[] = [];
+    for (const runId of runIds) {
+      const events = h.of(runId);
+      expect(events.filter((e) => e.event === 'StepFailed')).toEqual([]);
+      const scheduled = events.filter((e) => e.event === 'StepScheduled');
+      const completed = events.filter((e) => e.event === 'StepCompleted');
+      expect(scheduled.map((e) => e.value.attempt)).toEqual([1]);
+      expect(completed.map((e) => e.value.attempt)).toEqual([1]);
+      spans.push(at(completed[0]) - at(scheduled[0]));
+    }
+    // Some step did live longer than its step timeout (else this test would show nothing).
+    expect(Math.max(...spans)).toBeGreaterThan(2_000);
+  });
 });

@@ -172,6 +172,10 @@ interface Waiter {
   key: string;
   resolve: (p: FlowPermit) => void;
   reject: (e: unknown) => void;
+  /** Called once, when a pass over the line left it waiting (see {@link FlowLimiter.admit}). */
+  onWait?: () => void;
+  /** Whether `onWait` was called. */
+  waited?: boolean;
 }
 
 /** One task type's line of waiters in this process and whether its pump runs. */
@@ -263,13 +267,16 @@ export class FlowLimiter {
   /**
    * Waits for the admission of one handler call of `type` (a type without a limit is admitted at once).
    * @param cancel aborting it ends the wait: the promise rejects with its reason and nothing is held.
+   * @param onWait called once (synchronously, from the line's pump) when the call is not admitted by the first pass
+   *   over its line that reaches it (the limit, the waiters ahead of it or an unreachable store hold it back): it
+   *   waits from then on. Never called for a call admitted at once.
    * @returns the permit to give back with {@link release}; never rejects for the limit or the store.
    */
-  admit(type: string, key: string, cancel?: AbortSignal): Promise<FlowPermit> {
+  admit(type: string, key: string, cancel?: AbortSignal, onWait?: () => void): Promise<FlowPermit> {
     const line = this.lines.get(type);
     if (!line) return Promise.resolve({ id: '', type, key });
     return new Promise<FlowPermit>((resolve, reject) => {
-      const w: Waiter = { id: randomUUID(), key, resolve, reject };
+      const w: Waiter = { id: randomUUID(), key, resolve, reject, onWait };
       if (cancel?.aborted) return reject(cancel.reason);
       const onCancel = () => {
         const i = line.waiters.indexOf(w);
@@ -318,6 +325,7 @@ export class FlowLimiter {
     try {
       while (line.waiters.length > 0 && !this.closed.signal.aborted) {
         let pause: number;
+        const before = new Set(line.waiters);
         try {
           pause = await this.tryLine(type, line);
           failures = 0;
@@ -331,10 +339,24 @@ export class FlowLimiter {
               'flow limit store unreachable: tasks keep waiting',
             );
         }
+        this.markWaiting(line, before);
         if (pause > 0) await this.pause(line, pause);
       }
     } finally {
       line.pumping = false;
+    }
+  }
+
+  /** Tells each waiter of `before` (in line when a pass began) still in line after it, once, that it waits. */
+  private markWaiting(line: Line, before: Set<Waiter>): void {
+    for (const w of line.waiters) {
+      if (w.waited || !before.has(w)) continue;
+      w.waited = true;
+      try {
+        w.onWait?.();
+      } catch (err) {
+        this.o.logger.warn({ err: (err as Error).message }, 'flow wait listener threw');
+      }
     }
   }
 

@@ -65,6 +65,7 @@ import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signa
 import { decodeTask, taskInput } from './task-decode';
 import type { WorkerMetrics } from './metrics';
 import type { FlowLimiter, FlowPermit } from './flow-limiter';
+import { FlowWaitReports } from './flow-wait-reports';
 import { Topic, type TaskTopic } from '@keyflow/schemas';
 
 /**
@@ -107,6 +108,12 @@ export interface ExecutorOptions {
    * lease held, before it takes a handler slot; its attempt timeout starts when its handler does.
    */
   flow?: FlowLimiter;
+  /**
+   * Interval of the TaskWaiting reports of an attempt waiting for its flow-control admission, in ms
+   * (WORKER_FLOW_WAIT_REPORT_MS; see {@link FlowWaitReports}). Unset or 0: no reports (the step's deadline then
+   * counts the wait).
+   */
+  flowWaitReportMs?: number;
 }
 
 const workerId = `${hostname()}/${process.pid}`;
@@ -759,8 +766,10 @@ export class TaskExecutor {
 
   /**
    * Waits for the flow-control admission of an attempt (ExecutorOptions.flow), lease held and renewed, in its type's
-   * line: never failed or timed out by the limit or its store. Rejects, holding nothing, with the stop's reason when
-   * the attempts stop, or with ConsumerStoppingError when `draining` aborts first (the message is redelivered).
+   * line: never failed or timed out by the limit or its store. An attempt that has to wait reports it on task.results
+   * (TaskWaiting, see {@link FlowWaitReports}; not one admitted at once), so the step's deadline starts at its
+   * admission. Rejects, holding nothing, with the stop's reason when the attempts stop, or with ConsumerStoppingError
+   * when `draining` aborts first (the message is redelivered).
    */
   private flowAdmission(
     t: Task,
@@ -775,10 +784,26 @@ export class TaskExecutor {
     const offDrain = draining ? this.aborts.on(draining, () => cancel.abort(draining.reason)) : undefined;
     if (draining?.aborted) cancel.abort(draining.reason);
     const key = flow.keyOf(t.cmd.taskType, input, t.cmd.runId);
-    return flow.admit(t.cmd.taskType, key, cancel.signal).finally(() => {
-      offStop();
-      offDrain?.();
-    });
+    const every = this.o.flowWaitReportMs ?? 0;
+    let reports: FlowWaitReports | undefined;
+    const onWait =
+      every > 0
+        ? () => {
+            const o = { codec: this.o.codec, results: this.o.results, intervalMs: every, workerId };
+            reports = new FlowWaitReports({ ...o, logger: t.log() }, t.cmd, traceContextOf(t.context));
+          }
+        : undefined;
+    return flow
+      .admit(t.cmd.taskType, key, cancel.signal, onWait)
+      .then((permit) => {
+        reports?.admitted();
+        return permit;
+      })
+      .finally(() => {
+        reports?.stop();
+        offStop();
+        offDrain?.();
+      });
   }
 
   /**

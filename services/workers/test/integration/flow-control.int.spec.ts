@@ -36,6 +36,7 @@ describe('flow control across two worker processes', () => {
       }),
       WORKER_MAX_IN_FLIGHT: '64',
       WORKER_MAX_IN_FLIGHT_PER_PARTITION: '32',
+      WORKER_FLOW_WAIT_REPORT_MS: '200',
     };
     await Promise.all([h.startWorker(env), h.startWorker(env)]);
   });
@@ -44,7 +45,7 @@ describe('flow control across two worker processes', () => {
     await h.teardown();
   });
 
-  it('never runs more handlers at once than the concurrency limit across workers, nor more than perKey per customer, and fails none: the attempt timeout starts at admission', async () => {
+  it('never runs more handlers at once than the concurrency limit across workers, nor more than perKey per customer, and fails none: the attempt timeout starts at admission, and a task that waited reports it (TaskWaiting) up to its admission', async () => {
     // 30 commands of 6 customers on 30 Kafka keys (all dispatched at once); 10 rounds of 3 x 150 ms take at least
     // 1.5 s, three times the attempt timeout: a timeout counting the wait would fail the later ones.
     const commands = Array.from({ length: 30 }, (_, i) =>
@@ -65,6 +66,17 @@ describe('flow control across two worker processes', () => {
     expect(new Set(s.map((x) => x.worker)).size).toBe(2); // both workers took part
     const runs = Object.values(await counters.hgetall(`${counter}:runs`));
     expect(runs).toEqual(commands.map(() => '1'));
+    // The tasks that waited reported it on task.results (for the orchestrator's step deadline), each ending with
+    // one admission report (a task admitted at once sends none).
+    const waits = h.waits.items;
+    const waited = new Set(waits.map((w) => w.runId));
+    expect(waited.size).toBeGreaterThan(0);
+    for (const runId of waited) {
+      const mine = waits.filter((w) => w.runId === runId);
+      expect(mine.filter((w) => w.admitted)).toHaveLength(1);
+      expect(mine.filter((w) => !w.admitted).length).toBeGreaterThanOrEqual(1);
+      expect(mine.every((w) => w.reason === 'FLOW_LIMIT' && w.attempt === 1)).toBe(true);
+    }
   });
 });
 

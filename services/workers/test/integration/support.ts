@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { Pool } from 'pg';
 import type { Consumer, IHeaders, Producer } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
-import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
+import type { TaskCommand, TaskCompleted, TaskFailed, TaskWaiting } from '@keyflow/schemas';
 import { TestNamespace, Collector, startServiceProcess, type ServiceProcess } from '@keyflow/testing';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { createTables, dropTables } from '../fixtures/test-handlers';
@@ -38,6 +38,8 @@ export class WorkerHarness {
     /** The result record's Kafka headers. */
     headers: IHeaders;
   }>();
+  /** The TaskWaiting reports on task.results (flow-control waits), apart from the results. */
+  readonly waits = new Collector<TaskWaiting>();
   private producer?: Producer;
   private resultConsumer?: Consumer;
 
@@ -76,7 +78,8 @@ export class WorkerHarness {
           partition,
           offset: message.offset,
         });
-        this.results.push({ ...d, headers: message.headers ?? {} } as never);
+        if (d.event === 'TaskWaiting') this.waits.push(d.value);
+        else this.results.push({ ...d, headers: message.headers ?? {} } as never);
       },
     });
   }

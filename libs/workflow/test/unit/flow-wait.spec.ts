@@ -1,0 +1,147 @@
+import { reduce, workflow, type Decision, type RunState, type WorkflowInput } from '../../src';
+
+/**
+ * A step's deadline starts when its task is admitted by the worker's flow limit (issue 43, flow control): a worker's
+ * TaskWaiting reports (`task-waiting` inputs) restart it, so a wait in the limiter costs no attempt.
+ */
+const STEP_TIMEOUT = 1_000;
+const def = workflow('limited', 1)
+  .task('charge', {
+    type: 'limited.charge',
+    stepTimeoutMs: STEP_TIMEOUT,
+    retry: { maxAttempts: 2, initialDelayMs: 10, maxDelayMs: 10 },
+    compensate: { type: 'refund', timeoutMs: 500 },
+  })
+  .task('ship', { type: 'ship' })
+  .map('each', { type: 'item', items: () => [1, 2], stepTimeoutMs: STEP_TIMEOUT })
+  .build();
+
+let ids = 0;
+const at = (t: number, runId = 'r1') => ({ eventId: `e${++ids}`, at: t, runId });
+const start = (t: number): WorkflowInput => ({
+  ...at(t),
+  kind: 'start',
+  workflow: def.name,
+  version: def.version,
+  businessKey: 'k',
+  input: {},
+});
+const waiting = (t: number, stepId: string, attempt = 1, admitted = false, key?: string): WorkflowInput => ({
+  ...at(t),
+  kind: 'task-waiting',
+  stepId,
+  attempt,
+  admitted,
+  ...(key ? { idempotencyKey: key } : {}),
+});
+const fire = (t: number, timerId: string): WorkflowInput => ({ ...at(t), kind: 'timer-fired', timerId });
+const ok = (t: number, stepId: string, attempt = 1): WorkflowInput => ({
+  ...at(t),
+  kind: 'task-completed',
+  stepId,
+  attempt,
+  output: {},
+});
+const deadlineOf = (s: RunState, stepId: string, attempt = 1) =>
+  s.timers[`step-timeout:${stepId}:${attempt}`]?.dueAt;
+
+describe('step deadline and flow-control waits (task-waiting)', () => {
+  it("a report for the step's current attempt restarts its deadline at the report, emitting nothing", () => {
+    const d0 = reduce(def, undefined, start(10_000));
+    expect(deadlineOf(d0.state!, 'charge')).toBe(11_000);
+    const d1 = reduce(def, d0.state, waiting(10_600, 'charge'));
+    expect(d1.ignored).toBeUndefined();
+    expect(deadlineOf(d1.state!, 'charge')).toBe(11_600);
+    expect(d1.events).toEqual([]);
+    expect(d1.commands).toEqual([]);
+    // Each report restarts it again; the admission too.
+    const d2 = reduce(def, d1.state, waiting(11_500, 'charge'));
+    expect(deadlineOf(d2.state!, 'charge')).toBe(12_500);
+    const d3 = reduce(def, d2.state, waiting(12_400, 'charge', 1, true, 'r1/charge'));
+    expect(deadlineOf(d3.state!, 'charge')).toBe(13_400);
+    // The step then completes at attempt 1, although 2.4 s (more than its 1 s deadline) passed since its dispatch.
+    const d4 = reduce(def, d3.state, ok(13_000, 'charge'));
+    expect(d4.events.map((e) => e.type)).toEqual(['StepCompleted', 'StepScheduled']);
+    expect(d4.state!.steps.charge).toMatchObject({ status: 'completed', attempt: 1 });
+  });
+
+  it('a stale report (another attempt, a step not waiting for a result, another generation, a passed deadline) changes nothing', () => {
+    const d0 = reduce(def, undefined, start(20_000));
+    const s0 = d0.state!;
+    for (const input of [
+      waiting(20_100, 'charge', 2),
+      waiting(20_100, 'ship'),
+      waiting(20_100, 'charge', 1, false, 'r1/charge#1'),
+      waiting(20_100, 'charge.compensate'),
+      waiting(21_000, 'charge'), // at its deadline: the step timeout wins (its TimerFired may be on its way)
+    ])
+      expect(reduce(def, s0, input)).toMatchObject({ state: s0, ignoredReason: 'STALE_RESULT', events: [] });
+    // After the step completed, a late (duplicate) admission report is stale too.
+    const done = reduce(def, s0, ok(20_200, 'charge')).state!;
+    expect(reduce(def, done, waiting(20_300, 'charge', 1, true))).toMatchObject({
+      state: done,
+      ignoredReason: 'STALE_RESULT',
+    });
+  });
+
+  it('when reports stop (the worker died while waiting), the deadline from the last one fires and the step is retried', () => {
+    let d: Decision = reduce(def, undefined, start(30_000));
+    d = reduce(def, d.state, waiting(30_500, 'charge'));
+    d = reduce(def, d.state, waiting(31_200, 'charge'));
+    expect(deadlineOf(d.state!, 'charge')).toBe(32_200);
+    // The original deadline (31 000) is gone; the one of the last report fires.
+    d = reduce(def, d.state, fire(32_200, 'step-timeout:charge:1'));
+    expect(d.events).toMatchObject([
+      {
+        type: 'StepFailed',
+        stepId: 'charge',
+        attempt: 1,
+        error: { errorClass: 'StepTimeoutError' },
+        willRetry: true,
+      },
+    ]);
+    // A report of the timed-out attempt that arrives afterwards is stale.
+    expect(reduce(def, d.state, waiting(32_300, 'charge')).ignoredReason).toBe('STALE_RESULT');
+  });
+
+  it('a restarted deadline keeps its length on the next attempt: a new dispatch starts it from the dispatch again', () => {
+    let d: Decision = reduce(def, undefined, start(40_000));
+    d = reduce(def, d.state, waiting(40_900, 'charge'));
+    d = reduce(def, d.state, fire(41_900, 'step-timeout:charge:1'));
+    d = reduce(
+      def,
+      d.state,
+      fire(
+        41_910,
+        Object.keys(d.state!.timers).find((t) => t.startsWith('retry:'))!,
+      ),
+    );
+    expect(d.commands).toMatchObject([{ stepId: 'charge', attempt: 2 }]);
+    expect(deadlineOf(d.state!, 'charge', 2)).toBe(42_910);
+    d = reduce(def, d.state, waiting(42_000, 'charge', 2));
+    expect(deadlineOf(d.state!, 'charge', 2)).toBe(43_000);
+  });
+
+  it("a map item's report restarts that item's deadline only", () => {
+    let d: Decision = reduce(def, undefined, start(50_000));
+    d = reduce(def, d.state, ok(50_100, 'charge'));
+    d = reduce(def, d.state, ok(50_200, 'ship'));
+    expect(d.commands.map((c) => c.stepId)).toEqual(['each[0]', 'each[1]']);
+    d = reduce(def, d.state, waiting(50_800, 'each[1]'));
+    expect(d.ignored).toBeUndefined();
+    expect(deadlineOf(d.state!, 'each[1]')).toBe(51_800);
+    expect(deadlineOf(d.state!, 'each[0]')).toBe(51_200);
+  });
+
+  it("a compensation's report restarts the compensation's deadline", () => {
+    let d: Decision = reduce(def, undefined, start(60_000));
+    d = reduce(def, d.state, ok(60_100, 'charge'));
+    d = reduce(def, d.state, { ...at(60_200), kind: 'cancel', reason: 'test' });
+    expect(d.commands).toMatchObject([{ stepId: 'charge.compensate' }]);
+    const before = deadlineOf(d.state!, 'charge.compensate')!;
+    const length = before - 60_200;
+    d = reduce(def, d.state, waiting(60_700, 'charge.compensate'));
+    expect(d.ignored).toBeUndefined();
+    expect(deadlineOf(d.state!, 'charge.compensate')).toBe(60_700 + length);
+  });
+});
