@@ -242,6 +242,24 @@ describe('child workflows in the reducer', () => {
     expect(p.state!.status).toBe('compensated');
   });
 
+  it("a child's compensation that times out cancels no run (it awaits a report, not a child of its own)", () => {
+    const booking = workflow('booking', 1)
+      .task('book', { type: 'book', compensate: { type: 'unbook' } })
+      .build();
+    const trip = workflow('trip', 1)
+      .child('hotel', booking, { compensate: true, input: (c) => c.input })
+      .task('pay', { type: 'pay', retry: { maxAttempts: 1 } })
+      .build();
+    let p = reduce(trip, undefined, { ...start(), workflow: 'trip' } as WorkflowInput);
+    p = reduce(trip, p.state, completed(p.commands[0], { booked: true }));
+    p = reduce(trip, p.state, failed(p.commands[0], false));
+    expect(p.commands[0]).toMatchObject({ stepId: 'hotel.compensate' });
+    const timerId = Object.keys(p.state!.timers).find((t) => t.includes('hotel.compensate'));
+    expect(timerId).toBeDefined();
+    const t = reduce(trip, p.state, { ...base(), kind: 'timer-fired', timerId: timerId! });
+    expect(t.cancels ?? []).toEqual([]);
+  });
+
   it('a compensating cancel does not reopen a child that did not complete', () => {
     const s = reduce(line, undefined, {
       ...start('k'),
