@@ -897,7 +897,9 @@ function applyTimer(c: Ctx, input: RunInput<'timer-fired'>): Ignored | undefined
     schedule(c, t.stepId!, t.attempt!);
   } else if (t.purpose === 'step-timeout') {
     const st = stepStateOf(s, t.stepId!);
-    if (st?.status === 'scheduled' && taskOf(c, t.stepId!).step.child)
+    const task = taskOf(c, t.stepId!);
+    // A child's compensation awaits the child's report, not a run of its own: nothing to cancel.
+    if (st?.status === 'scheduled' && task.step.child && !task.compensation)
       c.cancels.push({
         runId: childRunIdOf(s.runId, t.stepId!, t.attempt!),
         reason: `parent step ${t.stepId} timed out`,
