@@ -10,9 +10,10 @@ import { pct } from './support';
  *  - `accept`: the client's POST -> StartRun's record timestamp (the API's produce);
  *  - `engine k`: the input that moves the run to step k (StartRun, or step k-1's TaskCompleted), its record timestamp
  *    -> step k's TaskCommand metadata.occurredAt (the engine fetched and applied it);
- *  - `encode k`: TaskCommand occurredAt -> its record timestamp (kafkajs stamps a record when `sendBatch` builds it);
+ *  - `tx start k`: TaskCommand occurredAt -> its record timestamp: the rest of the batch's apply and snapshots, then
+ *    the transaction's AddPartitionsToTxn (kafkajs stamps a record when it encodes the produce request);
  *  - `commit+worker k`: TaskCommand record timestamp -> TaskCompleted metadata.occurredAt minus its durationMs: the
- *    rest of the engine's transaction (offsets, commit), the worker's fetch, its claim in Redis;
+ *    rest of the engine's transaction (the produce, sendOffsets, commit), the worker's fetch, its claim in Redis;
  *  - `handler k`: TaskCompleted.durationMs; `result k`: TaskCompleted occurredAt -> its record timestamp (the
  *    worker stored the outcome, then its producer sent it);
  *  - `engine end`: the third TaskCompleted's record timestamp -> RunCompleted occurredAt;
@@ -93,7 +94,7 @@ export async function hopBreakdown(o: {
     const k = i + 1;
     hops.push(
       [`engine ${k}`, (t) => t[`cmdAt${k}`] - (k === 1 ? t.start : t[`res${k - 1}`])],
-      [`encode ${k}`, (t) => t[`cmd${k}`] - t[`cmdAt${k}`]],
+      [`tx start ${k}`, (t) => t[`cmd${k}`] - t[`cmdAt${k}`]],
       [`commit+worker ${k}`, (t) => t[`resAt${k}`] - t[`handler${k}`] - t[`cmd${k}`]],
       [`handler ${k}`, (t) => t[`handler${k}`]],
       [`result ${k}`, (t) => t[`res${k}`] - t[`resAt${k}`]],
