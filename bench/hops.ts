@@ -1,4 +1,4 @@
-import { Kafka, logLevel } from 'kafkajs';
+import { Kafka, logLevel } from '@keyflow/kafka';
 import { EventCodec } from '@keyflow/contracts';
 import { taskTopic, Topic, type LogicalTopic } from '@keyflow/schemas';
 import { pct } from './support';
