@@ -86,7 +86,9 @@ export async function hopBreakdown(o: {
   });
   // Read to the end: every run was complete before, so the topics no longer grow; done after 3 s without a record
   // (a partition's end may be a transaction marker, which no consumer is handed).
-  while (Date.now() - lastAt < 3_000) await new Promise((r) => setTimeout(r, 200));
+  // The group's join comes first: 30 s for the first record.
+  const t0 = lastAt;
+  while (Date.now() - lastAt < (lastAt === t0 ? 30_000 : 3_000)) await new Promise((r) => setTimeout(r, 200));
   await consumer.disconnect();
 
   const hops: Array<[string, (t: Times, sent: number) => number]> = [['accept', (t, s) => t.start - s]];
