@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
+import { loadavg } from 'node:os';
 import { Command } from 'commander';
 import { CompressionTypes, Kafka, logLevel, Partitioners } from 'kafkajs';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { TRANSACTIONAL_RETRY } from '@keyflow/kafka';
 import { echo } from '@keyflow/testing';
 import { chainLatency } from './chain';
+import { hopBreakdown } from './hops';
 import {
   closeSink,
   cpuSplit,
@@ -62,6 +64,10 @@ const opts = new Command()
     '--otlp',
     'tracing on: the orchestrator and the workers export their spans over OTLP/HTTP to a sink this bench runs (counted, not kept)',
   )
+  .option(
+    '--hops',
+    "each load step's runs hop by hop, from their records' timestamps (bench/hops.ts): p50/p95/p99 per hop",
+  )
   .option('--no-chain', 'skip the latency baseline (a plain kafkajs chain of the same hops, bench/chain.ts)')
   .parse()
   .opts<{
@@ -73,6 +79,7 @@ const opts = new Command()
     acceptConcurrency: string;
     profile?: string;
     otlp?: boolean;
+    hops?: boolean;
     chain: boolean;
   }>();
 
@@ -285,8 +292,11 @@ async function main() {
     const lat = [...startedAt].map(([id, t]) => completedAt.get(id)! - t);
     engineP50.set(rate, pct(lat, 50));
     console.log(
-      `offered ${rate} runs/s for ${opts.seconds} s: start-to-finish p50 ${pct(lat, 50)} ms, p95 ${pct(lat, 95)} ms, p99 ${pct(lat, 99)} ms`,
+      `offered ${rate} runs/s for ${opts.seconds} s: start-to-finish p50 ${pct(lat, 50)} ms, p95 ${pct(lat, 95)} ms, p99 ${pct(lat, 99)} ms   (load average ${loadavg()[0].toFixed(2)})`,
     );
+    if (opts.hops)
+      for (const line of await hopBreakdown({ brokers, registryUrl, prefix, startedAt }))
+        console.log(`  ${line}`);
   }
   console.log(
     `peak RSS: orchestrator ${orch.peakRssMb().toFixed(0)} MiB, workers ${workers.map((w) => w.peakRssMb().toFixed(0)).join(' / ')} MiB`,
@@ -301,7 +311,7 @@ async function main() {
     for (const [rate, p50] of engineP50) {
       const c = await chainLatency({ brokers, prefix, rate, seconds: Number(opts.seconds) });
       console.log(
-        `  baseline at ${rate} runs/s, plain kafkajs chain (HTTP accept + 7 hops, 4 in transactions; bench/chain.ts): p50 ${c.p50} ms, p95 ${c.p95} ms, p99 ${c.p99} ms   engine p50 / chain p50: ${(p50 / c.p50).toFixed(2)}`,
+        `  baseline at ${rate} runs/s, plain kafkajs chain (HTTP accept + 7 hops, 4 in transactions; bench/chain.ts): p50 ${c.p50} ms, p95 ${c.p95} ms, p99 ${c.p99} ms   engine p50 / chain p50: ${(p50 / c.p50).toFixed(2)}   (load average ${loadavg()[0].toFixed(2)})`,
       );
     }
 }
