@@ -18,7 +18,7 @@ export const ERROR_CODES = {
   },
   LOCAL_STEP_HANDLER_MISSING: {
     retryable: false,
-    doc: "A workflow has a local step (`.local`) whose task type has no handler registered in the orchestrator application; it refuses to start.",
+    doc: 'A workflow has a local step (`.local`) whose task type has no handler registered in the orchestrator application; it refuses to start.',
   },
   WORKER_CONFIG: {
     retryable: false,

@@ -215,7 +215,10 @@ export interface LocalPolicyOptions {
 }
 
 /** Options of an untyped local step (`.local(id, { type, ... })`). */
-export interface LocalOptions<I = Record<string, unknown>, O = Record<string, unknown>> extends LocalPolicyOptions {
+export interface LocalOptions<
+  I = Record<string, unknown>,
+  O = Record<string, unknown>,
+> extends LocalPolicyOptions {
   /** Task type: the handler registered in the orchestrator application under this type runs it. */
   type: string;
   /** Input from the run input and earlier outputs (default: the run input). Must be deterministic. */

@@ -62,7 +62,12 @@ const fire = (s: RunState, purpose: string): WorkflowInput => ({
 describe('local steps', () => {
   it('compile with a short default step timeout and are listed by task type', () => {
     const step = def.stepIndex.get('price') as TaskStep;
-    expect(step).toMatchObject({ kind: 'task', local: true, type: 'local.price', timeoutMs: LOCAL_TIMEOUT_MS });
+    expect(step).toMatchObject({
+      kind: 'task',
+      local: true,
+      type: 'local.price',
+      timeoutMs: LOCAL_TIMEOUT_MS,
+    });
     expect(step.stepTimeoutMs).toBe(LOCAL_TIMEOUT_MS + LOCAL_STEP_TIMEOUT_GRACE_MS);
     expect((def.stepIndex.get('ship') as TaskStep).local).toBeUndefined();
     expect([...localStepTypes([def])]).toEqual(['local.price', 'local.tax']);
@@ -81,7 +86,10 @@ describe('local steps', () => {
     ]);
     expect(d.state!.steps.price).toMatchObject({ status: 'scheduled', dispatchedAt: clock });
     expect(Object.values(d.state!.timers)).toEqual([
-      expect.objectContaining({ purpose: 'step-timeout', dueAt: clock + LOCAL_TIMEOUT_MS + LOCAL_STEP_TIMEOUT_GRACE_MS }),
+      expect.objectContaining({
+        purpose: 'step-timeout',
+        dueAt: clock + LOCAL_TIMEOUT_MS + LOCAL_STEP_TIMEOUT_GRACE_MS,
+      }),
     ]);
   });
 
@@ -102,7 +110,12 @@ describe('local steps', () => {
     expect(d.state!.steps.tax).toMatchObject({ status: 'waiting-retry' });
     d = reduce(def, d.state, fire(d.state!, 'retry'));
     expect(d.commands).toEqual([
-      expect.objectContaining({ stepId: 'tax', attempt: 2, local: true, idempotencyKey: first.idempotencyKey }),
+      expect.objectContaining({
+        stepId: 'tax',
+        attempt: 2,
+        local: true,
+        idempotencyKey: first.idempotencyKey,
+      }),
     ]);
   });
 });

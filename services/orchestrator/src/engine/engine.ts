@@ -155,7 +155,8 @@ export class Engine {
     for (const name of registry.names()) {
       const def = registry.get(name)!;
       for (const s of def.stepIndex.values()) {
-        if (s.kind === 'task' && s.local) localTypes.add(s.type); // a local step's commands stay in process
+        if (s.kind === 'task' && s.local)
+          localTypes.add(s.type); // a local step's commands stay in process
         else if ((s.kind === 'task' || s.kind === 'map') && !s.child) taskTypes.add(s.type); // a child step sends no commands
         if (s.kind === 'task' && s.compensate && !s.child) taskTypes.add(s.compensate.type);
       }

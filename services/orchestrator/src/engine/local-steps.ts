@@ -198,7 +198,10 @@ export class LocalStepRunner {
       timestamp: String(Date.now()),
     };
     const giveUpAt =
-      Date.now() + command.timeoutMs + this.d.cfg.ORCHESTRATOR_LOCAL_STEP_LEASE_MS + LOCAL_STEP_TIMEOUT_GRACE_MS;
+      Date.now() +
+      command.timeoutMs +
+      this.d.cfg.ORCHESTRATOR_LOCAL_STEP_LEASE_MS +
+      LOCAL_STEP_TIMEOUT_GRACE_MS;
     for (let n = 1; ; n++) {
       try {
         return await this.executor!.handle(m, this.hc(n - 1));

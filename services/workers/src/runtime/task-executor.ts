@@ -794,7 +794,12 @@ export class TaskExecutor {
     const onWait =
       every > 0
         ? () => {
-            const o = { codec: this.o.codec, results: this.o.results, intervalMs: every, workerId: this.workerId };
+            const o = {
+              codec: this.o.codec,
+              results: this.o.results,
+              intervalMs: every,
+              workerId: this.workerId,
+            };
             reports = new FlowWaitReports({ ...o, logger: t.log() }, t.cmd, traceContextOf(t.context));
           }
         : undefined;
