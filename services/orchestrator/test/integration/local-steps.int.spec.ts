@@ -44,7 +44,7 @@ describe('local steps (orchestrator process, no worker)', () => {
     expect(status).toBe(202);
     const runId = body.runId as string;
     const done = await completed(runId);
-    expect(JSON.parse(done.value.output as string)).toEqual({ a: { n: 2 }, b: { n: 3 }, c: { n: 4 } });
+    expect(JSON.parse(done!.value.output as string)).toEqual({ a: { n: 2 }, b: { n: 3 }, c: { n: 4 } });
     for (const step of ['a', 'b', 'c']) {
       expect(await count('started', runId, step)).toBe(1);
       expect(await count('done', runId, step)).toBe(1);
@@ -68,7 +68,7 @@ describe('local steps (orchestrator process, no worker)', () => {
     await held.exited;
     await h.startOrchestrator(env(), FIXTURE);
     const done = await completed(runId);
-    expect(JSON.parse(done.value.output as string)).toEqual({ a: { n: 11 }, b: { n: 12 }, c: { n: 13 } });
+    expect(JSON.parse(done!.value.output as string)).toEqual({ a: { n: 11 }, b: { n: 12 }, c: { n: 13 } });
     expect(await count('done', runId, 'a')).toBe(1); // recorded before the crash: not run again
     expect(await count('started', runId, 'b')).toBe(2); // never finished in the killed process: ran again
     expect(await count('done', runId, 'b')).toBe(1);
