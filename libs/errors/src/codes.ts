@@ -16,6 +16,10 @@ export const ERROR_CODES = {
     retryable: false,
     doc: "The orchestrator's configuration is invalid; the message names each bad variable.",
   },
+  LOCAL_STEP_HANDLER_MISSING: {
+    retryable: false,
+    doc: 'A workflow has a local step (`.local`) whose task type has no handler registered in the orchestrator application; it refuses to start.',
+  },
   WORKER_CONFIG: {
     retryable: false,
     doc: "The workers' configuration is invalid; the message names each bad variable.",

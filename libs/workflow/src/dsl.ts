@@ -195,6 +195,40 @@ export type ContractTaskOptions<
   >;
 } & InputMapping<[c: StepContext<I, O>], I, TaskInputOf<C>, R>;
 
+/** Default per-attempt timeout of a local step (`.local`), in ms: local steps are short by rule. */
+export const LOCAL_TIMEOUT_MS = 5_000;
+/** What a local step's default step timeout adds to its attempt timeout, in ms (recovery after a crash waits it). */
+export const LOCAL_STEP_TIMEOUT_GRACE_MS = 5_000;
+
+/** Retry and timeout options of a local step (`.local`): no in-process attempts beyond one, no compensation. */
+export interface LocalPolicyOptions {
+  /** Orchestrator-level retry policy (each retry runs the handler again locally, at least once). */
+  retry?: RetryPolicyInput;
+  /** Per-attempt timeout in ms (default {@link LOCAL_TIMEOUT_MS}). */
+  timeoutMs?: number;
+  /**
+   * Step timeout in ms (default timeoutMs + {@link LOCAL_STEP_TIMEOUT_GRACE_MS}): if no result arrives this long after
+   * the attempt is dispatched (the orchestrator that ran it crashed), the attempt fails (StepTimeoutError, retryable)
+   * and the retry runs the step again on the run's owner.
+   */
+  stepTimeoutMs?: number;
+}
+
+/** Options of an untyped local step (`.local(id, { type, ... })`). */
+export interface LocalOptions<
+  I = Record<string, unknown>,
+  O = Record<string, unknown>,
+> extends LocalPolicyOptions {
+  /** Task type: the handler registered in the orchestrator application under this type runs it. */
+  type: string;
+  /** Input from the run input and earlier outputs (default: the run input). Must be deterministic. */
+  input?: (c: StepContext<I, O>) => unknown;
+}
+
+/** Options of a typed local step (`.local(id, contract, { ... })`). */
+export type ContractLocalOptions<I, O, C extends AnyTaskContract, R = TaskInputOf<C>> = LocalPolicyOptions &
+  InputMapping<[c: StepContext<I, O>], I, TaskInputOf<C>, R>;
+
 /** Options of a map step over items of type `Item` whose task is `C`; `A` is the aggregated output. */
 export type ContractMapOptions<
   I,
@@ -257,6 +291,11 @@ export interface TaskStep {
   contract?: AnyTaskContract;
   /** A child step (`.child`): each attempt starts a run of this workflow instead of sending a task command. */
   child?: ChildRef;
+  /**
+   * A local step (`.local`): each attempt runs in the orchestrator process that owns the run (its handler registered
+   * there by task type), after the transaction that dispatched it commits; nothing goes to a task topic.
+   */
+  local?: true;
 }
 
 /** The workflow a child step starts (see `.child` and `.childMap`). */
@@ -388,6 +427,20 @@ export interface StepMethods<I, O, Kind extends 'steps' | 'workflow'> {
       ? [o?: ContractTaskOptions<I, O, Id, C, Undo, R>]
       : [o: ContractTaskOptions<I, O, Id, C, Undo, R>]
   ): Next<Kind, I, WithOutput<O, Id, TaskOutputOf<C>>>;
+  /**
+   * A local step of a contract (typed as `.task`): it runs in the orchestrator process that owns the run, with no
+   * worker round trip, at least once, under the same idempotency rules as a worker's task (docs/workflows.md "Local
+   * steps": for short steps only). Its handler is registered in the orchestrator application by task type.
+   */
+  local<const Id extends string, C extends AnyTaskContract, R extends TaskInputOf<C> = TaskInputOf<C>>(
+    id: Id,
+    contract: C,
+    ...options: DefaultFits<I, TaskInputOf<C>> extends true
+      ? [o?: ContractLocalOptions<I, O, C, R>]
+      : [o: ContractLocalOptions<I, O, C, R>]
+  ): Next<Kind, I, WithOutput<O, Id, TaskOutputOf<C>>>;
+  /** A local step by task type name (untyped: its input and output are `unknown`). */
+  local<const Id extends string>(id: Id, o: LocalOptions<I, O>): Next<Kind, I, WithOutput<O, Id, unknown>>;
   /** A map step by task type name (untyped). */
   map<const Id extends string>(id: Id, o: MapOptions<I, O>): Next<Kind, I, WithOutput<O, Id, unknown>>;
   /** A map step of a contract whose `items` are the commands' inputs themselves (no `input` mapping). */
@@ -507,6 +560,16 @@ class Builder {
       },
       ...(isContract(a) ? { contract: a } : {}),
     });
+    return this;
+  }
+
+  local(id: string, a: object, b?: object): this {
+    const o = (isContract(a) ? { ...b, type: a.type } : a) as LocalOptions;
+    const timeoutMs = o.timeoutMs ?? LOCAL_TIMEOUT_MS;
+    this.task(id, a, isContract(a) ? { ...b, timeoutMs } : { ...o, timeoutMs });
+    const step = this.list[this.list.length - 1] as TaskStep;
+    step.local = true;
+    step.stepTimeoutMs = o.stepTimeoutMs ?? timeoutMs + LOCAL_STEP_TIMEOUT_GRACE_MS;
     return this;
   }
 
@@ -698,4 +761,12 @@ export function workflow<S extends z.ZodType = z.ZodType<Record<string, unknown>
   if (!Number.isInteger(version) || version < 1)
     throw new InvalidDefinitionError(name, 'version must be an integer >= 1');
   return new Builder(name, version, options.input) as unknown as WorkflowBuilder<z.input<S>, NoOutputs>;
+}
+
+/** The task types of the local steps (`.local`) of `definitions`, each once: their handlers must be registered. */
+export function localStepTypes(definitions: Iterable<WorkflowDefinition>): Set<string> {
+  const types = new Set<string>();
+  for (const def of definitions)
+    for (const s of def.stepIndex.values()) if (s.kind === 'task' && s.local) types.add(s.type);
+  return types;
 }

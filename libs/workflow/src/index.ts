@@ -1,6 +1,14 @@
 export { retryPolicy, backoffCapMs, backoffDelayMs, shouldRetry, InvalidRetryPolicyError } from './retry';
 export type { RetryPolicy, RetryPolicyInput } from './retry';
-export { workflow, InvalidDefinitionError, COMPENSATION_SUFFIX, CHILD_STEP_TIMEOUT_MS } from './dsl';
+export {
+  workflow,
+  InvalidDefinitionError,
+  COMPENSATION_SUFFIX,
+  CHILD_STEP_TIMEOUT_MS,
+  LOCAL_TIMEOUT_MS,
+  LOCAL_STEP_TIMEOUT_GRACE_MS,
+  localStepTypes,
+} from './dsl';
 export type {
   Step,
   TaskStep,
@@ -30,6 +38,9 @@ export type {
   ChildOptions,
   ChildMapOptions,
   ChildPolicyOptions,
+  LocalOptions,
+  LocalPolicyOptions,
+  ContractLocalOptions,
 } from './dsl';
 export {
   reduce,

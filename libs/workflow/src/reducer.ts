@@ -302,6 +302,11 @@ export interface CommandSpec {
    * (compensateCompleted), whose end is reported to this command's step and attempt.
    */
   compensateChild?: { runId: string };
+  /**
+   * A local step's attempt (`.local`): not produced to a task topic; the engine hands it to the orchestrator's
+   * local-step runner once the transaction that dispatched it has committed. Absent for any other command.
+   */
+  local?: true;
 }
 
 export type LifecycleSpec =
@@ -1228,6 +1233,7 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     ...(compensation?.child
       ? { compensateChild: { runId: childRunIdOf(s.runId, undone!, s.steps[undone!]?.attempt ?? 1) } }
       : {}),
+    ...(!compensation && item === undefined && (step as TaskStep).local ? { local: true as const } : {}),
   });
   s.timers[`step-timeout:${stepId}:${attempt}`] = {
     dueAt: c.at + stepTimeoutMs,

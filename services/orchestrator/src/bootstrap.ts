@@ -10,6 +10,7 @@ import { loadOrchestratorConfig, requireApiSettings } from './config';
 import { KeyflowOrchestratorModule, ORCHESTRATOR_RUNTIME, setupKeyflowOrchestrator } from './module';
 import { checkSchedules, checkTriggers, type OrchestratorRuntime } from './runtime';
 import { WorkflowRegistry } from './workflows/registry';
+import { localHandlersOf, type LocalStepHandler } from './engine/local-steps';
 
 /**
  * Starts an orchestrator instance as a process of its own: {@link KeyflowOrchestratorModule} with the application's
@@ -23,6 +24,8 @@ export async function bootstrapOrchestrator(
   env: NodeJS.ProcessEnv = process.env,
   schedules: ScheduleDef[] = [],
   triggers: TriggerDefinition[] = [],
+  /** The handlers of the definitions' local steps (`.local`): `localStep(contract, handler)` each. */
+  localSteps: LocalStepHandler[] = [],
 ) {
   // Settings and schedules first: a refused one is thrown here as it is, before Nest logs its own report of a
   // failed provider.
@@ -31,8 +34,9 @@ export async function bootstrapOrchestrator(
   const registry = new WorkflowRegistry().register(...workflows);
   checkSchedules(registry, schedules);
   checkTriggers(registry, triggers);
+  localHandlersOf(workflows, localSteps); // a local step without a handler: LocalStepHandlerMissingError, here
   const app = await NestFactory.create<NestExpressApplication>(
-    KeyflowOrchestratorModule.forRoot({ workflows, schedules, triggers, env }),
+    KeyflowOrchestratorModule.forRoot({ workflows, schedules, triggers, env, localSteps }),
     // abortOnError false: a setting refused at startup reaches the caller (main prints it and exits 1).
     { logger: ['error', 'warn'], rawBody: true, abortOnError: false },
   );

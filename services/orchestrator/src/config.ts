@@ -3,7 +3,12 @@ import type { RegistryConnection } from '@keyflow/contracts';
 import type { RedisConnection } from '@keyflow/idempotency';
 import { z } from 'zod';
 import { defaultGroupId, unsetWhenEmpty, type KafkaSecurity } from '@keyflow/kafka';
-import { brokerList, CONNECTION_ENV, connectionSettingsFromEnv } from '@keyflow/idempotency';
+import {
+  brokerList,
+  CONNECTION_ENV,
+  connectionSettingsFromEnv,
+  DEFAULT_COMPLETION_TTL_MS,
+} from '@keyflow/idempotency';
 import { DEFAULT_PARKED_INPUTS_LIMIT, DEFAULT_SIGNAL_BUFFER_LIMIT } from '@keyflow/workflow';
 import { CATCH_UP_MODES } from './engine/scheduler';
 import { ApiKeysSchema, LOOPBACK_ADDRESS, type ApiKeyEntry } from './api/auth';
@@ -115,6 +120,22 @@ const Schema = z.object({
    * exits (docs/guarantees/time.md).
    */
   ORCHESTRATOR_STOP_TIMEOUT_MS: z.coerce.number().int().min(1000).default(10_000),
+  /**
+   * Local steps' handler calls running at once in this instance (docs/workflows.md "Local steps"); more wait, their
+   * leases held, for a slot. They share the engine's event loop: keep it small.
+   */
+  ORCHESTRATOR_LOCAL_STEP_CONCURRENCY: z.coerce.number().int().min(1).default(16),
+  /**
+   * A local step's idempotency lease, in ms (renewed while its handler runs): after a crash, another instance can run
+   * the step only once it has lapsed, so keep it near the local steps' step timeouts.
+   */
+  ORCHESTRATOR_LOCAL_STEP_LEASE_MS: z.coerce.number().int().min(300).default(10_000),
+  /** How long a local step's completion record answers a replay, in ms (as WORKER_COMPLETION_TTL_MS). */
+  ORCHESTRATOR_LOCAL_STEP_COMPLETION_TTL_MS: z.coerce
+    .number()
+    .int()
+    .min(1000)
+    .default(DEFAULT_COMPLETION_TTL_MS),
   /**
    * The least time (ms) an Idempotency-Key stays bound to its first request (a start's run, a signal's, cancel's or
    * retry's answer). The TTL used is never below ORCHESTRATOR_RUN_RETENTION_MS: see {@link requestKeyTtlMs}.

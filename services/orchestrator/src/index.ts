@@ -20,3 +20,4 @@ export { rebuildRuns, diffRun, type RebuildReport, type Difference } from './reb
 export { WorkflowRegistry } from './workflows/registry';
 /** Where the orchestrator serves the operator console (its HTTP path). */
 export { CONSOLE_PATH } from './api/console';
+export { localStep, LocalStepHandlerMissingError, type LocalStepHandler } from './engine/local-steps';

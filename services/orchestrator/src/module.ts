@@ -26,6 +26,7 @@ import { Engine } from './engine/engine';
 import { RunReadModel } from './engine/read-model';
 import type { ScheduleDef } from './engine/scheduler';
 import { createOrchestratorRuntime, type OrchestratorRuntime } from './runtime';
+import type { LocalStepHandler } from './engine/local-steps';
 
 /** The injection token of the started {@link OrchestratorRuntime} (`app.get<OrchestratorRuntime>(ORCHESTRATOR_RUNTIME)`). */
 export const ORCHESTRATOR_RUNTIME = Symbol('keyflow.OrchestratorRuntime');
@@ -41,6 +42,12 @@ export interface KeyflowOrchestratorOptions {
    * of a team's own topics, exactly once per record (docs/triggers.md). A start trigger must name one of `workflows`.
    */
   triggers?: TriggerDefinition[];
+  /**
+   * The handlers of the local steps (`.local`) of `workflows`, by task type (`localStep(contract, handler)`): they
+   * run in this process (docs/workflows.md "Local steps"). A local step without one refuses the start
+   * (LocalStepHandlerMissingError, code LOCAL_STEP_HANDLER_MISSING).
+   */
+  localSteps?: LocalStepHandler[];
   /**
    * Settings by their environment variable names (docs/reference/configuration.md); default `process.env`. LOG_LEVEL,
    * KEYFLOW_FATAL_EXIT_DELAY_MS, KEYFLOW_STARTUP_TIMEOUT_MS and KEYFLOW_UNDECODABLE_RETRY_MS are read from
@@ -103,7 +110,13 @@ export class KeyflowOrchestratorModule {
         {
           provide: ORCHESTRATOR_RUNTIME,
           useFactory: (o: KeyflowOrchestratorOptions) =>
-            createOrchestratorRuntime(o.workflows, o.env ?? process.env, o.schedules ?? [], o.triggers ?? []),
+            createOrchestratorRuntime(
+              o.workflows,
+              o.env ?? process.env,
+              o.schedules ?? [],
+              o.triggers ?? [],
+              o.localSteps ?? [],
+            ),
           inject: [OPTIONS],
         },
         RuntimeShutdown,

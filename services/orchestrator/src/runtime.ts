@@ -41,6 +41,8 @@ import { RunsService } from './api/runs.service';
 import { ApiKeys } from './api/auth';
 import { OpsService } from './api/ops.service';
 import { WorkflowRegistry } from './workflows/registry';
+import { localHandlersOf, LocalStepRunner, type LocalStepHandler } from './engine/local-steps';
+import type { TaskHandlerFn } from '@keyflow/handler';
 import { TriggerRunners, triggerIssues } from './triggers/triggers';
 
 /** What {@link createOrchestratorRuntime} starts, and how to stop it. */
@@ -81,11 +83,14 @@ export async function createOrchestratorRuntime(
   env: NodeJS.ProcessEnv,
   schedules: ScheduleDef[],
   triggerDefs: TriggerDefinition[] = [],
+  /** The handlers of the definitions' local steps (`.local`), by task type: see {@link localStep}. */
+  localSteps: readonly LocalStepHandler[] = [],
 ): Promise<OrchestratorRuntime> {
   const cfg = requireApiSettings(loadOrchestratorConfig(env));
   const workflows = new WorkflowRegistry().register(...definitions);
   checkSchedules(workflows, schedules);
   checkTriggers(workflows, triggerDefs);
+  const localHandlers = localHandlersOf(definitions, localSteps);
   // Before anything makes a span: OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operating.md "Tracing").
   const tracing = startTracing('keyflow-orchestrator', env);
   const logger = createLogger('orchestrator');
@@ -106,7 +111,7 @@ export async function createOrchestratorRuntime(
     const health = new ComponentHealth();
     exitOnComponentFailure(health, logger);
     const w: Wiring = { cfg, workflows, logger, metrics, registry, kafka, codec, health, started };
-    const { engine, readModel, claim } = await startEngine(w);
+    const { engine, readModel, claim, local } = await startEngine(w, localHandlers);
     const { lagMonitor, dlqs } = await startLagMonitor(w, triggerDefs);
     const { producer, redis, webhooks, runs } = await startApi(w, readModel, claim);
     const triggers = await startTriggers(w, triggerDefs, readModel);
@@ -146,6 +151,7 @@ export async function createOrchestratorRuntime(
           lagMonitor.stop();
           await triggers.stop();
           await Promise.all([engine.stop(), readModel.stop(), producer.disconnect(), redis.quit()]);
+          await local?.stop();
           await tracing.shutdown();
         })()),
     };
@@ -189,17 +195,10 @@ function apiKeysOf(cfg: OrchestratorRuntime['cfg'], logger: Logger): ApiKeys {
 }
 
 /** Starts the read model (all of wf.state) and the engine (creates topics, checks co-partitioning, registers schemas). */
-async function startEngine({
-  cfg,
-  workflows,
-  logger,
-  metrics,
-  registry,
-  kafka,
-  codec,
-  health,
-  started,
-}: Wiring) {
+async function startEngine(
+  { cfg, workflows, logger, metrics, registry, kafka, codec, health, started }: Wiring,
+  localHandlers: Map<string, TaskHandlerFn>,
+) {
   const claim = claimCheckFromConfig(cfg);
   const readModel = new RunReadModel(
     kafka,
@@ -213,8 +212,16 @@ async function startEngine({
     () => engine.stop(),
     () => readModel.stop(),
   );
+  // The local steps' runner, before the engine consumes: a local command is handed to it after its commit.
+  let local: LocalStepRunner | undefined;
+  if (localHandlers.size) {
+    local = new LocalStepRunner({ cfg, kafka, codec, claim, logger, registry, health }, localHandlers);
+    started.push(() => local!.stop());
+    await local.start();
+    engine.useLocalSteps(local);
+  }
   await engine.start(); // creates topics, checks co-partitioning, registers schemas
-  return { engine, readModel, claim };
+  return { engine, readModel, claim, local };
 }
 
 /**

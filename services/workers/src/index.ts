@@ -30,3 +30,7 @@ export {
   type ContractHandlerMethod,
 } from '@keyflow/handler';
 export { EventPublisher } from './runtime/event-publisher';
+// The task executor, for a process that runs handlers of its own without consuming task topics: the orchestrator's
+// local steps (docs/workflows.md "Local steps") run through it, under the same idempotency and retry rules.
+export { TaskExecutor, type ExecutorOptions, type StoredOutcome } from './runtime/task-executor';
+export { workerMetrics, type WorkerMetrics } from './runtime/metrics';

@@ -40,6 +40,7 @@ import {
   encodeSnapshotRecords,
   refusedChildResult,
   toWorkflowInput,
+  type LocalCommand,
   type OutputRecord,
 } from './mapping';
 import type { OrchestratorMetrics } from './metrics';
@@ -97,6 +98,10 @@ export class BatchApply implements BatchOutputs {
   /** The trace context each run's outputs carry (its last applied input's span), kept for its timers. */
   private readonly traces = new Map<string, TraceContext>();
   readonly records: OutputRecord[] = [];
+  /** The local steps' commands of the applied inputs: handed to the local-step runner after the commit. */
+  readonly local: LocalCommand[] = [];
+  /** The local commands of the input being encoded (kept only once it is applied). */
+  private encodedLocal: LocalCommand[] = [];
   readonly dlq: DeadLetter[] = [];
   private transitions = 0;
   private readonly started: string[] = [];
@@ -365,6 +370,7 @@ export class BatchApply implements BatchOutputs {
 
   /** The records of a decision (and per input, the run's snapshot). @throws as encodeOutputs */
   private encode(d: Decision, input: WorkflowInput, traceCtx: TraceContext): Promise<OutputRecord[]> {
+    this.encodedLocal = [];
     return encodeOutputs(
       this.d.codec,
       d.state!,
@@ -376,6 +382,7 @@ export class BatchApply implements BatchOutputs {
         ? { previous: this.o.runs.get(input.runId), partition: this.o.partition }
         : undefined,
       d.cancels,
+      this.encodedLocal,
     );
   }
 
@@ -449,6 +456,8 @@ export class BatchApply implements BatchOutputs {
         ms: next.updatedAt - next.startedAt,
       });
     this.records.push(...outputs);
+    if (this.encodedLocal.length) this.local.push(...this.encodedLocal);
+    this.encodedLocal = [];
   }
 
   /** Per input only: the snapshot of a run parked or unparked (applied inputs carry theirs: encodeOutputs). */

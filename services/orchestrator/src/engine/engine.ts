@@ -52,6 +52,7 @@ import {
 import { BatchApply, definitionName, SnapshotPerInput, type ApplyDeps, type BatchSpans } from './apply';
 import { commitBatch, splitBySize, type CommitDeps } from './commit';
 import { RetentionSweeper } from './retention';
+import type { LocalCommand } from './mapping';
 
 /** The engine's input topics (logical): what it consumes, and what it dead-letters into `<topic>.dlq`. */
 const ENGINE_INPUTS = [Topic.WF_REQUESTS, Topic.TASK_RESULTS] as const;
@@ -98,6 +99,8 @@ export class Engine {
   private readonly applyDeps: ApplyDeps;
   private readonly commitDeps: CommitDeps;
   private readonly retention: RetentionSweeper;
+  /** Runs the local steps' commands after their commit (set by the runtime when a definition has local steps). */
+  private localSteps?: { run(commands: LocalCommand[]): void };
 
   constructor(
     private readonly cfg: OrchestratorConfig,
@@ -148,10 +151,13 @@ export class Engine {
     registry: WorkflowRegistry,
   ): Array<TopicSpec & { topic: LogicalTopic | DlqTopic }> {
     const taskTypes = new Set<string>();
+    const localTypes = new Set<string>();
     for (const name of registry.names()) {
       const def = registry.get(name)!;
       for (const s of def.stepIndex.values()) {
-        if ((s.kind === 'task' || s.kind === 'map') && !s.child) taskTypes.add(s.type); // a child step sends no commands
+        if (s.kind === 'task' && s.local)
+          localTypes.add(s.type); // a local step's commands stay in process
+        else if ((s.kind === 'task' || s.kind === 'map') && !s.child) taskTypes.add(s.type); // a child step sends no commands
         if (s.kind === 'task' && s.compensate && !s.child) taskTypes.add(s.compensate.type);
       }
     }
@@ -172,7 +178,16 @@ export class Engine {
         { topic: taskTopic(t), partitions: cfg.TASK_PARTITIONS },
         { topic: dlqOf(taskTopic(t)), partitions: 1, configs: dlqConfigs },
       ]),
+      // A local step's command a handler cannot take (its input refused) is dead-lettered like a worker's.
+      ...[...localTypes]
+        .filter((t) => !taskTypes.has(t))
+        .map((t) => ({ topic: dlqOf(taskTopic(t)), partitions: 1, configs: dlqConfigs })),
     ];
+  }
+
+  /** The runner of local steps' commands: each batch's, after its transaction commits (see local-steps.ts). */
+  useLocalSteps(runner: { run(commands: LocalCommand[]): void }): void {
+    this.localSteps = runner;
   }
 
   /** Called when the engine's consumer dies for good: the process should exit non-zero (a supervisor restarts it). */
@@ -576,6 +591,8 @@ export class Engine {
     await commitBatch(o, this.commitDeps, batch, applied, lastOffset, spans.batch);
     // Only now does the in-memory state move on.
     applied.settle();
+    // Local steps run only once their dispatch is durable, outside the partition's lock (local-steps.ts).
+    if (applied.local.length) this.localSteps?.run(applied.local);
     p.resolveOffset(lastOffset);
     if (bad) this.quarantine.add(batch.topic, batch.partition, bad.batch);
     else this.quarantine.ok(batch.topic, batch.partition);

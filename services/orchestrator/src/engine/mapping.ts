@@ -216,6 +216,11 @@ export async function encodeOutputs(
   snapshot?: { previous: RunState | undefined; partition: number },
   /** Child runs to cancel (Decision.cancels): a CancelRun each on wf.requests, keyed by the child's run id. */
   cancels: ChildCancel[] = [],
+  /**
+   * Where a local step's command goes (CommandSpec.local): its TaskCommand (input inline: it never travels on
+   * Kafka) with the trace headers, for the local-step runner after the commit; no record is produced for it.
+   */
+  local: LocalCommand[] = [],
 ): Promise<OutputRecord[]> {
   const out: OutputRecord[] = [];
   let i = 0;
@@ -255,6 +260,11 @@ export async function encodeOutputs(
       );
       continue;
     }
+    if (c.local) {
+      const command = taskCommand(state, c, { inline: c.input, ref: null }, meta('TaskCommand', c.entityKey));
+      local.push({ command, headers });
+      continue;
+    }
     const logical = taskTopic(c.taskType);
     const input = await claim.offload(
       `input of ${c.idempotencyKey} attempt ${c.attempt}`,
@@ -280,6 +290,13 @@ export async function encodeOutputs(
       ...(await encodeSnapshotRecords(codec, state, snapshot.previous, cause, claim, snapshot.partition)),
     );
   return out;
+}
+
+/** A local step's command as the engine hands it to the local-step runner (see encodeOutputs). */
+export interface LocalCommand {
+  command: TaskCommand;
+  /** The trace headers its record would have carried (the dispatching input's context). */
+  headers: Record<string, string> | undefined;
 }
 
 /** The lifecycle events that end a run: with them, a child run reports to its parent. */

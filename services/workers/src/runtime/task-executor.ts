@@ -114,9 +114,11 @@ export interface ExecutorOptions {
    * counts the wait).
    */
   flowWaitReportMs?: number;
+  /** The worker id results carry (default `<host>/<pid>`; the orchestrator's local steps: `local/<instance>`). */
+  workerId?: string;
 }
 
-const workerId = `${hostname()}/${process.pid}`;
+const defaultWorkerId = `${hostname()}/${process.pid}`;
 
 /**
  * Runs one task command end to end: decode, idempotency lease, attempts with timeout and backoff, completion
@@ -140,6 +142,8 @@ export class TaskExecutor {
   /** Bytes to a command and its input: the contracts' one payload serde. */
   private readonly serde: PayloadSerde;
   private readonly renewer: LeaseRenewer;
+  /** The worker id results carry (ExecutorOptions.workerId). */
+  private readonly workerId: string;
 
   /** The tasks' listeners on their partitions' revocation and their consumer's drain, one listener per signal. */
   private readonly aborts = new AbortFanout();
@@ -152,6 +156,7 @@ export class TaskExecutor {
     this.policy = retryPolicy(o.retry ?? { initialDelayMs: 100, maxDelayMs: 5_000 });
     this.renewer = new LeaseRenewer(o.store, o.logger);
     this.handlerSlots = new Semaphore(o.maxConcurrentHandlers);
+    this.workerId = o.workerId ?? defaultWorkerId;
   }
 
   /** Handler calls running now, and attempts waiting for a slot (for the gauges). */
@@ -789,7 +794,12 @@ export class TaskExecutor {
     const onWait =
       every > 0
         ? () => {
-            const o = { codec: this.o.codec, results: this.o.results, intervalMs: every, workerId };
+            const o = {
+              codec: this.o.codec,
+              results: this.o.results,
+              intervalMs: every,
+              workerId: this.workerId,
+            };
             reports = new FlowWaitReports({ ...o, logger: t.log() }, t.cmd, traceContextOf(t.context));
           }
         : undefined;
@@ -909,7 +919,7 @@ export class TaskExecutor {
             output: checked.inline,
             outputRef: checked.ref,
             durationMs: outcome.durationMs,
-            workerId,
+            workerId: this.workerId,
             replayed,
           } satisfies TaskCompleted)
         : this.o.codec.encode(Topic.TASK_RESULTS, 'TaskFailed', {
@@ -920,7 +930,7 @@ export class TaskExecutor {
             attempt: cmd.attempt,
             idempotencyKey: cmd.idempotencyKey,
             error: outcome.error,
-            workerId,
+            workerId: this.workerId,
           } satisfies TaskFailed);
     // The headers carry the trace context the metadata does (made once: the same injection would give the same text).
     return { key: cmd.runId, value, headers: traceHeaders(traceContext) ?? {} };
