@@ -47,6 +47,7 @@ export const SDK_PACKAGES: readonly PackedPackage[] = [
   { name: '@keyflow/idempotency', dir: 'libs/idempotency' },
   { name: '@keyflow/ops', dir: 'libs/ops' },
   { name: '@keyflow/blobs', dir: 'libs/blobs' },
+  { name: '@keyflow/task-runtime', dir: 'libs/task-runtime' },
   { name: '@keyflow/orchestrator', dir: 'services/orchestrator', assets: ['console'] },
   {
     name: '@keyflow/workers',

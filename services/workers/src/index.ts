@@ -14,7 +14,7 @@ export {
   type KeyflowWorkerAsyncOptions,
   type WorkerRuntime,
 } from './module';
-export { BLOB_STORE } from './runtime/blob-store';
+export { BLOB_STORE } from './blob-store';
 export { loadWorkerConfig, WorkerConfigError, type WorkerConfig } from './config';
 export { WorkerSettingsSchema } from './config';
 // What a handler's author needs lives in @keyflow/handler (framework-free); re-exported here so applications that
@@ -29,8 +29,6 @@ export {
   type TaskContext,
   type ContractHandlerMethod,
 } from '@keyflow/handler';
-export { EventPublisher } from './runtime/event-publisher';
+export { EventPublisher } from '@keyflow/task-runtime';
 // The task executor, for a process that runs handlers of its own without consuming task topics: the orchestrator's
 // local steps (docs/workflows.md "Local steps") run through it, under the same idempotency and retry rules.
-export { TaskExecutor, type ExecutorOptions, type StoredOutcome } from './runtime/task-executor';
-export { workerMetrics, type WorkerMetrics } from './runtime/metrics';

@@ -20,8 +20,8 @@ import {
 import { loadWorkerConfig, type WorkerConfig } from './config';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
-import { EventPublisher } from './runtime/event-publisher';
-import { BLOB_STORE } from './runtime/blob-store';
+import { EventPublisher } from '@keyflow/task-runtime';
+import { BLOB_STORE } from './blob-store';
 
 /** Settings of a worker. */
 export interface KeyflowWorkerOptions {

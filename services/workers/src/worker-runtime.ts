@@ -24,18 +24,23 @@ import { alignDlqLimits, dlqTopicConfigs, dlqTopicFor } from '@keyflow/ops';
 import { taskTopic, Topic, type TaskTopic } from '@keyflow/schemas';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from './config';
-import type { EventPublisher } from './runtime/event-publisher';
-import { IdempotencyStoreHealth, type IdempotencyHealth } from './runtime/idempotency-health';
-import { workerMetrics, type WorkerMetrics } from './runtime/metrics';
+import {
+  FlowLimiter,
+  IdempotencyStoreHealth,
+  TaskExecutor,
+  workerMetrics,
+  type EventPublisher,
+  type IdempotencyHealth,
+  type StoredOutcome,
+  type WorkerMetrics,
+} from '@keyflow/task-runtime';
 import type { TaskHandlerFn } from '@keyflow/handler';
-import { TaskExecutor, type StoredOutcome } from './runtime/task-executor';
-import { FlowLimiter } from './runtime/flow-limiter';
 
 export {
   IDEMPOTENCY_STORE_FULL_CONDITION,
   type EvictionHealth,
   type IdempotencyHealth,
-} from './runtime/idempotency-health';
+} from '@keyflow/task-runtime';
 
 /** Names of the worker's parts that must keep running, as /health and the fatal log line name them. */
 export const WORKER_COMPONENTS = {

@@ -26,7 +26,7 @@ import {
   type AnyTaskContract,
   type WorkflowDefinition,
 } from '@keyflow/workflow';
-import { TaskExecutor, workerMetrics, type StoredOutcome } from '@keyflow/workers';
+import { TaskExecutor, workerMetrics, type StoredOutcome } from '@keyflow/task-runtime';
 import type { OrchestratorConfig } from '../config';
 import type { LocalCommand } from './mapping';
 

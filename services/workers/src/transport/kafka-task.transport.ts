@@ -4,7 +4,7 @@ import { createBlobStore, type BlobStore } from '@keyflow/blobs';
 import type { ComponentHealth, Logger, Registry } from '@keyflow/observability';
 import type { AnyTaskContract } from '@keyflow/workflow';
 import type { WorkerConfig } from '../config';
-import type { EventPublisher } from '../runtime/event-publisher';
+import type { EventPublisher } from '@keyflow/task-runtime';
 import { CONTRACT_EXTRA, checkedByContract, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { TaskWorker, type IdempotencyHealth } from '../worker-runtime';
 

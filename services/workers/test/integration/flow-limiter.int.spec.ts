@@ -2,8 +2,7 @@ import Redis from 'ioredis';
 import { createLogger, createMetricsRegistry } from '@keyflow/observability';
 import { flowKeys } from '@keyflow/ops';
 import { eventually } from '@keyflow/testing';
-import { FlowLimiter, type FlowLimits, type FlowPermit } from '../../src/runtime/flow-limiter';
-import { workerMetrics } from '../../src/runtime/metrics';
+import { FlowLimiter, workerMetrics, type FlowLimits, type FlowPermit } from '@keyflow/task-runtime';
 
 jest.setTimeout(60_000);
 

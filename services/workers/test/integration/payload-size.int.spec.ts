@@ -14,7 +14,7 @@ import {
   produceLargeWithKcat,
   produceWithKcat,
 } from '@keyflow/testing';
-import type { StoredOutcome } from '../../src/runtime/task-executor';
+import type { StoredOutcome } from '@keyflow/task-runtime';
 import { POSTGRES_URL, WorkerHarness } from './support';
 import { taskTopic } from '@keyflow/schemas';
 

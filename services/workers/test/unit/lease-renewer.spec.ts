@@ -1,6 +1,5 @@
 import pino from 'pino';
-import { LeaseRenewer } from '../../src/runtime/lease-renewer';
-import { AbortFanout, AttemptSignals } from '../../src/runtime/attempt-signals';
+import { AbortFanout, AttemptSignals, LeaseRenewer } from '@keyflow/task-runtime';
 
 const logger = pino({ level: 'silent' });
 const lease = (key: string) => ({ key, token: `t-${key}`, attempt: 1 });
