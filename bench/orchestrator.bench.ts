@@ -33,7 +33,9 @@ import { Topic } from '@keyflow/schemas';
  *  - runs accepted over HTTP per second (POST /runs answered 202 once StartRun is acknowledged by all in-sync
  *    replicas) with 64 and 256 requests in flight, next to a raw batched kafkajs produce of as many StartRun records
  *    in the same run, and the CPU split of the processes meanwhile (bench = this process, the HTTP client);
- *  - the latency baseline: a plain kafkajs chain of the same hops (bench/chain.ts).
+ *  - the latency baseline: a plain kafkajs chain of the same hops (bench/chain.ts);
+ *  - with `--local`: after each load step, the same load of `three-step-local` (the same three echo calls as local
+ *    steps, run in the orchestrator: docs/workflows.md "Local steps"), so remote and local steps meet in one run.
  * Tracing on and off: `--otlp` has the orchestrator and the workers export their spans to an OTLP/HTTP sink this bench
  * runs. TLS and auth on and off: `BENCH_ORCHESTRATOR_<NAME>` and `BENCH_WORKER_<NAME>` variables go to those services
  * alone (e.g. a SASL_SSL listener), while the bench's own clients and the baselines stay on the plaintext listener.
@@ -68,6 +70,10 @@ const opts = new Command()
     '--hops',
     "each load step's runs hop by hop, from their records' timestamps (bench/hops.ts): p50/p95/p99 per hop",
   )
+  .option(
+    '--local',
+    'after each remote load step, the same load of `three-step-local` (its three echo steps are local steps: run in the orchestrator, no worker round trip)',
+  )
   .option('--no-chain', 'skip the latency baseline (a plain kafkajs chain of the same hops, bench/chain.ts)')
   .parse()
   .opts<{
@@ -80,6 +86,7 @@ const opts = new Command()
     profile?: string;
     otlp?: boolean;
     hops?: boolean;
+    local?: boolean;
     chain: boolean;
   }>();
 
@@ -151,8 +158,8 @@ async function main() {
     },
   });
   const http = httpClient(url);
-  const start = async (tag: string) => {
-    const res = await http.post('/runs', { workflow: 'three-step', input: { tag } });
+  const start = async (tag: string, workflow = 'three-step') => {
+    const res = await http.post('/runs', { workflow, input: { tag } });
     if (res.status !== 202) throw new Error(`start failed: HTTP ${res.status}`);
     return (res.json as { runId: string }).runId;
   };
@@ -273,7 +280,16 @@ async function main() {
 
   // 2. Latency at offered loads.
   const engineP50 = new Map<number, number>();
-  for (const rate of opts.loads.split(',').map(Number).filter(Boolean)) {
+  const loadSteps = opts.loads
+    .split(',')
+    .map(Number)
+    .filter(Boolean)
+    .flatMap((rate) => [
+      { rate, workflow: 'three-step' },
+      ...(opts.local ? [{ rate, workflow: 'three-step-local' }] : []),
+    ]);
+  for (const { rate, workflow } of loadSteps) {
+    const local = workflow !== 'three-step';
     const startedAt = new Map<string, number>();
     const stepStart = Date.now();
     const total = rate * Number(opts.seconds);
@@ -282,7 +298,7 @@ async function main() {
       const wait = due - Date.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
       const t = Date.now();
-      void start(`l${rate}-${i}`).then((id) => startedAt.set(id, t));
+      void start(`l${rate}-${local ? 'local-' : ''}${i}`, workflow).then((id) => startedAt.set(id, t));
     }
     await eventually(
       `load ${rate}`,
@@ -290,11 +306,11 @@ async function main() {
       benchWait(300_000, `load ${rate}`, [orch, ...workers]),
     );
     const lat = [...startedAt].map(([id, t]) => completedAt.get(id)! - t);
-    engineP50.set(rate, pct(lat, 50));
+    if (!local) engineP50.set(rate, pct(lat, 50));
     console.log(
-      `offered ${rate} runs/s for ${opts.seconds} s: start-to-finish p50 ${pct(lat, 50)} ms, p95 ${pct(lat, 95)} ms, p99 ${pct(lat, 99)} ms   (load average ${loadavg()[0].toFixed(2)})`,
+      `offered ${rate} runs/s for ${opts.seconds} s${local ? ' of three-step-local (local steps)' : ''}: start-to-finish p50 ${pct(lat, 50)} ms, p95 ${pct(lat, 95)} ms, p99 ${pct(lat, 99)} ms   (load average ${loadavg()[0].toFixed(2)})`,
     );
-    if (opts.hops)
+    if (opts.hops && !local)
       for (const line of await hopBreakdown({ brokers, registryUrl, prefix, startedAt }))
         console.log(`  ${line}`);
   }

@@ -68,4 +68,4 @@ export {
   type ScaleScenario,
   type ScaleWorkflow,
 } from './scenarios/scale';
-export { noop, echo, threeStep, fanOut, testWorkflows } from './workloads';
+export { noop, echo, threeStep, threeStepLocal, fanOut, testWorkflows } from './workloads';

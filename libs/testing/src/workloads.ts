@@ -42,4 +42,15 @@ export const fanOut = workflow('fan-out', 1)
   .build();
 
 /** The test workflows: `three-step` and `fan-out`. */
+/**
+ * `three-step` with local steps (`.local`, docs/workflows.md "Local steps"): the same three `echo` calls run in the
+ * orchestrator's process, no worker round trip. Not in {@link testWorkflows}: an orchestrator that registers it needs
+ * a `localStep(echo, ...)` handler (examples/test-workloads/src/orchestrator.ts has one; bench:orchestrator --local).
+ */
+export const threeStepLocal = workflow('three-step-local', 1)
+  .local('first', echo, { input: (c) => ({ step: 1, input: c.input }) })
+  .local('second', echo, { input: (c) => ({ step: 2, previous: c.outputs.first }) })
+  .local('third', echo, { input: (c) => ({ step: 3, previous: c.outputs.second }) })
+  .build();
+
 export const testWorkflows = [threeStep, fanOut];
