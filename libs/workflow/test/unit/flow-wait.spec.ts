@@ -122,6 +122,47 @@ describe('step deadline and flow-control waits (task-waiting)', () => {
     expect(deadlineOf(d.state!, 'charge', 2)).toBe(43_000);
   });
 
+  it("an earlier attempt that still holds the step's lease and waits in line moves the current attempt's deadline (its outcome is the step's)", () => {
+    // Attempt 1 missed its deadline once (fetched late); attempt 2 then waits behind attempt 1's idempotency lease,
+    // while attempt 1 waits in the flow line and reports it: the step must not run out of attempts meanwhile.
+    let d: Decision = reduce(def, undefined, start(50_000));
+    d = reduce(def, d.state, fire(51_000, 'step-timeout:charge:1'));
+    d = reduce(
+      def,
+      d.state,
+      fire(
+        51_010,
+        Object.keys(d.state!.timers).find((t) => t.startsWith('retry:'))!,
+      ),
+    );
+    expect(deadlineOf(d.state!, 'charge', 2)).toBe(52_010);
+    d = reduce(def, d.state, waiting(51_900, 'charge', 1, false, 'r1/charge'));
+    expect(d.ignored).toBeUndefined();
+    expect(deadlineOf(d.state!, 'charge', 2)).toBe(52_900);
+    d = reduce(def, d.state, waiting(52_800, 'charge', 1, true, 'r1/charge'));
+    expect(deadlineOf(d.state!, 'charge', 2)).toBe(53_800);
+    // A later attempt's report than the current one is still stale.
+    expect(reduce(def, d.state, waiting(52_850, 'charge', 3)).ignoredReason).toBe('STALE_RESULT');
+  });
+
+  it("a new attempt's deadline does not inherit the previous attempt's last report (an owner whose clock is behind)", () => {
+    let d: Decision = reduce(def, undefined, start(60_000));
+    d = reduce(def, d.state, waiting(60_900, 'charge'));
+    d = reduce(def, d.state, fire(61_900, 'step-timeout:charge:1'));
+    // The next owner's clock is 1.4 s behind: it dispatches attempt 2 at 60 500.
+    d = reduce(
+      def,
+      d.state,
+      fire(
+        60_500,
+        Object.keys(d.state!.timers).find((t) => t.startsWith('retry:'))!,
+      ),
+    );
+    expect(deadlineOf(d.state!, 'charge', 2)).toBe(61_500);
+    d = reduce(def, d.state, waiting(60_600, 'charge', 2));
+    expect(deadlineOf(d.state!, 'charge', 2)).toBe(61_600);
+  });
+
   it("a map item's report restarts that item's deadline only", () => {
     let d: Decision = reduce(def, undefined, start(50_000));
     d = reduce(def, d.state, ok(50_100, 'charge'));
