@@ -867,12 +867,16 @@ function applyTaskResult(c: Ctx, input: RunInput<'task-completed' | 'task-failed
 function applyTaskWaiting(c: Ctx, input: RunInput<'task-waiting'>): Ignored | undefined {
   const s = c.s;
   const st = stepStateOf(s, input.stepId);
-  const timerId = `step-timeout:${input.stepId}:${input.attempt}`;
+  // An earlier attempt of a step whose outcome is uncertain (an attempt timed out) may be the one that holds the
+  // step's idempotency lease and waits in line, the current attempt waiting behind that lease: its outcome is the
+  // step's (the first completion of any attempt is taken), so its reports move the current attempt's deadline.
+  const earlier = !!st && input.attempt < st.attempt && st.uncertain === true;
+  const timerId = `step-timeout:${input.stepId}:${earlier ? st.attempt : input.attempt}`;
   const timer = s.timers[timerId];
   if (
     !st ||
     st.status !== 'scheduled' ||
-    st.attempt !== input.attempt ||
+    (st.attempt !== input.attempt && !earlier) ||
     !timer ||
     st.dispatchedAt === undefined ||
     input.stepId.endsWith(COMPENSATION_SUFFIX) !== (s.status === 'compensating') ||
@@ -1214,6 +1218,7 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
     error: undefined,
     startedAt: prev?.startedAt ?? c.at,
     dispatchedAt: c.at,
+    deadlineFrom: undefined, // a new dispatch starts its deadline afresh (an earlier attempt's report is no bound)
   };
   setStepState(s, stepId, st);
   const undone = compensation ? compensation.id : undefined;
