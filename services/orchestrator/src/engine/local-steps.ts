@@ -42,6 +42,13 @@ import type { LocalCommand } from './mapping';
  * from its record, with no second effect).
  */
 
+/**
+ * Local commands waiting for a runner slot, per slot of ORCHESTRATOR_LOCAL_STEP_CONCURRENCY: 64. A command beyond
+ * that is not run here (logged); its step timeout retries the step (local steps are at least once). A waiting command
+ * holds no idempotency lease: the runner takes a slot before the executor takes the lease.
+ */
+export const LOCAL_STEP_QUEUE_PER_SLOT = 64;
+
 /** A local step's handler, registered in the orchestrator application by task type (see {@link localStep}). */
 export interface LocalStepHandler {
   type: string;
@@ -119,6 +126,8 @@ export class LocalStepRunner {
   private redis?: Redis;
   private executor?: TaskExecutor;
   private readonly running = new Set<Promise<void>>();
+  /** Commands waiting for a slot (FIFO), at most {@link LOCAL_STEP_QUEUE_PER_SLOT} per slot. */
+  private readonly queue: LocalCommand[] = [];
   private readonly draining = new AbortController();
   private readonly shutdown = new AbortController();
   private readonly hc = (redeliveries: number): HandleContext => ({
@@ -172,10 +181,47 @@ export class LocalStepRunner {
     });
   }
 
-  /** Starts each command (never waits for them): called by the engine after the commit that dispatched them. */
+  /**
+   * Queues each command and starts as many as there are free slots (never waits for them): called by the engine
+   * after the commit that dispatched them. At most ORCHESTRATOR_LOCAL_STEP_CONCURRENCY run at once; a command that
+   * finds the queue full ({@link LOCAL_STEP_QUEUE_PER_SLOT} per slot) is dropped with a warning and left to its step
+   * timeout, so memory stays bounded when local steps are slower than the engine dispatches them.
+   */
   run(commands: LocalCommand[]): void {
+    const max = LOCAL_STEP_QUEUE_PER_SLOT * this.d.cfg.ORCHESTRATOR_LOCAL_STEP_CONCURRENCY;
     for (const c of commands) {
-      const p: Promise<void> = this.runOne(c).finally(() => this.running.delete(p));
+      this.pump(); // free slots first: the bound counts only the commands that wait
+      if (this.queue.length >= max) {
+        this.d.logger.warn(
+          { idempotencyKey: c.command.idempotencyKey, attempt: c.command.attempt, queued: this.queue.length },
+          'local step queue full: the step timeout retries this step',
+        );
+        continue;
+      }
+      this.queue.push(c);
+    }
+    this.pump();
+  }
+
+  /** Starts queued commands while a slot is free (not once stopping: their step timeout retries them). */
+  private pump(): void {
+    while (
+      this.running.size < this.d.cfg.ORCHESTRATOR_LOCAL_STEP_CONCURRENCY &&
+      this.queue.length &&
+      !this.draining.signal.aborted
+    ) {
+      const c = this.queue.shift()!;
+      const p: Promise<void> = this.runOne(c)
+        .catch((err: unknown) =>
+          this.d.logger.error(
+            { err, idempotencyKey: c.command.idempotencyKey },
+            'local step failed before its handler: its step timeout retries it',
+          ),
+        )
+        .finally(() => {
+          this.running.delete(p);
+          this.pump();
+        });
       this.running.add(p);
     }
   }
