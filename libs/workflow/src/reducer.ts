@@ -1240,12 +1240,8 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
       : {}),
     ...(!compensation && item === undefined && (step as TaskStep).local ? { local: true as const } : {}),
   });
-  s.timers[`step-timeout:${stepId}:${attempt}`] = {
-    dueAt: c.at + stepTimeoutMs,
-    purpose: 'step-timeout',
-    stepId,
-    attempt,
-  };
+  const dueAt = c.at + stepTimeoutMs;
+  s.timers[`step-timeout:${stepId}:${attempt}`] = { dueAt, purpose: 'step-timeout', stepId, attempt };
   c.events.push({ type: 'StepScheduled', stepId, taskType, attempt });
   c.log('StepScheduled', stepId, attempt);
 }
