@@ -35,6 +35,21 @@ const apiKey = () => sessionStorage.getItem(KEY_STORAGE);
  * when the page loads and again after the key changes (sign in, sign out, a key refused), not on every refresh.
  */
 let caller;
+/**
+ * GET /ops/me for the key in use. Kept only if the key did not change while it was asked (a sign-in or out
+ * meanwhile asks again). An instance older than /ops/me answers 404 (a rolling deploy): no scopes known, so no
+ * button is disabled and the API still refuses what the key may not do.
+ */
+async function whoAmI() {
+  const key = apiKey();
+  try {
+    const me = await call('/ops/me');
+    return apiKey() === key ? me : undefined;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 404) return undefined;
+    throw e;
+  }
+}
 /** Signs in with `key` (or out, without one): the next render asks GET /ops/me again. */
 function setKey(key) {
   if (key) sessionStorage.setItem(KEY_STORAGE, key);
@@ -1142,7 +1157,7 @@ async function render() {
     ({ tab, arg } = route());
     for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.tab === tab);
     meta ??= await call('/ops/meta');
-    caller ??= await call('/ops/me');
+    caller ??= await whoAmI();
     if (tab === 'runs' && arg) await runView(view, arg);
     else if (tab === 'queues') await queuesView(view);
     else if (tab === 'triggers') await triggersView(view);
