@@ -3,8 +3,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { Registry } from '@keyflow/observability';
+import { workerMetrics } from '@keyflow/task-runtime';
 import { orchestratorMetrics } from '../../services/orchestrator/src/engine/metrics';
-import { workerMetrics } from '../../services/workers/src/runtime/metrics';
 
 /**
  * Checks the alert rules and the Grafana dashboard against the services (run by scripts/test-all.sh):
