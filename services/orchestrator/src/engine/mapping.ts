@@ -408,14 +408,7 @@ async function parentResult(
   if (!r) return undefined;
   const p = r.to;
   const topic = codec.physical(Topic.TASK_RESULTS);
-  const common = {
-    runId: p.runId,
-    stepId: p.stepId,
-    taskType: `child:${state.workflow}`,
-    attempt: p.attempt,
-    idempotencyKey: p.idempotencyKey,
-    workerId: `child/${state.runId}`,
-  };
+  const common = childResultFields(p, state.runId, state.workflow);
   if (r.completed) {
     const output = await claim.offload(
       `output of child run ${state.runId}`,
@@ -465,12 +458,7 @@ export function refusedChildResult(
       eventId: derivedEventId(cause.eventId, 'refused-child'),
       occurredAt: cause.at,
     }),
-    runId: p.runId,
-    stepId: p.stepId,
-    taskType: `child:${start.workflow}`,
-    attempt: p.attempt,
-    idempotencyKey: p.idempotencyKey,
-    workerId: `child/${start.runId}`,
+    ...childResultFields(p, start.runId, start.workflow),
     error: {
       errorClass: err.name,
       message: err.message,
@@ -482,6 +470,21 @@ export function refusedChildResult(
     },
   });
   return { topic: codec.physical(Topic.TASK_RESULTS), key: p.runId, value };
+}
+
+/**
+ * The fields a child run's end (or refusal) carries as its parent step's result on task.results: the parent's run,
+ * step, attempt and idempotency key, task type `child:<workflow>`, worker id `child/<child run>`.
+ */
+function childResultFields(parent: ParentRef, childRunId: string, workflow: string) {
+  return {
+    runId: parent.runId,
+    stepId: parent.stepId,
+    taskType: `child:${workflow}`,
+    attempt: parent.attempt,
+    idempotencyKey: parent.idempotencyKey,
+    workerId: `child/${childRunId}`,
+  };
 }
 
 /** A reducer's command as a TaskCommand, its input inline or by claim check (`input`, offloaded already). */
