@@ -871,7 +871,7 @@ function applyTaskWaiting(c: Ctx, input: RunInput<'task-waiting'>): Ignored | un
   // step's idempotency lease and waits in line, the current attempt waiting behind that lease: its outcome is the
   // step's (the first completion of any attempt is taken), so its reports move the current attempt's deadline.
   const earlier = !!st && input.attempt < st.attempt && st.uncertain === true;
-  const timerId = `step-timeout:${input.stepId}:${earlier ? st.attempt : input.attempt}`;
+  const timerId = stepTimeoutId(input.stepId, earlier ? st.attempt : input.attempt);
   const timer = s.timers[timerId];
   if (
     !st ||
@@ -1167,6 +1167,16 @@ function taskOf(
   return { step: c.def.stepIndex.get(stepId) as TaskStep };
 }
 
+/** The id of the step-timeout timer of `stepId`'s attempt `attempt` (`step-timeout:<step>:<attempt>`). */
+function stepTimeoutId(stepId: string, attempt: number): string {
+  return `step-timeout:${stepId}:${attempt}`;
+}
+
+/** Sets (or moves) the step-timeout timer of `stepId`'s attempt `attempt` to `dueAt` (ms, the engine's clock). */
+function armStepTimeout(s: RunState, stepId: string, attempt: number, dueAt: number): void {
+  s.timers[stepTimeoutId(stepId, attempt)] = { dueAt, purpose: 'step-timeout', stepId, attempt };
+}
+
 /** Publishes the command for `stepId` attempt `attempt`, with its step-timeout timer. */
 function schedule(c: Ctx, stepId: string, attempt: number): void {
   const s = c.s;
@@ -1240,8 +1250,7 @@ function schedule(c: Ctx, stepId: string, attempt: number): void {
       : {}),
     ...(!compensation && item === undefined && (step as TaskStep).local ? { local: true as const } : {}),
   });
-  const dueAt = c.at + stepTimeoutMs;
-  s.timers[`step-timeout:${stepId}:${attempt}`] = { dueAt, purpose: 'step-timeout', stepId, attempt };
+  armStepTimeout(s, stepId, attempt, c.at + stepTimeoutMs);
   c.events.push({ type: 'StepScheduled', stepId, taskType, attempt });
   c.log('StepScheduled', stepId, attempt);
 }
@@ -1528,12 +1537,7 @@ function startMapCompensation(c: Ctx, step: MapStep, attempt: number): void {
 /** (Re)arms `<map>.compensate`'s timeout: the map's compensate timeout (+30 s) from now, its latest progress. */
 function armMapCompensationTimeout(c: Ctx, step: MapStep, attempt: number): void {
   const id = compensationStepId(step.id);
-  c.s.timers[`step-timeout:${id}:${attempt}`] = {
-    dueAt: c.at + step.compensate!.timeoutMs + 30_000,
-    purpose: 'step-timeout',
-    stepId: id,
-    attempt,
-  };
+  armStepTimeout(c.s, id, attempt, c.at + step.compensate!.timeoutMs + 30_000);
 }
 
 /**
@@ -1567,7 +1571,7 @@ function moreItemCompensations(c: Ctx, step: MapStep): void {
     c.log('StepScheduled', stepId, 1);
   }
   if (progress.next < progress.total || progress.done < progress.started!) return;
-  delete s.timers[`step-timeout:${id}:${attempt}`];
+  delete s.timers[stepTimeoutId(id, attempt)];
   const output = { items: progress.done };
   s.steps[id] = Object.assign({}, s.steps[id], { status: 'completed' as const, output, endedAt: c.at });
   c.events.push({ type: 'StepCompleted', stepId: id, attempt, output: JSON.stringify(output) });
