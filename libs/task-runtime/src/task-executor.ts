@@ -794,13 +794,17 @@ export class TaskExecutor {
     const onWait =
       every > 0
         ? () => {
-            const o = {
-              codec: this.o.codec,
-              results: this.o.results,
-              intervalMs: every,
-              workerId: this.workerId,
-            };
-            reports = new FlowWaitReports({ ...o, logger: t.log() }, t.cmd, traceContextOf(t.context));
+            reports = new FlowWaitReports(
+              {
+                codec: this.o.codec,
+                results: this.o.results,
+                intervalMs: every,
+                workerId: this.workerId,
+                logger: t.log(),
+              },
+              t.cmd,
+              traceContextOf(t.context),
+            );
           }
         : undefined;
     return flow
