@@ -3,7 +3,12 @@
  * service wraps it in its NestJS transport; the orchestrator runs its local steps through the same executor
  * (docs/workflows.md "Local steps"), so both keep one set of idempotency, timeout, retry and DLQ rules.
  */
-export { TaskExecutor, type ExecutorOptions, type StoredOutcome } from './task-executor';
+export {
+  EXECUTOR_REDIS_OPTIONS,
+  TaskExecutor,
+  type ExecutorOptions,
+  type StoredOutcome,
+} from './task-executor';
 export { workerMetrics, type WorkerMetrics } from './metrics';
 export { EventPublisher } from './event-publisher';
 export {

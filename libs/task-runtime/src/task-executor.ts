@@ -121,6 +121,18 @@ export interface ExecutorOptions {
 const defaultWorkerId = `${hostname()}/${process.pid}`;
 
 /**
+ * The ioredis options of the idempotency store's connection an executor runs on (the workers', the orchestrator's
+ * local steps'): no offline queue, so a call fails at once while Redis is away and the caller retries it with its
+ * backoff; concurrent tasks' lease calls share round trips (auto-pipelining); reconnects back off up to 1 s.
+ */
+export const EXECUTOR_REDIS_OPTIONS = {
+  enableOfflineQueue: false,
+  enableAutoPipelining: true,
+  maxRetriesPerRequest: 1,
+  retryStrategy: (n: number) => Math.min(50 * n, 1_000),
+} as const;
+
+/**
  * Runs one task command end to end: decode, idempotency lease, attempts with timeout and backoff, completion
  * record, result event. Non-decodable commands, unknown task types and bad input go to `<topic>.dlq`.
  *

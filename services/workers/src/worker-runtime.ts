@@ -25,6 +25,7 @@ import { taskTopic, Topic, type TaskTopic } from '@keyflow/schemas';
 import { ComponentHealth, type Logger, type Registry } from '@keyflow/observability';
 import type { WorkerConfig } from './config';
 import {
+  EXECUTOR_REDIS_OPTIONS,
   FlowLimiter,
   IdempotencyStoreHealth,
   TaskExecutor,
@@ -238,12 +239,7 @@ export class TaskWorker {
    */
   private async connectIdempotencyStore(): Promise<IdempotencyStore<StoredOutcome>> {
     // No offline queue: while Redis is away, calls fail at once (retryable) and the consumer holds its messages.
-    const redis = (this.redis = createRedis(this.cfg.redis, {
-      enableOfflineQueue: false,
-      enableAutoPipelining: true, // concurrent tasks' lease calls share round trips
-      maxRetriesPerRequest: 1,
-      retryStrategy: (n) => Math.min(50 * n, 1_000),
-    }));
+    const redis = (this.redis = createRedis(this.cfg.redis, EXECUTOR_REDIS_OPTIONS));
     redis.on('error', (err) => this.log.warn({ err: err.message }, 'redis connection error'));
     // At every (re)connection: a Redis replaced by one without persistence, or with an evicting policy, is noticed too.
     let firstCheck!: (refused: Error | undefined) => void;

@@ -26,7 +26,12 @@ import {
   type AnyTaskContract,
   type WorkflowDefinition,
 } from '@keyflow/workflow';
-import { TaskExecutor, workerMetrics, type StoredOutcome } from '@keyflow/task-runtime';
+import {
+  EXECUTOR_REDIS_OPTIONS,
+  TaskExecutor,
+  workerMetrics,
+  type StoredOutcome,
+} from '@keyflow/task-runtime';
 import type { OrchestratorConfig } from '../config';
 import type { LocalCommand } from './mapping';
 
@@ -154,12 +159,7 @@ export class LocalStepRunner {
     );
     await connectUntilAnswered(this.producer, { what: LOCAL_STEP_PRODUCER, logger });
     // As the workers' store: no offline queue (a call fails at once while Redis is away, and is retried below).
-    const redis = (this.redis = createRedis(cfg.redis!, {
-      enableOfflineQueue: false,
-      enableAutoPipelining: true,
-      maxRetriesPerRequest: 1,
-      retryStrategy: (n) => Math.min(50 * n, 1_000),
-    }));
+    const redis = (this.redis = createRedis(cfg.redis!, EXECUTOR_REDIS_OPTIONS));
     redis.on('error', (err) => logger.warn({ err: err.message }, 'local steps: redis connection error'));
     const store = new IdempotencyStore<StoredOutcome>(redis, {
       keyPrefix: idempotencyKeyPrefix(cfg.KEYFLOW_TOPIC_PREFIX),
