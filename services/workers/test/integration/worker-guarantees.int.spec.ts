@@ -21,37 +21,50 @@ async function orderPerEntity(h: WorkerHarness): Promise<Map<string, number[]>> 
 }
 
 describe('worker guarantees under load and failure', () => {
-  it('1,000 keys x 20 sequenced tasks across worker processes, one joining and one leaving mid-run: every key in order, none lost', async () => {
+  it('500 keys x 10 sequenced tasks across worker processes, one joining and one leaving mid-run: every key in order, none lost', async () => {
     const h = new WorkerHarness('scale');
     try {
-      const keys = Number(process.env.SCALE_KEYS ?? 1000);
-      const perKey = Number(process.env.SCALE_PER_KEY ?? 20);
+      const keys = Number(process.env.SCALE_KEYS ?? 500);
+      const perKey = Number(process.env.SCALE_PER_KEY ?? 10);
       const total = keys * perKey;
       await h.setup(['seq'], 6);
-      const [w1] = [await h.startWorker(), await h.startWorker()];
-      const cmds = Array.from({ length: perKey }, (_, seq) =>
-        Array.from({ length: keys }, (_, k) =>
-          h.command('seq', `k${k}`, { entity: `k${k}`, seq }, { stepId: `s${seq}` }),
-        ),
-      ).flat();
-      await h.send(cmds);
-      await eventually('a quarter done', () => distinctResults(h), {
-        until: (n) => n >= total / 4,
-        timeoutMs: 120_000,
-        intervalMs: 200,
+      const [w1] = await Promise.all([h.startWorker(), h.startWorker()]);
+      /** Every key's tasks of sequence numbers `from` to `to` (exclusive), in sequence order. */
+      const commands = (from: number, to: number) =>
+        Array.from({ length: to - from }, (_, i) =>
+          Array.from({ length: keys }, (_, k) =>
+            h.command('seq', `k${k}`, { entity: `k${k}`, seq: from + i }, { stepId: `s${from + i}` }),
+          ),
+        ).flat();
+      // Sent in three parts (each key's tasks stay in sequence order): the first before the third worker starts,
+      // the second as soon as it is up, so its join's rebalance runs while the others have work, the third once it
+      // holds partitions, so that it gets work whatever the machine's speed.
+      const [second, third] = [Math.floor(perKey * 0.4), Math.floor(perKey * 0.7)];
+      await h.send(commands(0, second));
+      await eventually('the run under way', () => distinctResults(h), {
+        until: (n) => n >= keys,
+        intervalMs: 20,
       });
-      await h.startWorker(); // a third worker joins
-      await eventually('half done', () => distinctResults(h), {
-        until: (n) => n >= total / 2,
-        timeoutMs: 120_000,
-        intervalMs: 200,
-      });
+      const w3 = await h.startWorker(); // a third worker joins
+      await h.send(commands(second, third));
+      await eventually(
+        'the third worker holds partitions',
+        async () =>
+          (await (await fetch(`${await w3.ready}/health`)).json()) as { stats: { assigned: number } },
+        { until: (b) => b.stats.assigned > 0, timeoutMs: 60_000, intervalMs: 100 },
+      );
+      await h.send(commands(third, perKey));
+      await eventually(
+        'the third worker has work',
+        async () => (await h.rows<{ n: string }>('select count(distinct worker) n from {t}_order'))[0].n,
+        { until: (n) => Number(n) === 3, timeoutMs: 60_000, intervalMs: 50 },
+      );
       w1.kill('SIGTERM'); // one leaves gracefully
       expect(await w1.exited).toBe(0);
       await eventually('all done', () => distinctResults(h), {
         until: (n) => n === total,
         timeoutMs: 180_000,
-        intervalMs: 500,
+        intervalMs: 200,
       });
 
       const order = await orderPerEntity(h);
@@ -73,7 +86,10 @@ describe('worker guarantees under load and failure', () => {
     try {
       const total = 300;
       await h.setup(['slow'], 3);
-      const [victim] = [await h.startWorker(), await h.startWorker()];
+      // The broker's least session timeout (group.min.session.timeout.ms): the survivor takes the killed worker's
+      // partitions once the group coordinator has given up on it.
+      const session = { WORKER_SESSION_TIMEOUT_MS: '6000' };
+      const [victim] = await Promise.all([h.startWorker(session), h.startWorker(session)]);
       await h.send(
         Array.from({ length: total }, (_, i) =>
           h.command('slow', `e${i % 30}`, { entity: `e${i % 30}`, seq: i, ms: 50 }),
@@ -180,15 +196,17 @@ describe('worker guarantees under load and failure', () => {
     }
   });
 
-  it('every task on one partition failing for a minute does not stall the other partitions', async () => {
+  it('every task on one partition failing past the session timeout does not stall the other partitions', async () => {
     const h = new WorkerHarness('stall');
     try {
-      const failForMs = Number(process.env.STALL_FAIL_MS ?? 60_000);
+      // How long partition 0 keeps failing before its last healthy round: past the session timeout (10 s, the
+      // harness's WORKER_SESSION_TIMEOUT_MS) and many retries at the longest backoff.
+      const failForMs = Number(process.env.STALL_FAIL_MS ?? 12_000);
       await h.setup(['flaky'], 3);
       await h.startWorker({ WORKER_RETRY_INITIAL_MS: '200', WORKER_RETRY_MAX_MS: '2000' });
-      const failUntil = Date.now() + failForMs;
+      // They fail until the test inserts the _fix row 'stall'.
       const failing = Array.from({ length: 20 }, (_, i) =>
-        h.command('flaky', `bad${i}`, { failUntil }, { maxAttempts: 10_000, timeoutMs: 5_000 }),
+        h.command('flaky', `bad${i}`, { failUntilFixed: 'stall' }, { maxAttempts: 10_000, timeoutMs: 5_000 }),
       );
       const producer = h.ns.kafka.producer();
       await producer.connect();
@@ -201,8 +219,22 @@ describe('worker guarantees under load and failure', () => {
           value: h.codec.encode(taskTopic('flaky'), 'TaskCommand', c),
         })),
       });
+      /** Milliseconds between the first and the last attempt of the failing tasks so far; -1 before the first. */
+      const failingFor = async () => {
+        const [r] = await h.rows<{ span: string | null }>(
+          'select max(at_ms) - min(at_ms) span from {t}_attempt where idempotency_key = any($1)',
+          [failing.map((c) => c.idempotencyKey)],
+        );
+        return r.span === null ? -1 : Number(r.span);
+      };
       const rounds = 3;
       for (let round = 0; round < rounds; round++) {
+        // Each round once partition 0 has been failing (and retrying) for its share of failForMs.
+        await eventually(`partition 0 failing for ${(failForMs * round) / (rounds - 1)} ms`, failingFor, {
+          until: (ms) => ms >= (failForMs * round) / (rounds - 1),
+          timeoutMs: failForMs + 30_000,
+          intervalMs: 200,
+        });
         const healthy = Array.from({ length: 30 }, (_, i) => h.command('flaky', `good${round}-${i}`, {}));
         const sentAt = Date.now();
         await producer.send({
@@ -221,15 +253,21 @@ describe('worker guarantees under load and failure', () => {
           { timeoutMs: 15_000 },
         );
         const tookMs = Date.now() - sentAt;
-        expect(Date.now()).toBeLessThan(failUntil); // partition 0 is still failing
+        // Partition 0 is still failing: none of its tasks has completed.
+        expect(
+          h.results.items.filter(
+            (r) =>
+              r.event === 'TaskCompleted' && failing.some((c) => c.idempotencyKey === r.value.idempotencyKey),
+          ),
+        ).toEqual([]);
         console.log(
           `healthy partitions, round ${round}: 30 tasks done in ${tookMs} ms while partition 0 keeps failing`,
         );
-        await new Promise((r) => setTimeout(r, Math.max(0, failForMs / rounds - tookMs - 1_000)));
       }
       await producer.disconnect();
+      await h.rows(`insert into {t}_fix(name) values ('stall')`);
       await eventually(
-        'the failing partition recovers after the minute',
+        'the failing partition recovers once fixed',
         () =>
           failing.every((c) =>
             h.results.items.some(
@@ -237,8 +275,8 @@ describe('worker guarantees under load and failure', () => {
             ),
           ),
         {
-          timeoutMs: failForMs + 30_000,
-          intervalMs: 500,
+          timeoutMs: 30_000,
+          intervalMs: 200,
         },
       );
     } finally {
