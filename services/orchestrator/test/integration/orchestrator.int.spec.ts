@@ -65,9 +65,12 @@ describe('the orchestrator', () => {
   it('1,000 runs of a 3-step workflow complete against real workers, each step completed exactly once', async () => {
     const h = new OrchestratorHarness('orch-1k');
     try {
-      const orch = await h.startOrchestrator();
-      await Promise.all([h.startWorker(), h.startWorker()]);
-      await h.readEvents();
+      const [orch] = await Promise.all([
+        h.startOrchestrator(),
+        h.startWorker(),
+        h.startWorker(),
+        h.readEvents(),
+      ]);
       const url = await orch.ready;
       const runs = Number(process.env.ORCH_RUNS ?? 1000);
       const t0 = Date.now();
@@ -93,9 +96,7 @@ describe('the orchestrator', () => {
   it('killed with SIGKILL while 100 runs are in flight, then restarted: all complete, no step event duplicated or lost', async () => {
     const h = new OrchestratorHarness('orch-kill');
     try {
-      let orch = await h.startOrchestrator();
-      await h.startWorker();
-      await h.readEvents();
+      let [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
       const ids = await startRuns(await orch.ready, 100, 'kill');
       await eventually(
         'some progress',
@@ -127,10 +128,12 @@ describe('the orchestrator', () => {
   it('two instances share the partitions; one killed mid-run: all runs complete and the survivor answers for every run', async () => {
     const h = new OrchestratorHarness('orch-two');
     try {
-      const a = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a' });
-      const b = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b' });
-      await h.startWorker();
-      await h.readEvents();
+      const [a, b] = await Promise.all([
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a' }),
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b' }),
+        h.startWorker(),
+        h.readEvents(),
+      ]);
       const [ua, ub] = [await a.ready, await b.ready];
       await eventually(
         'both own partitions',
@@ -193,12 +196,17 @@ describe('the orchestrator', () => {
   it('saga: a failing third step compensates steps two and one, in that order, and the run ends compensated', async () => {
     const h = new OrchestratorHarness('orch-saga');
     try {
-      const orch = await h.startOrchestrator();
-      await h.readEvents();
-      await h.simulateWorker(['saga.reserve', 'saga.charge', 'saga.release', 'saga.refund'], (c) => ({
-        output: { did: c.taskType },
-      }));
-      await h.simulateWorker(['saga.ship'], () => ({ error: 'AddressInvalid', retryable: false }));
+      // The readers and simulated workers (one after another, on the harness's one producer) while it starts.
+      const [orch] = await Promise.all([
+        h.startOrchestrator(),
+        (async () => {
+          await h.readEvents();
+          await h.simulateWorker(['saga.reserve', 'saga.charge', 'saga.release', 'saga.refund'], (c) => ({
+            output: { did: c.taskType },
+          }));
+          await h.simulateWorker(['saga.ship'], () => ({ error: 'AddressInvalid', retryable: false }));
+        })(),
+      ]);
       const { body } = await post(`${await orch.ready}/runs`, { workflow: 'saga', input: { order: 1 } });
       const runId = body.runId as string;
       await eventually('compensated', () => h.of(runId).find((e) => e.event === 'RunCompensated'), {
@@ -232,10 +240,14 @@ describe('the orchestrator', () => {
   it('a step whose worker never answers times out, is retried per policy, then the run compensates', async () => {
     const h = new OrchestratorHarness('orch-timeout');
     try {
-      const orch = await h.startOrchestrator();
-      await h.readEvents();
-      await h.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: 'ok' }));
-      const never = await h.simulateWorker(['slow.never'], () => undefined);
+      const [orch, never] = await Promise.all([
+        h.startOrchestrator(),
+        (async () => {
+          await h.readEvents();
+          await h.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: 'ok' }));
+          return h.simulateWorker(['slow.never'], () => undefined);
+        })(),
+      ]);
       const { body } = await post(`${await orch.ready}/runs`, { workflow: 'slowpoke', input: {} });
       const runId = body.runId as string;
       await eventually('compensated', () => h.of(runId).find((e) => e.event === 'RunCompensated'), {
@@ -262,9 +274,7 @@ describe('the orchestrator', () => {
   it('identical starts with one Idempotency-Key, sent at once among starts with keys of their own (one produce, pipelined Redis commands), make one run; each other key its own run, answered again the same; bad requests get 400 and a bad webhook signature 401', async () => {
     const h = new OrchestratorHarness('orch-api');
     try {
-      const orch = await h.startOrchestrator();
-      await h.startWorker();
-      await h.readEvents();
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
       const url = await orch.ready;
       const others = Array.from({ length: 6 }, (_, i) => `other-key-${i}`);
       const sent = await Promise.all(
@@ -349,10 +359,12 @@ describe('cron schedules across instances', () => {
   it('two instances start exactly one run per fire time', async () => {
     const h = new OrchestratorHarness('orch-cron');
     try {
-      const a = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a', TEST_SCHEDULE: '1' });
-      const b = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b', TEST_SCHEDULE: '1' });
-      await h.startWorker();
-      await h.readEvents();
+      const [a, b] = await Promise.all([
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a', TEST_SCHEDULE: '1' }),
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b', TEST_SCHEDULE: '1' }),
+        h.startWorker(),
+        h.readEvents(),
+      ]);
       const scheduled = () =>
         h.events.items.filter((e) => e.event === 'RunStarted' && e.value.runId.startsWith('sched-tick-'));
       await eventually('five fire times started', () => new Set(scheduled().map((e) => e.value.runId)).size, {
@@ -376,9 +388,7 @@ describe('the order saga example', () => {
   it('compensates the completed steps in reverse order for a failure at each step', async () => {
     const h = new OrchestratorHarness('orch-order');
     try {
-      const orch = await h.startOrchestrator();
-      await h.startWorker();
-      await h.readEvents();
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
       const url = await orch.ready;
       const steps = ['reserve', 'charge', 'ship', 'confirm'];
       const runs = await Promise.all(
@@ -414,9 +424,7 @@ describe('bad input', () => {
   it('undecodable bytes and a start whose input breaks the workflow input schema go to the DLQ (the API answers 400 with each issue), a start for an unknown workflow is parked, and the engine keeps going', async () => {
     const h = new OrchestratorHarness('orch-bad');
     try {
-      const orch = await h.startOrchestrator();
-      await h.startWorker();
-      await h.readEvents();
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
       const url = await orch.ready;
       const { newMetadata } = await import('@keyflow/contracts');
       await h.codec.registerTopics(['wf.requests']);
