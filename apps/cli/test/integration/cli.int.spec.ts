@@ -237,17 +237,10 @@ describe('the keyflow CLI', () => {
   it('dlq redrive and the ops API refuse a command of a run that ended (its compensation ran), naming the run, its status and why; an awaited one is redriven; --allow-rerun overrides; runs ls pages with --cursor', async () => {
     const r = new OrchestratorHarness('cli-redrive-run');
     try {
-      // The reader and simulated workers (one after another, on the harness's one producer) while it starts.
-      const [orch, [done, waiting]] = await Promise.all([
-        r.startOrchestrator(),
-        (async () => {
-          await r.readEvents();
-          return [
-            await r.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: { ok: true } })),
-            await r.simulateWorker(['slow.never'], () => undefined), // holdpoke's `call`: never answered
-          ];
-        })(),
-      ]);
+      const orch = await r.startOrchestrator();
+      await r.readEvents();
+      const done = await r.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: { ok: true } }));
+      const waiting = await r.simulateWorker(['slow.never'], () => undefined); // holdpoke's `call`: never answered
       const api = await orch.ready;
       const env = { ...r.env(), KEYFLOW_API_URL: api };
       const startOne = async () =>
@@ -367,8 +360,10 @@ describe('the keyflow CLI', () => {
   it("replay of the workers' group: refused with live members, a dry run counts stored results, applied it re-publishes them (a command without one runs again only with --allow-rerun) and the orchestrator ignores them", async () => {
     const r = new OrchestratorHarness('cli-replay');
     try {
-      const [orch, firstWorker] = await Promise.all([r.startOrchestrator(), r.startWorker(), r.readEvents()]);
+      // The worker waits for the topics the orchestrator creates; the reader needs them at once.
+      const [orch, firstWorker] = await Promise.all([r.startOrchestrator(), r.startWorker()]);
       let worker = firstWorker;
+      await r.readEvents();
       const env = { ...r.env(), KEYFLOW_API_URL: await orch.ready };
       const runIds: string[] = [];
       for (let i = 0; i < 3; i++)
@@ -474,14 +469,12 @@ describe('the keyflow CLI', () => {
   it('runs cancel compensates the completed step and ends cancelled (once, sent twice with one --idempotency-key); runs terminate stops at once without compensating', async () => {
     const r = new OrchestratorHarness('cli-cancel');
     try {
+      const orch = await r.startOrchestrator();
+      await r.readEvents();
       // holdpoke: `prepare` (compensated by slow.undo) completes, then `call` never answers (and waits 10 minutes).
-      const [orch, commands] = await Promise.all([
-        r.startOrchestrator(),
-        (async () => {
-          await r.readEvents();
-          return r.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: { ok: true } }));
-        })(),
-      ]);
+      const commands = await r.simulateWorker(['slow.prepare', 'slow.undo'], () => ({
+        output: { ok: true },
+      }));
       const env = { ...r.env(), KEYFLOW_API_URL: await orch.ready };
       const startOne = async () =>
         (await keyflow(['runs', 'start', 'holdpoke', '--json'], env)).json().runId as string;

@@ -65,12 +65,9 @@ describe('the orchestrator', () => {
   it('1,000 runs of a 3-step workflow complete against real workers, each step completed exactly once', async () => {
     const h = new OrchestratorHarness('orch-1k');
     try {
-      const [orch] = await Promise.all([
-        h.startOrchestrator(),
-        h.startWorker(),
-        h.startWorker(),
-        h.readEvents(),
-      ]);
+      // The workers wait for the topics the orchestrator creates; the reader needs them at once.
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.startWorker()]);
+      await h.readEvents();
       const url = await orch.ready;
       const runs = Number(process.env.ORCH_RUNS ?? 1000);
       const t0 = Date.now();
@@ -96,7 +93,8 @@ describe('the orchestrator', () => {
   it('killed with SIGKILL while 100 runs are in flight, then restarted: all complete, no step event duplicated or lost', async () => {
     const h = new OrchestratorHarness('orch-kill');
     try {
-      let [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
+      let [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
+      await h.readEvents();
       const ids = await startRuns(await orch.ready, 100, 'kill');
       await eventually(
         'some progress',
@@ -132,8 +130,8 @@ describe('the orchestrator', () => {
         h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a' }),
         h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b' }),
         h.startWorker(),
-        h.readEvents(),
       ]);
+      await h.readEvents();
       const [ua, ub] = [await a.ready, await b.ready];
       await eventually(
         'both own partitions',
@@ -196,17 +194,12 @@ describe('the orchestrator', () => {
   it('saga: a failing third step compensates steps two and one, in that order, and the run ends compensated', async () => {
     const h = new OrchestratorHarness('orch-saga');
     try {
-      // The readers and simulated workers (one after another, on the harness's one producer) while it starts.
-      const [orch] = await Promise.all([
-        h.startOrchestrator(),
-        (async () => {
-          await h.readEvents();
-          await h.simulateWorker(['saga.reserve', 'saga.charge', 'saga.release', 'saga.refund'], (c) => ({
-            output: { did: c.taskType },
-          }));
-          await h.simulateWorker(['saga.ship'], () => ({ error: 'AddressInvalid', retryable: false }));
-        })(),
-      ]);
+      const orch = await h.startOrchestrator();
+      await h.readEvents();
+      await h.simulateWorker(['saga.reserve', 'saga.charge', 'saga.release', 'saga.refund'], (c) => ({
+        output: { did: c.taskType },
+      }));
+      await h.simulateWorker(['saga.ship'], () => ({ error: 'AddressInvalid', retryable: false }));
       const { body } = await post(`${await orch.ready}/runs`, { workflow: 'saga', input: { order: 1 } });
       const runId = body.runId as string;
       await eventually('compensated', () => h.of(runId).find((e) => e.event === 'RunCompensated'), {
@@ -240,14 +233,10 @@ describe('the orchestrator', () => {
   it('a step whose worker never answers times out, is retried per policy, then the run compensates', async () => {
     const h = new OrchestratorHarness('orch-timeout');
     try {
-      const [orch, never] = await Promise.all([
-        h.startOrchestrator(),
-        (async () => {
-          await h.readEvents();
-          await h.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: 'ok' }));
-          return h.simulateWorker(['slow.never'], () => undefined);
-        })(),
-      ]);
+      const orch = await h.startOrchestrator();
+      await h.readEvents();
+      await h.simulateWorker(['slow.prepare', 'slow.undo'], () => ({ output: 'ok' }));
+      const never = await h.simulateWorker(['slow.never'], () => undefined);
       const { body } = await post(`${await orch.ready}/runs`, { workflow: 'slowpoke', input: {} });
       const runId = body.runId as string;
       await eventually('compensated', () => h.of(runId).find((e) => e.event === 'RunCompensated'), {
@@ -274,7 +263,8 @@ describe('the orchestrator', () => {
   it('identical starts with one Idempotency-Key, sent at once among starts with keys of their own (one produce, pipelined Redis commands), make one run; each other key its own run, answered again the same; bad requests get 400 and a bad webhook signature 401', async () => {
     const h = new OrchestratorHarness('orch-api');
     try {
-      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
+      await h.readEvents();
       const url = await orch.ready;
       const others = Array.from({ length: 6 }, (_, i) => `other-key-${i}`);
       const sent = await Promise.all(
@@ -363,8 +353,8 @@ describe('cron schedules across instances', () => {
         h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a', TEST_SCHEDULE: '1' }),
         h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b', TEST_SCHEDULE: '1' }),
         h.startWorker(),
-        h.readEvents(),
       ]);
+      await h.readEvents();
       const scheduled = () =>
         h.events.items.filter((e) => e.event === 'RunStarted' && e.value.runId.startsWith('sched-tick-'));
       await eventually('five fire times started', () => new Set(scheduled().map((e) => e.value.runId)).size, {
@@ -388,7 +378,8 @@ describe('the order saga example', () => {
   it('compensates the completed steps in reverse order for a failure at each step', async () => {
     const h = new OrchestratorHarness('orch-order');
     try {
-      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
+      await h.readEvents();
       const url = await orch.ready;
       const steps = ['reserve', 'charge', 'ship', 'confirm'];
       const runs = await Promise.all(
@@ -424,7 +415,8 @@ describe('bad input', () => {
   it('undecodable bytes and a start whose input breaks the workflow input schema go to the DLQ (the API answers 400 with each issue), a start for an unknown workflow is parked, and the engine keeps going', async () => {
     const h = new OrchestratorHarness('orch-bad');
     try {
-      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.readEvents()]);
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
+      await h.readEvents();
       const url = await orch.ready;
       const { newMetadata } = await import('@keyflow/contracts');
       await h.codec.registerTopics(['wf.requests']);
