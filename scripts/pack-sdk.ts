@@ -13,14 +13,16 @@
  * one), then packed. `@keyflow/kafka` bundles kafkajs with this repository's patches (`bundleDependencies`: npm ships
  * the patched copy inside the tarball, so no install script patches a user's node_modules); no other package may
  * load kafkajs (they import its classes and types from @keyflow/kafka: one copy per process).
- * Prints the tarballs' paths as JSON. Exits non-zero when a build or a pack fails.
+ * The packages build and pack as many at once as the machine has cores (each compiles from the sources, not from
+ * another's output). Prints the tarballs' paths as JSON. Exits non-zero when a build or a pack fails.
  */
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
+import { availableParallelism } from 'node:os';
 import { KAFKAJS_PATCHES } from '@keyflow/kafka';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 
 const ROOT = resolve(__dirname, '..');
 interface PackedPackage {
@@ -118,10 +120,25 @@ function installedVersion(name: string): string {
   ).version;
 }
 
-rmSync(out, { recursive: true, force: true });
-mkdirSync(out, { recursive: true });
-const tarballs: Record<string, string> = {};
-for (const p of SDK_PACKAGES) {
+const run = promisify(execFile);
+
+/**
+ * Compiles one package with `tsc -p <tsconfig>`; on failure its diagnostics go to this process's stdout and stderr.
+ * @throws Error naming the tsconfig and tsc's exit code when tsc fails
+ */
+async function tsc(tsconfig: string): Promise<void> {
+  try {
+    await run(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', tsconfig]);
+  } catch (e) {
+    const { stdout = '', stderr = '', code } = e as { stdout?: string; stderr?: string; code?: unknown };
+    process.stdout.write(stdout);
+    process.stderr.write(stderr);
+    throw new Error(`tsc -p ${tsconfig} exited with ${String(code)}`);
+  }
+}
+
+/** Builds, stages and packs `p` into `out`; resolves with its tarball's path. */
+async function packOne(p: PackedPackage): Promise<string> {
   const src = join(ROOT, p.dir);
   const stage = join(out, 'stage', p.name.replace('/', '__'));
   mkdirSync(stage, { recursive: true });
@@ -143,9 +160,7 @@ for (const p of SDK_PACKAGES) {
       exclude: [join(src, 'src', '**', '*.spec.ts')],
     }),
   );
-  execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', tsconfig], {
-    stdio: 'inherit',
-  });
+  await tsc(tsconfig);
   const own = JSON.parse(readFileSync(join(src, 'package.json'), 'utf8')) as {
     description: string;
     dependencies?: Record<string, string>;
@@ -206,8 +221,35 @@ for (const p of SDK_PACKAGES) {
     )}\n`,
   );
   const packed = JSON.parse(
-    execFileSync('npm', ['pack', '--json', '--pack-destination', out], { cwd: stage, encoding: 'utf8' }),
+    (await run('npm', ['pack', '--json', '--pack-destination', out], { cwd: stage, maxBuffer: 64 << 20 }))
+      .stdout,
   ) as Array<{ filename: string }>;
-  tarballs[p.name] = join(out, packed[0].filename);
+  return join(out, packed[0].filename);
 }
-console.log(JSON.stringify(tarballs));
+
+/**
+ * Packs every package, as many at once as the machine has cores: each build reads the sources, never another's
+ * output, so the order does not matter. Resolves with the tarballs by package name, in SDK_PACKAGES order.
+ */
+async function packAll(): Promise<Record<string, string>> {
+  rmSync(out, { recursive: true, force: true });
+  mkdirSync(out, { recursive: true });
+  const files: string[] = [];
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < SDK_PACKAGES.length) {
+      const i = next++;
+      files[i] = await packOne(SDK_PACKAGES[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(availableParallelism(), SDK_PACKAGES.length) }, lane));
+  return Object.fromEntries(SDK_PACKAGES.map((p, i) => [p.name, files[i]]));
+}
+
+packAll().then(
+  (tarballs) => console.log(JSON.stringify(tarballs)),
+  (e: unknown) => {
+    console.error(e);
+    process.exit(1);
+  },
+);

@@ -19,8 +19,7 @@ describe('the keyflow CLI', () => {
   afterAll(() => h.teardown());
 
   it('runs start, show and ls drive and read a real orchestrator; a missing run exits 1 with the API answer', async () => {
-    const orch = await h.startOrchestrator();
-    await h.startWorker();
+    const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
     const env = { ...h.env(), KEYFLOW_API_URL: await orch.ready };
     const started = await keyflow(['runs', 'start', 'three-step', '--input', '{"n":7}', '--json'], env);
     expect(started.code).toBe(0);
@@ -361,8 +360,9 @@ describe('the keyflow CLI', () => {
   it("replay of the workers' group: refused with live members, a dry run counts stored results, applied it re-publishes them (a command without one runs again only with --allow-rerun) and the orchestrator ignores them", async () => {
     const r = new OrchestratorHarness('cli-replay');
     try {
-      const orch = await r.startOrchestrator();
-      let worker = await r.startWorker();
+      // The worker waits for the topics the orchestrator creates; the reader needs them at once.
+      const [orch, firstWorker] = await Promise.all([r.startOrchestrator(), r.startWorker()]);
+      let worker = firstWorker;
       await r.readEvents();
       const env = { ...r.env(), KEYFLOW_API_URL: await orch.ready };
       const runIds: string[] = [];

@@ -65,8 +65,8 @@ describe('the orchestrator', () => {
   it('1,000 runs of a 3-step workflow complete against real workers, each step completed exactly once', async () => {
     const h = new OrchestratorHarness('orch-1k');
     try {
-      const orch = await h.startOrchestrator();
-      await Promise.all([h.startWorker(), h.startWorker()]);
+      // The workers wait for the topics the orchestrator creates; the reader needs them at once.
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker(), h.startWorker()]);
       await h.readEvents();
       const url = await orch.ready;
       const runs = Number(process.env.ORCH_RUNS ?? 1000);
@@ -93,8 +93,7 @@ describe('the orchestrator', () => {
   it('killed with SIGKILL while 100 runs are in flight, then restarted: all complete, no step event duplicated or lost', async () => {
     const h = new OrchestratorHarness('orch-kill');
     try {
-      let orch = await h.startOrchestrator();
-      await h.startWorker();
+      let [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
       await h.readEvents();
       const ids = await startRuns(await orch.ready, 100, 'kill');
       await eventually(
@@ -127,9 +126,11 @@ describe('the orchestrator', () => {
   it('two instances share the partitions; one killed mid-run: all runs complete and the survivor answers for every run', async () => {
     const h = new OrchestratorHarness('orch-two');
     try {
-      const a = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a' });
-      const b = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b' });
-      await h.startWorker();
+      const [a, b] = await Promise.all([
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a' }),
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b' }),
+        h.startWorker(),
+      ]);
       await h.readEvents();
       const [ua, ub] = [await a.ready, await b.ready];
       await eventually(
@@ -262,8 +263,7 @@ describe('the orchestrator', () => {
   it('identical starts with one Idempotency-Key, sent at once among starts with keys of their own (one produce, pipelined Redis commands), make one run; each other key its own run, answered again the same; bad requests get 400 and a bad webhook signature 401', async () => {
     const h = new OrchestratorHarness('orch-api');
     try {
-      const orch = await h.startOrchestrator();
-      await h.startWorker();
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
       await h.readEvents();
       const url = await orch.ready;
       const others = Array.from({ length: 6 }, (_, i) => `other-key-${i}`);
@@ -349,9 +349,11 @@ describe('cron schedules across instances', () => {
   it('two instances start exactly one run per fire time', async () => {
     const h = new OrchestratorHarness('orch-cron');
     try {
-      const a = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a', TEST_SCHEDULE: '1' });
-      const b = await h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b', TEST_SCHEDULE: '1' });
-      await h.startWorker();
+      const [a, b] = await Promise.all([
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'a', TEST_SCHEDULE: '1' }),
+        h.startOrchestrator({ ORCHESTRATOR_INSTANCE_ID: 'b', TEST_SCHEDULE: '1' }),
+        h.startWorker(),
+      ]);
       await h.readEvents();
       const scheduled = () =>
         h.events.items.filter((e) => e.event === 'RunStarted' && e.value.runId.startsWith('sched-tick-'));
@@ -376,8 +378,7 @@ describe('the order saga example', () => {
   it('compensates the completed steps in reverse order for a failure at each step', async () => {
     const h = new OrchestratorHarness('orch-order');
     try {
-      const orch = await h.startOrchestrator();
-      await h.startWorker();
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
       await h.readEvents();
       const url = await orch.ready;
       const steps = ['reserve', 'charge', 'ship', 'confirm'];
@@ -414,8 +415,7 @@ describe('bad input', () => {
   it('undecodable bytes and a start whose input breaks the workflow input schema go to the DLQ (the API answers 400 with each issue), a start for an unknown workflow is parked, and the engine keeps going', async () => {
     const h = new OrchestratorHarness('orch-bad');
     try {
-      const orch = await h.startOrchestrator();
-      await h.startWorker();
+      const [orch] = await Promise.all([h.startOrchestrator(), h.startWorker()]);
       await h.readEvents();
       const url = await orch.ready;
       const { newMetadata } = await import('@keyflow/contracts');
