@@ -171,3 +171,66 @@ describe("a send across partitions led by different brokers, when one partition'
     expect(seen).toEqual({ 0: ['pre-0', 'batch-0'], 1: ['pre-1', 'batch-1'] });
   });
 });
+
+/** The partition of __transaction_state whose leader coordinates `transactionalId`: Java's String.hashCode, abs, mod. */
+function transactionStatePartition(transactionalId: string, partitions: number): number {
+  let h = 0;
+  for (let i = 0; i < transactionalId.length; i++) h = (Math.imul(31, h) + transactionalId.charCodeAt(i)) | 0;
+  return (h === -2147483648 ? 0 : Math.abs(h)) % partitions;
+}
+
+describe("a transactional producer's coordinators (kafkajs patch: coordinators kept)", () => {
+  it('are looked up once, not per request, and found again when the transaction coordinator moves', async () => {
+    const topic = await topicLedBy('coordinator-move', [[1, 2, 3]]);
+    const transactionalId = 'coordinator-move-tx';
+    const producer = createIdempotentProducer(kafka, transactionalId);
+    producers.push(producer);
+    const lookups: string[] = [];
+    producer.on(producer.events.REQUEST, (e) => {
+      if (e.payload.apiName === 'GroupCoordinator') lookups.push(e.payload.broker);
+    });
+    await producer.connect();
+    // The group's coordinator answers (a new cluster creates __consumer_offsets on the first lookup).
+    await eventually('the group coordinator answers', () =>
+      admin.fetchOffsets({ groupId: 'coordinator-move-group', topics: [topic] }).then(
+        () => true,
+        () => false,
+      ),
+    );
+    const transaction = async (value: string) => {
+      const tx = await producer.transaction();
+      try {
+        await tx.send({ topic, acks: -1, messages: [{ value }] });
+        await tx.sendOffsets({
+          consumerGroupId: 'coordinator-move-group',
+          topics: [{ topic, partitions: [{ partition: 0, offset: '1' }] }],
+        });
+        await tx.commit();
+      } catch (err) {
+        await tx.abort().catch(() => undefined);
+        throw err;
+      }
+    };
+    await transaction('tx-0'); // finds both coordinators
+    const afterFirst = lookups.length;
+    for (let i = 1; i <= 5; i++) await transaction(`tx-${i}`);
+    expect(lookups.length - afterFirst).toBe(0); // unpatched: 4 per transaction
+
+    // The transaction coordinator's partition of __transaction_state moves off its leader.
+    const md = await admin.fetchTopicMetadata({ topics: ['__transaction_state'] });
+    const partitions = md.topics[0].partitions;
+    const p = partitions.find(
+      (x) => x.partitionId === transactionStatePartition(transactionalId, partitions.length),
+    )!;
+    await moveLeader(
+      '__transaction_state',
+      p.partitionId,
+      p.replicas.filter((r) => r !== p.leader),
+    );
+    const beforeMove = lookups.length;
+    await transaction('tx-after-move');
+    expect(lookups.length).toBeGreaterThan(beforeMove); // the moved coordinator was found again
+    const seen = await readBack(topic, 7);
+    expect(seen[0]).toEqual(['tx-0', 'tx-1', 'tx-2', 'tx-3', 'tx-4', 'tx-5', 'tx-after-move']);
+  });
+});
