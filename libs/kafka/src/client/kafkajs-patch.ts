@@ -45,6 +45,12 @@ import { KeyflowError, retryableOf } from '@keyflow/errors';
  *   batch counting more records than the budget holds parsed is not decompressed; a hook (./codecs) returns one
  *   stand-in record marking it undecodable. And a codec's stand-in for a batch it could not decode is parsed as its
  *   one record (it held as many stand-ins as the header counted, up to a million, and threw above).
+ * - producer/eosManager/index.js (a speed patch, not a fix): a transactional producer sent FindCoordinator before each
+ *   AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn, four of a transaction's nine requests (one
+ *   engine transaction per input batch). Patched: the transaction and group coordinators are kept by node id, as the
+ *   Java producer keeps them (its TransactionManager looks one up again on NOT_COORDINATOR or
+ *   COORDINATOR_NOT_AVAILABLE); a request that fails on a kept coordinator with one of those or a connection error is
+ *   sent once more to the coordinator found again, which is what every request did before.
  */
 export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
@@ -56,6 +62,7 @@ export const KAFKAJS_PATCHES = {
   'protocol/recordBatch/v0/decoder.js': 'keyflow patch (record count guard)',
   'protocol/encoder.js': 'keyflow patch (encoder from the pool)',
   'network/requestQueue/index.js': 'keyflow patch (negative timeout)',
+  'producer/eosManager/index.js': 'keyflow patch (coordinators kept)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
