@@ -3,6 +3,15 @@ import { CompressionTypes } from 'kafkajs';
 /** The environment variable naming the codec keyflow's producers write (`zstd`, `gzip`, `none`). Process-wide. */
 export const COMPRESSION_SETTING = 'KEYFLOW_COMPRESSION';
 
+/**
+ * Fewest bytes (keys, values, headers) of a request the engine compresses when KEYFLOW_COMPRESSION is unset: 64 KiB.
+ * Below it gzip saves a few KB of Avro and costs each request a zlib job on libuv's thread pool, on the path of every
+ * step: at 20 runs/s of three steps, p50 / p99 start to finish 22-24 / 41-43 ms uncompressed against 27-28 / 90-117
+ * ms gzipped, and 764-783 against 655-686 runs/s in a burst of 2,000 (BENCHMARKS.md "Latency", 2026-12-05). Kafka's
+ * Java producer and librdkafka do not compress by default either (`compression.type` none).
+ */
+export const COMPRESS_MIN_BYTES = 64 * 1024;
+
 /** The codecs KEYFLOW_COMPRESSION takes, by the name Kafka's `compression.type` uses. */
 export const WRITE_CODECS = {
   none: CompressionTypes.None,

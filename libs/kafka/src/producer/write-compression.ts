@@ -1,16 +1,19 @@
 /**
  * The compression codec of the records keyflow's own producers write (KEYFLOW_COMPRESSION).
  *
- * Unset, keyflow writes as it always has: the engine's transactions (its state snapshots and what it sends with them)
- * gzip, the batching producers (task results from the workers, commands and events sent outside a
- * transaction) uncompressed. Set, every one of those writes that codec: `zstd` (node:zlib's libzstd at level 3,
- * frames that declare their content size; Kafka 2.1+ brokers, KIP-110), `gzip`, or `none`. The Java client
- * (zstd-jni), librdkafka (kcat) and kafkajs with keyflow's codecs read zstd; a plain kafkajs consumer of another team
- * reads only gzip and uncompressed records. DLQ records keep choosing their codec by fit (./dlq).
+ * Unset, the engine's transactions (its state snapshots and what it sends with them) gzip a request of at least
+ * {@link COMPRESS_MIN_BYTES} and send a smaller one uncompressed; the batching producers (task results from the
+ * workers, commands and events sent outside a transaction) write uncompressed. Set, every one of those writes that
+ * codec, whatever the size: `zstd` (node:zlib's libzstd at level 3, frames that declare their content size; Kafka
+ * 2.1+ brokers, KIP-110), `gzip`, or `none`. The Java client (zstd-jni), librdkafka (kcat) and kafkajs with keyflow's
+ * codecs read zstd; a plain kafkajs consumer of another team reads only gzip and uncompressed records. DLQ records
+ * keep choosing their codec by fit (./dlq).
  */
-import type { CompressionTypes } from 'kafkajs';
+import { CompressionTypes } from 'kafkajs';
 import { SettingsError } from '@keyflow/errors';
-import { COMPRESSION_SETTING, WRITE_CODECS } from './options';
+import { COMPRESS_MIN_BYTES, COMPRESSION_SETTING, WRITE_CODECS } from './options';
+import { messageBytes } from './batching-producer';
+import type { SizedMessage } from './types';
 
 /** KEYFLOW_COMPRESSION is not one of {@link WRITE_CODECS}' names. Not retryable. */
 export class CompressionConfigError extends SettingsError {
@@ -34,14 +37,29 @@ export function compressionSetting(env: NodeJS.ProcessEnv = process.env): Compre
 }
 
 /**
- * The codec a producer of keyflow's writes with: KEYFLOW_COMPRESSION's, else `fallback` (what that producer wrote
- * before the setting existed). Read at each send; an invalid value made createKafka refuse to start, so here it is
- * taken as unset (a throw inside a send would fail the send, not the configuration).
+ * The codec a producer of keyflow's writes a request with: KEYFLOW_COMPRESSION's, else `fallback` (what that producer
+ * wrote before the setting existed), except that a request of fewer than {@link COMPRESS_MIN_BYTES} goes
+ * uncompressed when the setting is unset and `requestBytes` is given. Read at each send; an invalid value made
+ * createKafka refuse to start, so here it is taken as unset (a throw inside a send would fail the send, not the
+ * configuration).
+ * @param requestBytes the request's keys, values and headers, in bytes ({@link topicMessagesBytes}).
  */
-export function writeCompression(fallback: CompressionTypes): CompressionTypes {
+export function writeCompression(fallback: CompressionTypes, requestBytes?: number): CompressionTypes {
+  let set: CompressionTypes | undefined;
   try {
-    return compressionSetting() ?? fallback;
+    set = compressionSetting();
   } catch {
-    return fallback;
+    set = undefined;
   }
+  if (set !== undefined) return set;
+  return requestBytes !== undefined && requestBytes < COMPRESS_MIN_BYTES ? CompressionTypes.None : fallback;
+}
+
+/** The bytes (keys, values, headers, record overhead: {@link messageBytes}) of a request's records. */
+export function topicMessagesBytes(
+  topicMessages: ReadonlyArray<{ messages: readonly SizedMessage[] }>,
+): number {
+  let n = 0;
+  for (const t of topicMessages) for (const m of t.messages) n += messageBytes(m);
+  return n;
 }

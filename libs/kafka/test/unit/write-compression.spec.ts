@@ -1,5 +1,12 @@
 import { CompressionTypes } from 'kafkajs';
-import { COMPRESSION_SETTING, CompressionConfigError, compressionSetting, writeCompression } from '../../src';
+import {
+  COMPRESS_MIN_BYTES,
+  COMPRESSION_SETTING,
+  CompressionConfigError,
+  compressionSetting,
+  topicMessagesBytes,
+  writeCompression,
+} from '../../src';
 
 describe('KEYFLOW_COMPRESSION: the codec keyflow writes with', () => {
   afterEach(() => {
@@ -21,6 +28,25 @@ describe('KEYFLOW_COMPRESSION: the codec keyflow writes with', () => {
     expect(writeCompression(CompressionTypes.GZIP)).toBe(CompressionTypes.GZIP);
     process.env[COMPRESSION_SETTING] = 'zstd';
     expect(writeCompression(CompressionTypes.GZIP)).toBe(CompressionTypes.ZSTD);
+  });
+
+  it('unset, a request under COMPRESS_MIN_BYTES goes uncompressed and a larger one in the fallback codec', () => {
+    const request = (valueBytes: number) => [
+      { topic: 't', messages: [{ key: 'k', value: Buffer.alloc(valueBytes) }] },
+    ];
+    const small = topicMessagesBytes(request(100));
+    const large = topicMessagesBytes(request(COMPRESS_MIN_BYTES));
+    expect(small).toBeGreaterThan(100);
+    expect(large).toBeGreaterThan(COMPRESS_MIN_BYTES);
+    expect(writeCompression(CompressionTypes.GZIP, small)).toBe(CompressionTypes.None);
+    expect(writeCompression(CompressionTypes.GZIP, COMPRESS_MIN_BYTES - 1)).toBe(CompressionTypes.None);
+    expect(writeCompression(CompressionTypes.GZIP, COMPRESS_MIN_BYTES)).toBe(CompressionTypes.GZIP);
+    expect(writeCompression(CompressionTypes.GZIP, large)).toBe(CompressionTypes.GZIP);
+    // Named, the codec is written whatever the size.
+    process.env[COMPRESSION_SETTING] = 'gzip';
+    expect(writeCompression(CompressionTypes.GZIP, small)).toBe(CompressionTypes.GZIP);
+    process.env[COMPRESSION_SETTING] = 'none';
+    expect(writeCompression(CompressionTypes.GZIP, large)).toBe(CompressionTypes.None);
   });
 
   it('a codec keyflow does not write is refused by name, not taken as unset', () => {

@@ -3,6 +3,7 @@ import {
   CompressionTypes,
   KafkaJSError,
   messageBytes,
+  topicMessagesBytes,
   whileTransactionsConcurrent,
   writeCompression,
   type IHeaders,
@@ -95,7 +96,10 @@ export async function commitBatch(
     // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
     // exceeds what the broker accepts.
     for (const part of splitBySize([...byTopic], d.claim.thresholdBytes))
-      await tx.sendBatch({ compression: writeCompression(CompressionTypes.GZIP), topicMessages: part });
+      await tx.sendBatch({
+        compression: writeCompression(CompressionTypes.GZIP, topicMessagesBytes(part)),
+        topicMessages: part,
+      });
     for (const { dlqTopic, compression, records } of [...fitted, ...elsewhere])
       for (const part of splitBySize([[dlqTopic, records]], d.claim.thresholdBytes))
         await tx.sendBatch({ compression, topicMessages: part });

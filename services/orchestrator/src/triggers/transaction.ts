@@ -11,7 +11,7 @@ import {
 } from '@keyflow/kafka';
 import { derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import { dlqMessage, dlqStandIn, RecordTooLargeError } from '@keyflow/ops';
-import { keyPartition, messageBytes } from '@keyflow/kafka';
+import { keyPartition, messageBytes, topicMessagesBytes } from '@keyflow/kafka';
 import { splitBySize, type Msg } from '../engine/commit';
 import { failureCode, textOf } from '@keyflow/errors';
 import type { TriggerDefinition } from '@keyflow/workflow';
@@ -192,7 +192,7 @@ export async function commitTrigger<R>(
     // Requests of at most half of max.message.bytes, so no partition's record batch is refused as too large.
     for (const split of splitBySize([...byTopic], out.requestBytes)) {
       const written = await tx.sendBatch({
-        compression: writeCompression(CompressionTypes.GZIP),
+        compression: writeCompression(CompressionTypes.GZIP, topicMessagesBytes(split)),
         topicMessages: split,
       });
       // Each request names its partition (keyPartition of its run id), so the count per partition is known.
@@ -207,7 +207,7 @@ export async function commitTrigger<R>(
     const { topic: markTopic, ...markMsg } = markMessage(codec, at, mark);
     await tx.send({
       topic: markTopic,
-      compression: writeCompression(CompressionTypes.GZIP),
+      compression: writeCompression(CompressionTypes.GZIP, messageBytes(markMsg)),
       messages: [markMsg],
     });
     await whileTransactionsConcurrent(() =>
