@@ -49,8 +49,13 @@ import { KeyflowError, retryableOf } from '@keyflow/errors';
  *   AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn, four of a transaction's nine requests (one
  *   engine transaction per input batch). Patched: the transaction and group coordinators are kept by node id, as the
  *   Java producer keeps them (its TransactionManager looks one up again on NOT_COORDINATOR or
- *   COORDINATOR_NOT_AVAILABLE); a request that fails on a kept coordinator with one of those or a connection error is
- *   sent once more to the coordinator found again, which is what every request did before.
+ *   COORDINATOR_NOT_AVAILABLE); a request that fails on a kept coordinator with one of those, a connection error or
+ *   a request timeout (a half-open connection to a dead broker stays connected) is sent once more to the coordinator
+ *   found again, which is what every request did before. And: an EndTxn answered CONCURRENT_TRANSACTIONS or
+ *   GROUP_LOAD_IN_PROGRESS (sent again after its applied original lost its answer, while the markers are written) is
+ *   sent again with backoff within the transaction timeout, as the Java producer's EndTxn handler does; it was
+ *   reported failed (a commit that happened) and left the producer in COMMITTING. kafkajs's own lists of those
+ *   errors used the protocol's names, not its own (codes 14-16), so TxnOffsetCommit never retried them.
  */
 export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',

@@ -21,8 +21,8 @@ export type CreateKafkaOptions = {
  * 2026-12-03): 12-24 % refused once, so p90 of a transaction is about the first backoff (98 ms with 100, 27 ms with
  * 20, 10 ms with 5). Hence 5 ms, doubling (with jitter) up to 5 s, unbounded count: a broker that is away costs a
  * few more quick attempts, then the same waits as before. kafkajs applies it to sends only: AddOffsetsToTxn is sent
- * once (wrap `sendOffsets` in {@link whileTransactionsConcurrent}), InitProducerId and TxnOffsetCommit use kafkajs's
- * defaults.
+ * once (wrap `sendOffsets` in {@link whileTransactionsConcurrent}), InitProducerId and TxnOffsetCommit use the client's
+ * retry (createKafka's).
  */
 export const TRANSACTIONAL_RETRY = Object.freeze({
   retries: Number.MAX_SAFE_INTEGER,
