@@ -12,8 +12,6 @@
 import { CompressionTypes } from 'kafkajs';
 import { SettingsError } from '@keyflow/errors';
 import { COMPRESS_MIN_BYTES, COMPRESSION_SETTING, WRITE_CODECS } from './options';
-import { messageBytes } from './batching-producer';
-import type { SizedMessage } from './types';
 
 /** KEYFLOW_COMPRESSION is not one of {@link WRITE_CODECS}' names. Not retryable. */
 export class CompressionConfigError extends SettingsError {
@@ -42,24 +40,15 @@ export function compressionSetting(env: NodeJS.ProcessEnv = process.env): Compre
  * uncompressed when the setting is unset and `requestBytes` is given. Read at each send; an invalid value made
  * createKafka refuse to start, so here it is taken as unset (a throw inside a send would fail the send, not the
  * configuration).
- * @param requestBytes the request's keys, values and headers, in bytes ({@link topicMessagesBytes}).
+ * @param requestBytes the request's records in bytes (keys, values, headers: `messageBytes` summed).
  */
 export function writeCompression(fallback: CompressionTypes, requestBytes?: number): CompressionTypes {
   let set: CompressionTypes | undefined;
   try {
     set = compressionSetting();
   } catch {
-    set = undefined;
+    // invalid: refused by createKafka already (see above)
   }
   if (set !== undefined) return set;
   return requestBytes !== undefined && requestBytes < COMPRESS_MIN_BYTES ? CompressionTypes.None : fallback;
-}
-
-/** The bytes (keys, values, headers, record overhead: {@link messageBytes}) of a request's records. */
-export function topicMessagesBytes(
-  topicMessages: ReadonlyArray<{ messages: readonly SizedMessage[] }>,
-): number {
-  let n = 0;
-  for (const t of topicMessages) for (const m of t.messages) n += messageBytes(m);
-  return n;
 }

@@ -1,10 +1,10 @@
 import { CompressionTypes } from 'kafkajs';
 import {
   COMPRESS_MIN_BYTES,
+  messageBytes,
   COMPRESSION_SETTING,
   CompressionConfigError,
   compressionSetting,
-  topicMessagesBytes,
   writeCompression,
 } from '../../src';
 
@@ -31,11 +31,9 @@ describe('KEYFLOW_COMPRESSION: the codec keyflow writes with', () => {
   });
 
   it('unset, a request under COMPRESS_MIN_BYTES goes uncompressed and a larger one in the fallback codec', () => {
-    const request = (valueBytes: number) => [
-      { topic: 't', messages: [{ key: 'k', value: Buffer.alloc(valueBytes) }] },
-    ];
-    const small = topicMessagesBytes(request(100));
-    const large = topicMessagesBytes(request(COMPRESS_MIN_BYTES));
+    const record = (valueBytes: number) => messageBytes({ key: 'k', value: Buffer.alloc(valueBytes) });
+    const small = record(100);
+    const large = record(COMPRESS_MIN_BYTES);
     expect(small).toBeGreaterThan(100);
     expect(large).toBeGreaterThan(COMPRESS_MIN_BYTES);
     expect(writeCompression(CompressionTypes.GZIP, small)).toBe(CompressionTypes.None);

@@ -3,7 +3,6 @@ import {
   CompressionTypes,
   KafkaJSError,
   messageBytes,
-  topicMessagesBytes,
   whileTransactionsConcurrent,
   writeCompression,
   type IHeaders,
@@ -95,14 +94,11 @@ export async function commitBatch(
     const byTopic = outputMessages(d.codec.physical(Topic.WF_STATE), o.partition, out);
     // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
     // exceeds what the broker accepts.
-    for (const part of splitBySize([...byTopic], d.claim.thresholdBytes))
-      await tx.sendBatch({
-        compression: writeCompression(CompressionTypes.GZIP, topicMessagesBytes(part)),
-        topicMessages: part,
-      });
+    for (const { topicMessages, bytes } of splitBySize([...byTopic], d.claim.thresholdBytes))
+      await tx.sendBatch({ compression: writeCompression(CompressionTypes.GZIP, bytes), topicMessages });
     for (const { dlqTopic, compression, records } of [...fitted, ...elsewhere])
-      for (const part of splitBySize([[dlqTopic, records]], d.claim.thresholdBytes))
-        await tx.sendBatch({ compression, topicMessages: part });
+      for (const { topicMessages } of splitBySize([[dlqTopic, records]], d.claim.thresholdBytes))
+        await tx.sendBatch({ compression, topicMessages });
     const next = (BigInt(lastOffset) + 1n).toString();
     // First request of the transaction when every input was ignored (no send): kafkajs sends it once, and right
     // after the previous commit the coordinator may refuse it with CONCURRENT_TRANSACTIONS.
@@ -227,32 +223,34 @@ function deadLetterRecord(
   return { record, dlqTopic: dlqTopicFor(topic) };
 }
 
+/** One request's records by topic, in order, and their size in bytes as {@link messageBytes} counts them. */
+export interface SizedRequest {
+  topicMessages: Array<{ topic: string; messages: Msg[] }>;
+  bytes: number;
+}
+
 /**
- * Splits messages into groups of at most `maxBytes` as {@link messageBytes} counts them (key, value, headers and the
+ * Splits messages into requests of at most `maxBytes` as {@link messageBytes} counts them (key, value, headers and the
  * record's overhead); a larger single message goes alone. The engine gives half of max.message.bytes (the claim
- * check's threshold), so no partition's record batch in one request can exceed it.
+ * check's threshold), so no partition's record batch in one request can exceed it. Each request carries its size
+ * (what writeCompression weighs).
  */
-export function splitBySize(
-  byTopic: Array<[string, Msg[]]>,
-  maxBytes: number,
-): Array<Array<{ topic: string; messages: Msg[] }>> {
-  const parts: Array<Array<{ topic: string; messages: Msg[] }>> = [];
-  let current: Array<{ topic: string; messages: Msg[] }> = [];
-  let size = 0;
+export function splitBySize(byTopic: Array<[string, Msg[]]>, maxBytes: number): SizedRequest[] {
+  const parts: SizedRequest[] = [];
+  let current: SizedRequest = { topicMessages: [], bytes: 0 };
   for (const [topic, messages] of byTopic) {
     for (const m of messages) {
       const bytes = messageBytes(m);
-      if (size > 0 && size + bytes > maxBytes) {
+      if (current.bytes > 0 && current.bytes + bytes > maxBytes) {
         parts.push(current);
-        current = [];
-        size = 0;
+        current = { topicMessages: [], bytes: 0 };
       }
-      const last = current.at(-1);
+      const last = current.topicMessages.at(-1);
       if (last?.topic === topic) last.messages.push(m);
-      else current.push({ topic, messages: [m] });
-      size += bytes;
+      else current.topicMessages.push({ topic, messages: [m] });
+      current.bytes += bytes;
     }
   }
-  if (current.length) parts.push(current);
+  if (current.topicMessages.length) parts.push(current);
   return parts;
 }

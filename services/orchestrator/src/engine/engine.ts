@@ -664,12 +664,10 @@ export class Engine {
     try {
       // In requests of at most half of max.message.bytes, as the engine's transactions: a tick can fire many timers
       // at once (runs started together with one run timeout), and the broker refuses a record batch over the limit.
-      for (const part of splitBySize(
-        [[this.codec.physical(Topic.WF_REQUESTS), messages]],
-        this.claim.thresholdBytes,
-      )) {
-        await this.timerProducer.send({ ...part[0], acks: -1 });
-        sent += part[0].messages.length;
+      const topic = this.codec.physical(Topic.WF_REQUESTS);
+      for (const { topicMessages } of splitBySize([[topic, messages]], this.claim.thresholdBytes)) {
+        await this.timerProducer.send({ ...topicMessages[0], acks: -1 });
+        sent += topicMessages[0].messages.length;
       }
     } catch (err) {
       // Only the timers not published are given back (retried at the next tick): the others' TimerFired is written.

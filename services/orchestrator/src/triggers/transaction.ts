@@ -11,7 +11,7 @@ import {
 } from '@keyflow/kafka';
 import { derivedEventId, newMetadata, type EventCodec } from '@keyflow/contracts';
 import { dlqMessage, dlqStandIn, RecordTooLargeError } from '@keyflow/ops';
-import { keyPartition, messageBytes, topicMessagesBytes } from '@keyflow/kafka';
+import { keyPartition, messageBytes } from '@keyflow/kafka';
 import { splitBySize, type Msg } from '../engine/commit';
 import { failureCode, textOf } from '@keyflow/errors';
 import type { TriggerDefinition } from '@keyflow/workflow';
@@ -190,9 +190,9 @@ export async function commitTrigger<R>(
       else byTopic.set(topic, [msg]);
     }
     // Requests of at most half of max.message.bytes, so no partition's record batch is refused as too large.
-    for (const split of splitBySize([...byTopic], out.requestBytes)) {
+    for (const { topicMessages: split, bytes } of splitBySize([...byTopic], out.requestBytes)) {
       const written = await tx.sendBatch({
-        compression: writeCompression(CompressionTypes.GZIP, topicMessagesBytes(split)),
+        compression: writeCompression(CompressionTypes.GZIP, bytes),
         topicMessages: split,
       });
       // Each request names its partition (keyPartition of its run id), so the count per partition is known.
