@@ -91,6 +91,36 @@ const StartSchema = z.object({
     .refine((v) => !v.startsWith(SCHEDULED_RUN_PREFIX), RESERVED_RUN_ID)
     .optional(),
 });
+/** Most starts one `POST /runs/batch` carries. */
+export const RUN_BATCH_MAX = 1000;
+/** One start of a batch: a `POST /runs` body, with its Idempotency-Key as a field. */
+const BatchItemSchema = StartSchema.extend({ idempotencyKey: z.string().min(1).optional() });
+/** Items are checked one by one (a bad one is answered on its own), so the batch only checks that they are a list. */
+const BatchSchema = z.object({ runs: z.array(z.unknown()).min(1).max(RUN_BATCH_MAX) });
+
+/**
+ * One item's answer in a `POST /runs/batch`: what `POST /runs` with that item would have answered, its HTTP status
+ * as `status` and its body's fields beside it (202: the started run; 4xx/503: `message`, `code`, `errors`, ...).
+ */
+export type BatchItemAnswer = { status: number } & Record<string, unknown>;
+
+/**
+ * `POST /runs`'s answer to one item of a batch, as a value: the started run with status 202, or the refusal
+ * {@link answer} would have thrown with its status. An error with no HTTP answer (a fault of this instance) is the
+ * item's 500, naming the error's message: the items before and after it still get their own answers.
+ */
+async function itemAnswer(start: () => Promise<object>): Promise<BatchItemAnswer> {
+  try {
+    return { status: 202, ...(await answer(start)) };
+  } catch (e) {
+    if (e instanceof HttpException) {
+      const body = e.getResponse();
+      return { status: e.getStatus(), ...(typeof body === 'string' ? { message: body } : body) };
+    }
+    return { status: 500, message: (e as Error)?.message ?? String(e) };
+  }
+}
+
 const CancelSchema = z.object({ reason: z.string().min(1).max(1000).default('cancelled by API') });
 const TerminateSchema = z.object({ reason: z.string().min(1).max(1000).default('terminated by API') });
 const SignalSchema = z.object({ signal: z.string().min(1).max(200), payload: z.unknown().optional() });
@@ -176,6 +206,66 @@ export class RunsController {
     return answer(() =>
       this.runs.start({ ...b, input: b.input as Record<string, unknown>, idempotencyKey, trigger: 'api' }),
     );
+  }
+
+  @Post('runs/batch')
+  @HttpCode(200)
+  @ApiOperation({
+    summary:
+      `Start up to ${RUN_BATCH_MAX} runs in one request: each item is a POST /runs body, its Idempotency-Key as ` +
+      '`idempotencyKey`. The answer lists, in the order of the items, what POST /runs would have answered each ' +
+      '(`status` 202 with the run; or the refusal: 400, 404, 422, 503 with `code` and `retryable`). Items are ' +
+      'independent: one refused starts nothing of its own and stops nothing else. A 202 item is durable in ' +
+      'wf.requests, as a POST /runs; an item sent again with its idempotencyKey gets its first answer again.',
+  })
+  @ApiBody({
+    schema: {
+      type: 'object',
+      required: ['runs'],
+      properties: {
+        runs: {
+          type: 'array',
+          minItems: 1,
+          maxItems: RUN_BATCH_MAX,
+          items: {
+            type: 'object',
+            required: ['workflow'],
+            properties: {
+              workflow: { type: 'string' },
+              version: { type: 'integer' },
+              input: { type: 'object', additionalProperties: true },
+              businessKey: { type: 'string' },
+              runId: { type: 'string' },
+              idempotencyKey: { type: 'string' },
+            },
+          },
+        },
+      },
+    },
+  })
+  @ApiResponse({
+    status: 200,
+    description: "Every item's own answer, in order: `{ runs: [{ status, ... }] }`.",
+  })
+  @ApiResponse({ status: 400, description: `Not a list of 1-${RUN_BATCH_MAX} items: nothing is started.` })
+  async startBatch(@Body() body: unknown): Promise<{ runs: BatchItemAnswer[] }> {
+    const { runs } = parse(BatchSchema, body);
+    // All at once: the BatchingProducer writes the StartRuns that are ready together in one produce request.
+    return {
+      runs: await Promise.all(
+        runs.map((item) =>
+          itemAnswer(async () => {
+            const { idempotencyKey, ...b } = parse(BatchItemSchema, item);
+            return this.runs.start({
+              ...b,
+              input: b.input as Record<string, unknown>,
+              idempotencyKey,
+              trigger: 'api',
+            });
+          }),
+        ),
+      ),
+    };
   }
 
   @Post('webhooks/:workflow')
