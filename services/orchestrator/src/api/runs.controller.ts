@@ -7,6 +7,7 @@ import {
   HttpCode,
   HttpException,
   Inject,
+  Logger,
   Param,
   Post,
   Query,
@@ -93,8 +94,15 @@ const StartSchema = z.object({
 });
 /** Most starts one `POST /runs/batch` carries. */
 export const RUN_BATCH_MAX = 1000;
-/** One start of a batch: a `POST /runs` body, with its Idempotency-Key as a field. */
-const BatchItemSchema = StartSchema.extend({ idempotencyKey: z.string().min(1).optional() });
+/**
+ * One start of a batch: a `POST /runs` body, with its Idempotency-Key as a field (empty: no key, as an empty header).
+ */
+const BatchItemSchema = StartSchema.extend({
+  idempotencyKey: z
+    .string()
+    .optional()
+    .transform((k) => k || undefined),
+});
 /** Items are checked one by one (a bad one is answered on its own), so the batch only checks that they are a list. */
 const BatchSchema = z.object({ runs: z.array(z.unknown()).min(1).max(RUN_BATCH_MAX) });
 
@@ -104,20 +112,24 @@ const BatchSchema = z.object({ runs: z.array(z.unknown()).min(1).max(RUN_BATCH_M
  */
 export type BatchItemAnswer = { status: number } & Record<string, unknown>;
 
+const batchLogger = new Logger('RunsController');
+
 /**
  * `POST /runs`'s answer to one item of a batch, as a value: the started run with status 202, or the refusal
- * {@link answer} would have thrown with its status. An error with no HTTP answer (a fault of this instance) is the
- * item's 500, naming the error's message: the items before and after it still get their own answers.
+ * {@link answer} would have thrown with its status. An error with no HTTP answer (a fault of this instance) is logged
+ * with its stack and answered as Nest answers it for `POST /runs` (500 "Internal server error", nothing of the error
+ * shown): the items before and after it still get their own answers.
  */
 async function itemAnswer(start: () => Promise<object>): Promise<BatchItemAnswer> {
   try {
-    return { status: 202, ...(await answer(start)) };
+    return { ...(await answer(start)), status: 202 };
   } catch (e) {
     if (e instanceof HttpException) {
       const body = e.getResponse();
-      return { status: e.getStatus(), ...(typeof body === 'string' ? { message: body } : body) };
+      return { ...(typeof body === 'string' ? { message: body } : body), status: e.getStatus() };
     }
-    return { status: 500, message: (e as Error)?.message ?? String(e) };
+    batchLogger.error(e, 'a batch item failed');
+    return { status: 500, message: 'Internal server error' };
   }
 }
 
@@ -214,9 +226,10 @@ export class RunsController {
     summary:
       `Start up to ${RUN_BATCH_MAX} runs in one request: each item is a POST /runs body, its Idempotency-Key as ` +
       '`idempotencyKey`. The answer lists, in the order of the items, what POST /runs would have answered each ' +
-      '(`status` 202 with the run; or the refusal: 400, 404, 422, 503 with `code` and `retryable`). Items are ' +
-      'independent: one refused starts nothing of its own and stops nothing else. A 202 item is durable in ' +
-      'wf.requests, as a POST /runs; an item sent again with its idempotencyKey gets its first answer again.',
+      '(`status` 202 with the run; or the refusal: 400, 422, 503 with its `code`; 500 for a fault of this ' +
+      'instance). A refused item starts nothing and stops no other item. A 202 item is durable in wf.requests, as ' +
+      'a POST /runs; an item sent again with its idempotencyKey gets its first answer again. The JSON body limit ' +
+      '(100 KB) applies: past it, 413 and nothing started.',
   })
   @ApiBody({
     schema: {

@@ -51,7 +51,13 @@ describe('API authentication (KEYFLOW_API_KEYS)', () => {
       401,
       'Bearer realm="keyflow", error="invalid_token"',
     ]);
-    for (const path of ['/runs', '/runs/x/cancel', '/runs/x/retry', '/ops/dlq/task.echo.dlq/redrive'])
+    for (const path of [
+      '/runs',
+      '/runs/batch',
+      '/runs/x/cancel',
+      '/runs/x/retry',
+      '/ops/dlq/task.echo.dlq/redrive',
+    ])
       expect([path, (await post(`${url}${path}`, {})).status]).toEqual([path, 401]);
   });
 
@@ -74,6 +80,10 @@ describe('API authentication (KEYFLOW_API_KEYS)', () => {
     ]);
     const started = await post(`${url}/runs`, { workflow: 'three-step', input: {} }, bearer(OPERATOR));
     expect(started.status).toBe(202);
+    // The batch start needs control too, checked before any item.
+    const batch = { runs: [{ workflow: 'three-step', input: {} }] };
+    expect((await post(`${url}/runs/batch`, batch, bearer(READER))).status).toBe(403);
+    expect((await post(`${url}/runs/batch`, batch, bearer(OPERATOR))).status).toBe(200);
   });
 
   it('health, the console page and the OpenAPI document stay open; metrics need read (KEYFLOW_METRICS_AUTH) however the path is spelled; the webhook door keeps its own signature check', async () => {

@@ -79,10 +79,19 @@ describe('POST /runs/batch', () => {
         until: Boolean,
         timeoutMs: 60_000,
       });
+      const before = distinctEvents(h.events).filter((e) => e.event === 'RunStarted').length;
       const starts = distinctEvents(h.events).filter(
         (e) => e.event === 'RunStarted' && runIds.includes(e.value.runId as string),
       );
       expect(starts).toHaveLength(20);
+
+      // Over the JSON body limit (100 KB): 413, nothing started (the marker above is the newest run).
+      const big = Array.from({ length: 1000 }, (_, i) => ({
+        workflow: 'three-step',
+        input: { pad: 'x'.repeat(100), i },
+      }));
+      const tooBig = await post(`${url}/runs/batch`, { runs: big });
+      expect(tooBig.status).toBe(413);
 
       // Not a list of 1-1000 items: a 400 naming `runs`, nothing started.
       for (const body of [{}, { runs: [] }, { runs: Array.from({ length: 1001 }, () => ({})) }]) {
@@ -90,6 +99,13 @@ describe('POST /runs/batch', () => {
         expect(r.status).toBe(400);
         expect(r.body.errors).toEqual([expect.objectContaining({ path: 'runs' })]);
       }
+      // Nothing the refused batches carried was started: a run written after them is the next RunStarted read.
+      const last = await post(`${url}/runs`, { workflow: 'three-step', input: { n: 'last' } });
+      await eventually('the last run started', () => ended().has(last.body.runId as string), {
+        until: Boolean,
+        timeoutMs: 60_000,
+      });
+      expect(distinctEvents(h.events).filter((e) => e.event === 'RunStarted')).toHaveLength(before + 1);
     } finally {
       await h.teardown();
     }

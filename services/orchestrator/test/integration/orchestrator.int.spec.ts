@@ -333,6 +333,7 @@ describe('the orchestrator', () => {
       expect(Object.keys(openapi.paths)).toEqual(
         expect.arrayContaining([
           '/runs',
+          '/runs/batch',
           '/runs/{id}',
           '/runs/{id}/cancel',
           '/runs/{id}/retry',
