@@ -2,14 +2,15 @@ import { randomUUID } from 'node:crypto';
 import { loadavg } from 'node:os';
 import { FlowProducer, QueueEvents, Worker, type Job } from 'bullmq';
 import IORedis from 'ioredis';
-import { cpuParts, drive, runEngine, stepInput, verify, versionOf, type Started } from './common';
+import { coalesced, cpuParts, drive, runEngine, stepInput, verify, versionOf, type Started } from './common';
 import { countStep, forkRole, mergedCounts, serveRole } from './host';
 
 /**
  * BullMQ: the three steps as a flow (FlowProducer) of three jobs on one queue, children first: the run's root job
  * is step 3, its child step 2, whose child is step 1; each parent reads its child's return value with
  * `job.getChildrenValues()`. Two worker processes (keyflow runs two), each a `Worker` at its default concurrency (1).
- * The client adds each flow and awaits the root job with `job.waitUntilFinished(queueEvents)`.
+ * The client adds the flows started together with one `FlowProducer.addBulk`, a flow started alone with `add`, and
+ * awaits each root job by its completion event (QueueEvents).
  * Redis: the stack's (REDIS_URL), on an empty logical database, keys under a fresh prefix deleted at the end.
  */
 const QUEUE = 'steps';
@@ -82,15 +83,23 @@ async function bench() {
     waiting.get(jobId)?.(out);
   });
   const rootIds = new Map<string, string>();
+  type FlowNode = Parameters<FlowProducer['add']>[0];
+  // Flows added in one turn go in one FlowProducer.addBulk (one Redis transaction), as keyflow's client batches its
+  // starts (keyflow.ts); a flow added alone goes in FlowProducer.add.
+  const add = coalesced<FlowNode, string>(
+    async (f) => (await flow.add(f)).job.id!,
+    async (fs) => (await flow.addBulk(fs)).map((n) => n.job.id!),
+    1000,
+  );
   const start = async (tag: string): Promise<Started> => {
     const runId = randomUUID();
-    const node = (k: 1 | 2 | 3): Parameters<FlowProducer['add']>[0] => ({
+    const node = (k: 1 | 2 | 3): FlowNode => ({
       name: `step${k}`,
       queueName: QUEUE,
       data: { runId, k, ...(k === 1 ? { input: { tag } } : {}) },
       children: k > 1 ? [node((k - 1) as 1 | 2)] : undefined,
     });
-    const root = (await flow.add(node(3))).job.id!;
+    const root = await add(node(3));
     rootIds.set(runId, root);
     const done = finished.has(root)
       ? Promise.resolve(finished.get(root))
@@ -100,7 +109,7 @@ async function bench() {
   const about = {
     engine: 'BullMQ (flows)',
     version: `bullmq ${versionOf('bullmq')}, Redis ${/redis_version:(\S+)/.exec(info)?.[1]}`,
-    layout: '2 worker processes (concurrency 1 each), Redis',
+    layout: `2 worker processes (concurrency 1 each), Redis; ${process.env.PEERS_BULK === '0' ? 'every flow added alone' : 'the burst added with addBulk (100 flows a call)'}`,
     durability:
       aof === 'yes'
         ? `Redis append-only file, appendfsync ${fsync} (the stack's Redis; a crash may lose the last second of jobs)`

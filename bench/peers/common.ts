@@ -75,6 +75,46 @@ function bounded(s: Started): Started {
   return { ...s, done: Promise.race([s.done, timeout]).finally(() => clearTimeout(timer)) };
 }
 
+/** `PEERS_BULK=0`: {@link coalesced} sends every item alone. */
+const BULK = process.env.PEERS_BULK !== '0';
+
+/**
+ * A client's start for an engine with a bulk start: the items started in one event-loop turn go to `many` together
+ * (at most `max` per call, the rest in the next), an item started alone to `one`. Each caller's promise settles with
+ * its own item's answer (`many` resolves one answer per item, in order, or an Error for an item it refused).
+ * `PEERS_BULK=0` sends every item alone (the engines' one-at-a-time starts, for comparison).
+ */
+export function coalesced<I, O>(
+  one: (item: I) => Promise<O>,
+  many: (items: I[]) => Promise<Array<O | Error>>,
+  max: number,
+): (item: I) => Promise<O> {
+  const queued: Array<{ item: I; resolve: (o: O) => void; reject: (e: unknown) => void }> = [];
+  const flush = async () => {
+    const taken = queued.splice(0, max);
+    if (queued.length) setImmediate(() => void flush());
+    try {
+      if (taken.length === 1 || !BULK) {
+        for (const t of taken) one(t.item).then(t.resolve, t.reject);
+        return;
+      }
+      const answers = await many(taken.map((t) => t.item));
+      taken.forEach((t, i) => {
+        const a = answers[i];
+        if (a instanceof Error) t.reject(a);
+        else t.resolve(a);
+      });
+    } catch (e) {
+      taken.forEach((t) => t.reject(e));
+    }
+  };
+  return (item: I) =>
+    new Promise<O>((resolve, reject) => {
+      queued.push({ item, resolve, reject });
+      if (queued.length === 1) setImmediate(() => void flush());
+    });
+}
+
 /**
  * Runs the workload through `start` (which resolves once the engine has accepted the run): the burst, started 100
  * at a time then awaited together, and the open loop, one start every 1/rate s whatever the engine does.
