@@ -33,6 +33,20 @@ describe('derived event ids', () => {
       expect(derivedEventId(cause, name)).toBe(v5(`${cause}\u0000${name}`, KEYFLOW_EVENT_ID_NAMESPACE));
   });
 
+  it("are uuid's v5 of the UTF-8 of `<cause>\\u0000<name>` for any text: lone surrogates (as U+FFFD), names of any length", () => {
+    const texts = ['', 'a', '\ud800', 'x\udfffy', 'é', '😀', '\u0000', 'k'.repeat(5_000), '東'.repeat(2_000)];
+    for (let i = 0; i < 2_000; i++) {
+      const cause = randomUUID() + texts[i % texts.length];
+      const name = i % 3 === 0 ? i : texts[(i * 7) % texts.length] + String(i);
+      const bytes = Buffer.from(`${cause}\u0000${String(name)}`, 'utf8');
+      expect([cause, name, derivedEventId(cause, name)]).toEqual([
+        cause,
+        name,
+        v5(bytes, KEYFLOW_EVENT_ID_NAMESPACE),
+      ]);
+    }
+  });
+
   it('are distinct for distinct causes and names, also where plain concatenation would collide', () => {
     const cause = randomUUID();
     const ids = [
