@@ -81,7 +81,14 @@ async function bench() {
     ORCHESTRATOR_PARTITIONS: '6',
     WORKER_RESULT_PARTITIONS: '6',
   };
-  const orch = spawnService('examples/test-workloads/src/orchestrator.ts', env, 'orchestrator ready');
+  // PEERS_KEYFLOW_PROFILE=<dir>: a V8 CPU profile of the orchestrator (.cpuprofile) written there at its exit.
+  const profile = process.env.PEERS_KEYFLOW_PROFILE;
+  const orch = spawnService(
+    'examples/test-workloads/src/orchestrator.ts',
+    env,
+    'orchestrator ready',
+    profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
+  );
   const url = await orch.ready;
   const workers = [0, 1].map(() =>
     spawnService(
