@@ -215,9 +215,17 @@ export class RunsController {
   @ApiResponse({ status: 400, description: 'Invalid body; `errors` lists the failing fields.' })
   start(@Body() body: unknown, @Headers('idempotency-key') idempotencyKey?: string) {
     const b = parse(StartSchema, body);
-    return answer(() =>
-      this.runs.start({ ...b, input: b.input as Record<string, unknown>, idempotencyKey, trigger: 'api' }),
-    );
+    return answer(() => this.apiStart(b, idempotencyKey));
+  }
+
+  /** A start of the API (`POST /runs`, an item of `POST /runs/batch`): its body parsed, its Idempotency-Key. */
+  private apiStart(b: z.infer<typeof StartSchema>, idempotencyKey: string | undefined) {
+    return this.runs.start({
+      ...b,
+      input: b.input as Record<string, unknown>,
+      idempotencyKey,
+      trigger: 'api',
+    });
   }
 
   @Post('runs/batch')
@@ -269,12 +277,7 @@ export class RunsController {
         runs.map((item) =>
           itemAnswer(async () => {
             const { idempotencyKey, ...b } = parse(BatchItemSchema, item);
-            return this.runs.start({
-              ...b,
-              input: b.input as Record<string, unknown>,
-              idempotencyKey,
-              trigger: 'api',
-            });
+            return this.apiStart(b, idempotencyKey);
           }),
         ),
       ),
