@@ -2,7 +2,17 @@ import { randomUUID } from 'node:crypto';
 import { loadavg } from 'node:os';
 import { FlowProducer, QueueEvents, Worker, type Job } from 'bullmq';
 import IORedis from 'ioredis';
-import { coalesced, cpuParts, drive, runEngine, stepInput, verify, versionOf, type Started } from './common';
+import {
+  BULK,
+  coalesced,
+  cpuParts,
+  drive,
+  runEngine,
+  stepInput,
+  verify,
+  versionOf,
+  type Started,
+} from './common';
 import { countStep, forkRole, mergedCounts, serveRole } from './host';
 
 /**
@@ -109,7 +119,7 @@ async function bench() {
   const about = {
     engine: 'BullMQ (flows)',
     version: `bullmq ${versionOf('bullmq')}, Redis ${/redis_version:(\S+)/.exec(info)?.[1]}`,
-    layout: `2 worker processes (concurrency 1 each), Redis; ${process.env.PEERS_BULK === '0' ? 'every flow added alone' : 'the burst added with addBulk (100 flows a call)'}`,
+    layout: `2 worker processes (concurrency 1 each), Redis; ${BULK ? 'the burst added with addBulk (100 flows a call)' : 'every flow added alone'}`,
     durability:
       aof === 'yes'
         ? `Redis append-only file, appendfsync ${fsync} (the stack's Redis; a crash may lose the last second of jobs)`

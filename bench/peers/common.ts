@@ -75,8 +75,8 @@ function bounded(s: Started): Started {
   return { ...s, done: Promise.race([s.done, timeout]).finally(() => clearTimeout(timer)) };
 }
 
-/** `PEERS_BULK=0`: {@link coalesced} sends every item alone. */
-const BULK = process.env.PEERS_BULK !== '0';
+/** False with `PEERS_BULK=0`: {@link coalesced} sends every item alone. */
+export const BULK = process.env.PEERS_BULK !== '0';
 
 /**
  * A client's start for an engine with a bulk start: the items started in one event-loop turn go to `many` together

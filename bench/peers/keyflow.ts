@@ -5,7 +5,7 @@ import { localStackPids } from '@keyflow/observability';
 import { Topic } from '@keyflow/schemas';
 import { echo } from '@keyflow/testing';
 import { httpClient, ROOT, spawnService } from '../support';
-import { coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
+import { BULK, coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
 
 /**
  * keyflow at its defaults, as bench/orchestrator.bench.ts runs it: 1 orchestrator and 2 worker processes of
@@ -190,7 +190,7 @@ async function measure(
   const verified = await verify(runs, executions, completions);
   const loop = runs.filter((r) => r.tag.startsWith('l'));
   const engineMs = loop.map((r) => occurredAt.get(r.id)! - startedAt.get(r.id)!);
-  const note = `${process.env.PEERS_BULK === '0' ? 'every run started with its own POST /runs' : 'the burst started with POST /runs/batch (100 runs a request), the loop with POST /runs'}; in the loop, start to RunCompleted's occurredAt (the engine's clock, as bench:orchestrator measures): p50 ${pct(engineMs, 50)} ms, p95 ${pct(engineMs, 95)} ms`;
+  const note = `${BULK ? 'the burst started with POST /runs/batch (100 runs a request), the loop with POST /runs' : 'every run started with its own POST /runs'}; in the loop, start to RunCompleted's occurredAt (the engine's clock, as bench:orchestrator measures): p50 ${pct(engineMs, 50)} ms, p95 ${pct(engineMs, 95)} ms`;
   await Promise.all([events.disconnect(), results.disconnect(), http.close()]);
   return {
     engine: 'keyflow',
