@@ -89,8 +89,9 @@ export function createKafka(opts: CreateKafkaOptions): Kafka {
  * Runs `request` (a transaction's request kafkajs sends once, such as `sendOffsets`, whose AddOffsetsToTxn is the
  * transaction's first request when nothing was sent before it) and, while the coordinator refuses it with
  * CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written; the open transaction is
- * unchanged by the refusal), runs it again after 5 ms, doubling, jitter +-20 % (as {@link TRANSACTIONAL_RETRY}).
- * @param opts.maxTries runs in all (default 8: about 1.3 s of waits, far below a transaction timeout).
+ * unchanged by the refusal), runs it again after {@link TRANSACTIONAL_RETRY}'s first wait (1 ms), doubling, jitter
+ * +-20 %.
+ * @param opts.maxTries runs in all (default 11: about 1 s of waits, far below a transaction timeout).
  * @param opts.sleep, opts.random for tests.
  * @throws the last CONCURRENT_TRANSACTIONS error after `maxTries` runs; any other error at once, unchanged.
  */
@@ -99,7 +100,7 @@ export async function whileTransactionsConcurrent<T>(
   opts: { maxTries?: number; sleep?: (ms: number) => Promise<void>; random?: () => number } = {},
 ): Promise<T> {
   const {
-    maxTries = 8,
+    maxTries = 11,
     sleep = (ms) => new Promise<void>((r) => setTimeout(r, ms)),
     random = Math.random,
   } = opts;
@@ -112,6 +113,30 @@ export async function whileTransactionsConcurrent<T>(
       await sleep(Math.round(base * (0.8 + 0.4 * random())));
     }
   }
+}
+
+/**
+ * The sends of one Kafka transaction and its offsets, overlapped: `sends` run one after the other (each a
+ * `tx.sendBatch`/`tx.send`), and `sendOffsets` (a `tx.sendOffsets`, in {@link whileTransactionsConcurrent}) is called
+ * at once beside them. The patched kafkajs (`coordinator one at a time`, ./kafkajs-patch) sends AddOffsetsToTxn
+ * after the first send's AddPartitionsToTxn and one request at a time to the transaction coordinator, so the
+ * TxnOffsetCommit overlaps the produce requests instead of following them: one round trip fewer before EndTxn, as
+ * the Java producer overlaps them (KIP-98: the offsets and records commit or abort together whatever their order).
+ * Resolves once every request is answered; call `tx.commit()` after it.
+ * @throws the first send's error, else the offsets' error, only after both settled (so an abort that follows never
+ *   races a request in flight)
+ */
+export async function sendWithOffsets(
+  sends: ReadonlyArray<() => Promise<unknown>>,
+  sendOffsets: () => Promise<unknown>,
+): Promise<void> {
+  const records = (async () => {
+    for (const send of sends) await send();
+  })();
+  const offsets = whileTransactionsConcurrent(sendOffsets);
+  const [sent, committed] = await Promise.allSettled([records, offsets]);
+  if (sent.status === 'rejected') throw sent.reason;
+  if (committed.status === 'rejected') throw committed.reason;
 }
 
 /**

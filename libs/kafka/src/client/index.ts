@@ -2,6 +2,7 @@ export {
   createKafka,
   createIdempotentProducer,
   whileTransactionsConcurrent,
+  sendWithOffsets,
   isTooLarge,
   RECORD_TOO_LARGE,
 } from './client';
