@@ -3,7 +3,7 @@ import {
   CompressionTypes,
   KafkaJSError,
   messageBytes,
-  whileTransactionsConcurrent,
+  sendWithOffsets,
   writeCompression,
   type IHeaders,
 } from '@keyflow/kafka';
@@ -90,25 +90,30 @@ export async function commitBatch(
   try {
     // Fitted before the transaction opens: measuring a large record takes a while.
     const { fitted, elsewhere } = await fitDeadLetters(d.cfg, batch, out.dlq);
-    tx = await o.producer.transaction();
+    const open = await o.producer.transaction();
+    tx = open;
     const byTopic = outputMessages(d.codec.physical(Topic.WF_STATE), o.partition, out);
     // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
     // exceeds what the broker accepts.
-    for (const { topicMessages, bytes } of splitBySize([...byTopic], d.claim.thresholdBytes))
-      await tx.sendBatch({ compression: writeCompression(CompressionTypes.GZIP, bytes), topicMessages });
+    const sends = splitBySize([...byTopic], d.claim.thresholdBytes).map(
+      ({ topicMessages, bytes }) =>
+        () =>
+          open.sendBatch({ compression: writeCompression(CompressionTypes.GZIP, bytes), topicMessages }),
+    );
     for (const { dlqTopic, compression, records } of [...fitted, ...elsewhere])
       for (const { topicMessages } of splitBySize([[dlqTopic, records]], d.claim.thresholdBytes))
-        await tx.sendBatch({ compression, topicMessages });
+        sends.push(() => open.sendBatch({ compression, topicMessages }));
     const next = (BigInt(lastOffset) + 1n).toString();
-    // First request of the transaction when every input was ignored (no send): kafkajs sends it once, and right
-    // after the previous commit the coordinator may refuse it with CONCURRENT_TRANSACTIONS.
-    await whileTransactionsConcurrent(() =>
-      tx!.sendOffsets({
+    // The offsets go beside the records (their TxnOffsetCommit overlaps the produce requests); with no records they
+    // are the transaction's first request, which right after the previous commit the coordinator may refuse with
+    // CONCURRENT_TRANSACTIONS (sendWithOffsets sends them again).
+    await sendWithOffsets(sends, () =>
+      open.sendOffsets({
         consumerGroupId: d.cfg.ORCHESTRATOR_GROUP_ID,
         topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
       }),
     );
-    await tx.commit();
+    await open.commit();
     txSpan.end();
   } catch (err) {
     await tx?.abort().catch(() => undefined);
