@@ -17,16 +17,17 @@ export type CreateKafkaOptions = {
  * on the same transactional id has its AddPartitionsToTxn refused with CONCURRENT_TRANSACTIONS while the coordinator
  * still writes the previous one's markers (a few ms after EndTxn returns); kafkajs retries a send after this retry
  * backoff, whatever the error. The Java producer retries that case after 20 ms instead of retry.backoff.ms
- * (KAFKA-5477). Back-to-back one-record transactions on this project's single-broker stack (BENCHMARKS.md "Latency",
- * 2026-12-03): 12-24 % refused once, so p90 of a transaction is about the first backoff (98 ms with 100, 27 ms with
- * 20, 10 ms with 5). Hence 5 ms, doubling (with jitter) up to 5 s, unbounded count: a broker that is away costs a
- * few more quick attempts, then the same waits as before. kafkajs applies it to sends only: AddOffsetsToTxn is sent
- * once (wrap `sendOffsets` in {@link whileTransactionsConcurrent}), InitProducerId and TxnOffsetCommit use the client's
- * retry (createKafka's).
+ * (KAFKA-5477). On this project's single-broker stack nearly every back-to-back transaction is refused at least once
+ * (`npm run bench:transaction`, BENCHMARKS.md, 2026-12-05 evening: one record and one offset commit, back to back, p50
+ * 9-10 ms with a first retry after 5 ms, 4.2-5.1 ms after 1 ms; 3.5-4 ms when 10-20 ms apart). Hence 1 ms, doubling
+ * (with jitter) up to 5 s, unbounded count: a refusal costs the broker one small request, and a broker that is away
+ * costs a few more quick attempts, then the same waits as before. kafkajs applies it to sends only: AddOffsetsToTxn
+ * is sent once (wrap `sendOffsets` in {@link whileTransactionsConcurrent}, or use sendWithOffsets), InitProducerId and
+ * TxnOffsetCommit use the client's retry (createKafka's).
  */
 export const TRANSACTIONAL_RETRY = Object.freeze({
   retries: Number.MAX_SAFE_INTEGER,
-  initialRetryTime: 5,
+  initialRetryTime: 1,
   maxRetryTime: 5_000,
 });
 
