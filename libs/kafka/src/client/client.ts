@@ -130,10 +130,15 @@ export async function sendWithOffsets(
   sends: ReadonlyArray<() => Promise<unknown>>,
   sendOffsets: () => Promise<unknown>,
 ): Promise<void> {
+  let offsetsFailed = false;
+  // The first send is begun before the offsets (it registers with the patched eosManager synchronously, so
+  // AddOffsetsToTxn waits for its AddPartitionsToTxn); a later one is not begun once the offsets failed (a fenced
+  // producer): the transaction is aborted anyway.
   const records = (async () => {
-    for (const send of sends) await send();
+    for (const send of sends) if (!offsetsFailed) await send();
   })();
   const offsets = whileTransactionsConcurrent(sendOffsets);
+  offsets.catch(() => (offsetsFailed = true));
   const [sent, committed] = await Promise.allSettled([records, offsets]);
   if (sent.status === 'rejected') throw sent.reason;
   if (committed.status === 'rejected') throw committed.reason;

@@ -58,9 +58,11 @@ import { KeyflowError, retryableOf } from '@keyflow/errors';
  *   errors used the protocol's names, not its own (codes 14-16), so TxnOffsetCommit never retried them. And
  *   (`coordinator one at a time`, with producer/sendMessages.js): the requests to the transaction coordinator go one
  *   at a time, as the Java producer's TransactionManager sends them (a second one while the first is appended to the
- *   transaction log is refused CONCURRENT_TRANSACTIONS), and sendOffsets sends AddOffsetsToTxn after the
- *   AddPartitionsToTxn of the sends already begun; so a transaction's offsets can be sent beside its records
- *   (sendWithOffsets), their TxnOffsetCommit overlapping the produce requests: one round trip fewer per commit.
+ *   transaction log is refused CONCURRENT_TRANSACTIONS), and sendOffsets sends AddOffsetsToTxn once the sends
+ *   already begun have their partitions added (a refused AddPartitionsToTxn keeps it waiting for the retry); so a
+ *   transaction's offsets can be sent beside its records (sendWithOffsets), their TxnOffsetCommit overlapping the
+ *   produce requests: one round trip fewer per commit. commit() and abort() wait for those requests before they
+ *   decide whether there is a transaction to end, and offsets whose transaction ended meanwhile are not sent.
  */
 export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
