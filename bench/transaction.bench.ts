@@ -12,7 +12,9 @@ import { pct } from './support';
  *    produce (libs/kafka/src/client/kafkajs-patch.ts, "coordinator one at a time").
  * Prints p50 / p90 / p99 per transaction in ms, from transaction() to commit() resolved. Back to back (the default),
  * most transactions meet the previous one's markers still being written and wait a CONCURRENT_TRANSACTIONS retry
- * (kafkajs retries it inside the send, after --first-retry-ms); --gap-ms 20 measures transactions that do not.
+ * (kafkajs retries it inside the send, after --first-retry-ms; in `overlapped`, a refused AddOffsetsToTxn is sent again
+ * by whileTransactionsConcurrent, whose first wait is TRANSACTIONAL_RETRY's whatever the flag); --gap-ms 20 measures
+ * transactions that do not.
  */
 const opts = new Command()
   .option('--transactions <n>', 'transactions per way', '3000')
