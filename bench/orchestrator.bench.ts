@@ -425,7 +425,7 @@ async function transactionalRelay(
     transactionalId: groupId,
     idempotent: true,
     maxInFlightRequests: 1,
-    // The engine's retries: back-to-back transactions refused with CONCURRENT_TRANSACTIONS wait 1 ms, not 300.
+    // The engine's retries: back-to-back transactions refused with CONCURRENT_TRANSACTIONS wait 5 ms, not 300.
     retry: TRANSACTIONAL_RETRY,
   });
   await producer.connect();

@@ -89,9 +89,9 @@ export function createKafka(opts: CreateKafkaOptions): Kafka {
  * Runs `request` (a transaction's request kafkajs sends once, such as `sendOffsets`, whose AddOffsetsToTxn is the
  * transaction's first request when nothing was sent before it) and, while the coordinator refuses it with
  * CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written; the open transaction is
- * unchanged by the refusal), runs it again after {@link TRANSACTIONAL_RETRY}'s first wait (1 ms), doubling, jitter
+ * unchanged by the refusal), runs it again after {@link TRANSACTIONAL_RETRY}'s first wait (5 ms), doubling, jitter
  * +-20 %.
- * @param opts.maxTries runs in all (default 11: about 1 s of waits, far below a transaction timeout).
+ * @param opts.maxTries runs in all (default 8: about 1.3 s of waits, far below a transaction timeout).
  * @param opts.sleep, opts.random for tests.
  * @throws the last CONCURRENT_TRANSACTIONS error after `maxTries` runs; any other error at once, unchanged.
  */
@@ -100,7 +100,7 @@ export async function whileTransactionsConcurrent<T>(
   opts: { maxTries?: number; sleep?: (ms: number) => Promise<void>; random?: () => number } = {},
 ): Promise<T> {
   const {
-    maxTries = 11,
+    maxTries = 8,
     sleep = (ms) => new Promise<void>((r) => setTimeout(r, ms)),
     random = Math.random,
   } = opts;

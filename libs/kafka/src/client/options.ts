@@ -18,16 +18,17 @@ export type CreateKafkaOptions = {
  * still writes the previous one's markers (a few ms after EndTxn returns); kafkajs retries a send after this retry
  * backoff, whatever the error. The Java producer retries that case after 20 ms instead of retry.backoff.ms
  * (KAFKA-5477). On this project's single-broker stack nearly every back-to-back transaction is refused at least once
- * (`npm run bench:transaction`, BENCHMARKS.md, 2026-12-05 evening: one record and one offset commit, back to back, p50
- * 9-10 ms with a first retry after 5 ms, 4.2-5.1 ms after 1 ms; 3.5-4 ms when 10-20 ms apart). Hence 1 ms, doubling
- * (with jitter) up to 5 s, unbounded count: a refusal costs the broker one small request, and a broker that is away
- * costs a few more quick attempts, then the same waits as before. kafkajs applies it to sends only: AddOffsetsToTxn
- * is sent once (wrap `sendOffsets` in {@link whileTransactionsConcurrent}, or use sendWithOffsets), InitProducerId and
- * TxnOffsetCommit use the client's retry (createKafka's).
+ * (`npm run bench:transaction`; BENCHMARKS.md, "Latency"). 5 ms, doubling (with jitter) up to 5 s, unbounded count:
+ * a back-to-back transaction then takes 9.5-10.4 ms p50 against 4.8-5.2 with a first wait of 1 ms, but the refused
+ * requests a shorter wait adds cost CPU, and the engine from a backlog (every transaction back to back, the machine
+ * saturated) ran 5-6 % slower with 1 or 2 ms, alternated six times each (docs/benchmarks/history.md, "Transaction
+ * round trips"). kafkajs applies it to sends only: AddOffsetsToTxn is sent once (wrap `sendOffsets` in
+ * {@link whileTransactionsConcurrent}, or use sendWithOffsets), InitProducerId and TxnOffsetCommit use the client's
+ * retry (createKafka's).
  */
 export const TRANSACTIONAL_RETRY = Object.freeze({
   retries: Number.MAX_SAFE_INTEGER,
-  initialRetryTime: 1,
+  initialRetryTime: 5,
   maxRetryTime: 5_000,
 });
 

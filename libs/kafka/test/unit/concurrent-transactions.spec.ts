@@ -30,7 +30,7 @@ describe('whileTransactionsConcurrent: a transaction request refused while the p
     expect(result).toBe('added');
     expect(calls).toBe(4);
     // Short first wait (the previous transaction's markers take a few ms), doubling.
-    expect(waits).toEqual([1, 2, 4]);
+    expect(waits).toEqual([5, 10, 20]);
   });
 
   it('gives any other error back at once, and this one after its last try', async () => {
