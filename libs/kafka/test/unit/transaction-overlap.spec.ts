@@ -30,7 +30,7 @@ type SendMessages = (o: {
 const CONCURRENT_TRANSACTIONS = 51;
 const COORDINATOR_APIS = new Set(['AddPartitionsToTxn', 'AddOffsetsToTxn', 'EndTxn']);
 
-/** A one-broker cluster; each request is held in `pending` until `answer(api)` (or `refuse(api, code)`). */
+/** A one-broker cluster; each request is held in `pending` until `settle(api)` answers it (`settle(api, code)` refuses). */
 function heldCluster() {
   const pending: Array<{ api: string; settle: (e?: Error) => void }> = [];
   const log: string[] = [];
