@@ -154,6 +154,59 @@ describe('the ordered consumer', () => {
     expect(c.stats().prefetched).toBe(0);
   }, 60_000);
 
+  it("a partition's next batch starts while the previous batch's offset commit is still unanswered, and the commits land in order", async () => {
+    // Kafka 4's group coordinator answers an OffsetCommit after its append linger (group.coordinator.append.linger.ms,
+    // 5 ms by default): a workflow's next step, on the same partition, must not wait for it (issue 44, latency).
+    // Here every OffsetCommit is held until the test lets them through.
+    const [topic] = await ns.createTopics({ name: 'commit-behind', numPartitions: 1 });
+    const requested: string[] = [];
+    const held: Array<() => void> = [];
+    let holding = true;
+    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
+    kafka.consumer = (config) => {
+      const consumer = ns.kafka.consumer(config);
+      const commit = consumer.commitOffsets.bind(consumer);
+      consumer.commitOffsets = async (offsets) => {
+        requested.push(...offsets.map((o) => o.offset));
+        if (holding) await new Promise<void>((r) => held.push(r));
+        return commit(offsets);
+      };
+      return consumer;
+    };
+    const handled = new Collector<string>();
+    const groupId = ns.groupId('commit-behind');
+    const c = new OrderedConsumer({
+      kafka,
+      groupId,
+      topics: [topic],
+      logger,
+      fetchMaxWaitMs: 100,
+      handle: async (m: ConsumedMessage) => {
+        handled.push(m.value!.toString());
+      },
+    });
+    consumers.push(c);
+    const letThrough = () => {
+      holding = false;
+      held.splice(0).forEach((r) => r());
+    };
+    try {
+      await c.start();
+      await produce(topic, [{ key: 'run', value: 'step 1' }]);
+      await handled.wait(1, 30_000);
+      await eventually('the first batch asks to commit', () => held.length, { until: (n) => n === 1 });
+      await produce(topic, [{ key: 'run', value: 'step 2' }]);
+      // Step 2 (same key, same partition) runs while step 1's commit is still unanswered.
+      expect(await handled.wait(2, 30_000)).toEqual(['step 1', 'step 2']);
+      expect(held.length).toBe(1);
+    } finally {
+      letThrough();
+    }
+    await eventually('both offsets committed', () => committed(groupId, topic), { until: (n) => n === 2 });
+    // One commit at a time per partition, each above the last.
+    expect(requested).toEqual(['1', '2']);
+  }, 60_000);
+
   it('a batch that finishes while kafkajs restarts its crashed consumer (a broker gone) throws nothing out of the process', async () => {
     // kafkajs's crash handler calls disconnect() -> stop(), which drops its consumer group until the restart 5 s
     // later; pause/resume then throw. Stopping the kafkajs consumer under a running handler is that same state.
