@@ -77,8 +77,11 @@ const splitTp = (tp: string): [string, number] => {
  *   from that partition waits (counted as paused) and resumes as work drains. Memory stays bounded by two fetches
  *   per partition (the running batch and the one waiting), and other partitions keep flowing.
  * - Only the contiguous completed prefix is committed (next offset to read), and only for a partition this member
- *   owns in the current generation, never during a rebalance. A handler rejection is retried with backoff and
- *   never skipped (once stop() is called it is given up instead, with the rest of its key, uncommitted). After a
+ *   owns in the current generation, never during a rebalance; one commit at a time per partition, each above the
+ *   last, and no batch waits for its commit (the partition's next batch starts while it is in flight; stop() waits
+ *   for every commit queued).
+ * - A handler rejection is retried with backoff and never skipped (once stop() is called it is given up instead,
+ *   with the rest of its key, uncommitted). After a
  *   rebalance, a partition whose old batch is still running stays paused until it is done; a revoked partition's
  *   in-flight work finishes without commit (its new owner redelivers it, and the idempotency lease keeps the two
  *   from running one task at once).
@@ -118,6 +121,11 @@ export class OrderedConsumer {
    */
   private readonly taken = new Map<string, bigint>();
   private readonly background = new Set<Promise<void>>();
+  /**
+   * Per partition, its queued offset commits (see {@link commitInOrder}): the chain, the epoch it was started in and
+   * the highest offset sent in that epoch.
+   */
+  private readonly commits = new Map<string, { chain: Promise<void>; epoch: number; sent: bigint }>();
   /** Per partition, aborts the handlers of its current batch when the partition is revoked. */
   private readonly revokers = new Map<string, AbortController>();
   private heartbeatTimer?: NodeJS.Timeout;
@@ -394,6 +402,7 @@ export class OrderedConsumer {
     );
     try {
       await Promise.allSettled([...this.background]);
+      await Promise.allSettled([...this.commits.values()].map((c) => c.chain));
       await this.consumer.stop();
       await this.consumer.disconnect();
     } finally {
@@ -425,7 +434,7 @@ export class OrderedConsumer {
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const owned = () => !lost() && this.assignment.has(tp) && !this.rebalancing;
-    const commit = this.batchCommitter(batch, tp, tracker, owned);
+    const commit = this.batchCommitter(batch, tracker, owned, epoch);
 
     try {
       for (const m of messages) {
@@ -451,7 +460,7 @@ export class OrderedConsumer {
       const settled = await Promise.allSettled(chains.values());
       const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;
-      await commit(true);
+      commit(true);
     } catch (err) {
       throw new BatchFailedError(tp, tracker.committable() ?? messages[0].offset, err);
     } finally {
@@ -463,38 +472,65 @@ export class OrderedConsumer {
 
   /**
    * The commit of a batch's completed prefix (its tracker's committable offset): at most every commitIntervalMs
-   * unless `force`, only while the partition is `owned`, one commit at a time. A failed commit is logged, not thrown.
+   * unless `force`, only while the partition is `owned` (see {@link commitInOrder}). Nothing waits for it: the
+   * partition's next batch starts while it is in flight.
    */
   private batchCommitter(
     batch: EachBatchPayload['batch'],
-    tp: string,
     tracker: OffsetTracker,
     owned: () => boolean,
-  ): (force: boolean) => Promise<void> {
+    epoch: number,
+  ): (force: boolean) => void {
     let lastCommit = Date.now();
-    let committing: Promise<void> = Promise.resolve();
-    return async (force: boolean) => {
+    return (force: boolean) => {
       const next = tracker.committable();
       if (next === undefined || !owned()) return;
       if (!force && Date.now() - lastCommit < this.o.commitIntervalMs) return;
       lastCommit = Date.now();
-      committing = committing.then(async () => {
-        if (!owned()) return;
-        try {
-          await this.consumer!.commitOffsets([
-            { topic: batch.topic, partition: batch.partition, offset: next },
-          ]);
-          this.committedTotal++;
-        } catch (err) {
-          // A failed commit only means redelivery of completed work, which the idempotency layer absorbs.
-          this.o.logger.warn(
-            { err, tp, offset: next },
-            'offset commit failed; completed messages may be redelivered',
-          );
-        }
-      });
-      await committing;
+      this.commitInOrder(batch.topic, batch.partition, next, owned, epoch);
     };
+  }
+
+  /**
+   * Queues the commit of `offset` (the next offset to read) on its partition's chain: one OffsetCommit at a time per
+   * partition, each sent only if the partition is still `owned` and only if it is above the last one this member sent
+   * in the partition's `epoch`, so commits of consecutive batches never reorder or move back. A failed commit is
+   * logged, not thrown (it only means redelivery of completed work, which the idempotency layer absorbs). stop()
+   * waits for the queued commits before leaving the group.
+   *
+   * Not awaited by the batch: an OffsetCommit is answered once the group coordinator has appended it to
+   * __consumer_offsets, which on Kafka 4 waits up to `group.coordinator.append.linger.ms` (default 5 ms, KIP-848's
+   * coordinator runtime) to batch appends; a partition held busy for that would hold its next record (a workflow's
+   * next step, keyed like the last) as long.
+   */
+  private commitInOrder(
+    topic: string,
+    partition: number,
+    offset: string,
+    owned: () => boolean,
+    epoch: number,
+  ): void {
+    const tp = `${topic}:${partition}`;
+    const before = this.commits.get(tp);
+    const entry =
+      before && before.epoch === epoch
+        ? before
+        : { chain: before?.chain ?? Promise.resolve(), epoch, sent: -1n };
+    this.commits.set(tp, entry);
+    entry.chain = entry.chain.then(async () => {
+      const at = BigInt(offset);
+      if (!owned() || at <= entry.sent) return;
+      try {
+        await this.consumer!.commitOffsets([{ topic, partition, offset }]);
+        entry.sent = at;
+        this.committedTotal++;
+      } catch (err) {
+        this.o.logger.warn(
+          { err, tp, offset },
+          'offset commit failed; completed messages may be redelivered',
+        );
+      }
+    });
   }
 
   /**
@@ -510,7 +546,7 @@ export class OrderedConsumer {
       lost: () => boolean;
       signal: AbortSignal;
       tracker: OffsetTracker;
-      commit: (force: boolean) => Promise<void>;
+      commit: (force: boolean) => void;
       partitionSlots: Semaphore;
     },
   ): void {
@@ -532,7 +568,7 @@ export class OrderedConsumer {
       try {
         if (!handledBefore) return false;
         const done = await this.handleWithRetry(message, run.tp, run.lost, run.signal);
-        if (done && run.tracker.complete(m.offset) !== undefined) await run.commit(false);
+        if (done && run.tracker.complete(m.offset) !== undefined) run.commit(false);
         return done;
       } finally {
         this.inFlight--;
