@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs';
 import { Kafka, logLevel } from '@keyflow/kafka';
 import { EventCodec } from '@keyflow/contracts';
 import { taskTopic, Topic, type LogicalTopic } from '@keyflow/schemas';
@@ -19,7 +20,9 @@ import { pct } from './support';
  *  - `engine end`: the third TaskCompleted's record timestamp -> RunCompleted occurredAt;
  *  - `total`: the client's POST -> RunCompleted occurredAt (bench:orchestrator's latency).
  * Reads the topics under `prefix` from the start, aborted records included (the first attempt of each is taken),
- * until 3 s pass without a record: call it once every run is complete.
+ * until 3 s pass without a record: call it once every run is complete. With BENCH_HOPS_DUMP=<file>, every complete
+ * run's timestamps (`sent`, the client's POST, and the record times above, epoch ms) are also written there as JSON,
+ * for splitting a run by time (e.g. leaving out the first seconds, when the services' code is not yet optimised).
  */
 export async function hopBreakdown(o: {
   brokers: string[];
@@ -58,6 +61,7 @@ export async function hopBreakdown(o: {
   await consumer.subscribe({ topics: topics.map((t) => codec.physical(t)), fromBeginning: true });
   let lastAt = Date.now();
   await consumer.run({
+    autoCommit: false,
     eachMessage: async ({ topic, partition, message }) => {
       const at = { topic, partition, offset: message.offset };
       const ts = Number(message.timestamp);
@@ -104,6 +108,9 @@ export async function hopBreakdown(o: {
   });
   hops.push(['engine end', (t) => t.endAt - t[`res${steps.length}`]], ['total', (t, s) => t.endAt - s]);
   const complete = [...runs].filter(([, t]) => Number.isFinite(hops.reduce((a, [, f]) => a + f(t, 0), 0)));
+  const dump = process.env.BENCH_HOPS_DUMP;
+  if (dump)
+    writeFileSync(dump, JSON.stringify(complete.map(([id, t]) => ({ id, sent: o.startedAt.get(id), ...t }))));
   const lines = [`hop by hop, ${complete.length} of ${o.startedAt.size} runs (ms): p50 / p95 / p99`];
   for (const [name, f] of hops) {
     const xs = complete.map(([id, t]) => f(t, o.startedAt.get(id)!));
