@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { Command } from 'commander';
 import { Kafka, logLevel } from '@keyflow/kafka';
-import { cpuSplit, httpClient, spawnService } from './support';
+import { cpuSplit, httpClient, spawnService, benchTopics, runBench } from './support';
 
 /**
  * The accept path alone (issue 44, part 3): one orchestrator of examples/test-workloads (no workers: the engine still
@@ -42,7 +42,7 @@ const pct = (xs: number[], p: number) => {
 async function main() {
   const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
   if (!brokers.length) throw new Error('KAFKA_BROKERS must be set: eval "$(infra/local/stack.sh env)"');
-  const prefix = `bench-accept-${Date.now()}.`;
+  const prefix = benchTopics(`bench-accept-${Date.now()}.`);
   const orch = spawnService(
     'examples/test-workloads/src/orchestrator.ts',
     {
@@ -93,10 +93,4 @@ async function main() {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error(e);
-    process.exit(1);
-  },
-);
+runBench(main);

@@ -127,7 +127,9 @@ export async function chainLatency(o: {
 
   const finishedAt = new Map<string, number>();
   const sink = await consumer('sink', done);
+  // As bench:orchestrator's reader of RunCompleted: a fresh group, no offset commits.
   await sink.run({
+    autoCommit: false,
     eachMessage: async ({ message }) => void finishedAt.set(message.key!.toString(), Date.now()),
   });
 

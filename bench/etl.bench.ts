@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Command } from 'commander';
 import { Kafka, logLevel } from 'kafkajs';
-import { ROOT, benchWait } from './support';
+import { ROOT, benchWait, benchTopics, runBench } from './support';
 import { eventually } from '@keyflow/testing';
 
 /**
@@ -31,7 +31,7 @@ async function rawKafka(n: number): Promise<{ produce: number; consume: number }
     clientId: 'bench',
     logLevel: logLevel.NOTHING,
   });
-  const topic = `bench-raw-${Date.now()}`;
+  const topic = benchTopics(`bench-raw-${Date.now()}`);
   const admin = kafka.admin();
   await admin.connect();
   await admin.createTopics({ topics: [{ topic, numPartitions: 6 }], waitForLeaders: true });
@@ -79,7 +79,7 @@ async function main() {
           '--sink',
           `sqlite:${join(dir, `w${w}.sqlite`)}`,
           '--prefix',
-          `bench-etl-${Date.now()}.`,
+          benchTopics(`bench-etl-${Date.now()}.`),
           ...(opts.input ? ['--input', opts.input] : []),
         ],
         {
@@ -135,10 +135,4 @@ async function main() {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error(e);
-    process.exit(1);
-  },
-);
+runBench(main);

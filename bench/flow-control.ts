@@ -6,7 +6,7 @@ import type { TaskCommand } from '@keyflow/schemas';
 import { taskTopic, Topic } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { eventually } from '@keyflow/testing';
-import { benchWait, serviceOnlyEnv, spawnService } from './support';
+import { benchWait, serviceOnlyEnv, spawnService, benchTopics, runBench } from './support';
 
 /**
  * Flow-control benchmark: `--workers` worker processes (bench/flow/worker.ts) share the limit of the `charge` task
@@ -86,7 +86,7 @@ function command(phase: string, i: number, ms: number): TaskCommand {
 }
 
 async function main() {
-  const prefix = `bench-flow-${Date.now()}.`;
+  const prefix = benchTopics(`bench-flow-${Date.now()}.`);
   const list = `${prefix}calls`;
   const limits = {
     concurrency: Number(opts.concurrency),
@@ -182,7 +182,4 @@ async function main() {
   }
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+runBench(main);

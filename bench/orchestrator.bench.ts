@@ -17,6 +17,8 @@ import {
   spawnService,
   tracingLine,
   benchWait,
+  benchTopics,
+  runBench,
 } from './support';
 import { eventually } from '@keyflow/testing';
 import { Topic } from '@keyflow/schemas';
@@ -96,7 +98,7 @@ if (!brokers.length || !registryUrl)
   throw new Error('KAFKA_BROKERS and SCHEMA_REGISTRY_URL must be set: eval "$(infra/local/stack.sh up)"');
 
 async function main() {
-  const prefix = `bench-orch-${Date.now()}.`;
+  const prefix = benchTopics(`bench-orch-${Date.now()}.`);
   const env = {
     KEYFLOW_TOPIC_PREFIX: prefix,
     ORCHESTRATOR_GROUP_ID: `${prefix}orch`,
@@ -145,7 +147,9 @@ async function main() {
   let firstEventAt = Number.POSITIVE_INFINITY;
   await consumer.connect();
   await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
+  // A fresh group read from the start: no offset commits (each would be one more request on the broker under test).
   await consumer.run({
+    autoCommit: false,
     eachMessage: async ({ topic, partition, message }) => {
       const d = await codec.decode(Topic.WF_EVENTS, message.value, {
         topic,
@@ -481,10 +485,4 @@ async function transactionalRelay(
   return n / ((t1 - t0) / 1000);
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error(e);
-    process.exit(1);
-  },
-);
+runBench(main);

@@ -6,7 +6,7 @@ import { Command } from 'commander';
 import { CompressionTypes, Kafka, logLevel, Partitioners } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { snapshotParts, type RunState } from '@keyflow/workflow';
-import { ROOT } from './support';
+import { ROOT, benchTopics, runBench } from './support';
 import { Topic } from '@keyflow/schemas';
 
 /**
@@ -121,7 +121,7 @@ async function fill(prefix: string, n: number): Promise<void> {
 
 async function main() {
   const n = Number(opts.records);
-  const prefix = `bench-startup-${Date.now()}.`;
+  const prefix = benchTopics(`bench-startup-${Date.now()}.`);
   await fill(prefix, n);
   const env = {
     ...process.env,
@@ -178,7 +178,4 @@ async function main() {
   }
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+runBench(main);

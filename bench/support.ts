@@ -2,8 +2,52 @@ import { join } from 'node:path';
 import { Pool } from 'undici';
 import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
 import { startServiceProcess, type EventuallyOptions } from '@keyflow/testing';
+import { Kafka, logLevel } from '@keyflow/kafka';
 
 export const ROOT = join(__dirname, '..');
+
+/** The topic prefixes (or whole names) this bench has created topics under: see {@link benchTopics}. */
+const created: string[] = [];
+
+/** Registers `prefix` (a bench's own, e.g. `bench-orch-<ms>.`, or one topic's name) for {@link runBench} to delete. */
+export function benchTopics(prefix: string): string {
+  created.push(prefix);
+  return prefix;
+}
+
+/**
+ * Runs a bench's `main`, then deletes every topic whose name starts with a prefix given to {@link benchTopics}, and
+ * exits (0, or 1 when `main` threw). Benches run one after another on the same local broker: left in place, each run's
+ * partitions (175 for bench:orchestrator) made every later all-topics Metadata request (kafkajs admin listTopics, the
+ * orchestrator's lag pass) and the broker's periodic work larger, and later figures slower. A failed deletion is
+ * printed, not thrown: the figures are already out. KAFKA_BROKERS names the broker (default 127.0.0.1:9092).
+ */
+export function runBench(main: () => Promise<unknown>): void {
+  const cleanup = async () => {
+    if (created.length === 0) return;
+    const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
+    const admin = new Kafka({ brokers, clientId: 'bench-cleanup', logLevel: logLevel.NOTHING }).admin();
+    try {
+      await admin.connect();
+      const topics = (await admin.listTopics()).filter((t) => created.some((p) => t.startsWith(p)));
+      for (let i = 0; i < topics.length; i += 100)
+        await admin.deleteTopics({ topics: topics.slice(i, i + 100), timeout: 60_000 });
+    } catch (e) {
+      console.error(
+        `the bench's topics (${created.join(', ')}) were not all deleted: ${(e as Error).message}`,
+      );
+    } finally {
+      await admin.disconnect().catch(() => undefined);
+    }
+  };
+  main().then(
+    () => cleanup().then(() => process.exit(0)),
+    (e) => {
+      console.error(e);
+      void cleanup().then(() => process.exit(1));
+    },
+  );
+}
 
 /** Percentile `p` (0-100) of `xs` (nearest rank). */
 export const pct = (xs: number[], p: number) => {

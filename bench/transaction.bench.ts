@@ -1,7 +1,7 @@
 import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { Command } from 'commander';
 import { sendWithOffsets, TRANSACTIONAL_RETRY } from '@keyflow/kafka';
-import { pct } from './support';
+import { pct, benchTopics, runBench } from './support';
 
 /**
  * What one consume-transform-produce commit costs on this stack, by how its requests go (`npm run
@@ -33,7 +33,7 @@ const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 
 async function main() {
   const kafka = new Kafka({ brokers, clientId: 'bench-transaction', logLevel: logLevel.NOTHING });
-  const tag = `bench-tx-${Date.now()}`;
+  const tag = benchTopics(`bench-tx-${Date.now()}`);
   const admin = kafka.admin();
   await admin.connect();
   await admin.createTopics({ waitForLeaders: true, topics: [{ topic: tag, numPartitions: 1 }] });
@@ -86,7 +86,4 @@ async function main() {
   }
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+runBench(main);

@@ -23,6 +23,8 @@ import {
   spawnService,
   tracingLine,
   benchWait,
+  benchTopics,
+  runBench,
 } from './support';
 import { eventually } from '@keyflow/testing';
 
@@ -452,7 +454,7 @@ async function rawRelay(prefix: string, n: number): Promise<number> {
 async function main() {
   const partitions = Number(opts.partitions);
   const tasks = Number(opts.tasks);
-  const run = `bench-${Date.now()}.`;
+  const run = benchTopics(`bench-${Date.now()}.`);
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   const sink = opts.otlp ? await otlpSink() : undefined;
@@ -505,7 +507,7 @@ async function main() {
   );
 
   // 2. Latency at a steady offered rate.
-  const lat = `bench-lat-${Date.now()}.`;
+  const lat = benchTopics(`bench-lat-${Date.now()}.`);
   const latCodec = await setup(lat, partitions);
   const latResults = await resultCounter(latCodec, `${lat}results`);
   const w2 = startWorker(lat);
@@ -542,7 +544,7 @@ async function main() {
   // 3. Peak memory while draining a large backlog.
   const backlog = Number(opts.backlog);
   if (backlog > 0) {
-    const mem = `bench-mem-${Date.now()}.`;
+    const mem = benchTopics(`bench-mem-${Date.now()}.`);
     const memCodec = await setup(mem, partitions);
     await produce(producer, memCodec, 0, backlog);
     const memResults = await resultCounter(memCodec, `${mem}results`);
@@ -563,10 +565,4 @@ async function main() {
   closeSink(sink);
 }
 
-main().then(
-  () => process.exit(0),
-  (e) => {
-    console.error(e);
-    process.exit(1);
-  },
-);
+runBench(main);

@@ -28,7 +28,9 @@ async function consume(
   const consumer = kafka.consumer({ groupId, readUncommitted, maxWaitTimeInMs: 50 });
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
+  // A fresh group read from the start: no offset commits (each would be one more request on the broker under test).
   await consumer.run({
+    autoCommit: false,
     eachMessage: ({ topic: t, partition, message }) =>
       each(message.value!, { topic: t, partition, offset: message.offset }),
   });
