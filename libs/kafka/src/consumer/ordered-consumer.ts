@@ -321,9 +321,11 @@ export class OrderedConsumer {
         p.resolveOffset(after.toString());
         // With nothing running or waiting, all of it is done; a commit skipped in the rebalance is made now.
         if (!this.busy.has(tp) && !this.rebalancing && this.assignment.has(tp)) {
-          const epoch = this.epochs.get(tp) ?? 0;
-          this.commitInOrder(p.batch.topic, p.batch.partition, (after + 1n).toString(), epoch, () =>
-            this.ownedIn(tp, epoch),
+          this.commitInOrder(
+            p.batch.topic,
+            p.batch.partition,
+            (after + 1n).toString(),
+            this.epochs.get(tp) ?? 0,
           );
         }
       }
@@ -430,8 +432,7 @@ export class OrderedConsumer {
     setMaxListeners(0, signal);
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
-    const owned = () => this.ownedIn(tp, epoch);
-    const commit = this.batchCommitter(batch, tracker, owned, epoch);
+    const commit = this.batchCommitter(batch, tracker, epoch);
 
     try {
       for (const m of messages) {
@@ -474,31 +475,31 @@ export class OrderedConsumer {
 
   /**
    * The commit of a batch's completed prefix (its tracker's committable offset): at most every commitIntervalMs
-   * unless `force`, only while the partition is `owned` (see {@link commitInOrder}). Nothing waits for it: the
-   * partition's next batch starts while it is in flight.
+   * unless `force`, only while the partition is this member's in `epoch` (see {@link commitInOrder}). Nothing waits
+   * for it: the partition's next batch starts while it is in flight.
    */
   private batchCommitter(
     batch: EachBatchPayload['batch'],
     tracker: OffsetTracker,
-    owned: () => boolean,
     epoch: number,
   ): (force: boolean) => void {
+    const tp = `${batch.topic}:${batch.partition}`;
     let lastCommit = Date.now();
     return (force: boolean) => {
       const next = tracker.committable();
-      if (next === undefined || !owned()) return;
+      if (next === undefined || !this.ownedIn(tp, epoch)) return;
       if (!force && Date.now() - lastCommit < this.o.commitIntervalMs) return;
       lastCommit = Date.now();
-      this.commitInOrder(batch.topic, batch.partition, next, epoch, owned);
+      this.commitInOrder(batch.topic, batch.partition, next, epoch);
     };
   }
 
   /**
    * Asks for `offset` (the next offset to read) to be committed for its partition in `epoch`. Each partition has one
    * commit loop: one OffsetCommit in flight at most, always of the highest offset asked for meanwhile (asks that
-   * arrive while one is in flight coalesce into the next), sent only while `owned` says the partition is still this
-   * member's in that epoch and only above the last offset sent in it, so commits never reorder or move back; a new
-   * epoch's loop starts after the previous epoch's. A failed commit is logged, not thrown or retried here (it only
+   * arrive while one is in flight coalesce into the next), sent only while the partition is still this member's in
+   * that epoch ({@link ownedIn}) and only above the last offset sent in it, so commits never reorder or move back; a
+   * new epoch's loop starts after the previous epoch's. A failed commit is logged, not thrown or retried here (it only
    * means redelivery of completed work, which the idempotency layer absorbs; the next ask commits past it).
    * stop() waits for every loop before leaving the group.
    *
@@ -507,13 +508,7 @@ export class OrderedConsumer {
    * runtime; 5.5 ms p50 measured on the local broker); a partition held busy for that held its next record (a
    * workflow's next step, keyed like the last) as long.
    */
-  private commitInOrder(
-    topic: string,
-    partition: number,
-    offset: string,
-    epoch: number,
-    owned: () => boolean,
-  ): void {
+  private commitInOrder(topic: string, partition: number, offset: string, epoch: number): void {
     const tp = `${topic}:${partition}`;
     let c = this.commits.get(tp);
     if (c && epoch < c.epoch) return; // a batch of an epoch the partition has left since: never committed
@@ -522,23 +517,23 @@ export class OrderedConsumer {
       this.commits.set(tp, c);
     }
     const at = BigInt(offset);
-    if (!c.wanted || at > c.wanted.offset) c.wanted = { offset: at, owned };
+    if (c.wanted === undefined || at > c.wanted) c.wanted = at;
     if (c.running) return;
     c.running = true;
     const entry = c;
     entry.loop = entry.loop.then(async () => {
       try {
-        while (entry.wanted) {
+        while (entry.wanted !== undefined) {
           const w = entry.wanted;
           entry.wanted = undefined;
-          if (w.offset <= entry.sent || !w.owned()) continue;
+          if (w <= entry.sent || !this.ownedIn(tp, entry.epoch)) continue;
           try {
-            await this.consumer!.commitOffsets([{ topic, partition, offset: w.offset.toString() }]);
-            entry.sent = w.offset;
+            await this.consumer!.commitOffsets([{ topic, partition, offset: w.toString() }]);
+            entry.sent = w;
             this.committedTotal++;
           } catch (err) {
             this.o.logger.warn(
-              { err, tp, offset: w.offset.toString() },
+              { err, tp, offset: w.toString() },
               'offset commit failed; completed messages may be redelivered',
             );
           }
@@ -658,8 +653,8 @@ interface PartitionCommits {
   epoch: number;
   /** The highest offset committed in this epoch (-1 before the first). */
   sent: bigint;
-  /** The highest offset asked for and not yet sent, with the ownership check of its asker. */
-  wanted?: { offset: bigint; owned: () => boolean };
+  /** The highest offset asked for and not yet sent. */
+  wanted?: bigint;
   /** Whether the loop is sending; asks meanwhile only raise `wanted`. */
   running: boolean;
   /** The loop's promise: a later epoch's loop, and stop(), wait for it. */
