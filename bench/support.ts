@@ -26,19 +26,9 @@ export function runBench(main: () => Promise<unknown>): void {
   const cleanup = async () => {
     if (created.length === 0) return;
     const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
-    const admin = new Kafka({ brokers, clientId: 'bench-cleanup', logLevel: logLevel.NOTHING }).admin();
-    try {
-      await admin.connect();
-      const topics = (await admin.listTopics()).filter((t) => created.some((p) => t.startsWith(p)));
-      for (let i = 0; i < topics.length; i += 100)
-        await admin.deleteTopics({ topics: topics.slice(i, i + 100), timeout: 60_000 });
-    } catch (e) {
-      console.error(
-        `the bench's topics (${created.join(', ')}) were not all deleted: ${(e as Error).message}`,
-      );
-    } finally {
-      await admin.disconnect().catch(() => undefined);
-    }
+    await deleteTopicsUnder(brokers, created).catch((e: Error) =>
+      console.error(`the bench's topics (${created.join(', ')}) were not all deleted: ${e.message}`),
+    );
   };
   main().then(
     () => cleanup().then(() => process.exit(0)),
@@ -47,6 +37,22 @@ export function runBench(main: () => Promise<unknown>): void {
       void cleanup().then(() => process.exit(1));
     },
   );
+}
+
+/**
+ * Deletes every topic of the cluster at `brokers` whose name starts with one of `prefixes`, 100 a request.
+ * @throws the admin client's error (connection, deletion).
+ */
+export async function deleteTopicsUnder(brokers: string[], prefixes: readonly string[]): Promise<void> {
+  const admin = new Kafka({ brokers, clientId: 'bench-cleanup', logLevel: logLevel.NOTHING }).admin();
+  try {
+    await admin.connect();
+    const topics = (await admin.listTopics()).filter((t) => prefixes.some((p) => t.startsWith(p)));
+    for (let i = 0; i < topics.length; i += 100)
+      await admin.deleteTopics({ topics: topics.slice(i, i + 100), timeout: 60_000 });
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
 }
 
 /** Percentile `p` (0-100) of `xs` (nearest rank). */

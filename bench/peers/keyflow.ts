@@ -4,7 +4,7 @@ import { EventCodec } from '@keyflow/contracts';
 import { localStackPids } from '@keyflow/observability';
 import { Topic } from '@keyflow/schemas';
 import { echo } from '@keyflow/testing';
-import { httpClient, ROOT, spawnService } from '../support';
+import { deleteTopicsUnder, httpClient, ROOT, spawnService } from '../support';
 import { BULK, coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
 
 /**
@@ -35,14 +35,6 @@ async function consume(
       each(message.value!, { topic: t, partition, offset: message.offset }),
   });
   return consumer;
-}
-
-/** Deletes the topics under `prefix` (this run's). */
-async function deleteTopics(brokers: string[], prefix: string): Promise<void> {
-  const admin = new Kafka({ brokers, clientId: 'bench-peers-admin', logLevel: logLevel.NOTHING }).admin();
-  await admin.connect();
-  await admin.deleteTopics({ topics: (await admin.listTopics()).filter((t) => t.startsWith(prefix)) });
-  await admin.disconnect();
 }
 
 type StartBody = { workflow: string; input: unknown };
@@ -111,7 +103,7 @@ async function bench() {
     );
   } finally {
     await Promise.all([orch.stop(), ...workers.map((w) => w.stop())]);
-    await deleteTopics(brokers, prefix);
+    await deleteTopicsUnder(brokers, [prefix]);
   }
 }
 
