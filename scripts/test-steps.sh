@@ -1,6 +1,6 @@
 # Step helpers of scripts/test-all.sh (sourced; bash with `set -euo pipefail`).
 #
-#   step "name" cmd args...   prints "==> name", runs the command; if it fails, prints
+#   step "name" cmd args...   prints "==> name (hh:mm:ss UTC)", runs the command; if it fails, prints
 #                             'test-all: step "name" failed (exit N)' after the command's own message and exits N.
 #   step "name"; cmd args...  the older form: prints the header only; a failing command under `set -e` still stops
 #                             the script, and the ERR trap below names the step it was in.
@@ -17,7 +17,7 @@ trap 'rc=$?; [[ -n "$CURRENT_STEP" ]] && printf "test-all: step \"%s\" failed (e
 
 step() {
   CURRENT_STEP="$1"
-  printf '\n==> %s\n' "$1"
+  printf '\n==> %s (%s UTC)\n' "$1" "$(date -u +%T)" # the clock time shows each step's share of CI's 45 minutes
   shift
   (($# == 0)) && return 0
   local rc=0
