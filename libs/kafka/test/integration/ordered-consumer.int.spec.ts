@@ -213,6 +213,48 @@ describe('the ordered consumer', () => {
     expect(requested).toEqual(['1', '5']);
   }, 60_000);
 
+  it('stop(deadline) returns while an offset commit is never answered; the commit is left, not awaited past the deadline', async () => {
+    // A deploy stops the worker while its group coordinator is slow or gone: the drain deadline bounds the stop, the
+    // unanswered commit only means redelivery of completed work (which the idempotency layer absorbs).
+    const [topic] = await ns.createTopics({ name: 'commit-never', numPartitions: 1 });
+    const held: Array<() => void> = [];
+    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
+    kafka.consumer = (config) => {
+      const consumer = ns.kafka.consumer(config);
+      const commit = consumer.commitOffsets.bind(consumer);
+      consumer.commitOffsets = async (offsets) => {
+        await new Promise<void>((r) => held.push(r));
+        return commit(offsets);
+      };
+      return consumer;
+    };
+    const handled = new Collector<string>();
+    const c = new OrderedConsumer({
+      kafka,
+      groupId: ns.groupId('commit-never'),
+      topics: [topic],
+      logger,
+      fetchMaxWaitMs: 100,
+      handle: async (m: ConsumedMessage) => {
+        handled.push(m.value!.toString());
+      },
+    });
+    try {
+      await c.start();
+      await produce(topic, [{ key: 'run', value: 'step 1' }]);
+      await handled.wait(1, 30_000);
+      await eventually('the batch asks to commit', () => held.length, { until: (n) => n === 1 });
+      let stopped = false;
+      const stop = c.stop(500).then(() => (stopped = true));
+      // Well past the 500 ms deadline (and kafkajs's own leave-group time), with the commit still unanswered.
+      await eventually('stop() returns', () => stopped, { until: (s) => s, timeoutMs: 15_000 });
+      await stop;
+      expect(held.length).toBe(1);
+    } finally {
+      held.splice(0).forEach((r) => r());
+    }
+  }, 60_000);
+
   it('a batch that finishes while kafkajs restarts its crashed consumer (a broker gone) throws nothing out of the process', async () => {
     // kafkajs's crash handler calls disconnect() -> stop(), which drops its consumer group until the restart 5 s
     // later; pause/resume then throw. Stopping the kafkajs consumer under a running handler is that same state.
