@@ -34,7 +34,13 @@ const waiting = (t: number, stepId: string, attempt = 1, admitted = false, key?:
   admitted,
   ...(key ? { idempotencyKey: key } : {}),
 });
-const fire = (t: number, timerId: string): WorkflowInput => ({ ...at(t), kind: 'timer-fired', timerId });
+/** A TimerFired applied at `t`, published for the timer's due time `dueAt` (TimerFired.dueAt) when given. */
+const fire = (t: number, timerId: string, dueAt?: number): WorkflowInput => ({
+  ...at(t),
+  kind: 'timer-fired',
+  timerId,
+  ...(dueAt === undefined ? {} : { dueAt }),
+});
 const ok = (t: number, stepId: string, attempt = 1): WorkflowInput => ({
   ...at(t),
   kind: 'task-completed',
@@ -102,6 +108,22 @@ describe('step deadline and flow-control waits (task-waiting)', () => {
     ]);
     // A report of the timed-out attempt that arrives afterwards is stale.
     expect(reduce(def, d.state, waiting(32_300, 'charge')).ignoredReason).toBe('STALE_RESULT');
+  });
+
+  it('a TimerFired published for a deadline that a report has moved since is stale: the step is timed out by the moved deadline only', () => {
+    // The engine publishes TimerFired at the old deadline; a report applied before it (its clock just before that
+    // deadline) moves the deadline on. The TimerFired that was on its way names the deadline it fired for.
+    let d: Decision = reduce(def, undefined, start(40_000));
+    expect(deadlineOf(d.state!, 'charge')).toBe(41_000);
+    d = reduce(def, d.state, waiting(40_990, 'charge'));
+    expect(deadlineOf(d.state!, 'charge')).toBe(41_990);
+    const early = reduce(def, d.state, fire(41_005, 'step-timeout:charge:1', 41_000));
+    expect(early).toMatchObject({ state: d.state, ignoredReason: 'STALE_TIMER', events: [] });
+    // The moved deadline's own TimerFired times the attempt out.
+    d = reduce(def, d.state, fire(41_995, 'step-timeout:charge:1', 41_990));
+    expect(d.events).toMatchObject([
+      { type: 'StepFailed', stepId: 'charge', attempt: 1, error: { errorClass: 'StepTimeoutError' } },
+    ]);
   });
 
   it('a restarted deadline keeps its length on the next attempt: a new dispatch starts it from the dispatch again', () => {
