@@ -82,7 +82,16 @@ export type WorkflowInput =
       idempotencyKey?: string;
       admitted: boolean;
     })
-  | (InputBase & { kind: 'timer-fired'; timerId: string })
+  | (InputBase & {
+      kind: 'timer-fired';
+      timerId: string;
+      /**
+       * The due time (ms since epoch) the timer had when its TimerFired was published (TimerFired.dueAt). A timer
+       * moved since (a step's deadline restarted by a wait report) no longer has it: the TimerFired is stale, and the
+       * moved timer fires on its own. Absent: the timer fires whatever its due time (inputs built without one).
+       */
+      dueAt?: number;
+    })
   | (InputBase & {
       kind: 'cancel';
       reason: string;
@@ -899,6 +908,8 @@ function applyTimer(c: Ctx, input: RunInput<'timer-fired'>): Ignored | undefined
   const s = c.s;
   const t = s.timers[input.timerId];
   if (!t || t.purpose === 'unpark') return ['STALE_TIMER', `stale timer ${input.timerId}`];
+  if (input.dueAt !== undefined && input.dueAt !== t.dueAt)
+    return ['STALE_TIMER', `timer ${input.timerId} fired for ${input.dueAt}, now due at ${t.dueAt}`];
   if (t.purpose === 'wait' && stepStateOf(s, t.stepId!)?.status !== 'waiting')
     return ['STALE_TIMER', `stale wait timer for ${t.stepId}`];
   delete s.timers[input.timerId];

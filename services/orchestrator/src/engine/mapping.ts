@@ -80,7 +80,14 @@ export function toWorkflowInput(
         admitted: d.value.admitted,
       };
     case 'TimerFired':
-      return { eventId, at, runId: d.value.runId, kind: 'timer-fired', timerId: d.value.timerId };
+      return {
+        eventId,
+        at,
+        runId: d.value.runId,
+        kind: 'timer-fired',
+        timerId: d.value.timerId,
+        dueAt: d.value.dueAt,
+      };
     case 'CancelRun':
       return {
         eventId,
