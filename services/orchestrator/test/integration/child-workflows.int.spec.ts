@@ -224,6 +224,23 @@ describe('child workflows', () => {
     expect(stepFailed[0].value).toMatchObject({ stepId: 'bad', attempt: 1, willRetry: false });
     expect((stepFailed[0].value.error as { code: string }).code).toBe('CHILD_START_REFUSED');
     expect(children(parent)).toEqual([]); // the child never started
+
+    // Its StartRun is in wf.requests.dlq. Redriven (say, after a child version that takes the input is deployed), it
+    // would start a child no parent step awaits: the redrive refuses it, naming the parent, unless allowRerun.
+    const child = `${parent}~bad~1`;
+    const redrive = (body: Record<string, unknown>) =>
+      post(`${url}/ops/dlq/wf.requests.dlq/redrive`, { key: child, ...body });
+    const dry = await eventually('the StartRun in wf.requests.dlq', () => redrive({ dryRun: true }), {
+      until: (r) => r.status === 200 && (r.body.refused as number) + (r.body.moved as number) >= 1,
+    });
+    expect(dry.body).toMatchObject({ moved: 0, refused: 1 });
+    expect((dry.body.refusals as Array<{ code: string; reason: string }>)[0]).toMatchObject({
+      code: 'RUN_ENDED',
+      reason: expect.stringContaining(`child run ${child}`),
+    });
+    expect((await redrive({})).body).toMatchObject({ moved: 0, refused: 1 });
+    expect((await redrive({ dryRun: true, allowRerun: true })).body).toMatchObject({ moved: 1, refused: 0 });
+    expect(children(parent)).toEqual([]);
   });
 
   it("a rebuild from the topics gives every parent and child run the state the engine committed (the children's parents included)", async () => {
