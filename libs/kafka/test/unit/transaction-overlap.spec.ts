@@ -36,9 +36,12 @@ function heldCluster() {
   const log: string[] = [];
   let coordinatorInFlight = 0;
   let maxCoordinatorInFlight = 0;
+  /** Called on each request sent (settle's wait for one). */
+  let onSent = () => {};
   const request = (api: string, result: unknown = {}) =>
     new Promise((resolve, reject) => {
       log.push(`${api} sent`);
+      queueMicrotask(() => onSent());
       const coordinator = COORDINATOR_APIS.has(api);
       if (coordinator) maxCoordinatorInFlight = Math.max(maxCoordinatorInFlight, ++coordinatorInFlight);
       pending.push({
@@ -73,10 +76,21 @@ function heldCluster() {
     findGroupCoordinator: async () => broker,
     findBroker: async () => broker,
   };
-  /** Waits until `api` is in flight, then answers it (or refuses it with `code`). */
+  /**
+   * Waits until `api` is in flight (a retry's is sent after kafkajs's retry backoff, a timer: the wait is for the
+   * request, up to 5 s, not a count of event-loop turns), then answers it (or refuses it with `code`).
+   */
   const settle = async (api: string, code?: number) => {
-    for (let i = 0; i < 1_000 && !pending.some((p) => p.api === api); i++)
-      await new Promise((r) => setImmediate(r));
+    if (!pending.some((p) => p.api === api))
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 5_000);
+        onSent = () => {
+          if (!pending.some((p) => p.api === api)) return;
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    onSent = () => {};
     const at = pending.findIndex((p) => p.api === api);
     if (at < 0) throw new Error(`${api} never sent; log: ${log.join(', ')}`);
     const [p] = pending.splice(at, 1);
