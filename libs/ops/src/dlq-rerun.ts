@@ -1,5 +1,6 @@
 import type { EventCodec } from '@keyflow/contracts';
-import type { LogicalTopic } from '@keyflow/schemas';
+import { isRetryable } from '@keyflow/errors';
+import { Topic, type LogicalTopic, type StartRun } from '@keyflow/schemas';
 import { rerunVerdict, type RerunFacts, type TaskCommandRef } from '@keyflow/workflow';
 import type { RedriveAdmit } from './redrive';
 import { taskTypeOfTopic } from './catalog';
@@ -16,8 +17,9 @@ export type CheckedCommand = TaskCommandRef & { idempotencyKey: string };
  * decoded with its topic's schema, `facts` says what is known of its run (the engine's view, the worker's record, the
  * record's age in ms from its Kafka timestamp), and a command that could run a side effect nothing awaits is refused
  * with the verdict's code and reason (naming the run, its status and why). A record that does not decode is refused
- * (code {@link UNDECODABLE_COMMAND}): its run cannot be checked. Records of other DLQs (wf.requests, task.results)
- * are let through. The caller passes no check at all when the operator said to re-run (`--allow-rerun`, `allowRerun`).
+ * (code {@link UNDECODABLE_COMMAND}): its run cannot be checked. A child run's StartRun in wf.requests.dlq is checked
+ * as its parent step's attempt ({@link childStartAdmission}); other records of wf.requests and task.results are let
+ * through. The caller passes no check at all when the operator said to re-run (`--allow-rerun`, `allowRerun`).
  * @param codec reads the DLQ records' original topics (physical names of its prefix).
  */
 export function rerunAdmission(
@@ -26,6 +28,8 @@ export function rerunAdmission(
 ): RedriveAdmit {
   return async (message, at) => {
     const logical = codec.logical(at.originalTopic) as LogicalTopic | undefined; // a task topic, checked next
+    const ageMs = Math.max(0, Date.now() - Number(message.timestamp));
+    if (logical === Topic.WF_REQUESTS) return childStartAdmission(codec, facts, message, at, ageMs);
     if (!logical || taskTypeOfTopic(logical) === undefined) return undefined;
     let cmd: CheckedCommand;
     try {
@@ -42,7 +46,50 @@ export function rerunAdmission(
         reason: `the command does not decode with ${logical}'s schema (${(err as Error).message}): its run cannot be checked`,
       };
     }
-    const verdict = rerunVerdict(cmd, await facts(cmd, Math.max(0, Date.now() - Number(message.timestamp))));
+    const verdict = rerunVerdict(cmd, await facts(cmd, ageMs));
     return verdict.safe ? undefined : { code: verdict.code, reason: verdict.reason };
   };
+}
+
+/**
+ * A child run's StartRun (a wf.requests record with `parent`) is checked as its parent step's attempt would be: the
+ * child's end is that step's result, so starting it is safe only while the parent run awaits that attempt (the
+ * engine dead-letters a child's StartRun it refuses and fails the parent step in the same transaction, so a redrive,
+ * after a child version that takes the input is deployed, would start a child nothing awaits). Other wf.requests
+ * records (a run's start, a signal, a cancel, a retry), and records that do not decode, are let through as before:
+ * the engine dedupes them by run id, signal id or idempotency key.
+ * @throws what decoding throws when it is retryable (the schema registry away): the record cannot be checked now
+ */
+async function childStartAdmission(
+  codec: Pick<EventCodec, 'useTopics' | 'decode'>,
+  facts: (cmd: CheckedCommand, ageMs: number) => Promise<RerunFacts>,
+  message: Parameters<RedriveAdmit>[0],
+  at: Parameters<RedriveAdmit>[1],
+  ageMs: number,
+): ReturnType<RedriveAdmit> {
+  let parent: CheckedCommand | null | undefined;
+  let child = '';
+  try {
+    await codec.useTopics([Topic.WF_REQUESTS]);
+    const d = await codec.decode(Topic.WF_REQUESTS, message.value, {
+      topic: at.originalTopic,
+      partition: at.partition,
+      offset: message.offset,
+    });
+    if (d.event !== 'StartRun') return undefined;
+    parent = (d.value as StartRun).parent;
+    child = (d.value as StartRun).runId;
+  } catch (err) {
+    // The registry away (retryable): thrown, the redrive stops and says so, rather than send a start unchecked.
+    if (isRetryable(err, false)) throw err;
+    return undefined; // not decodable: the engine refuses it again, it starts nothing
+  }
+  if (!parent) return undefined;
+  const verdict = rerunVerdict(parent, await facts(parent, ageMs));
+  return verdict.safe
+    ? undefined
+    : {
+        code: verdict.code,
+        reason: `child run ${child}'s StartRun is not awaited by its parent: ${verdict.reason}`,
+      };
 }
