@@ -217,6 +217,10 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
   const prefix = `${ns.prefix}.`;
   const codec = new EventCodec({ registryUrl: process.env.SCHEMA_REGISTRY_URL!, topicPrefix: prefix });
   let producer: Producer;
+  beforeAll(async () => {
+    producer = createIdempotentProducer(ns.kafka);
+    await producer.connect();
+  });
   afterAll(async () => {
     await producer?.disconnect();
     await ns.cleanup();
@@ -233,8 +237,6 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
     expect(await listDlqTopics(ns.kafka, prefix)).toEqual([chargeDlq]);
     expect(await listDlqTopics(ns.kafka, prefix, new Set(['wf.requests.dlq']))).toEqual([]);
 
-    producer = createIdempotentProducer(ns.kafka);
-    await producer.connect();
     const dl = {
       errorClass: 'TaskInputError',
       errorMessage: 'bad',
@@ -288,6 +290,69 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
     });
     expect(checked).toMatchObject({ moved: 0, refused: 2 });
     expect(checked.refusals.map((r) => r.code).sort()).toEqual(['NOT_OWN_SOURCE', 'RUN_ENDED']);
+  });
+
+  it('refuses every record of a DLQ whose source topic does not exist (a task type only local steps run), naming it, and creates no topic', async () => {
+    // The orchestrator dead-letters a local step's command to task.<type>.dlq; no task.<type> topic exists for a type
+    // no worker runs. A redrive there would fail at the send (or, on a broker that creates topics on first use, leave
+    // the command in a topic nothing reads): it is refused with the way out instead.
+    const [localDlq] = await ns.createTopics({ name: 'task.local-only.dlq', numPartitions: 1 });
+    const source = `${prefix}task.local-only`;
+    const failure = {
+      errorClass: 'TaskInputError',
+      errorMessage: 'bad',
+      attempts: 1,
+      firstFailureAt: 1,
+      lastFailureAt: 2,
+      consumerGroup: 'orchestrator',
+    };
+    await producer.send({
+      topic: localDlq,
+      acks: -1,
+      messages: ['run-1', 'run-2'].map((key) =>
+        dlqMessage(
+          {
+            topic: source,
+            partition: 0,
+            offset: '0',
+            key: Buffer.from(key),
+            value: Buffer.from(key),
+            headers: {},
+          },
+          failure,
+        ),
+      ),
+    });
+    const report = await redrive(ns.kafka, {
+      dlqTopic: localDlq,
+      producer,
+      logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec, handledBy: 'redrive-test' },
+    });
+    expect(report).toMatchObject({ scanned: 2, moved: 0, refused: 2 });
+    expect(report.refusals).toEqual(
+      ['run-1', 'run-2'].map((key) =>
+        expect.objectContaining({
+          key,
+          code: 'SOURCE_TOPIC_MISSING',
+          reason: expect.stringContaining(`${source} does not exist`),
+        }),
+      ),
+    );
+    const admin = ns.kafka.admin();
+    await admin.connect();
+    const topics = await admin.listTopics();
+    await admin.disconnect();
+    expect(topics).not.toContain(source);
+    // Both stay pending: a discard still marks them handled.
+    const discarded = await redrive(ns.kafka, {
+      dlqTopic: localDlq,
+      producer,
+      action: 'DISCARDED',
+      logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec, handledBy: 'redrive-test' },
+    });
+    expect(discarded).toMatchObject({ moved: 2, refused: 0 });
   });
 });
 
