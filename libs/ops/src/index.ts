@@ -27,6 +27,7 @@ export {
   redrive,
   matchesRedriveFilter,
   NOT_OWN_SOURCE,
+  SOURCE_TOPIC_MISSING,
   REPORT_RECORDS_MAX,
   type RedriveFilter,
   type RedriveReport,

@@ -90,6 +90,14 @@ export const REPORT_RECORDS_MAX = 100;
 /** Refusal code of a DLQ record that names a topic other than its DLQ's source. */
 export const NOT_OWN_SOURCE = 'NOT_OWN_SOURCE';
 
+/**
+ * Refusal code of a record of a DLQ whose source topic does not exist: a task type that only local steps run (the
+ * orchestrator dead-letters their commands to `task.<type>.dlq`, and no `task.<type>` exists), or a source deleted
+ * since. Sent, it would wait on kafkajs's metadata retries and fail, or create the topic on a broker that creates
+ * topics on first use, where nothing reads it.
+ */
+export const SOURCE_TOPIC_MISSING = 'SOURCE_TOPIC_MISSING';
+
 /** Whether a DLQ record matches `filter` (by partition, offset, key, error class and last failure time). */
 export function matchesRedriveFilter(
   m: Pick<KafkaMessage, 'key' | 'headers' | 'offset'>,
@@ -132,8 +140,9 @@ export interface RedriveOptions {
  * Re-publishes the DLQ records that match `filter` to their original topic, with their original key, bytes
  * and headers (so the idempotency key inside the payload is kept), minus the triage headers, plus
  * `x-dlq-redrive-count`; with `action: 'DISCARDED'` sends nothing to the original topic. A record is redriven only to
- * its DLQ's own source topic (`<topic>` of `<topic>.dlq`) and only when `admit` (if given) lets it: others are left
- * pending and listed with their reason in the report's `refusals`. Each record acted on gets
+ * its DLQ's own source topic (`<topic>` of `<topic>.dlq`), only when that topic exists (SOURCE_TOPIC_MISSING), and
+ * only when `admit` (if given) lets it: others are left pending and listed with their reason in the report's
+ * `refusals`. Each record acted on gets
  * a DlqRecordHandled entry in the DLQ ledger (./dlq-ledger) after its send, so it stops counting as
  * pending, and a later redrive leaves it alone unless `includeHandled`. Reads the DLQ (read_committed) from the
  * beginning up to its last stable offsets at the start of the call (`scanRanges`: transactional DLQs, such as the
@@ -151,13 +160,15 @@ export async function redrive(kafka: Kafka, opts: RedriveOptions): Promise<Redri
   if (!dryRun) await ensureDlqLedger(kafka, codec);
   const handled = await readDlqLedger(kafka, codec);
   const ends = await lastStableOffsets(kafka, dlqTopic);
+  const source = catalogDlqSource(dlqTopic);
   const run: RedriveRun = {
     opts,
     filter,
     dryRun,
     action,
     handled,
-    source: catalogDlqSource(dlqTopic),
+    source,
+    sourceExists: action !== 'REDRIVEN' || (await topicExists(kafka, source)),
     report: emptyReport(dryRun, action),
     pace: pacer(ratePerSec),
   };
@@ -184,6 +195,8 @@ interface RedriveRun {
   handled: ReadonlyMap<string, HandledEntry>;
   /** The one topic this DLQ's records may go back to (physical name). */
   source: string;
+  /** Whether `source` existed when the redrive began (looked up only to redrive). */
+  sourceExists: boolean;
   report: RedriveReport;
   /** Waits until the next send keeps to `ratePerSec`. */
   pace: () => Promise<void>;
@@ -204,6 +217,17 @@ const emptyReport = (dryRun: boolean, action: DlqAction): RedriveReport => ({
   dryRun,
   action,
 });
+
+/** Whether `topic` exists: the broker's topic list (a metadata request for the topic alone could create it). */
+async function topicExists(kafka: Kafka, topic: string): Promise<boolean> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    return (await admin.listTopics()).includes(topic);
+  } finally {
+    await admin.disconnect();
+  }
+}
 
 /** A wait before each send, so that sends start at most `ratePerSec` per second from now on. */
 function pacer(ratePerSec: number): () => Promise<void> {
@@ -290,6 +314,17 @@ async function destinationCheck(
       message,
       NOT_OWN_SOURCE,
       `its x-dlq-original-topic names ${original}, not ${run.source}: a redrive sends only to its DLQ's own source topic`,
+    );
+    return 'refused';
+  }
+  if (!run.sourceExists) {
+    refuse(
+      run.report,
+      partition,
+      message,
+      SOURCE_TOPIC_MISSING,
+      `its topic ${original} does not exist (a task type only local steps run has none, or it was deleted): ` +
+        'nothing would read it there; retry its run (POST /runs/:id/retry) or discard the record',
     );
     return 'refused';
   }
