@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FsBlobStore, payloadBlobKey, runBlobPrefix } from '../../src';
+import { FS_EXPIRY_BUCKET_MS } from '../../src/fs-store';
 
 // The functions fs-store calls, spied on where it looks them up (its compiled module reads them off this object).
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -41,7 +42,9 @@ describe('the fs blob store: expiring a run and sweeping cost what is due, not t
       await Promise.all(
         Array.from({ length: 500 }, (_, j) =>
           store.put(payloadBlobKey('state', `other-${i + j}`, '1'), 'x', {
-            expiresAt: j % 2 ? null : Date.now() + 3_600_000,
+            // Two expiry buckets ahead: a test that crosses an hour boundary between these puts and the sweep
+            // (CI at 22:59-23:00, 2026-12-05) must not find them in the bucket due now, which a sweep reads.
+            expiresAt: j % 2 ? null : Date.now() + 2 * FS_EXPIRY_BUCKET_MS,
           }),
         ),
       );
