@@ -1,6 +1,8 @@
 import { eventually } from '@keyflow/testing';
+import { newMetadata } from '@keyflow/contracts';
+import { Topic } from '@keyflow/schemas';
 import { rebuildRuns } from '../../src/rebuild';
-import { saga } from '../fixtures/test-workflows';
+import { flowLimited, saga } from '../fixtures/test-workflows';
 import { WorkflowRegistry } from '../../src/workflows/registry';
 import { OrchestratorHarness, post } from './support';
 
@@ -41,5 +43,76 @@ describe("the engine's clock", () => {
     const registry = new WorkflowRegistry().register(saga);
     const report = await rebuildRuns(h.ns.kafka, h.codec, registry);
     expect(report).toMatchObject({ runsLive: 1, runsRebuilt: 1, matching: 1, differences: [] });
+  });
+});
+
+describe("the engine's clock and a flow-control wait report", () => {
+  const h = new OrchestratorHarness('engine-clock-wait');
+  afterAll(() => h.teardown());
+
+  it('a deadline moved by the wait report of a worker whose clock is ahead times out at the moved deadline, and a rebuild from the topics gives the state the engine committed', async () => {
+    // The engine moves the deadline at its own clock when it applies the report; a rebuild places a report (it emits
+    // no event) at the worker's clock. The TimerFired of the moved deadline must still fire in the rebuild.
+    const orch = await h.startOrchestrator({ ORCHESTRATOR_TIMER_TICK_MS: '100' });
+    const url = await orch.ready;
+    await h.readEvents();
+    const reporter = h.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await reporter.connect();
+    const reports: Array<Promise<unknown>> = [];
+    // Attempt 1 is never answered: 1 s after its command, its worker reports a wait (stamped 500 ms ahead of the
+    // clock); attempt 2 completes.
+    await h.simulateWorker(['limited.charge'], (cmd) => {
+      if (cmd.attempt > 1) return { output: { charged: true } };
+      const report = new Promise((r) => setTimeout(r, 1_000)).then(() =>
+        reporter.send({
+          topic: h.codec.physical(Topic.TASK_RESULTS),
+          acks: -1,
+          messages: [
+            {
+              key: cmd.runId,
+              value: h.codec.encode(Topic.TASK_RESULTS, 'TaskWaiting', {
+                metadata: newMetadata('TaskWaiting', {
+                  key: cmd.runId,
+                  correlationId: cmd.runId,
+                  causationId: cmd.metadata.eventId,
+                  occurredAt: Date.now() + 500,
+                }),
+                runId: cmd.runId,
+                stepId: cmd.stepId,
+                taskType: cmd.taskType,
+                attempt: cmd.attempt,
+                idempotencyKey: cmd.idempotencyKey,
+                reason: 'FLOW_LIMIT',
+                admitted: false,
+                waitedMs: 1_000,
+                workerId: 'sim',
+              }),
+            },
+          ],
+        }),
+      );
+      reports.push(report);
+      return undefined;
+    });
+    try {
+      const { body } = await post(`${url}/runs`, { workflow: 'flow-limited', input: {} });
+      const runId = body.runId as string;
+      await eventually('run completed', () => h.of(runId).find((e) => e.event === 'RunCompleted'));
+      await Promise.all(reports);
+      const events = h.of(runId);
+      const at = (e: (typeof events)[number]) =>
+        (e.value.metadata as unknown as { occurredAt: number }).occurredAt;
+      const [scheduled] = events.filter((e) => e.event === 'StepScheduled');
+      const [failed] = events.filter((e) => e.event === 'StepFailed');
+      expect(failed.value).toMatchObject({ attempt: 1, error: { errorClass: 'StepTimeoutError' } });
+      // Timed out at the moved deadline (about 1 s + 2 s after the dispatch), not the first one (2 s).
+      expect(at(failed) - at(scheduled)).toBeGreaterThan(2_500);
+
+      const registry = new WorkflowRegistry().register(flowLimited);
+      const report = await rebuildRuns(h.ns.kafka, h.codec, registry);
+      expect(report).toMatchObject({ runsLive: 1, runsRebuilt: 1, matching: 1, differences: [] });
+    } finally {
+      await reporter.disconnect();
+    }
   });
 });
