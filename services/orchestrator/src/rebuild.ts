@@ -198,7 +198,15 @@ async function inputsByRun(
     );
     if ('invalid' in decoded) continue;
     const when = applied.get(decoded.eventId);
-    const input = when ? { ...decoded, at: when.at } : decoded;
+    let input: WorkflowInput = when ? { ...decoded, at: when.at } : decoded;
+    if (input.kind === 'timer-fired') {
+      // The engine's own decision: a TimerFired it applied with an effect (every effective one emits an event)
+      // fires here whatever its dueAt (a deadline a wait report moved was moved at the engine's clock, which the
+      // rebuild places at the report's); one that caused nothing (stale, a duplicate, or not applied yet) is left out.
+      if (!when) continue;
+      const { dueAt: _published, ...fires } = input;
+      input = fires;
+    }
     inputsRead++;
     perRun.set(input.runId, [
       ...(perRun.get(input.runId) ?? []),
