@@ -24,6 +24,13 @@ export class PartitionRevokedError extends KeyflowError {
 }
 
 /**
+ * Least time stop() gives the offset commits asked for once the work has settled, in ms, even when the drain used up
+ * its deadline: the commit of work that finished at the deadline gets its round trip (the coordinator answers after
+ * its append linger, about 5 ms on Kafka 4).
+ */
+const STOP_COMMIT_GRACE_MS = 2_000;
+
+/**
  * The consumer is stopping (stop() was called): work not started yet should not start. Retryable: the message is not
  * committed, and its next owner (or this process after a restart) handles it.
  */
@@ -390,32 +397,40 @@ export class OrderedConsumer {
   /**
    * Stops fetching, waits for in-flight work up to `deadlineMs`, then aborts what is left (it is not committed
    * and will be redelivered), commits the completed prefix and leaves the group. The offset commits asked for are
-   * awaited up to the same deadline, not past it: one never answered is left (its messages may be redelivered).
+   * awaited up to what is left of the deadline once the work has settled, and at least STOP_COMMIT_GRACE_MS (or the
+   * whole deadline when it is shorter): one never answered is left (its messages may be redelivered).
    */
   async stop(deadlineMs = 30_000): Promise<void> {
     if (!this.consumer) return;
     this.stopping = true;
     this.drainController.abort(new ConsumerStoppingError(this.o.groupId));
-    let deadlinePassed!: () => void;
-    const passed = new Promise<'passed'>((r) => (deadlinePassed = () => r('passed')));
-    const timer = setTimeout(() => {
-      this.stopController.abort(new Error(`drain deadline of ${deadlineMs} ms passed`));
-      deadlinePassed();
-    }, deadlineMs);
+    const startedAt = Date.now();
+    const timer = setTimeout(
+      () => this.stopController.abort(new Error(`drain deadline of ${deadlineMs} ms passed`)),
+      deadlineMs,
+    );
+    let commitTimer: NodeJS.Timeout | undefined;
     try {
       await Promise.allSettled([...this.background]);
-      // The commits asked for, up to the deadline: one the coordinator never answers (slow, or gone) must not hold a
-      // deploy's stop; left unanswered it only means redelivery of completed work.
+      // The commits asked for (the last ones by the work that settled just now), up to what is left of the deadline,
+      // and at least a grace: one the coordinator never answers (slow, or gone) must not hold a deploy's stop; left
+      // unanswered it only means redelivery of completed work.
+      const waitMs = Math.max(
+        deadlineMs - (Date.now() - startedAt),
+        Math.min(STOP_COMMIT_GRACE_MS, deadlineMs),
+      );
+      const bound = new Promise<'passed'>((r) => (commitTimer = setTimeout(() => r('passed'), waitMs)));
       const loops = Promise.allSettled([...this.commits.values()].map((c) => c.loop));
-      if ((await Promise.race([loops, passed])) === 'passed')
+      if ((await Promise.race([loops, bound])) === 'passed')
         this.o.logger.warn(
-          { groupId: this.o.groupId, deadlineMs },
+          { groupId: this.o.groupId, deadlineMs, waitedMs: waitMs },
           'offset commits still unanswered at the drain deadline; leaving the group without them (completed messages may be redelivered)',
         );
       await this.consumer.stop();
       await this.consumer.disconnect();
     } finally {
       clearTimeout(timer);
+      clearTimeout(commitTimer);
       clearInterval(this.heartbeatTimer);
       this.quarantine.close();
       this.stopController.abort(new Error('consumer stopped'));
