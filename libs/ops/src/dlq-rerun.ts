@@ -85,7 +85,10 @@ async function childStartAdmission(
     return undefined; // not decodable: the engine refuses it again, it starts nothing
   }
   if (!parent) return undefined;
-  const verdict = rerunVerdict(parent, await facts(parent, ageMs));
+  // Only the parent run's view counts: no worker record answers for a child's start (a stored record of the parent
+  // step's key is no reason to start the child), and the workers' completion TTL says nothing of it.
+  const known = await facts(parent, ageMs);
+  const verdict = rerunVerdict(parent, { run: known.run });
   return verdict.safe
     ? undefined
     : {
