@@ -78,7 +78,8 @@ function heldCluster() {
   };
   /**
    * Waits until `api` is in flight (a retry's is sent after kafkajs's retry backoff, a timer: the wait is for the
-   * request, up to 2 s, within the test's own 5 s, not a count of event-loop turns), then answers it (or refuses it with `code`).
+   * request, up to 2 s, within the test's own 5 s, not a count of event-loop turns), then answers it (or refuses it
+   * with `code`).
    */
   const settle = async (api: string, code?: number) => {
     if (!pending.some((p) => p.api === api))
