@@ -8,7 +8,7 @@ import { deleteTopicsUnder, httpClient, ROOT, spawnService } from '../support';
 import { BULK, coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
 
 /**
- * keyflow at its defaults, as bench/orchestrator.bench.ts runs it: 1 orchestrator and 2 worker processes of
+ * keyflow at its defaults, as bench/orchestrator.bench.ts runs it: 1 orchestrator and 2 worker processes (PEERS_KEYFLOW_WORKERS) of
  * examples/test-workloads (the `three-step` workflow of libs/testing: three `echo` steps, step k given step k-1's
  * output), on the stack's Kafka and registry, a fresh topic prefix (6 partitions). The client starts the runs it
  * starts together with one POST /runs/batch, a run started alone with POST /runs (each 202 once its StartRun is
@@ -84,7 +84,13 @@ async function bench() {
     profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
   );
   const url = await orch.ready;
-  const workers = [0, 1].map(() =>
+  // PEERS_KEYFLOW_WORKERS=<n>: worker processes (default 2, as BullMQ's row runs 2).
+  const workerCount = Number(process.env.PEERS_KEYFLOW_WORKERS ?? 2);
+  if (!Number.isInteger(workerCount) || workerCount < 1)
+    throw new Error(
+      `PEERS_KEYFLOW_WORKERS must be a positive integer, not ${process.env.PEERS_KEYFLOW_WORKERS}`,
+    );
+  const workers = Array.from({ length: workerCount }, () =>
     spawnService(
       'examples/test-workloads/src/worker.ts',
       { ...env, WORKER_TASK_TYPES: echo.type },
@@ -189,7 +195,7 @@ async function measure(
   return {
     engine: 'keyflow',
     version: `keyflow ${versionOf('@keyflow/orchestrator')} (this tree), Kafka ${process.env.KEYFLOW_KAFKA_VERSION ?? '?'}`,
-    layout: `1 orchestrator, 2 worker processes, Kafka${store.length ? '' : ' (its CPU unread: no pid files, set KEYFLOW_RUN_DIR)'} + schema registry`,
+    layout: `1 orchestrator, ${workerPids.length} worker process${workerPids.length === 1 ? '' : 'es'}, Kafka${store.length ? '' : ' (its CPU unread: no pid files, set KEYFLOW_RUN_DIR)'} + schema registry`,
     durability:
       "Kafka: every step transition in a transaction, acks=all (the stack: one broker, replication 1, the broker's default flush: the page cache)",
     burst,
