@@ -8,7 +8,7 @@ import { deleteTopicsUnder, httpClient, ROOT, spawnService } from '../support';
 import { BULK, coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
 
 /**
- * keyflow at its defaults, as bench/orchestrator.bench.ts runs it: 1 orchestrator and 2 worker processes (PEERS_KEYFLOW_WORKERS) of
+ * keyflow at its defaults: 1 orchestrator and 1 worker process (PEERS_KEYFLOW_WORKERS; bench:orchestrator runs 2) of
  * examples/test-workloads (the `three-step` workflow of libs/testing: three `echo` steps, step k given step k-1's
  * output), on the stack's Kafka and registry, a fresh topic prefix (6 partitions). The client starts the runs it
  * starts together with one POST /runs/batch, a run started alone with POST /runs (each 202 once its StartRun is
@@ -84,8 +84,10 @@ async function bench() {
     profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
   );
   const url = await orch.ready;
-  // PEERS_KEYFLOW_WORKERS=<n>: worker processes (default 2, as BullMQ's row runs 2).
-  const workerCount = Number(process.env.PEERS_KEYFLOW_WORKERS ?? 2);
+  // PEERS_KEYFLOW_WORKERS=<n>: worker processes. Default 1, as Restate's and DBOS's rows run one service process: on
+  // this 2-core machine a second one cost throughput and latency (2026-12-05 23:37-23:43 UTC, alternated three times:
+  // 900 / 932 / 962 runs/s with one, 695 / 762 / 577 with two; BENCHMARKS.md "Peers").
+  const workerCount = Number(process.env.PEERS_KEYFLOW_WORKERS ?? 1);
   if (!Number.isInteger(workerCount) || workerCount < 1)
     throw new Error(
       `PEERS_KEYFLOW_WORKERS must be a positive integer, not ${process.env.PEERS_KEYFLOW_WORKERS}`,
