@@ -48,6 +48,7 @@ const opts = new Command()
   .option('--burst <n>', 'runs started at once for the throughput figures', '2000')
   .option('--loads <list>', 'offered loads, runs/s', '20,50,100')
   .option('--seconds <n>', 'duration of each load step', '10')
+  .option('--workers <n>', 'worker processes', '2')
   .option(
     '--backlog <n>',
     'StartRun records pre-filled in wf.requests for the engine figure (0 to skip)',
@@ -82,6 +83,7 @@ const opts = new Command()
     burst: string;
     loads: string;
     seconds: string;
+    workers: string;
     backlog: string;
     accept: string;
     acceptConcurrency: string;
@@ -192,15 +194,14 @@ async function main() {
   }
   const acceptTotal = acceptN * (acceptN > 0 ? opts.acceptConcurrency.split(',').length : 0);
 
-  const workers = [0, 1].map(() =>
+  const workers = Array.from({ length: Math.max(1, Number(opts.workers)) }, () =>
     spawnService('examples/test-workloads/src/worker.ts', workerEnv, 'worker ready'),
   );
   await Promise.all(workers.map((w) => w.ready));
   const tReady = Date.now();
   const drainCpu = cpuSplit({
     orchestrator: orch.proc.pid,
-    worker1: workers[0].proc.pid,
-    worker2: workers[1].proc.pid,
+    ...Object.fromEntries(workers.map((w, i) => [`worker${i + 1}`, w.proc.pid])),
   });
   if (acceptTotal > 0)
     await eventually(
