@@ -54,14 +54,19 @@ export class RerunCheck {
   }
 
   /**
-   * The facts of one command; `ageMs` is how old its record is (ms).
+   * The facts of one command; `ageMs` is how old its record is (ms); `need.workerRecord` false leaves Redis out.
    * @throws ApiError when the orchestrator answers an error other than 404 (a run it does not know: `run` null);
    *   fetch's TypeError when nothing answers at its URL; Redis errors
    */
-  async facts(cmd: CheckedCommand, ageMs: number): Promise<RerunFacts> {
-    const stored = this.store
-      ? STORED[await this.store.peek(cmd.idempotencyKey, cmd.attempt ?? 1)]
-      : undefined;
+  async facts(
+    cmd: CheckedCommand,
+    ageMs: number,
+    need: { workerRecord: boolean } = { workerRecord: true },
+  ): Promise<RerunFacts> {
+    const stored =
+      this.store && need.workerRecord
+        ? STORED[await this.store.peek(cmd.idempotencyKey, cmd.attempt ?? 1)]
+        : undefined;
     return {
       stored,
       run: this.endpoint ? await this.run(cmd.runId) : undefined,

@@ -12,6 +12,17 @@ export const UNDECODABLE_COMMAND = 'UNDECODABLE_COMMAND';
 export type CheckedCommand = TaskCommandRef & { idempotencyKey: string };
 
 /**
+ * What the caller knows of a command's run (`ageMs`: how old its DLQ record is, ms). `need.workerRecord` false: the
+ * workers' completion record is not asked for (a child's start, which no worker record answers), so a caller need
+ * not reach Redis for it.
+ */
+export type RerunFactsOf = (
+  cmd: CheckedCommand,
+  ageMs: number,
+  need?: { workerRecord: boolean },
+) => Promise<RerunFacts>;
+
+/**
  * The redrive check of task commands ({@link RedriveAdmit}) every DLQ tool applies, built on the one rule of
  * `rerunVerdict` (libs/workflow, also what `keyflow replay` applies): a record of a task DLQ (`task.<type>.dlq`) is
  * decoded with its topic's schema, `facts` says what is known of its run (the engine's view, the worker's record, the
@@ -24,7 +35,7 @@ export type CheckedCommand = TaskCommandRef & { idempotencyKey: string };
  */
 export function rerunAdmission(
   codec: Pick<EventCodec, 'logical' | 'useTopics' | 'decode'>,
-  facts: (cmd: CheckedCommand, ageMs: number) => Promise<RerunFacts>,
+  facts: RerunFactsOf,
 ): RedriveAdmit {
   return async (message, at) => {
     const logical = codec.logical(at.originalTopic) as LogicalTopic | undefined; // a task topic, checked next
@@ -62,7 +73,7 @@ export function rerunAdmission(
  */
 async function childStartAdmission(
   codec: Pick<EventCodec, 'useTopics' | 'decode'>,
-  facts: (cmd: CheckedCommand, ageMs: number) => Promise<RerunFacts>,
+  facts: RerunFactsOf,
   message: Parameters<RedriveAdmit>[0],
   at: Parameters<RedriveAdmit>[1],
   ageMs: number,
@@ -87,7 +98,7 @@ async function childStartAdmission(
   if (!parent) return undefined;
   // Only the parent run's view counts: no worker record answers for a child's start (a stored record of the parent
   // step's key is no reason to start the child), and the workers' completion TTL says nothing of it.
-  const known = await facts(parent, ageMs);
+  const known = await facts(parent, ageMs, { workerRecord: false });
   const verdict = rerunVerdict(parent, { run: known.run });
   return verdict.safe
     ? undefined

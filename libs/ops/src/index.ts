@@ -50,7 +50,7 @@ export {
   type LedgerCodec,
 } from './dlq-ledger';
 export { describeDlqRecord, readDlqRecords, type DlqRecord } from './dlq-records';
-export { rerunAdmission, UNDECODABLE_COMMAND, type CheckedCommand } from './dlq-rerun';
+export { rerunAdmission, UNDECODABLE_COMMAND, type CheckedCommand, type RerunFactsOf } from './dlq-rerun';
 export { lastStableOffsets, resumePosition, scanRanges, type ScanRange } from './scan';
 export { groupLag, SCAN_GROUP_PREFIXES, type PartitionLag } from './lag';
 export { listDlqTopics, summarizeDlqs, type DlqSummary } from './dlq-summary';

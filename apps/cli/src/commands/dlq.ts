@@ -164,7 +164,9 @@ function addRedrive(
       await producer.connect();
       try {
         const report = await redrive(ctx.kafka, {
-          admit: check ? rerunAdmission(codec, (cmd, ageMs) => check.facts(cmd, ageMs)) : undefined,
+          admit: check
+            ? rerunAdmission(codec, (cmd, ageMs, need) => check.facts(cmd, ageMs, need))
+            : undefined,
           dlqTopic: await dlqTopic(ctx, topic),
           filter: filterOf(o),
           ratePerSec: o.rate,
