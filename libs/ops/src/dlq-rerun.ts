@@ -100,10 +100,12 @@ async function childStartAdmission(
   // step's key is no reason to start the child), and the workers' completion TTL says nothing of it.
   const known = await facts(parent, ageMs, { workerRecord: false });
   const verdict = rerunVerdict(parent, { run: known.run });
-  return verdict.safe
-    ? undefined
-    : {
-        code: verdict.code,
-        reason: `child run ${child}'s StartRun is not awaited by its parent: ${verdict.reason}`,
-      };
+  if (verdict.safe) return undefined;
+  return {
+    code: verdict.code,
+    reason:
+      known.run === undefined
+        ? `child run ${child}'s StartRun cannot be checked: the status of its parent run ${parent.runId} is not known (give the orchestrator's API: --api or KEYFLOW_API_URL)`
+        : `child run ${child}'s StartRun is not awaited by its parent: ${verdict.reason}`,
+  };
 }

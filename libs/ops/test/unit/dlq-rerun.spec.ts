@@ -65,6 +65,15 @@ describe('the redrive check of a child run start (wf.requests.dlq)', () => {
       expect(await rerunAdmission(codecReading(other), never)(record, at)).toBeUndefined();
   });
 
+  it("refuses a child's StartRun whose parent run's status is not known (no API), saying so", async () => {
+    const unknown: RerunFactsOf = async () => ({ stored: false });
+    const child = { event: 'StartRun', value: { runId: 'order-1~book~1', parent } };
+    expect(await rerunAdmission(codecReading(child), unknown)(record, at)).toEqual({
+      code: 'RUN_STATUS_UNKNOWN',
+      reason: expect.stringContaining('the status of its parent run order-1 is not known'),
+    });
+  });
+
   it('throws when the record cannot be read now (the registry away: retryable), and lets through one that never decodes', async () => {
     const never: RerunFactsOf = async () => {
       throw new Error('not asked');
