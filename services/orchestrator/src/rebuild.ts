@@ -202,7 +202,9 @@ async function inputsByRun(
     if (input.kind === 'timer-fired') {
       // The engine's own decision: a TimerFired it applied with an effect (every effective one emits an event)
       // fires here whatever its dueAt (a deadline a wait report moved was moved at the engine's clock, which the
-      // rebuild places at the report's); one that caused nothing (stale, a duplicate, or not applied yet) is left out.
+      // rebuild places at the report's); one that caused nothing (stale, or not applied yet) is left out. Copies of one
+      // TimerFired (same eventId: one per timer and due time) are kept side by side: the first ends the timer, the
+      // others are stale in the reducer.
       if (!when) continue;
       const { dueAt: _published, ...fires } = input;
       input = fires;

@@ -62,7 +62,11 @@ const Schema = z.object({
   WORKER_SESSION_TIMEOUT_MS: z.coerce.number().int().min(6000).default(30_000),
   /** Heartbeat interval of the task consumer, in ms: at most a third of WORKER_SESSION_TIMEOUT_MS. */
   WORKER_HEARTBEAT_INTERVAL_MS: z.coerce.number().int().min(100).default(3_000),
-  /** How long SIGTERM (or app.close()) lets in-flight tasks finish before the worker stops, in ms. */
+  /**
+   * How long SIGTERM (or app.close()) lets in-flight tasks finish before the worker stops, in ms. The offset commits
+   * of the work done get what is left of it, and at least 2 s: set it 2 s under the platform's grace period
+   * (Kubernetes' default is 30 s).
+   */
   WORKER_DRAIN_DEADLINE_MS: z.coerce.number().int().min(0).default(30_000),
   /** A running task's idempotency lease, in ms; renewed every third of it while the handler runs. */
   WORKER_LEASE_MS: z.coerce.number().int().min(300).default(30_000),

@@ -424,7 +424,7 @@ export class OrderedConsumer {
       if ((await Promise.race([loops, bound])) === 'passed')
         this.o.logger.warn(
           { groupId: this.o.groupId, deadlineMs, waitedMs: waitMs },
-          'offset commits still unanswered at the drain deadline; leaving the group without them (completed messages may be redelivered)',
+          'offset commits still unanswered after the drain (its deadline, or a grace past it); leaving the group without them (completed messages may be redelivered)',
         );
       await this.consumer.stop();
       await this.consumer.disconnect();
