@@ -159,8 +159,19 @@ export async function redrive(kafka: Kafka, opts: RedriveOptions): Promise<Redri
   const { codec } = opts.ledger;
   if (!dryRun) await ensureDlqLedger(kafka, codec);
   const handled = await readDlqLedger(kafka, codec);
-  const ends = await lastStableOffsets(kafka, dlqTopic);
   const source = catalogDlqSource(dlqTopic);
+  // One admin connection for the DLQ's offsets and, to redrive, whether its source exists: the broker's topic list (a
+  // metadata request for the topic alone could create it).
+  const admin = kafka.admin();
+  await admin.connect();
+  let ends: Awaited<ReturnType<typeof lastStableOffsets>>;
+  let sourceExists = true;
+  try {
+    ends = await lastStableOffsets(kafka, dlqTopic, admin);
+    if (action === 'REDRIVEN') sourceExists = (await admin.listTopics()).includes(source);
+  } finally {
+    await admin.disconnect();
+  }
   const run: RedriveRun = {
     opts,
     filter,
@@ -168,7 +179,7 @@ export async function redrive(kafka: Kafka, opts: RedriveOptions): Promise<Redri
     action,
     handled,
     source,
-    sourceExists: action !== 'REDRIVEN' || (await topicExists(kafka, source)),
+    sourceExists,
     report: emptyReport(dryRun, action),
     pace: pacer(ratePerSec),
   };
@@ -217,17 +228,6 @@ const emptyReport = (dryRun: boolean, action: DlqAction): RedriveReport => ({
   dryRun,
   action,
 });
-
-/** Whether `topic` exists: the broker's topic list (a metadata request for the topic alone could create it). */
-async function topicExists(kafka: Kafka, topic: string): Promise<boolean> {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    return (await admin.listTopics()).includes(topic);
-  } finally {
-    await admin.disconnect();
-  }
-}
 
 /** A wait before each send, so that sends start at most `ratePerSec` per second from now on. */
 function pacer(ratePerSec: number): () => Promise<void> {
