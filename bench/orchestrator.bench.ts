@@ -13,6 +13,7 @@ import {
   httpClient,
   otlpSink,
   pct,
+  positiveInt,
   serviceOnlyEnv,
   spawnService,
   tracingLine,
@@ -93,6 +94,9 @@ const opts = new Command()
     local?: boolean;
     chain: boolean;
   }>();
+
+/** Checked before anything starts: a bad value must not leave started services behind. */
+const workerCount = positiveInt('--workers', opts.workers);
 
 const brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
 const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
@@ -194,7 +198,7 @@ async function main() {
   }
   const acceptTotal = acceptN * (acceptN > 0 ? opts.acceptConcurrency.split(',').length : 0);
 
-  const workers = Array.from({ length: Math.max(1, Number(opts.workers)) }, () =>
+  const workers = Array.from({ length: workerCount }, () =>
     spawnService('examples/test-workloads/src/worker.ts', workerEnv, 'worker ready'),
   );
   await Promise.all(workers.map((w) => w.ready));

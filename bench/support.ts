@@ -55,6 +55,16 @@ export async function deleteTopicsUnder(brokers: string[], prefixes: readonly st
   }
 }
 
+/**
+ * `value` (a flag's or a variable's text) as a positive integer.
+ * @throws Error naming `name` when it is not one
+ */
+export function positiveInt(name: string, value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a positive integer, not ${value}`);
+  return n;
+}
+
 /** Percentile `p` (0-100) of `xs` (nearest rank). */
 export const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);

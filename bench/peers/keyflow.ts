@@ -4,7 +4,7 @@ import { EventCodec } from '@keyflow/contracts';
 import { localStackPids } from '@keyflow/observability';
 import { Topic } from '@keyflow/schemas';
 import { echo } from '@keyflow/testing';
-import { deleteTopicsUnder, httpClient, ROOT, spawnService } from '../support';
+import { deleteTopicsUnder, httpClient, positiveInt, ROOT, spawnService } from '../support';
 import { BULK, coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
 
 /**
@@ -75,6 +75,11 @@ async function bench() {
     ORCHESTRATOR_PARTITIONS: '6',
     WORKER_RESULT_PARTITIONS: '6',
   };
+  // PEERS_KEYFLOW_WORKERS=<n>: worker processes. Default 1, as Restate's and DBOS's rows run one service process: on
+  // this 2-core machine a second one cost throughput and latency (2026-12-05 23:37-23:43 UTC, alternated three times:
+  // 900 / 932 / 962 runs/s with one, 695 / 762 / 577 with two; BENCHMARKS.md "Peers").
+  // Checked before anything starts: a bad value must not leave an orchestrator behind.
+  const workerCount = positiveInt('PEERS_KEYFLOW_WORKERS', process.env.PEERS_KEYFLOW_WORKERS ?? '1');
   // PEERS_KEYFLOW_PROFILE=<dir>: a V8 CPU profile of the orchestrator (.cpuprofile) written there at its exit.
   const profile = process.env.PEERS_KEYFLOW_PROFILE;
   const orch = spawnService(
@@ -84,14 +89,6 @@ async function bench() {
     profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
   );
   const url = await orch.ready;
-  // PEERS_KEYFLOW_WORKERS=<n>: worker processes. Default 1, as Restate's and DBOS's rows run one service process: on
-  // this 2-core machine a second one cost throughput and latency (2026-12-05 23:37-23:43 UTC, alternated three times:
-  // 900 / 932 / 962 runs/s with one, 695 / 762 / 577 with two; BENCHMARKS.md "Peers").
-  const workerCount = Number(process.env.PEERS_KEYFLOW_WORKERS ?? 1);
-  if (!Number.isInteger(workerCount) || workerCount < 1)
-    throw new Error(
-      `PEERS_KEYFLOW_WORKERS must be a positive integer, not ${process.env.PEERS_KEYFLOW_WORKERS}`,
-    );
   const workers = Array.from({ length: workerCount }, () =>
     spawnService(
       'examples/test-workloads/src/worker.ts',
