@@ -11,7 +11,7 @@ import {
   type WorkflowInput,
 } from '@keyflow/workflow';
 import { echo } from '@keyflow/testing';
-import { spawnService, benchWait } from './support';
+import { spawnService, benchWait, benchTopics, runBench } from './support';
 import { eventually } from '@keyflow/testing';
 import { Topic } from '@keyflow/schemas';
 
@@ -166,7 +166,7 @@ async function e2e() {
   const registryUrl = process.env.SCHEMA_REGISTRY_URL ?? '';
   if (!brokers.length || !registryUrl)
     throw new Error('KAFKA_BROKERS and SCHEMA_REGISTRY_URL must be set: eval "$(infra/local/stack.sh up)"');
-  const prefix = `bench-map-${Date.now()}.`;
+  const prefix = benchTopics(`bench-map-${Date.now()}.`);
   const env = {
     KEYFLOW_TOPIC_PREFIX: prefix,
     ORCHESTRATOR_GROUP_ID: `${prefix}orch`,
@@ -239,12 +239,6 @@ async function e2e() {
   console.log(JSON.stringify({ bench: 'map-e2e', node: process.version, rows }));
 }
 
-if (args.e2e)
-  e2e().then(
-    () => process.exit(0),
-    (err) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+// runBench deletes the run's topics afterwards (left in place, they slowed every later bench on the broker).
+if (args.e2e) runBench(e2e);
 else main();
