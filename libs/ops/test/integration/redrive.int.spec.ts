@@ -292,7 +292,7 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
     expect(checked.refusals.map((r) => r.code).sort()).toEqual(['NOT_OWN_SOURCE', 'RUN_ENDED']);
   });
 
-  it('refuses every record of a DLQ whose source topic does not exist (a task type only local steps run), naming it, and creates no topic', async () => {
+  it('refuses every record of a DLQ whose source topic does not exist (a task type only local steps run), in a dry run too, naming it, and creates no topic', async () => {
     // The orchestrator dead-letters a local step's command to task.<type>.dlq; no task.<type> topic exists for a type
     // no worker runs. A redrive there would fail at the send (or, on a broker that creates topics on first use, leave
     // the command in a topic nothing reads): it is refused with the way out instead.
@@ -323,6 +323,23 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
         ),
       ),
     });
+    const refusedBoth = ['run-1', 'run-2'].map((key) =>
+      expect.objectContaining({
+        key,
+        code: 'SOURCE_TOPIC_MISSING',
+        reason: expect.stringContaining(`${source} does not exist`),
+      }),
+    );
+    // A dry run, what an operator runs first, shows the same refusals and sends nothing.
+    const preview = await redrive(ns.kafka, {
+      dlqTopic: localDlq,
+      producer,
+      dryRun: true,
+      logger: createLogger('redrive', { level: 'silent' }),
+      ledger: { codec, handledBy: 'redrive-test' },
+    });
+    expect(preview).toMatchObject({ dryRun: true, scanned: 2, moved: 0, refused: 2 });
+    expect(preview.refusals).toEqual(refusedBoth);
     const report = await redrive(ns.kafka, {
       dlqTopic: localDlq,
       producer,
@@ -330,15 +347,7 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
       ledger: { codec, handledBy: 'redrive-test' },
     });
     expect(report).toMatchObject({ scanned: 2, moved: 0, refused: 2 });
-    expect(report.refusals).toEqual(
-      ['run-1', 'run-2'].map((key) =>
-        expect.objectContaining({
-          key,
-          code: 'SOURCE_TOPIC_MISSING',
-          reason: expect.stringContaining(`${source} does not exist`),
-        }),
-      ),
-    );
+    expect(report.refusals).toEqual(refusedBoth);
     const admin = ns.kafka.admin();
     await admin.connect();
     const topics = await admin.listTopics();
