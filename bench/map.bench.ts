@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { Kafka, logLevel } from 'kafkajs';
+import { Kafka, logLevel, type Consumer } from 'kafkajs';
 import { EventCodec } from '@keyflow/contracts';
 import {
   PendingRuns,
@@ -11,7 +11,7 @@ import {
   type WorkflowInput,
 } from '@keyflow/workflow';
 import { echo } from '@keyflow/testing';
-import { spawnService, benchWait, benchTopics, runBench } from './support';
+import { spawnService, benchWait, benchTopics, positiveInt, runBench } from './support';
 import { eventually } from '@keyflow/testing';
 import { Topic } from '@keyflow/schemas';
 
@@ -40,8 +40,10 @@ const { values: args } = parseArgs({
     'pure-max': { type: 'string', default: '4000' },
   },
 });
-const BATCH = Number(args.batch);
-const CONCURRENCY = Number(args.concurrency);
+// Checked before anything starts: a size of -5 or `x` ran a fan-out of nothing and printed a negative cost per item.
+const SIZES = args.sizes.split(',').map((v) => positiveInt('--sizes', v.trim()));
+const BATCH = positiveInt('--batch', args.batch);
+const CONCURRENCY = positiveInt('--concurrency', args.concurrency);
 
 const def = () =>
   workflow('fan', 1)
@@ -129,7 +131,7 @@ function pureWay(n: number) {
 }
 
 function main() {
-  const sizes = args.sizes.split(',').map(Number);
+  const sizes = SIZES;
   const rows: Array<Record<string, string | number>> = [];
   let base: number | undefined;
   let pureBase: number | undefined;
@@ -172,40 +174,45 @@ async function e2e() {
     ORCHESTRATOR_GROUP_ID: `${prefix}orch`,
     WORKER_GROUP_ID: `${prefix}workers`,
   };
-  const orch = spawnService('examples/test-workloads/src/orchestrator.ts', env, 'orchestrator ready');
-  const url = await orch.ready;
-  const worker = spawnService(
-    'examples/test-workloads/src/worker.ts',
-    { ...env, WORKER_TASK_TYPES: echo.type },
-    'worker ready',
-  );
-  await worker.ready;
-  const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
-  await codec.registerTopics([Topic.WF_EVENTS]);
-  const kafka = new Kafka({ brokers, clientId: 'bench-map', logLevel: logLevel.NOTHING });
-  const consumer = kafka.consumer({
-    groupId: `${prefix}events`,
-    readUncommitted: false,
-    maxWaitTimeInMs: 50,
-  });
-  /** When each run's fan-in (StepCompleted of `each`) was read, by run id. */
-  const fannedIn = new Map<string, number>();
-  await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
-  await consumer.run({
-    eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode(Topic.WF_EVENTS, message.value, {
-        topic,
-        partition,
-        offset: message.offset,
-      });
-      if (d.event === 'StepCompleted' && d.value.stepId === 'each') fannedIn.set(d.value.runId, Date.now());
-    },
-  });
+  // Every service started is stopped (and awaited) however this ends, before runBench deletes the topics under them.
+  const services: Array<ReturnType<typeof spawnService>> = [];
+  let consumer: Consumer | undefined;
   const rows: Array<Record<string, number>> = [];
-  let base: number | undefined;
   try {
-    for (const n of args.sizes.split(',').map(Number)) {
+    const orch = spawnService('examples/test-workloads/src/orchestrator.ts', env, 'orchestrator ready');
+    services.push(orch);
+    const url = await orch.ready;
+    const worker = spawnService(
+      'examples/test-workloads/src/worker.ts',
+      { ...env, WORKER_TASK_TYPES: echo.type },
+      'worker ready',
+    );
+    services.push(worker);
+    await worker.ready;
+    const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
+    await codec.registerTopics([Topic.WF_EVENTS]);
+    const kafka = new Kafka({ brokers, clientId: 'bench-map', logLevel: logLevel.NOTHING });
+    consumer = kafka.consumer({
+      groupId: `${prefix}events`,
+      readUncommitted: false,
+      maxWaitTimeInMs: 50,
+    });
+    /** When each run's fan-in (StepCompleted of `each`) was read, by run id. */
+    const fannedIn = new Map<string, number>();
+    await consumer.connect();
+    await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ topic, partition, message }) => {
+        const d = await codec.decode(Topic.WF_EVENTS, message.value, {
+          topic,
+          partition,
+          offset: message.offset,
+        });
+        if (d.event === 'StepCompleted' && d.value.stepId === 'each') fannedIn.set(d.value.runId, Date.now());
+      },
+    });
+    let base: number | undefined;
+    for (const n of SIZES) {
       const t0 = Date.now();
       const res = await fetch(`${url}/runs`, {
         method: 'POST',
@@ -231,9 +238,8 @@ async function e2e() {
       });
     }
   } finally {
-    await consumer.disconnect();
-    orch.proc.kill('SIGTERM');
-    worker.proc.kill('SIGTERM');
+    await consumer?.disconnect().catch(() => undefined);
+    await Promise.all(services.map((s) => s.stop()));
   }
   console.table(rows);
   console.log(JSON.stringify({ bench: 'map-e2e', node: process.version, rows }));
