@@ -11,7 +11,7 @@ import {
   type WorkflowInput,
 } from '@keyflow/workflow';
 import { echo } from '@keyflow/testing';
-import { spawnService, benchWait, benchTopics, positiveInt, runBench } from './support';
+import { spawnService, benchWait, benchTopics, positiveInt, readLifecycle, runBench } from './support';
 import { eventually } from '@keyflow/testing';
 import { Topic } from '@keyflow/schemas';
 
@@ -192,24 +192,10 @@ async function e2e() {
     const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
     await codec.registerTopics([Topic.WF_EVENTS]);
     const kafka = new Kafka({ brokers, clientId: 'bench-map', logLevel: logLevel.NOTHING });
-    consumer = kafka.consumer({
-      groupId: `${prefix}events`,
-      readUncommitted: false,
-      maxWaitTimeInMs: 50,
-    });
     /** When each run's fan-in (StepCompleted of `each`) was read, by run id. */
     const fannedIn = new Map<string, number>();
-    await consumer.connect();
-    await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
-    await consumer.run({
-      eachMessage: async ({ topic, partition, message }) => {
-        const d = await codec.decode(Topic.WF_EVENTS, message.value, {
-          topic,
-          partition,
-          offset: message.offset,
-        });
-        if (d.event === 'StepCompleted' && d.value.stepId === 'each') fannedIn.set(d.value.runId, Date.now());
-      },
+    consumer = await readLifecycle(kafka, codec, `${prefix}events`, (d) => {
+      if (d.event === 'StepCompleted' && d.value.stepId === 'each') fannedIn.set(d.value.runId, Date.now());
     });
     let base: number | undefined;
     for (const n of SIZES) {

@@ -6,7 +6,7 @@ import { Pool as PgPool } from 'pg';
 import { Pool } from 'undici';
 import { FsBlobStore } from '@keyflow/blobs';
 import { EventCodec } from '@keyflow/contracts';
-import { pct, ROOT, spawnService } from './support';
+import { pct, readLifecycle, ROOT, spawnService } from './support';
 import { SOAK_SIGNAL, soakStep } from './soak/workflows';
 import { Topic } from '@keyflow/schemas';
 
@@ -213,29 +213,15 @@ async function main() {
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
   await codec.registerTopics([Topic.WF_EVENTS]);
   const kafka = new Kafka({ brokers, clientId: 'soak', logLevel: logLevel.NOTHING });
-  const consumer = kafka.consumer({
-    groupId: `${prefix}events`,
-    readUncommitted: false,
-    maxWaitTimeInMs: 50,
-  });
-  await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
-  await consumer.run({
-    eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode(Topic.WF_EVENTS, message.value, {
-        topic,
-        partition,
-        offset: message.offset,
-      });
-      const v = d.value as { runId: string; stepId?: string; metadata: { occurredAt: number } };
-      const p = progressOf(v.runId);
-      if (d.event === 'StepCompleted' && v.stepId === 'first') p.first = true;
-      else if (d.event === 'StepCompleted' && v.stepId === 'approve1') p.approve1 = true;
-      else if (d.event === 'RunCompleted') p.completedAt ??= v.metadata.occurredAt;
-      else if (d.event === 'RunFailed' || d.event === 'RunCancelled' || d.event === 'RunCompensated')
-        p.ended ??= d.event;
-      advance(v.runId);
-    },
+  const consumer = await readLifecycle(kafka, codec, `${prefix}events`, (d) => {
+    const v = d.value as { runId: string; stepId?: string; metadata: { occurredAt: number } };
+    const p = progressOf(v.runId);
+    if (d.event === 'StepCompleted' && v.stepId === 'first') p.first = true;
+    else if (d.event === 'StepCompleted' && v.stepId === 'approve1') p.approve1 = true;
+    else if (d.event === 'RunCompleted') p.completedAt ??= v.metadata.occurredAt;
+    else if (d.event === 'RunFailed' || d.event === 'RunCancelled' || d.event === 'RunCompensated')
+      p.ended ??= d.event;
+    advance(v.runId);
   });
 
   // 3. The load, open loop; the rolling restart midway.

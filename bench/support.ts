@@ -2,7 +2,9 @@ import { join } from 'node:path';
 import { Pool } from 'undici';
 import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
 import { startServiceProcess, type EventuallyOptions } from '@keyflow/testing';
-import { Kafka, logLevel } from '@keyflow/kafka';
+import { Kafka, logLevel, type Consumer } from '@keyflow/kafka';
+import type { DecodedEvent, EventCodec } from '@keyflow/contracts';
+import { Topic } from '@keyflow/schemas';
 
 export const ROOT = join(__dirname, '..');
 
@@ -53,6 +55,32 @@ export async function deleteTopicsUnder(brokers: string[], prefixes: readonly st
   } finally {
     await admin.disconnect().catch(() => undefined);
   }
+}
+
+/**
+ * Reads `codec`'s wf.events from its start as a bench's reader of the lifecycle events does: a fresh consumer group
+ * (`group`, the caller's own name under its prefix), read_committed, fetches answered after at most 50 ms. Calls
+ * `onEvent` with each decoded event in partition order; resolves once the consumer runs, with it (disconnect it when
+ * done). The codec must have registered Topic.WF_EVENTS.
+ * @throws the client's error when the consumer cannot connect or subscribe; a record that does not decode crashes
+ *   the consumer (kafkajs retries it), as a bench's reader may not skip what it counts
+ */
+export async function readLifecycle(
+  kafka: Kafka,
+  codec: EventCodec,
+  group: string,
+  onEvent: (d: DecodedEvent) => void,
+): Promise<Consumer> {
+  const consumer = kafka.consumer({ groupId: group, readUncommitted: false, maxWaitTimeInMs: 50 });
+  await consumer.connect();
+  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ topic, partition, message }) =>
+      onEvent(
+        await codec.decode(Topic.WF_EVENTS, message.value, { topic, partition, offset: message.offset }),
+      ),
+  });
+  return consumer;
 }
 
 /**
