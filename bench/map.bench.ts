@@ -131,12 +131,11 @@ function pureWay(n: number) {
 }
 
 function main() {
-  const sizes = SIZES;
   const rows: Array<Record<string, string | number>> = [];
   let base: number | undefined;
   let pureBase: number | undefined;
-  engineWay(Math.min(...sizes)); // warm-up
-  for (const n of sizes) {
+  engineWay(Math.min(...SIZES)); // warm-up
+  for (const n of SIZES) {
     const r = engineWay(n);
     const perItem = (r.ms * 1000) / n;
     base ??= perItem;

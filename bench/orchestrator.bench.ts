@@ -14,6 +14,7 @@ import {
   otlpSink,
   pct,
   positiveInt,
+  readLifecycle,
   serviceOnlyEnv,
   spawnService,
   tracingLine,
@@ -143,29 +144,13 @@ async function main() {
   const codec = new EventCodec({ registryUrl, topicPrefix: prefix });
   await codec.registerTopics([Topic.WF_EVENTS]);
   const kafka = new Kafka({ brokers, clientId: 'bench', logLevel: logLevel.NOTHING });
-  const consumer = kafka.consumer({
-    groupId: `${prefix}events`,
-    readUncommitted: false,
-    maxWaitTimeInMs: 50,
-  });
   const completedAt = new Map<string, number>();
   let events = 0;
   let firstEventAt = Number.POSITIVE_INFINITY;
-  await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
-  // A fresh group read from the start: no offset commits (each would be one more request on the broker under test).
-  await consumer.run({
-    autoCommit: false,
-    eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode(Topic.WF_EVENTS, message.value, {
-        topic,
-        partition,
-        offset: message.offset,
-      });
-      events++;
-      firstEventAt = Math.min(firstEventAt, d.value.metadata.occurredAt);
-      if (d.event === 'RunCompleted') completedAt.set(d.value.runId, d.value.metadata.occurredAt);
-    },
+  const consumer = await readLifecycle(kafka, codec, `${prefix}events`, (d) => {
+    events++;
+    firstEventAt = Math.min(firstEventAt, d.value.metadata.occurredAt);
+    if (d.event === 'RunCompleted') completedAt.set(d.value.runId, d.value.metadata.occurredAt);
   });
   const http = httpClient(url);
   const start = async (tag: string, workflow = 'three-step') => {

@@ -58,29 +58,47 @@ export async function deleteTopicsUnder(brokers: string[], prefixes: readonly st
 }
 
 /**
- * Reads `codec`'s wf.events from its start as a bench's reader of the lifecycle events does: a fresh consumer group
- * (`group`, the caller's own name under its prefix), read_committed, fetches answered after at most 50 ms. Calls
- * `onEvent` with each decoded event in partition order; resolves once the consumer runs, with it (disconnect it when
- * done). The codec must have registered Topic.WF_EVENTS.
- * @throws the client's error when the consumer cannot connect or subscribe; a record that does not decode crashes
- *   the consumer (kafkajs retries it), as a bench's reader may not skip what it counts
+ * Reads `topic` (physical) from its start in a fresh consumer group (`group`, the caller's own name under its
+ * prefix), fetches answered after at most 50 ms, read_committed unless `readUncommitted`; calls `each` with every
+ * record's value and location in partition order. Commits no offsets: the group is never resumed, and each commit
+ * would be one more request on the broker under test. Resolves once the consumer runs, with it (disconnect it when
+ * done).
+ * @throws the client's error when the consumer cannot connect or subscribe; an error of `each` crashes the consumer
+ *   (kafkajs retries the record), as a bench's reader may not skip what it counts
  */
-export async function readLifecycle(
+export async function readFromStart(
+  kafka: Kafka,
+  group: string,
+  topic: string,
+  readUncommitted: boolean,
+  each: (value: Buffer | null, at: { topic: string; partition: number; offset: string }) => unknown,
+): Promise<Consumer> {
+  const consumer = kafka.consumer({ groupId: group, readUncommitted, maxWaitTimeInMs: 50 });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  await consumer.run({
+    autoCommit: false,
+    eachMessage: async ({ topic: t, partition, message }) => {
+      await each(message.value, { topic: t, partition, offset: message.offset });
+    },
+  });
+  return consumer;
+}
+
+/**
+ * {@link readFromStart} of `codec`'s wf.events (read_committed), calling `onEvent` with each decoded lifecycle event.
+ * The codec must have registered Topic.WF_EVENTS. @throws as readFromStart; a record that does not decode crashes
+ * the consumer
+ */
+export function readLifecycle(
   kafka: Kafka,
   codec: EventCodec,
   group: string,
   onEvent: (d: DecodedEvent) => void,
 ): Promise<Consumer> {
-  const consumer = kafka.consumer({ groupId: group, readUncommitted: false, maxWaitTimeInMs: 50 });
-  await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical(Topic.WF_EVENTS), fromBeginning: true });
-  await consumer.run({
-    eachMessage: async ({ topic, partition, message }) =>
-      onEvent(
-        await codec.decode(Topic.WF_EVENTS, message.value, { topic, partition, offset: message.offset }),
-      ),
-  });
-  return consumer;
+  return readFromStart(kafka, group, codec.physical(Topic.WF_EVENTS), false, async (value, at) =>
+    onEvent(await codec.decode(Topic.WF_EVENTS, value, at)),
+  );
 }
 
 /**

@@ -1,10 +1,18 @@
 import { loadavg } from 'node:os';
-import { Kafka, logLevel, type Consumer } from 'kafkajs';
+import { Kafka, logLevel } from 'kafkajs';
 import { EventCodec } from '@keyflow/contracts';
 import { localStackPids } from '@keyflow/observability';
 import { Topic } from '@keyflow/schemas';
 import { echo } from '@keyflow/testing';
-import { deleteTopicsUnder, httpClient, positiveInt, ROOT, spawnService } from '../support';
+import {
+  deleteTopicsUnder,
+  httpClient,
+  positiveInt,
+  readFromStart,
+  readLifecycle,
+  ROOT,
+  spawnService,
+} from '../support';
 import { BULK, coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, type Started } from './common';
 
 /**
@@ -17,25 +25,6 @@ import { BULK, coalesced, cpuParts, drive, pct, runEngine, verify, versionOf, ty
  * result a worker wrote, aborted or not), per run and step.
  */
 const STEPS = ['first', 'second', 'third'];
-
-async function consume(
-  kafka: Kafka,
-  groupId: string,
-  topic: string,
-  readUncommitted: boolean,
-  each: (value: Buffer, at: { topic: string; partition: number; offset: string }) => Promise<void>,
-): Promise<Consumer> {
-  const consumer = kafka.consumer({ groupId, readUncommitted, maxWaitTimeInMs: 50 });
-  await consumer.connect();
-  await consumer.subscribe({ topic, fromBeginning: true });
-  // A fresh group read from the start: no offset commits (each would be one more request on the broker under test).
-  await consumer.run({
-    autoCommit: false,
-    eachMessage: ({ topic: t, partition, message }) =>
-      each(message.value!, { topic: t, partition, offset: message.offset }),
-  });
-  return consumer;
-}
 
 type StartBody = { workflow: string; input: unknown };
 
@@ -130,25 +119,18 @@ async function measure(
   // the client reads it (after the transaction's commit and a read_committed fetch).
   const occurredAt = new Map<string, number>();
   const startedAt = new Map<string, number>();
-  const events = await consume(
-    kafka,
-    `${prefix}events`,
-    codec.physical(Topic.WF_EVENTS),
-    false,
-    async (v, at) => {
-      const d = await codec.decode(Topic.WF_EVENTS, v, at);
-      if (d.event !== 'RunCompleted') return;
-      const { runId, output } = d.value;
-      occurredAt.set(runId, d.value.metadata.occurredAt);
-      completions.set(runId, (completions.get(runId) ?? 0) + 1);
-      // A keyflow run's output is every step's output by step name; the workload's output is the third's.
-      const parsed = (JSON.parse(output) as { third?: unknown }).third;
-      finished.set(runId, parsed);
-      waiting.get(runId)?.(parsed);
-    },
-  );
+  const events = await readLifecycle(kafka, codec, `${prefix}events`, (d) => {
+    if (d.event !== 'RunCompleted') return;
+    const { runId, output } = d.value;
+    occurredAt.set(runId, d.value.metadata.occurredAt);
+    completions.set(runId, (completions.get(runId) ?? 0) + 1);
+    // A keyflow run's output is every step's output by step name; the workload's output is the third's.
+    const parsed = (JSON.parse(output) as { third?: unknown }).third;
+    finished.set(runId, parsed);
+    waiting.get(runId)?.(parsed);
+  });
   const executions = new Map<string, number>();
-  const results = await consume(
+  const results = await readFromStart(
     kafka,
     `${prefix}results`,
     codec.physical(Topic.TASK_RESULTS),
