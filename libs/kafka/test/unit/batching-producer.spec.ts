@@ -38,19 +38,6 @@ describe('BatchingProducer', () => {
     expect(acked).toEqual(['a', 'b', 'c', 'd', 'e']);
   });
 
-  it('a lone send goes out at the end of its turn, without waiting for the event loop to come round', async () => {
-    const { producer, calls } = fakeProducer();
-    const b = new BatchingProducer(producer);
-    let requestsAtImmediate = -1;
-    setImmediate(() => (requestsAtImmediate = calls.length));
-    void b.send('t', { value: 'a' });
-    await Promise.resolve();
-    void b.send('t', { value: 'b' }); // a microtask of the same turn: the same request
-    await turn();
-    expect(requestsAtImmediate).toBe(1);
-    expect(calls.map((c) => c.values)).toEqual([['a', 'b']]);
-  });
-
   it('a failed request rejects its own messages only, and the next request still goes', async () => {
     const { producer, calls } = fakeProducer();
     const b = new BatchingProducer(producer, { maxBatch: 2 });
