@@ -16,7 +16,6 @@ import {
 } from '@keyflow/idempotency';
 import {
   abortableSleep,
-  afterMicrotasks,
   Semaphore,
   type BatchingProducer,
   type Producer,
@@ -206,9 +205,8 @@ export class TaskExecutor {
    * Handles one message for the ordered consumer. Rejects only for infrastructure failures (retried in place), or
    * when the consumer drains before the task's handler started (ConsumerStoppingError: given up, redelivered).
    *
-   * One path for every message: those handed over in one turn (the ordered consumer dispatches a fetched batch's
-   * messages, up to its in-flight bounds, in one turn; the wave starts once the turn's microtasks have run, see
-   * afterMicrotasks, not when the event loop comes round) are handled as a wave, a single message being
+   * One path for every message: those handed over in one turn of the event loop (the ordered consumer dispatches a
+   * fetched batch's messages, up to its in-flight bounds, in one turn) are handled as a wave, a single message being
    * a wave of one: each decoded once ({@link decodeTask}, without a turn when its schema is known), one begin script
    * call for all their leases, their handlers run side by side, one complete script call for the records of those
    * that finish together, and their results in one send. Each message still resolves on its own, once its result
@@ -221,11 +219,11 @@ export class TaskExecutor {
   handle(m: ConsumedMessage, hc: HandleContext): Promise<void> {
     return new Promise((resolve, reject) => {
       this.waiting.push({ m, hc, resolve, reject });
-      if (this.waiting.length === 1) afterMicrotasks(() => void this.runWave());
+      if (this.waiting.length === 1) setImmediate(() => void this.runWave());
     });
   }
 
-  /** Messages handed to {@link handle} in this turn, handled together once its microtasks have run. */
+  /** Messages handed to {@link handle} in this turn of the event loop, handled together at its end. */
   private waiting: Waiting[] = [];
   /** Tasks decoded after a schema fetch, waiting for their shared begin call (see {@link leaseLater}). */
   private late: Task[] = [];
@@ -303,7 +301,7 @@ export class TaskExecutor {
   private leaseLater(t: Task): void {
     this.late.push(t);
     if (this.late.length === 1)
-      afterMicrotasks(() => {
+      setImmediate(() => {
         const late = this.late;
         this.late = [];
         void this.lease(late);
@@ -574,7 +572,7 @@ export class TaskExecutor {
   private queueRecord(r: Recorded): Promise<void> {
     return new Promise((resolve, reject) => {
       this.recording.push(Object.assign({}, r, { resolve, reject })); // not `{ ...r, two more }`: slow on Node 20 (each property added after a spread: ~1.5 µs)
-      if (this.recording.length === 1) afterMicrotasks(() => void this.recordWave());
+      if (this.recording.length === 1) setImmediate(() => void this.recordWave());
     });
   }
 

@@ -18,4 +18,4 @@ export {
   STARTUP_TIMEOUT_MS,
   TRANSACTIONAL_RETRY,
 } from './options';
-export { abortableSleep, afterMicrotasks, linkSignals } from './sleep';
+export { abortableSleep, linkSignals } from './sleep';

@@ -32,15 +32,3 @@ export function linkSignals(sources: AbortSignal[]): { signal: AbortSignal; disp
   }
   return { signal: ac.signal, dispose: () => unlink.splice(0).forEach((f) => f()) };
 }
-
-/**
- * Calls `fn` once the microtasks of the current turn have run, those they queue included, and before the event loop
- * moves on (its I/O callbacks, timers and immediates): the window in which work started by one callback (a fetched
- * batch's messages) can be gathered into one call, without the wait for the loop to come round that `setImmediate`
- * adds (0.67 ms p50 from a command's hand-over to its wave on the worker at 60 tasks/s, measured while the fetch
- * response and the next fetch request were handled; docs/benchmarks/history.md). A promise job that queues a `process.nextTick`: Node runs the tick queue
- * only after the microtask queue is empty (the scheduling DataLoader uses for the same purpose).
- */
-export function afterMicrotasks(fn: () => void): void {
-  void Promise.resolve().then(() => process.nextTick(fn));
-}
