@@ -44,6 +44,7 @@ const { values: args } = parseArgs({
 const SIZES = args.sizes.split(',').map((v) => positiveInt('--sizes', v.trim()));
 const BATCH = positiveInt('--batch', args.batch);
 const CONCURRENCY = positiveInt('--concurrency', args.concurrency);
+const PURE_MAX = positiveInt('--pure-max', args['pure-max']);
 
 const def = () =>
   workflow('fan', 1)
@@ -146,7 +147,7 @@ function main() {
       'vs smallest': Number((perItem / base).toFixed(2)),
       'last snapshot KiB': Math.round(r.snapshotBytes / 1024),
     };
-    if (args.pure && n <= Number(args['pure-max'])) {
+    if (args.pure && n <= PURE_MAX) {
       const p = pureWay(n);
       const pPer = (p.ms * 1000) / n;
       pureBase ??= pPer;
