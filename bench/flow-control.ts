@@ -6,7 +6,7 @@ import type { TaskCommand } from '@keyflow/schemas';
 import { taskTopic, Topic } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { eventually } from '@keyflow/testing';
-import { benchWait, serviceOnlyEnv, spawnService, benchTopics, runBench } from './support';
+import { benchWait, serviceOnlyEnv, spawnService, benchTopics, readFromStart, runBench } from './support';
 
 /**
  * Flow-control benchmark: `--workers` worker processes (bench/flow/worker.ts) share the limit of the `charge` task
@@ -110,16 +110,13 @@ async function main() {
   try {
     await Promise.all(workers.map((w) => w.ready));
     await codec.registerTopics([taskTopic(TASK), Topic.TASK_RESULTS]);
-    const consumer = kafka.consumer({ groupId: `${prefix}reader` });
-    await consumer.connect();
-    await consumer.subscribe({ topic: codec.physical(Topic.TASK_RESULTS), fromBeginning: true });
-    await consumer.run({
-      eachMessage: async ({ topic, partition, message }) => {
-        const d = await codec.decode(Topic.TASK_RESULTS, message.value, {
-          topic,
-          partition,
-          offset: message.offset,
-        });
+    const consumer = await readFromStart(
+      kafka,
+      `${prefix}reader`,
+      codec.physical(Topic.TASK_RESULTS),
+      false,
+      async (value, at) => {
+        const d = await codec.decode(Topic.TASK_RESULTS, value, at);
         if (d.event === 'TaskWaiting') return; // a wait report (progress), not a result
         if (d.event === 'TaskCompleted') results.completed++;
         else {
@@ -128,7 +125,7 @@ async function main() {
           results.codes.set(code, (results.codes.get(code) ?? 0) + 1);
         }
       },
-    });
+    );
     const producer = kafka.producer({ idempotent: true });
     await producer.connect();
     console.log(
