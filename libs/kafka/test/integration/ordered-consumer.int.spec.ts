@@ -213,6 +213,79 @@ describe('the ordered consumer', () => {
     expect(requested).toEqual(['1', '5']);
   }, 60_000);
 
+  /** `ns.kafka` whose consumers record the offsets of each OffsetCommit they send, in `requested`. */
+  function recordingCommits(requested: string[]): typeof ns.kafka {
+    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
+    kafka.consumer = (config) => {
+      const consumer = ns.kafka.consumer(config);
+      const commit = consumer.commitOffsets.bind(consumer);
+      consumer.commitOffsets = async (offsets) => {
+        requested.push(...offsets.map((o) => o.offset));
+        return commit(offsets);
+      };
+      return consumer;
+    };
+    return kafka;
+  }
+
+  it("a partition's back-to-back batches make at most one OffsetCommit per commitIntervalMs: the asks within it coalesce into one trailing commit of the highest, sent with no further batch", async () => {
+    // At 20 runs/s every task was a batch of its own and a commit of its own: 60 OffsetCommits a second from one
+    // worker, each an append to __consumer_offsets, on the broker every step waits for (issue 44).
+    const [topic] = await ns.createTopics({ name: 'commit-linger', numPartitions: 1 });
+    const requested: string[] = [];
+    const handled = new Collector<string>();
+    const groupId = ns.groupId('commit-linger');
+    const c = new OrderedConsumer({
+      kafka: recordingCommits(requested),
+      groupId,
+      topics: [topic],
+      logger,
+      fetchMaxWaitMs: 100,
+      commitIntervalMs: 3_000,
+      handle: async (m: ConsumedMessage) => {
+        handled.push(m.value!.toString());
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    for (let step = 1; step <= 5; step++) {
+      await produce(topic, [{ key: 'run', value: `step ${step}` }]);
+      await handled.wait(step, 30_000);
+    }
+    await eventually('all five offsets committed', () => committed(groupId, topic), {
+      until: (n) => n === 5,
+      timeoutMs: 15_000,
+    });
+    expect(requested).toEqual(['1', '5']);
+  }, 60_000);
+
+  it('stop() sends a commit still waiting out commitIntervalMs at once, before leaving the group', async () => {
+    const [topic] = await ns.createTopics({ name: 'commit-linger-stop', numPartitions: 1 });
+    const requested: string[] = [];
+    const handled = new Collector<string>();
+    const groupId = ns.groupId('commit-linger-stop');
+    const c = new OrderedConsumer({
+      kafka: recordingCommits(requested),
+      groupId,
+      topics: [topic],
+      logger,
+      fetchMaxWaitMs: 100,
+      commitIntervalMs: 600_000,
+      handle: async (m: ConsumedMessage) => {
+        handled.push(m.value!.toString());
+      },
+    });
+    await c.start();
+    for (let step = 1; step <= 2; step++) {
+      await produce(topic, [{ key: 'run', value: `step ${step}` }]);
+      await handled.wait(step, 30_000);
+    }
+    await eventually('the first batch commits', () => committed(groupId, topic), { until: (n) => n === 1 });
+    await c.stop(10_000);
+    expect(requested).toEqual(['1', '2']);
+    expect(await committed(groupId, topic)).toBe(2);
+  }, 60_000);
+
   it('stop(deadline) returns while an offset commit is never answered; the commit is left, not awaited past the deadline', async () => {
     // A deploy stops the worker while its group coordinator is slow or gone: the drain deadline bounds the stop, the
     // unanswered commit only means redelivery of completed work (which the idempotency layer absorbs).
