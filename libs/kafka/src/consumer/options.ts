@@ -65,7 +65,11 @@ export interface OrderedConsumerOptions {
   heartbeatIntervalMs?: number;
   /** Rebalance timeout in ms: how long a rebalance waits for this member's batches (default 60 000). */
   rebalanceTimeoutMs?: number;
-  /** Commit the completed prefix at most this often while a batch runs, in ms (default 1 000). */
+  /**
+   * At most one OffsetCommit per partition this often, in ms (default 1 000): the completed prefix is committed while
+   * a batch runs and when it ends, and the asks within the interval go out as one commit of the highest. What was
+   * completed and not yet committed when the partition moves is redelivered (the idempotency layer absorbs it).
+   */
   commitIntervalMs?: number;
   /** Backoff for handler rejections (infrastructure failures); attempts are unbounded, delays are not. */
   infraRetry?: BackoffPolicy;

@@ -130,6 +130,8 @@ export class OrderedConsumer {
   private readonly background = new Set<Promise<void>>();
   /** Per partition, its offset commits (see {@link commitInOrder}). */
   private readonly commits = new Map<string, PartitionCommits>();
+  /** Aborted by stop(): a commit waiting out commitIntervalMs is sent at once (see {@link commitInOrder}). */
+  private readonly commitNow = new AbortController();
   /** Per partition, aborts the handlers of its current batch when the partition is revoked. */
   private readonly revokers = new Map<string, AbortController>();
   private heartbeatTimer?: NodeJS.Timeout;
@@ -404,6 +406,7 @@ export class OrderedConsumer {
     if (!this.consumer) return;
     this.stopping = true;
     this.drainController.abort(new ConsumerStoppingError(this.o.groupId));
+    this.commitNow.abort();
     const startedAt = Date.now();
     const timer = setTimeout(
       () => this.stopController.abort(new Error(`drain deadline of ${deadlineMs} ms passed`)),
@@ -499,9 +502,10 @@ export class OrderedConsumer {
   }
 
   /**
-   * The commit of a batch's completed prefix (its tracker's committable offset): at most every commitIntervalMs
-   * unless `force`, only while the partition is this member's in `epoch` (see {@link commitInOrder}). Nothing waits
-   * for it: the partition's next batch starts while it is in flight.
+   * The commit of a batch's completed prefix (its tracker's committable offset): asked for at most every
+   * commitIntervalMs while the batch runs, and always (`force`) when it ends; only while the partition is this
+   * member's in `epoch`. {@link commitInOrder} sends at most one OffsetCommit per partition per commitIntervalMs.
+   * Nothing waits for it: the partition's next batch starts while it is in flight.
    */
   private batchCommitter(
     batch: EachBatchPayload['batch'],
@@ -532,13 +536,20 @@ export class OrderedConsumer {
    * __consumer_offsets, which on Kafka 4 waits for `group.coordinator.append.linger.ms` (KIP-848's coordinator
    * runtime; 5.5 ms p50 measured on the local broker); a partition held busy for that held its next record (a
    * workflow's next step, keyed like the last) as long.
+   *
+   * At most one OffsetCommit per partition per commitIntervalMs: an ask within the interval after the last commit
+   * waits out the rest of it, and the asks meanwhile go out as one commit of the highest (stop() sends a waiting one
+   * at once). Without it a partition of one-record batches (each task of a run at low load) committed after every
+   * record: 60 OffsetCommits a second from one worker at 20 runs/s, each an append to __consumer_offsets and a request
+   * on the consumer's connection, which the broker answers one at a time. Completed work not yet committed when the
+   * partition moves is redelivered, as with kafkajs's own autoCommitInterval; the idempotency layer absorbs it.
    */
   private commitInOrder(topic: string, partition: number, offset: string, epoch: number): void {
     const tp = `${topic}:${partition}`;
     let c = this.commits.get(tp);
     if (c && epoch < c.epoch) return; // a batch of an epoch the partition has left since: never committed
     if (!c || c.epoch !== epoch) {
-      c = { epoch, sent: -1n, running: false, loop: c?.loop ?? Promise.resolve() };
+      c = { epoch, sent: -1n, sentAt: 0, running: false, loop: c?.loop ?? Promise.resolve() };
       this.commits.set(tp, c);
     }
     const at = BigInt(offset);
@@ -549,10 +560,13 @@ export class OrderedConsumer {
     entry.loop = entry.loop.then(async () => {
       try {
         while (entry.wanted !== undefined) {
+          const wait = entry.sentAt + this.o.commitIntervalMs - Date.now();
+          if (wait > 0) await abortableSleep(wait, this.commitNow.signal);
           const w = entry.wanted;
           entry.wanted = undefined;
           if (w <= entry.sent || !this.ownedIn(tp, entry.epoch)) continue;
           try {
+            entry.sentAt = Date.now();
             await this.consumer!.commitOffsets([{ topic, partition, offset: w.toString() }]);
             entry.sent = w;
             this.committedTotal++;
@@ -678,6 +692,8 @@ interface PartitionCommits {
   epoch: number;
   /** The highest offset committed in this epoch (-1 before the first). */
   sent: bigint;
+  /** When the last OffsetCommit of this epoch was sent (epoch ms; 0 before the first). */
+  sentAt: number;
   /** The highest offset asked for and not yet sent. */
   wanted?: bigint;
   /** Whether the loop is sending; asks meanwhile only raise `wanted`. */
