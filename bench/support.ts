@@ -59,9 +59,10 @@ export async function deleteTopicsUnder(brokers: string[], prefixes: readonly st
 
 /**
  * Reads `topic` (physical) from its start in a fresh consumer group (`group`, the caller's own name under its
- * prefix), fetches answered after at most 50 ms, read_committed unless `readUncommitted`; calls `each` with every
- * record's value and location in partition order. Commits no offsets: the group is never resumed, and each commit
- * would be one more request on the broker under test. Resolves once the consumer runs, with it (disconnect it when
+ * prefix), read_committed unless `readUncommitted`; calls `each` with every record's value and location in partition
+ * order. A fetch is answered as soon as a record arrives and waits at most 1,000 ms for one (it waited 50 ms: an
+ * idle reader then made 20 fetch requests a second on the broker under test). Commits no offsets: the group is never
+ * resumed, and each commit would be one more request on that broker. Resolves once the consumer runs, with it (disconnect it when
  * done).
  * @throws the client's error when the consumer cannot connect or subscribe; an error of `each` crashes the consumer
  *   (kafkajs retries the record), as a bench's reader may not skip what it counts
@@ -73,7 +74,7 @@ export async function readFromStart(
   readUncommitted: boolean,
   each: (value: Buffer | null, at: { topic: string; partition: number; offset: string }) => unknown,
 ): Promise<Consumer> {
-  const consumer = kafka.consumer({ groupId: group, readUncommitted, maxWaitTimeInMs: 50 });
+  const consumer = kafka.consumer({ groupId: group, readUncommitted, maxWaitTimeInMs: 1_000 });
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
   await consumer.run({
