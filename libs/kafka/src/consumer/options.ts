@@ -80,6 +80,12 @@ export interface OrderedConsumerOptions {
    * the fetch in flight, so this bounds the added latency; lower costs more idle fetch requests.
    */
   fetchMaxWaitMs?: number;
+  /**
+   * Longest a fetch waits at the broker while no partition of this consumer is paused, in ms (default 500): a fetch
+   * is answered as soon as a record arrives, so this only spaces an idle consumer's requests (at fetchMaxWaitMs, an
+   * idle worker made 100 fetch requests a second). Never below fetchMaxWaitMs.
+   */
+  idleFetchMaxWaitMs?: number;
   /** Where a partition paused on an undecodable batch is reported (degraded, see ./undecodable). */
   health?: ComponentHealth;
   /** Where the undecodable-batch metrics are registered. */
@@ -115,6 +121,7 @@ export function resolveOptions(opts: OrderedConsumerOptions): Resolved {
     commitIntervalMs: 1_000,
     maxBytesPerPartition: 1024 * 1024,
     fetchMaxWaitMs: 100,
+    idleFetchMaxWaitMs: 500,
     component: `consumer:${opts.groupId}`,
     undecodableRetryMs: UNDECODABLE_RETRY_MS,
     retryingDegradedAfterMs: 30_000,

@@ -286,6 +286,49 @@ describe('the ordered consumer', () => {
     expect(await committed(groupId, topic)).toBe(2);
   }, 60_000);
 
+  it('an idle consumer (no partition paused) long-polls: its fetches wait idleFetchMaxWaitMs, not fetchMaxWaitMs, and a record produced meanwhile is still handled', async () => {
+    // An idle worker fetched every WORKER_FETCH_MAX_WAIT_MS (10 ms): 100 fetch requests a second per worker process
+    // on the broker, with nothing to do. The short wait only matters while a partition is paused (left out of the
+    // fetch in flight); with none paused a fetch is answered as soon as a record arrives.
+    const [topic] = await ns.createTopics({ name: 'idle-fetch', numPartitions: 2 });
+    const fetches: number[] = [];
+    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
+    kafka.consumer = (config) => {
+      const consumer = ns.kafka.consumer(config);
+      consumer.on(consumer.events.REQUEST, (e) => {
+        if (e.payload.apiName === 'Fetch') fetches.push(Date.now());
+      });
+      return consumer;
+    };
+    const handled = new Collector<string>();
+    const c = new OrderedConsumer({
+      kafka,
+      groupId: ns.groupId('idle-fetch'),
+      topics: [topic],
+      logger,
+      fetchMaxWaitMs: 10,
+      idleFetchMaxWaitMs: 1_000,
+      handle: async (m: ConsumedMessage) => {
+        handled.push(m.value!.toString());
+      },
+    });
+    consumers.push(c);
+    await c.start();
+    await produce(topic, [{ key: 'a', value: 'first' }]);
+    await handled.wait(1, 30_000);
+    const from = fetches.length;
+    await eventually('three more fetches while idle', () => fetches.length, { until: (n) => n >= from + 3 });
+    const gaps = fetches
+      .slice(from)
+      .map((t, i, all) => (i ? t - all[i - 1] : undefined))
+      .filter((g) => g !== undefined);
+    // With fetchMaxWaitMs (10 ms) the gaps would be about 10 ms; an idle fetch waits at the broker up to 1,000 ms.
+    expect(Math.min(...gaps)).toBeGreaterThanOrEqual(500);
+    await produce(topic, [{ key: 'b', value: 'second' }]);
+    await handled.wait(2, 30_000);
+    expect(handled.items).toEqual(['first', 'second']);
+  }, 60_000);
+
   it('stop(deadline) returns while an offset commit is never answered; the commit is left, not awaited past the deadline', async () => {
     // A deploy stops the worker while its group coordinator is slow or gone: the drain deadline bounds the stop, the
     // unanswered commit only means redelivery of completed work (which the idempotency layer absorbs).
