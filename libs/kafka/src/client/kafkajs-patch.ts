@@ -63,6 +63,10 @@ import { KeyflowError, retryableOf } from '@keyflow/errors';
  *   transaction's offsets can be sent beside its records (sendWithOffsets), their TxnOffsetCommit overlapping the
  *   produce requests: one round trip fewer per commit. commit() and abort() wait for those requests before they
  *   decide whether there is a transaction to end, and offsets whose transaction ended meanwhile are not sent.
+ * - consumer/consumerGroup.js (a cost patch, not a fix): a consumer's `maxWaitTimeInMs` may be a function, asked
+ *   before each fetch. The ordered consumer (../consumer) waits briefly while one of its partitions is paused (left
+ *   out of the fetch in flight, so its records wait for the next fetch) and long otherwise: an idle worker fetched
+ *   every 10 ms, 100 requests a second on the broker.
  */
 export const KAFKAJS_PATCHES = {
   'producer/sendMessages.js': 'keyflow patch (kafkajs issue 1303)',
@@ -75,6 +79,7 @@ export const KAFKAJS_PATCHES = {
   'protocol/encoder.js': 'keyflow patch (encoder from the pool)',
   'network/requestQueue/index.js': 'keyflow patch (negative timeout)',
   'producer/eosManager/index.js': 'keyflow patch (coordinator one at a time)',
+  'consumer/consumerGroup.js': 'keyflow patch (wait chosen per fetch)',
 } as const;
 
 /** kafkajs runs without the project's patch (installed with `--ignore-scripts`, or another copy). Not retryable. */
