@@ -27,6 +27,31 @@ describe('the ordered consumer', () => {
     return t.partitions.reduce((s, p) => s + Math.max(0, Number(p.offset)), 0);
   }
 
+  /**
+   * `ns.kafka` whose consumers go through `decorate` first (each OffsetCommit through `onCommit`, which may hold it,
+   * when given), as the ordered consumer creates them.
+   */
+  function kafkaWith(decorate: {
+    onCommit?: (offsets: Array<{ offset: string }>) => Promise<void> | void;
+    onConsumer?: (consumer: ReturnType<typeof ns.kafka.consumer>) => void;
+  }): typeof ns.kafka {
+    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
+    kafka.consumer = (config) => {
+      const consumer = ns.kafka.consumer(config);
+      decorate.onConsumer?.(consumer);
+      const { onCommit } = decorate;
+      if (onCommit) {
+        const commit = consumer.commitOffsets.bind(consumer);
+        consumer.commitOffsets = async (offsets) => {
+          await onCommit(offsets);
+          return commit(offsets);
+        };
+      }
+      return consumer;
+    };
+    return kafka;
+  }
+
   it('runs one key at a time in offset order while different keys run concurrently, and commits everything', async () => {
     const [topic] = await ns.createTopics({ name: 'order', numPartitions: 3 });
     const keys = 40;
@@ -162,17 +187,12 @@ describe('the ordered consumer', () => {
     const requested: string[] = [];
     const held: Array<() => void> = [];
     let holding = true;
-    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
-    kafka.consumer = (config) => {
-      const consumer = ns.kafka.consumer(config);
-      const commit = consumer.commitOffsets.bind(consumer);
-      consumer.commitOffsets = async (offsets) => {
+    const kafka = kafkaWith({
+      onCommit: async (offsets) => {
         requested.push(...offsets.map((o) => o.offset));
         if (holding) await new Promise<void>((r) => held.push(r));
-        return commit(offsets);
-      };
-      return consumer;
-    };
+      },
+    });
     const handled = new Collector<string>();
     const groupId = ns.groupId('commit-behind');
     const c = new OrderedConsumer({
@@ -215,43 +235,42 @@ describe('the ordered consumer', () => {
 
   /** `ns.kafka` whose consumers record the offsets of each OffsetCommit they send, in `requested`. */
   function recordingCommits(requested: string[]): typeof ns.kafka {
-    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
-    kafka.consumer = (config) => {
-      const consumer = ns.kafka.consumer(config);
-      const commit = consumer.commitOffsets.bind(consumer);
-      consumer.commitOffsets = async (offsets) => {
-        requested.push(...offsets.map((o) => o.offset));
-        return commit(offsets);
-      };
-      return consumer;
-    };
-    return kafka;
+    return kafkaWith({ onCommit: (offsets) => void requested.push(...offsets.map((o) => o.offset)) });
   }
 
-  it("a partition's back-to-back batches make at most one OffsetCommit per commitIntervalMs: the asks within it coalesce into one trailing commit of the highest, sent with no further batch", async () => {
-    // At 20 runs/s every task was a batch of its own and a commit of its own: 60 OffsetCommits a second from one
-    // worker, each an append to __consumer_offsets, on the broker every step waits for (issue 44).
-    const [topic] = await ns.createTopics({ name: 'commit-linger', numPartitions: 1 });
+  /**
+   * A one-partition consumer with `commitIntervalMs`, whose commits are recorded, that has handled `steps` records of
+   * one key, each produced after the previous one was handled (a batch each).
+   */
+  async function handledOneByOne(name: string, commitIntervalMs: number, steps: number) {
+    const [topic] = await ns.createTopics({ name, numPartitions: 1 });
     const requested: string[] = [];
     const handled = new Collector<string>();
-    const groupId = ns.groupId('commit-linger');
+    const groupId = ns.groupId(name);
     const c = new OrderedConsumer({
       kafka: recordingCommits(requested),
       groupId,
       topics: [topic],
       logger,
       fetchMaxWaitMs: 100,
-      commitIntervalMs: 3_000,
+      commitIntervalMs,
       handle: async (m: ConsumedMessage) => {
         handled.push(m.value!.toString());
       },
     });
-    consumers.push(c);
     await c.start();
-    for (let step = 1; step <= 5; step++) {
+    for (let step = 1; step <= steps; step++) {
       await produce(topic, [{ key: 'run', value: `step ${step}` }]);
       await handled.wait(step, 30_000);
     }
+    return { c, topic, groupId, requested };
+  }
+
+  it("a partition's back-to-back batches make at most one OffsetCommit per commitIntervalMs: the asks within it coalesce into one trailing commit of the highest, sent with no further batch", async () => {
+    // At 20 runs/s every task was a batch of its own and a commit of its own: 60 OffsetCommits a second from one
+    // worker, each an append to __consumer_offsets, on the broker every step waits for (issue 44).
+    const { c, topic, groupId, requested } = await handledOneByOne('commit-linger', 3_000, 5);
+    consumers.push(c);
     await eventually('all five offsets committed', () => committed(groupId, topic), {
       until: (n) => n === 5,
       timeoutMs: 15_000,
@@ -260,26 +279,7 @@ describe('the ordered consumer', () => {
   }, 60_000);
 
   it('stop() sends a commit still waiting out commitIntervalMs at once, before leaving the group', async () => {
-    const [topic] = await ns.createTopics({ name: 'commit-linger-stop', numPartitions: 1 });
-    const requested: string[] = [];
-    const handled = new Collector<string>();
-    const groupId = ns.groupId('commit-linger-stop');
-    const c = new OrderedConsumer({
-      kafka: recordingCommits(requested),
-      groupId,
-      topics: [topic],
-      logger,
-      fetchMaxWaitMs: 100,
-      commitIntervalMs: 600_000,
-      handle: async (m: ConsumedMessage) => {
-        handled.push(m.value!.toString());
-      },
-    });
-    await c.start();
-    for (let step = 1; step <= 2; step++) {
-      await produce(topic, [{ key: 'run', value: `step ${step}` }]);
-      await handled.wait(step, 30_000);
-    }
+    const { c, topic, groupId, requested } = await handledOneByOne('commit-linger-stop', 600_000, 2);
     await eventually('the first batch commits', () => committed(groupId, topic), { until: (n) => n === 1 });
     await c.stop(10_000);
     expect(requested).toEqual(['1', '2']);
@@ -292,14 +292,12 @@ describe('the ordered consumer', () => {
     // fetch in flight); with none paused a fetch is answered as soon as a record arrives.
     const [topic] = await ns.createTopics({ name: 'idle-fetch', numPartitions: 2 });
     const fetches: number[] = [];
-    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
-    kafka.consumer = (config) => {
-      const consumer = ns.kafka.consumer(config);
-      consumer.on(consumer.events.REQUEST, (e) => {
-        if (e.payload.apiName === 'Fetch') fetches.push(Date.now());
-      });
-      return consumer;
-    };
+    const kafka = kafkaWith({
+      onConsumer: (consumer) =>
+        consumer.on(consumer.events.REQUEST, (e) => {
+          if (e.payload.apiName === 'Fetch') fetches.push(Date.now());
+        }),
+    });
     const handled = new Collector<string>();
     const c = new OrderedConsumer({
       kafka,
@@ -334,16 +332,7 @@ describe('the ordered consumer', () => {
     // unanswered commit only means redelivery of completed work (which the idempotency layer absorbs).
     const [topic] = await ns.createTopics({ name: 'commit-never', numPartitions: 1 });
     const held: Array<() => void> = [];
-    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
-    kafka.consumer = (config) => {
-      const consumer = ns.kafka.consumer(config);
-      const commit = consumer.commitOffsets.bind(consumer);
-      consumer.commitOffsets = async (offsets) => {
-        await new Promise<void>((r) => held.push(r));
-        return commit(offsets);
-      };
-      return consumer;
-    };
+    const kafka = kafkaWith({ onCommit: () => new Promise<void>((r) => held.push(r)) });
     const handled = new Collector<string>();
     const c = new OrderedConsumer({
       kafka,
