@@ -136,13 +136,26 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
     try {
       const health = new ComponentHealth();
       const handled = new Collector<string>();
+      // When each fetch request is sent: a partition held by the quarantine must not make the consumer poll at
+      // fetchMaxWaitMs (100 ms here) until the batch's retry; the rest long-poll at idleFetchMaxWaitMs.
+      const fetches: number[] = [];
+      const kafka = Object.create(ns.kafka) as typeof ns.kafka;
+      kafka.consumer = (config) => {
+        const consumer = ns.kafka.consumer(config);
+        consumer.on(consumer.events.REQUEST, (e) => {
+          if (e.payload.apiName === 'Fetch') fetches.push(Date.now());
+        });
+        return consumer;
+      };
       const c = new OrderedConsumer({
-        kafka: ns.kafka,
+        kafka,
         groupId: ns.groupId('z-undecodable'),
         topics: [topic],
         logger,
         health,
-        undecodableRetryMs: 1_000,
+        fetchMaxWaitMs: 100,
+        idleFetchMaxWaitMs: 1_000,
+        undecodableRetryMs: 5_000,
         handle: async (m) => handled.push(`${m.partition}:${m.key!.toString()}`),
       });
       consumers.push(c);
@@ -167,6 +180,13 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
       ]);
       expect(handled.items.slice().sort()).toEqual(['0:a0', '1:d0', '1:d1']);
       expect(c.healthy()).toBe(true);
+      const from = fetches.length;
+      await eventually('three fetches while quarantined', () => fetches.length, {
+        until: (n) => n >= from + 3,
+      });
+      expect(c.stats().quarantined).toHaveLength(1); // still held: the retry is 5 s away
+      const gaps = fetches.slice(from).map((t, i, all) => (i ? t - all[i - 1] : Infinity));
+      expect(Math.min(...gaps)).toBeGreaterThanOrEqual(500);
       // The fix: the codec reads the batch now. The periodic retry resumes the partition, in offset order.
       fixed = true;
       await handled.wait(7, 20_000);
@@ -185,7 +205,7 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
     } finally {
       codecs[CompressionTypes.LZ4] = real;
     }
-  });
+  }, 30_000);
 });
 
 describe('records keyflow writes with KEYFLOW_COMPRESSION=zstd', () => {
