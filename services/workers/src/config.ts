@@ -55,8 +55,9 @@ const Schema = z.object({
   /**
    * Longest a task fetch waits at the broker while one of the worker's partitions is paused, in ms. A paused
    * partition is left out of the fetch in flight, so its next command can wait up to this long after it arrives: it
-   * bounds per-step latency (BENCHMARKS.md "Latency"). With no partition paused a fetch waits up to 500 ms and is
-   * answered as soon as a command arrives (at 10 ms an idle worker made 100 fetch requests a second).
+   * bounds per-step latency (BENCHMARKS.md "Latency"). With no partition paused a fetch waits up to 500 ms (or this,
+   * when higher) and is answered as soon as a command arrives (at 10 ms an idle worker made 100 fetch requests a
+   * second to each broker leading one of its partitions).
    */
   WORKER_FETCH_MAX_WAIT_MS: z.coerce.number().int().min(1).max(10_000).default(10),
   /** Session timeout of the workers' consumer group, in ms. */

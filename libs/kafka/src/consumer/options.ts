@@ -76,14 +76,17 @@ export interface OrderedConsumerOptions {
   /** Largest fetch per partition in bytes (default 1 MiB): bounds memory with a large backlog. */
   maxBytesPerPartition?: number;
   /**
-   * Longest a fetch waits at the broker for data, in ms (default 100). A partition resumed after its batch waits for
-   * the fetch in flight, so this bounds the added latency; lower costs more idle fetch requests.
+   * Longest a fetch waits at the broker while one of the consumer's partitions is paused for its next batch, in ms
+   * (default 100). That partition is left out of the fetch in flight, so this bounds how long its records wait once
+   * it resumes; lower costs more fetch requests while partitions are busy. Otherwise idleFetchMaxWaitMs applies.
    */
   fetchMaxWaitMs?: number;
   /**
-   * Longest a fetch waits at the broker while no partition of this consumer is paused, in ms (default 500): a fetch
-   * is answered as soon as a record arrives, so this only spaces an idle consumer's requests (at fetchMaxWaitMs, an
-   * idle worker made 100 fetch requests a second). Never below fetchMaxWaitMs.
+   * Longest a fetch waits at the broker while no partition of this consumer is paused for its next batch (one held
+   * by the quarantine does not count), in ms (default 500; fetchMaxWaitMs when that is higher): a fetch is answered
+   * as soon as a record arrives, so this only spaces an idle consumer's requests (at fetchMaxWaitMs, an idle worker
+   * made 100 fetch requests a second to each broker leading one of its partitions). kafkajs asks it before each
+   * fetch through keyflow's patch ("wait chosen per fetch").
    */
   idleFetchMaxWaitMs?: number;
   /** Where a partition paused on an undecodable batch is reported (degraded, see ./undecodable). */

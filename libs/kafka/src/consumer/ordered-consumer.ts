@@ -2,6 +2,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { PartitionAssigners, type Consumer, type EachBatchPayload } from 'kafkajs';
 import { connectUntilAnswered } from '../client/connect';
+import { assertKafkajsPatched } from '../client/kafkajs-patch';
 import { OffsetTracker } from './offset-tracker';
 import { Semaphore } from './semaphore';
 import { abortableSleep, linkSignals } from '../client/sleep';
@@ -149,6 +150,8 @@ export class OrderedConsumer {
     setMaxListeners(0, this.stopController.signal);
     // One listener per task waiting for a slot of its own (e.g. the worker's handler slots), each removed when it ends.
     setMaxListeners(0, this.drainController.signal);
+    // One listener per partition whose commit waits out commitIntervalMs (see commitInOrder), each removed when it ends.
+    setMaxListeners(0, this.commitNow.signal);
     this.quarantine = new PartitionQuarantine({
       component: this.o.component,
       logger: this.o.logger,
@@ -185,12 +188,20 @@ export class OrderedConsumer {
 
   /** Joins the group and starts consuming. Resolves once the consumer runs (not when the group is joined). */
   async start(): Promise<void> {
+    // The wait below is a function, which only the patched kafkajs asks (unpatched, a fetch would wait 0 ms and
+    // never time out): refused here as well as in createKafka, since any Kafka instance may be handed in.
+    assertKafkajsPatched();
     const shortWait = this.o.fetchMaxWaitMs;
     const idleWait = Math.max(this.o.idleFetchMaxWaitMs, shortWait);
-    // Asked before each fetch (keyflow's kafkajs patch, "wait chosen per fetch"): a paused partition is left out of
-    // the fetch, so its records wait for the next one, at most fetchMaxWaitMs away; with none paused every partition
-    // is in the fetch and the broker answers it as soon as a record arrives, so a long wait costs no latency.
-    const fetchWait = () => (c.paused().length > 0 ? shortWait : idleWait);
+    // Asked before each fetch (keyflow's kafkajs patch, "wait chosen per fetch"): a partition paused for its next
+    // batch is left out of the fetch, so its records wait for the next one, at most fetchMaxWaitMs away; with none
+    // paused every partition is in the fetch and the broker answers it as soon as a record arrives, so a long wait
+    // costs no latency. A partition held by the quarantine (an undecodable batch, a registry away) waits seconds
+    // for its retry, not for a fetch: it does not shorten the wait.
+    const fetchWait = () =>
+      c.paused().some(({ topic, partitions }) => partitions.some((p) => !this.quarantine.has(topic, p)))
+        ? shortWait
+        : idleWait;
     const c: Consumer = this.o.kafka.consumer({
       groupId: this.o.groupId,
       sessionTimeout: this.o.sessionTimeoutMs,
