@@ -156,21 +156,31 @@ async function measure(
   // fetch request for every result the worker wrote (read uncommitted), about 60 a second at 20 runs/s, on the
   // broker under test. Read from the start, it counts the same records.
   const executions = new Map<string, number>();
-  const results = await readFromStart(
-    kafka,
-    `${prefix}results`,
-    codec.physical(Topic.TASK_RESULTS),
-    true,
-    async (v, at) => {
-      const d = await codec.decode(Topic.TASK_RESULTS, v, at);
-      if (d.event !== 'TaskCompleted') return;
-      const key = `${d.value.runId}:${STEPS.indexOf(d.value.stepId) + 1}`;
-      executions.set(key, (executions.get(key) ?? 0) + 1);
-    },
-  );
-  // Until it has every run's three results.
-  for (let i = 0; i < 600 && executions.size < runs.length * 3; i++)
-    await new Promise((r) => setTimeout(r, 100));
+  // Read up to the end offsets of now (every result written), not only until each step was seen once: a second
+  // TaskCompleted of a step behind the last new one must be counted too.
+  const resultsTopic = codec.physical(Topic.TASK_RESULTS);
+  const admin = kafka.admin();
+  await admin.connect();
+  const ends = await admin.fetchTopicOffsets(resultsTopic).finally(() => admin.disconnect());
+  const readTo = new Map<number, bigint>();
+  const results = await readFromStart(kafka, `${prefix}results`, resultsTopic, true, async (v, at) => {
+    readTo.set(at.partition, BigInt(at.offset) + 1n);
+    const d = await codec.decode(Topic.TASK_RESULTS, v, at);
+    if (d.event !== 'TaskCompleted') return;
+    const key = `${d.value.runId}:${STEPS.indexOf(d.value.stepId) + 1}`;
+    executions.set(key, (executions.get(key) ?? 0) + 1);
+  });
+  // A partition's last records may be transaction markers, which no message reports: the batch's end does.
+  results.on(results.events.END_BATCH_PROCESS, ({ payload }) => {
+    const end = BigInt(payload.lastOffset) + 1n;
+    if (end > (readTo.get(payload.partition) ?? 0n)) readTo.set(payload.partition, end);
+  });
+  const behind = () =>
+    ends.some(
+      ({ partition, high, low }) =>
+        BigInt(high) > BigInt(low) && (readTo.get(partition) ?? 0n) < BigInt(high),
+    );
+  for (let i = 0; i < 600 && behind(); i++) await new Promise((r) => setTimeout(r, 100));
   const verified = await verify(runs, executions, completions);
   const loop = runs.filter((r) => r.tag.startsWith('l'));
   const engineMs = loop.map((r) => occurredAt.get(r.id)! - startedAt.get(r.id)!);
