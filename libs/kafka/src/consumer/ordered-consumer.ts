@@ -191,17 +191,7 @@ export class OrderedConsumer {
     // The wait below is a function, which only the patched kafkajs asks (unpatched, a fetch would wait 0 ms and
     // never time out): refused here as well as in createKafka, since any Kafka instance may be handed in.
     assertKafkajsPatched();
-    const shortWait = this.o.fetchMaxWaitMs;
-    const idleWait = Math.max(this.o.idleFetchMaxWaitMs, shortWait);
-    // Asked before each fetch (keyflow's kafkajs patch, "wait chosen per fetch"): a partition paused for its next
-    // batch is left out of the fetch, so its records wait for the next one, at most fetchMaxWaitMs away; with none
-    // paused every partition is in the fetch and the broker answers it as soon as a record arrives, so a long wait
-    // costs no latency. A partition held by the quarantine (an undecodable batch, a registry away) waits seconds
-    // for its retry, not for a fetch: it does not shorten the wait.
-    const fetchWait = () =>
-      c.paused().some(({ topic, partitions }) => partitions.some((p) => !this.quarantine.has(topic, p)))
-        ? shortWait
-        : idleWait;
+    const fetchWait = () => this.fetchWaitMs(c);
     const c: Consumer = this.o.kafka.consumer({
       groupId: this.o.groupId,
       sessionTimeout: this.o.sessionTimeoutMs,
@@ -288,6 +278,22 @@ export class OrderedConsumer {
       Math.max(200, Math.floor(this.o.heartbeatIntervalMs / 2)),
     );
     this.heartbeatTimer.unref();
+  }
+
+  /**
+   * The wait of `c`'s next fetch at the broker, in ms, asked before each fetch (keyflow's kafkajs patch, "wait chosen
+   * per fetch"): a partition paused for its next batch is left out of the fetch, so its records wait for the next
+   * one, at most fetchMaxWaitMs away; with none paused every partition is in the fetch and the broker answers it as
+   * soon as a record arrives, so a long wait (idleFetchMaxWaitMs) costs no latency. A partition held by the
+   * quarantine (an undecodable batch, a registry away) waits seconds for its retry, not for a fetch: it does not
+   * shorten the wait.
+   */
+  private fetchWaitMs(c: Consumer): number {
+    const short = this.o.fetchMaxWaitMs;
+    const busy = c
+      .paused()
+      .some(({ topic, partitions }) => partitions.some((p) => !this.quarantine.has(topic, p)));
+    return busy ? short : Math.max(this.o.idleFetchMaxWaitMs, short);
   }
 
   private pausePartition(tp: string): void {
