@@ -21,6 +21,7 @@ import {
   type ConsumedMessage,
   type KafkaCodec,
 } from '../../src';
+import { gapsFrom, kafkaTimingFetches } from './consumer-spy';
 
 const logger = createLogger('test', { level: 'silent' });
 /** A test that starts a JVM (the Java client) gets this long, in ms: a JVM start takes seconds on a busy machine. */
@@ -139,14 +140,7 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
       // When each fetch request is sent: a partition held by the quarantine must not make the consumer poll at
       // fetchMaxWaitMs (100 ms here) until the batch's retry; the rest long-poll at idleFetchMaxWaitMs.
       const fetches: number[] = [];
-      const kafka = Object.create(ns.kafka) as typeof ns.kafka;
-      kafka.consumer = (config) => {
-        const consumer = ns.kafka.consumer(config);
-        consumer.on(consumer.events.REQUEST, (e) => {
-          if (e.payload.apiName === 'Fetch') fetches.push(Date.now());
-        });
-        return consumer;
-      };
+      const kafka = kafkaTimingFetches(ns.kafka, fetches);
       const c = new OrderedConsumer({
         kafka,
         groupId: ns.groupId('z-undecodable'),
@@ -185,7 +179,7 @@ describe('records compressed by other Kafka clients (librdkafka, Java)', () => {
         until: (n) => n >= from + 3,
       });
       expect(c.stats().quarantined).toHaveLength(1); // still held: the retry is 5 s away
-      const gaps = fetches.slice(from).map((t, i, all) => (i ? t - all[i - 1] : Infinity));
+      const gaps = gapsFrom(fetches, from);
       expect(Math.min(...gaps)).toBeGreaterThanOrEqual(500);
       // The fix: the codec reads the batch now. The periodic retry resumes the partition, in offset order.
       fixed = true;

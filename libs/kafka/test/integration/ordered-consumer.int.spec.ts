@@ -1,6 +1,7 @@
 import { Collector, TestNamespace, eventually } from '@keyflow/testing';
 import { ComponentHealth, createLogger } from '@keyflow/observability';
 import { OrderedConsumer, PartitionRevokedError, type ConsumedMessage } from '../../src';
+import { gapsFrom, kafkaTimingFetches, kafkaWith } from './consumer-spy';
 
 const logger = createLogger('test', { level: 'silent' });
 
@@ -25,31 +26,6 @@ describe('the ordered consumer', () => {
   async function committed(groupId: string, topic: string): Promise<number> {
     const [t] = await (await ns.getAdmin()).fetchOffsets({ groupId, topics: [topic] });
     return t.partitions.reduce((s, p) => s + Math.max(0, Number(p.offset)), 0);
-  }
-
-  /**
-   * `ns.kafka` whose consumers go through `decorate` first (each OffsetCommit through `onCommit`, which may hold it,
-   * when given), as the ordered consumer creates them.
-   */
-  function kafkaWith(decorate: {
-    onCommit?: (offsets: Array<{ offset: string }>) => Promise<void> | void;
-    onConsumer?: (consumer: ReturnType<typeof ns.kafka.consumer>) => void;
-  }): typeof ns.kafka {
-    const kafka = Object.create(ns.kafka) as typeof ns.kafka;
-    kafka.consumer = (config) => {
-      const consumer = ns.kafka.consumer(config);
-      decorate.onConsumer?.(consumer);
-      const { onCommit } = decorate;
-      if (onCommit) {
-        const commit = consumer.commitOffsets.bind(consumer);
-        consumer.commitOffsets = async (offsets) => {
-          await onCommit(offsets);
-          return commit(offsets);
-        };
-      }
-      return consumer;
-    };
-    return kafka;
   }
 
   it('runs one key at a time in offset order while different keys run concurrently, and commits everything', async () => {
@@ -187,7 +163,7 @@ describe('the ordered consumer', () => {
     const requested: string[] = [];
     const held: Array<() => void> = [];
     let holding = true;
-    const kafka = kafkaWith({
+    const kafka = kafkaWith(ns.kafka, {
       onCommit: async (offsets) => {
         requested.push(...offsets.map((o) => o.offset));
         if (holding) await new Promise<void>((r) => held.push(r));
@@ -235,7 +211,9 @@ describe('the ordered consumer', () => {
 
   /** `ns.kafka` whose consumers record the offsets of each OffsetCommit they send, in `requested`. */
   function recordingCommits(requested: string[]): typeof ns.kafka {
-    return kafkaWith({ onCommit: (offsets) => void requested.push(...offsets.map((o) => o.offset)) });
+    return kafkaWith(ns.kafka, {
+      onCommit: (offsets) => void requested.push(...offsets.map((o) => o.offset)),
+    });
   }
 
   /**
@@ -294,12 +272,7 @@ describe('the ordered consumer', () => {
     // fetch in flight); with none paused a fetch is answered as soon as a record arrives.
     const [topic] = await ns.createTopics({ name: 'idle-fetch', numPartitions: 2 });
     const fetches: number[] = [];
-    const kafka = kafkaWith({
-      onConsumer: (consumer) =>
-        consumer.on(consumer.events.REQUEST, (e) => {
-          if (e.payload.apiName === 'Fetch') fetches.push(Date.now());
-        }),
-    });
+    const kafka = kafkaTimingFetches(ns.kafka, fetches);
     const handled = new Collector<string>();
     const c = new OrderedConsumer({
       kafka,
@@ -318,10 +291,7 @@ describe('the ordered consumer', () => {
     await handled.wait(1, 30_000);
     const from = fetches.length;
     await eventually('three more fetches while idle', () => fetches.length, { until: (n) => n >= from + 3 });
-    const gaps = fetches
-      .slice(from)
-      .map((t, i, all) => (i ? t - all[i - 1] : undefined))
-      .filter((g) => g !== undefined);
+    const gaps = gapsFrom(fetches, from);
     // With fetchMaxWaitMs (10 ms) the gaps would be about 10 ms; an idle fetch waits at the broker up to 1,000 ms.
     expect(Math.min(...gaps)).toBeGreaterThanOrEqual(500);
     await produce(topic, [{ key: 'b', value: 'second' }]);
@@ -334,7 +304,7 @@ describe('the ordered consumer', () => {
     // unanswered commit only means redelivery of completed work (which the idempotency layer absorbs).
     const [topic] = await ns.createTopics({ name: 'commit-never', numPartitions: 1 });
     const held: Array<() => void> = [];
-    const kafka = kafkaWith({ onCommit: () => new Promise<void>((r) => held.push(r)) });
+    const kafka = kafkaWith(ns.kafka, { onCommit: () => new Promise<void>((r) => held.push(r)) });
     const handled = new Collector<string>();
     const c = new OrderedConsumer({
       kafka,
