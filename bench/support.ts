@@ -63,7 +63,9 @@ export async function deleteTopicsUnder(brokers: string[], prefixes: readonly st
  * order. A fetch is answered as soon as a record arrives and waits at most 1,000 ms for one (it waited 50 ms: an
  * idle reader then made 20 fetch requests a second on the broker under test). Commits no offsets: the group is never
  * resumed, and each commit would be one more request on that broker. Resolves once the consumer runs, with it (disconnect it when
- * done).
+ * done). `onBatchEnd`, when given, is called after each fetched batch of a partition with the offset after its last
+ * record (kafkajs's END_BATCH_PROCESS, listened to before the consumer runs), also for a batch of transaction
+ * markers or aborted records only, which calls `each` for none: what a reader needs to know it read up to an offset.
  * @throws the client's error when the consumer cannot connect or subscribe; an error of `each` crashes the consumer
  *   (kafkajs retries the record), as a bench's reader may not skip what it counts
  */
@@ -73,8 +75,13 @@ export async function readFromStart(
   topic: string,
   readUncommitted: boolean,
   each: (value: Buffer | null, at: { topic: string; partition: number; offset: string }) => unknown,
+  onBatchEnd?: (partition: number, next: bigint) => void,
 ): Promise<Consumer> {
   const consumer = kafka.consumer({ groupId: group, readUncommitted, maxWaitTimeInMs: 1_000 });
+  if (onBatchEnd)
+    consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) =>
+      onBatchEnd(payload.partition, BigInt(payload.lastOffset) + 1n),
+    );
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
   await consumer.run({

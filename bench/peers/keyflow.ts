@@ -163,18 +163,22 @@ async function measure(
   await admin.connect();
   const ends = await admin.fetchTopicOffsets(resultsTopic).finally(() => admin.disconnect());
   const readTo = new Map<number, bigint>();
-  const results = await readFromStart(kafka, `${prefix}results`, resultsTopic, true, async (v, at) => {
-    readTo.set(at.partition, BigInt(at.offset) + 1n);
-    const d = await codec.decode(Topic.TASK_RESULTS, v, at);
-    if (d.event !== 'TaskCompleted') return;
-    const key = `${d.value.runId}:${STEPS.indexOf(d.value.stepId) + 1}`;
-    executions.set(key, (executions.get(key) ?? 0) + 1);
-  });
-  // A partition's last records may be transaction markers, which no message reports: the batch's end does.
-  results.on(results.events.END_BATCH_PROCESS, ({ payload }) => {
-    const end = BigInt(payload.lastOffset) + 1n;
-    if (end > (readTo.get(payload.partition) ?? 0n)) readTo.set(payload.partition, end);
-  });
+  // Read up to where each batch ends: a partition's last records may be transaction markers, which no message reports.
+  const results = await readFromStart(
+    kafka,
+    `${prefix}results`,
+    resultsTopic,
+    true,
+    async (v, at) => {
+      const d = await codec.decode(Topic.TASK_RESULTS, v, at);
+      if (d.event !== 'TaskCompleted') return;
+      const key = `${d.value.runId}:${STEPS.indexOf(d.value.stepId) + 1}`;
+      executions.set(key, (executions.get(key) ?? 0) + 1);
+    },
+    (partition, next) => {
+      if (next > (readTo.get(partition) ?? 0n)) readTo.set(partition, next);
+    },
+  );
   const behind = () =>
     ends.some(
       ({ partition, high, low }) =>
