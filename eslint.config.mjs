@@ -115,10 +115,18 @@ export default tseslint.config(
   },
   // libs/kafka is the one place that imports the Kafka client (issue 40): everything else takes kafkajs's classes and
   // types from @keyflow/kafka, which re-exports them (one patched copy loaded). The plain-client baselines of bench/
-  // measure the client itself, and bench-clients/ compares clients.
+  // measure the client itself (bench/transaction-v2.ts: the transaction protocol version 2 kafkajs lacks), and
+  // bench-clients/ compares clients.
   {
     files: ['**/*.ts'],
-    ignores: ['libs/kafka/**', 'bench/*.bench.ts', 'bench/chain.ts', 'bench/peers/**', 'bench-clients/**'],
+    ignores: [
+      'libs/kafka/**',
+      'bench/*.bench.ts',
+      'bench/chain.ts',
+      'bench/transaction-v2.ts',
+      'bench/peers/**',
+      'bench-clients/**',
+    ],
     rules: {
       'no-restricted-imports': [
         'error',

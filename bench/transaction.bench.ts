@@ -2,6 +2,7 @@ import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { Command } from 'commander';
 import { sendWithOffsets, TRANSACTIONAL_RETRY } from '@keyflow/kafka';
 import { pct, benchTopics, runBench } from './support';
+import { TransactionV2Producer } from './transaction-v2';
 
 /**
  * What one consume-transform-produce commit costs on this stack, by how its requests go (`npm run
@@ -14,7 +15,10 @@ import { pct, benchTopics, runBench } from './support';
  * most transactions meet the previous one's markers still being written and wait a CONCURRENT_TRANSACTIONS retry
  * (kafkajs retries it inside the send, after --first-retry-ms; in `overlapped`, a refused AddOffsetsToTxn is sent again
  * by whileTransactionsConcurrent, whose first wait is TRANSACTIONAL_RETRY's whatever the flag); --gap-ms 20 measures
- * transactions that do not.
+ * transactions that do not. With --v2 the blocks alternate `sequential` with `v2`: the same transaction through
+ * Kafka's transaction protocol version 2 (KIP-890 part 2; bench/transaction-v2.ts, a client of this bench only, which
+ * kafkajs 2.2.4 cannot be: Produce v12, TxnOffsetCommit v5 and EndTxn v5 are flexible versions), without
+ * AddPartitionsToTxn and AddOffsetsToTxn. It needs the cluster's `transaction.version` at 2 (the local stack's is).
  */
 const opts = new Command()
   .option('--transactions <n>', 'transactions per way', '3000')
@@ -26,8 +30,16 @@ const opts = new Command()
     String(TRANSACTIONAL_RETRY.initialRetryTime),
   )
   .option('--in-flight <n>', "the producer's maxInFlightRequests per connection (the engine's: 1)", '1')
+  .option('--v2', 'alternate kafkajs (sequential) with transaction protocol version 2 instead of overlapped')
   .parse()
-  .opts<{ transactions: string; block: string; gapMs: string; firstRetryMs: string; inFlight: string }>();
+  .opts<{
+    transactions: string;
+    block: string;
+    gapMs: string;
+    firstRetryMs: string;
+    inFlight: string;
+    v2?: boolean;
+  }>();
 
 const brokers = (process.env.KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 
@@ -64,19 +76,42 @@ async function main() {
     await tx.commit();
     return performance.now() - t0;
   };
+  // The version-2 producer has its own transactional id and group: the two ways never share a transaction's state.
+  const v2 = opts.v2
+    ? await TransactionV2Producer.create({
+        kafka,
+        transactionalId: `${tag}-v2`,
+        topic: tag,
+        groupId: `${tag}-v2`,
+        retryMs: Number(opts.firstRetryMs),
+      })
+    : undefined;
+  let offsetV2 = 0;
+  const oneV2 = async (): Promise<number> => {
+    const t0 = performance.now();
+    await v2!.transaction(tag, value, `${tag}-v2`, ++offsetV2);
+    return performance.now() - t0;
+  };
+  const other = v2 ? 'v2' : 'overlapped';
+  const run = (way: string) => (way === 'v2' ? oneV2() : one(way === 'overlapped'));
   const n = Number(opts.transactions);
   const block = Number(opts.block);
   const gap = Number(opts.gapMs);
-  const took = { sequential: [] as number[], overlapped: [] as number[] };
-  for (let i = 0; i < 20; i++) await one(i % 2 === 0); // warm-up
+  const took: Record<string, number[]> = { sequential: [], [other]: [] };
+  for (let i = 0; i < 20; i++) await run(i % 2 === 0 ? 'sequential' : other); // warm-up
   for (let done = 0; done < 2 * n; done += block) {
-    const way = (done / block) % 2 === 0 ? 'sequential' : 'overlapped';
+    const way = (done / block) % 2 === 0 ? 'sequential' : other;
     for (let i = 0; i < block; i++) {
-      took[way].push(await one(way === 'overlapped'));
+      took[way].push(await run(way));
       if (gap > 0) await new Promise((r) => setTimeout(r, gap));
     }
   }
   await producer.disconnect();
+  v2?.close();
+  if (v2)
+    console.log(
+      `v2: ${v2.retries} requests sent again after CONCURRENT_TRANSACTIONS or a loading coordinator; producer epoch now ${v2.producerEpoch()}`,
+    );
   for (const [way, ms] of Object.entries(took)) {
     ms.sort((a, b) => a - b);
     const f = (q: number) => pct(ms, q).toFixed(2);
