@@ -52,9 +52,12 @@ type DecoderClass = new (b: Buffer) => DecoderInstance;
  * the offsets' partition by TxnOffsetCommit (v5): no AddPartitionsToTxn and no AddOffsetsToTxn, two requests and two
  * round trips fewer than kafkajs's protocol (version 1). EndTxn (v5) bumps the producer epoch, which the next
  * transaction uses (its sequences start again at 0). One partition leader, one transaction coordinator and one group
- * coordinator, found once (FindCoordinator v3, the topic's metadata through kafkajs's admin); a request refused with
- * CONCURRENT_TRANSACTIONS (the previous transaction's markers still being written) or a coordinator still loading is
- * sent again after `retryMs`. Request and response layouts: the Kafka protocol guide (kafka.apache.org/protocol),
+ * coordinator, found once (FindCoordinator v3, the topic's metadata through kafkajs's admin). A request refused for
+ * a moment is sent again after `retryMs` (fixed, where kafkajs backs off exponentially with jitter): CONCURRENT_TRANSACTIONS
+ * (the previous transaction still completing), a coordinator loading or not yet there, and on a Produce
+ * NOT_ENOUGH_REPLICAS (the form a partition leader gives those coordinator errors). EndTxn must bump the epoch, or the
+ * producer throws: figures of the old protocol are never taken for version 2's. Its sockets keep Nagle's algorithm on,
+ * as kafkajs's do. Request and response layouts: the Kafka protocol guide (kafka.apache.org/protocol),
  * ProduceRequest v12, TxnOffsetCommitRequest v5, EndTxnRequest v5, InitProducerIdRequest v5 (flexible versions,
  * KIP-482: compact strings and arrays, tagged fields, request header v2, response header v1).
  */
@@ -62,7 +65,7 @@ export class TransactionV2Producer {
   private producerId: LongLike = Long.fromInt(-1);
   private epoch = -1;
   private sequence = 0;
-  /** Requests sent again after a refusal (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS). */
+  /** Requests sent again after a refusal (see {@link RETRIED}). */
   retries = 0;
 
   private constructor(
@@ -100,15 +103,22 @@ export class TransactionV2Producer {
     };
     const bootstrap = await at(leaderNode.host, leaderNode.port);
     const coordinator = async (key: string, keyType: number) => {
-      const d = await bootstrap.request(10, 3, (e) =>
-        e.writeUVarIntString(key).writeInt8(keyType).writeUVarInt(0),
-      );
-      d.readInt32(); // throttle_time_ms
-      throwIfError(d.readInt16(), 'FindCoordinator');
-      d.readUVarIntString(); // error_message
-      d.readInt32(); // node_id
-      const host = d.readUVarIntString()!;
-      return at(host, d.readInt32());
+      for (;;) {
+        const d = await bootstrap.request(10, 3, (e) =>
+          e.writeUVarIntString(key).writeInt8(keyType).writeUVarInt(0),
+        );
+        d.readInt32(); // throttle_time_ms
+        const error = d.readInt16();
+        if (RETRIED.coordinator.includes(error)) {
+          await new Promise((r) => setTimeout(r, o.retryMs));
+          continue;
+        }
+        throwIfError(error, 'FindCoordinator');
+        d.readUVarIntString(); // error_message
+        d.readInt32(); // node_id
+        const host = d.readUVarIntString()!;
+        return at(host, d.readInt32());
+      }
     };
     const p = new TransactionV2Producer(
       o.transactionalId,
@@ -122,7 +132,7 @@ export class TransactionV2Producer {
   }
 
   private async init(): Promise<void> {
-    const d = await this.untilAccepted('InitProducerId', async () =>
+    const d = await this.untilAccepted('InitProducerId', RETRIED.transaction, async () =>
       producerIdAnswer(
         await this.txnCoordinator.request(22, 5, (e) =>
           e
@@ -160,7 +170,7 @@ export class TransactionV2Producer {
       transactional: true,
       lastOffsetDelta: 0,
     });
-    await this.untilAccepted('Produce', async () => {
+    await this.untilAccepted('Produce', RETRIED.produce, async () => {
       const d = await this.leader.request(0, 12, (e) =>
         e
           .writeUVarIntString(this.transactionalId)
@@ -185,7 +195,7 @@ export class TransactionV2Producer {
   }
 
   private async commitOffset(groupId: string, topic: string, offset: number): Promise<void> {
-    await this.untilAccepted('TxnOffsetCommit', async () => {
+    await this.untilAccepted('TxnOffsetCommit', RETRIED.transaction, async () => {
       const d = await this.groupCoordinator.request(28, 5, (e) =>
         e
           .writeUVarIntString(this.transactionalId)
@@ -216,7 +226,7 @@ export class TransactionV2Producer {
   }
 
   private async end(): Promise<void> {
-    const d = await this.untilAccepted('EndTxn', async () =>
+    const d = await this.untilAccepted('EndTxn', RETRIED.transaction, async () =>
       producerIdAnswer(
         await this.txnCoordinator.request(26, 5, (e) =>
           e
@@ -229,19 +239,28 @@ export class TransactionV2Producer {
       ),
     );
     // Version 2: the coordinator bumped the epoch (a new producer id when the epoch ran out); sequences restart.
-    if (d.producerId.toString() !== this.producerId.toString() || d.epoch !== this.epoch) this.sequence = 0;
+    const newId = d.producerId.toString() !== this.producerId.toString();
+    if (!newId && d.epoch !== this.epoch + 1)
+      throw new Error(
+        `EndTxn v5 left the producer epoch at ${d.epoch} (was ${this.epoch}): the cluster did not run transaction protocol version 2 (is transaction.version 2 finalized?)`,
+      );
+    this.sequence = 0;
     this.producerId = d.producerId;
     this.epoch = d.epoch;
   }
 
   /**
-   * `send`, again after `retryMs` while it answers CONCURRENT_TRANSACTIONS (51) or COORDINATOR_LOAD_IN_PROGRESS (14).
+   * `send`, again after `retryMs` while it answers one of `retried`'s error codes.
    * @throws KafkaProtocolError for any other error code.
    */
-  private async untilAccepted<T extends { error: number }>(what: string, send: () => Promise<T>): Promise<T> {
+  private async untilAccepted<T extends { error: number }>(
+    what: string,
+    retried: readonly number[],
+    send: () => Promise<T>,
+  ): Promise<T> {
     for (;;) {
       const answer = await send();
-      if (answer.error !== 51 && answer.error !== 14) {
+      if (!retried.includes(answer.error)) {
         throwIfError(answer.error, what);
         return answer;
       }
@@ -259,6 +278,17 @@ export class TransactionV2Producer {
     for (const c of new Set([this.leader, this.txnCoordinator, this.groupCoordinator])) c.close();
   }
 }
+
+/**
+ * The error codes (the Kafka protocol guide's) a request is sent again for: 51 CONCURRENT_TRANSACTIONS, 14
+ * COORDINATOR_LOAD_IN_PROGRESS, 15 COORDINATOR_NOT_AVAILABLE, 16 NOT_COORDINATOR; on a Produce, 19
+ * NOT_ENOUGH_REPLICAS, which a partition leader answers for the coordinator's errors (its transaction verification).
+ */
+const RETRIED: Record<'coordinator' | 'transaction' | 'produce', readonly number[]> = {
+  coordinator: [14, 15],
+  transaction: [51, 14, 15, 16],
+  produce: [51, 19],
+};
 
 /** A broker answered `api` with error code `code` (the Kafka protocol guide's error codes). Not retried here. */
 export class KafkaProtocolError extends Error {
@@ -287,19 +317,35 @@ function throwIfError(code: number, api: string): void {
  */
 class Connection {
   private correlationId = 0;
-  private readonly waiting = new Map<number, (d: DecoderInstance) => void>();
+  private readonly waiting = new Map<
+    number,
+    { resolve: (d: DecoderInstance) => void; reject: (e: Error) => void }
+  >();
   private pending: Buffer = Buffer.alloc(0);
+  private closed: Error | undefined;
 
   private constructor(private readonly socket: Socket) {
-    socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.read(chunk));
+    // A broker closes the connection, answering nothing, on a request it cannot parse (a version it lacks): every
+    // request waiting fails then, and so does any sent after.
+    socket.on('error', (e) => this.fail(e));
+    socket.on('close', () => this.fail(new Error('the broker closed the connection')));
   }
 
   static open(host: string, port: number): Promise<Connection> {
     return new Promise((resolve, reject) => {
-      const s = connect({ host, port }, () => resolve(new Connection(s)));
+      const s = connect({ host, port }, () => {
+        s.off('error', reject);
+        resolve(new Connection(s));
+      });
       s.once('error', reject);
     });
+  }
+
+  private fail(e: Error): void {
+    this.closed ??= e;
+    for (const w of this.waiting.values()) w.reject(e);
+    this.waiting.clear();
   }
 
   /** Sends API `apiKey` version `version` with the body `body` writes; resolves with a decoder of the response body. */
@@ -318,8 +364,9 @@ class Connection {
         .writeUVarInt(0), // header v2's tagged fields
     );
     const framed = new Encoder().writeInt32(message.size()).writeEncoder(message);
-    return new Promise((resolve) => {
-      this.waiting.set(id, resolve);
+    if (this.closed) return Promise.reject(this.closed);
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
       this.socket.write(framed.buffer);
     });
   }
@@ -333,9 +380,9 @@ class Connection {
       this.pending = this.pending.subarray(4 + size);
       const id = d.readInt32();
       d.readTaggedFields(); // response header v1
-      const resolve = this.waiting.get(id);
+      const w = this.waiting.get(id);
       this.waiting.delete(id);
-      resolve?.(d);
+      w?.resolve(d);
     }
   }
 

@@ -110,7 +110,7 @@ async function main() {
   v2?.close();
   if (v2)
     console.log(
-      `v2: ${v2.retries} requests sent again after CONCURRENT_TRANSACTIONS or a loading coordinator; producer epoch now ${v2.producerEpoch()}`,
+      `v2: ${v2.retries} requests sent again after a refusal (CONCURRENT_TRANSACTIONS, a coordinator loading or moving); producer epoch now ${v2.producerEpoch()}`,
     );
   for (const [way, ms] of Object.entries(took)) {
     ms.sort((a, b) => a - b);
