@@ -12,10 +12,7 @@ const { RecordBatch } = require('kafkajs/src/protocol/recordBatch/v0') as {
 const Record = require('kafkajs/src/protocol/recordBatch/record/v0') as (
   o: Record<string, unknown>,
 ) => EncoderLike;
-const Long = require('kafkajs/src/utils/long') as {
-  fromValue(v: unknown): LongLike;
-  fromInt(v: number): LongLike;
-};
+const Long = require('kafkajs/src/utils/long') as { fromInt(v: number): LongLike };
 /* eslint-enable @typescript-eslint/no-require-imports */
 
 type LongLike = { toString(): string };
@@ -103,22 +100,17 @@ export class TransactionV2Producer {
     };
     const bootstrap = await at(leaderNode.host, leaderNode.port);
     const coordinator = async (key: string, keyType: number) => {
-      for (;;) {
+      const found = await untilAccepted('FindCoordinator', RETRIED.coordinator, o.retryMs, async () => {
         const d = await bootstrap.request(10, 3, (e) =>
           e.writeUVarIntString(key).writeInt8(keyType).writeUVarInt(0),
         );
         d.readInt32(); // throttle_time_ms
         const error = d.readInt16();
-        if (RETRIED.coordinator.includes(error)) {
-          await new Promise((r) => setTimeout(r, o.retryMs));
-          continue;
-        }
-        throwIfError(error, 'FindCoordinator');
         d.readUVarIntString(); // error_message
         d.readInt32(); // node_id
-        const host = d.readUVarIntString()!;
-        return at(host, d.readInt32());
-      }
+        return { error, host: d.readUVarIntString()!, port: d.readInt32() };
+      });
+      return at(found.host, found.port);
     };
     const p = new TransactionV2Producer(
       o.transactionalId,
@@ -249,24 +241,13 @@ export class TransactionV2Producer {
     this.epoch = d.epoch;
   }
 
-  /**
-   * `send`, again after `retryMs` while it answers one of `retried`'s error codes.
-   * @throws KafkaProtocolError for any other error code.
-   */
-  private async untilAccepted<T extends { error: number }>(
+  /** {@link untilAccepted} with this producer's retry wait, counting its retries. */
+  private untilAccepted<T extends { error: number }>(
     what: string,
     retried: readonly number[],
     send: () => Promise<T>,
   ): Promise<T> {
-    for (;;) {
-      const answer = await send();
-      if (!retried.includes(answer.error)) {
-        throwIfError(answer.error, what);
-        return answer;
-      }
-      this.retries++;
-      await new Promise((r) => setTimeout(r, this.retryMs));
-    }
+    return untilAccepted(what, retried, this.retryMs, send, () => this.retries++);
   }
 
   /** The producer epoch the next transaction uses (version 2 bumps it at every EndTxn). */
@@ -297,6 +278,28 @@ export class KafkaProtocolError extends Error {
     readonly code: number,
   ) {
     super(`${api} answered error code ${code}`);
+  }
+}
+
+/**
+ * `send`, again after `retryMs` (calling `onRetry`) while it answers one of `retried`'s error codes.
+ * @throws KafkaProtocolError for any other error code.
+ */
+async function untilAccepted<T extends { error: number }>(
+  what: string,
+  retried: readonly number[],
+  retryMs: number,
+  send: () => Promise<T>,
+  onRetry?: () => void,
+): Promise<T> {
+  for (;;) {
+    const answer = await send();
+    if (!retried.includes(answer.error)) {
+      throwIfError(answer.error, what);
+      return answer;
+    }
+    onRetry?.();
+    await new Promise((r) => setTimeout(r, retryMs));
   }
 }
 
@@ -354,6 +357,7 @@ class Connection {
     version: number,
     body: (e: EncoderInstance) => EncoderInstance,
   ): Promise<DecoderInstance> {
+    if (this.closed) return Promise.reject(this.closed);
     const id = this.correlationId++;
     const message = body(
       new Encoder()
@@ -364,7 +368,6 @@ class Connection {
         .writeUVarInt(0), // header v2's tagged fields
     );
     const framed = new Encoder().writeInt32(message.size()).writeEncoder(message);
-    if (this.closed) return Promise.reject(this.closed);
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
       this.socket.write(framed.buffer);
