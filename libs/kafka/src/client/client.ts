@@ -116,32 +116,50 @@ export async function whileTransactionsConcurrent<T>(
 }
 
 /**
+ * Sends a transaction's offsets now (`sendOffsets`, a `tx.sendOffsets`, in {@link whileTransactionsConcurrent}),
+ * before its records are known: a consume-transform-produce loop calls it as soon as it has fetched a batch (the
+ * offset to commit is the batch's last offset + 1 whatever the batch produces), so AddOffsetsToTxn and the
+ * TxnOffsetCommit overlap the batch's processing instead of following its records. The patched kafkajs (`coordinator
+ * one at a time`, ./kafkajs-patch) sends the records' AddPartitionsToTxn after AddOffsetsToTxn; KIP-98 lets a
+ * transaction's requests come in any order (its records and offsets commit or abort together).
+ * @returns the offsets' requests, for {@link sendWithOffsets}; a rejection is handled here too (a transaction given
+ *   up before its records aborts without awaiting them: the patched abort waits for its requests)
+ */
+export function sendOffsetsFirst(sendOffsets: () => Promise<unknown>): Promise<unknown> {
+  const sent = whileTransactionsConcurrent(sendOffsets);
+  sent.catch(() => undefined);
+  return sent;
+}
+
+/**
  * The sends of one Kafka transaction and its offsets, overlapped: `sends` run one after the other (each a
- * `tx.sendBatch`/`tx.send`), and `sendOffsets` (a `tx.sendOffsets`, in {@link whileTransactionsConcurrent}) is called
- * at once beside them. The patched kafkajs (`coordinator one at a time`, ./kafkajs-patch) sends AddOffsetsToTxn
- * after the first send's AddPartitionsToTxn and one request at a time to the transaction coordinator, so the
- * TxnOffsetCommit overlaps the produce requests instead of following them: one round trip fewer before EndTxn, as
- * the Java producer overlaps them (KIP-98: the offsets and records commit or abort together whatever their order).
- * Resolves once every request is answered; call `tx.commit()` after it.
+ * `tx.sendBatch`/`tx.send`) beside the offsets. `offsets` is either the offsets' requests already begun
+ * ({@link sendOffsetsFirst}: sent before the records, while the batch was processed) or `sendOffsets` (a
+ * `tx.sendOffsets`, in {@link whileTransactionsConcurrent}), then called at once beside the sends: the patched kafkajs
+ * (`coordinator one at a time`, ./kafkajs-patch) sends AddOffsetsToTxn after the first send's AddPartitionsToTxn and
+ * one request at a time to the transaction coordinator, so the TxnOffsetCommit overlaps the produce requests instead
+ * of following them: one round trip fewer before EndTxn, as the Java producer overlaps them (KIP-98: the offsets and
+ * records commit or abort together whatever their order). Resolves once every request is answered; call
+ * `tx.commit()` after it.
  * @throws the first send's error, else the offsets' error, only after both settled (so an abort that follows never
  *   races a request in flight)
  */
 export async function sendWithOffsets(
   sends: ReadonlyArray<() => Promise<unknown>>,
-  sendOffsets: () => Promise<unknown>,
+  offsets: Promise<unknown> | (() => Promise<unknown>),
 ): Promise<void> {
   let offsetsFailed = false;
-  // The first send is begun before the offsets (it registers with the patched eosManager synchronously, so
-  // AddOffsetsToTxn waits for its AddPartitionsToTxn); a later one is not begun once the offsets failed (a fenced
-  // producer): the transaction is aborted anyway.
+  // The first send is begun before offsets given as a function (it registers with the patched eosManager
+  // synchronously, so AddOffsetsToTxn waits for its AddPartitionsToTxn); a later one is not begun once the offsets
+  // failed (a fenced producer): the transaction is aborted anyway.
   const records = (async () => {
     for (const send of sends) if (!offsetsFailed) await send();
   })();
-  const offsets = whileTransactionsConcurrent(sendOffsets);
-  offsets.catch(() => (offsetsFailed = true));
-  const [sent, committed] = await Promise.allSettled([records, offsets]);
+  const committed = typeof offsets === 'function' ? whileTransactionsConcurrent(offsets) : offsets;
+  committed.catch(() => (offsetsFailed = true));
+  const [sent, offsetsSent] = await Promise.allSettled([records, committed]);
   if (sent.status === 'rejected') throw sent.reason;
-  if (committed.status === 'rejected') throw committed.reason;
+  if (offsetsSent.status === 'rejected') throw offsetsSent.reason;
 }
 
 /**

@@ -2,6 +2,7 @@ export {
   createKafka,
   createIdempotentProducer,
   whileTransactionsConcurrent,
+  sendOffsetsFirst,
   sendWithOffsets,
   isTooLarge,
   RECORD_TOO_LARGE,

@@ -3,7 +3,7 @@
  * transaction's records and offsets sent together through kafkajs's own sendMessages and eosManager, against a
  * scripted cluster whose every request waits until the test answers it, so the order and overlap are exact.
  */
-import { sendWithOffsets } from '../../src/client/client';
+import { sendOffsetsFirst, sendWithOffsets } from '../../src/client/client';
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const createEosManager = require('kafkajs/src/producer/eosManager') as (o: object) => EosManager;
 // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -160,6 +160,68 @@ describe("a transaction's records and offsets sent together (kafkajs patch: coor
       'EndTxn answered',
     ]);
     expect(p.maxInFlight()).toBe(1);
+  });
+
+  it('offsets sent first (while the batch is processed) go before the partitions, and the produce follows AddPartitionsToTxn, one coordinator request at a time', async () => {
+    const p = await transactionalProducer();
+    p.eos.beginTransaction();
+    const offsets = sendOffsetsFirst(p.offsets);
+    await p.settle('AddOffsetsToTxn');
+    await p.settle('TxnOffsetCommit'); // answered before the batch's records exist
+    const both = sendWithOffsets([p.send], offsets);
+    await p.settle('AddPartitionsToTxn');
+    await p.settle('Produce');
+    await both;
+    const commit = p.eos.commit();
+    await p.settle('EndTxn');
+    await commit;
+    expect(p.log).toEqual([
+      'AddOffsetsToTxn sent',
+      'AddOffsetsToTxn answered',
+      'TxnOffsetCommit sent',
+      'TxnOffsetCommit answered',
+      'AddPartitionsToTxn sent',
+      'AddPartitionsToTxn answered',
+      'Produce sent',
+      'Produce answered',
+      'EndTxn sent',
+      'EndTxn answered',
+    ]);
+    expect(p.maxInFlight()).toBe(1);
+  });
+
+  it('records begun while the offsets sent first are still in flight wait for AddOffsetsToTxn before their AddPartitionsToTxn', async () => {
+    const p = await transactionalProducer();
+    p.eos.beginTransaction();
+    const offsets = sendOffsetsFirst(p.offsets);
+    const both = sendWithOffsets([p.send], offsets);
+    await p.settle('AddOffsetsToTxn');
+    await p.settle('AddPartitionsToTxn');
+    await p.settle('TxnOffsetCommit');
+    await p.settle('Produce');
+    await both;
+    expect(p.maxInFlight()).toBe(1);
+    expect(p.log.indexOf('AddPartitionsToTxn sent')).toBeGreaterThan(
+      p.log.indexOf('AddOffsetsToTxn answered'),
+    );
+  });
+
+  it('a transaction given up after its offsets were sent first aborts once they settled, and nothing of it commits', async () => {
+    const p = await transactionalProducer();
+    p.eos.beginTransaction();
+    const offsets = sendOffsetsFirst(p.offsets);
+    // The batch's processing then fails: its caller aborts once the offsets' requests settled (the TxnOffsetCommit goes
+    // to the group coordinator, which the patched abort does not wait for).
+    const abort = offsets.then(() => p.eos.abort());
+    await p.settle('AddOffsetsToTxn');
+    await p.settle('TxnOffsetCommit');
+    await p.settle('EndTxn');
+    await abort;
+    expect(p.log.indexOf('EndTxn sent')).toBeGreaterThan(p.log.indexOf('TxnOffsetCommit answered'));
+    const before = p.log.length;
+    p.eos.beginTransaction();
+    await p.eos.commit();
+    expect(p.log.slice(before)).toEqual([]);
   });
 
   it('sends AddOffsetsToTxn once, after a refused AddPartitionsToTxn was taken on retry, never two at once', async () => {
