@@ -3,6 +3,7 @@ import {
   CompressionTypes,
   KafkaJSError,
   messageBytes,
+  sendOffsetsFirst,
   sendWithOffsets,
   writeCompression,
   type IHeaders,
@@ -68,55 +69,106 @@ export interface CommitDeps {
 /** Runs of DLQ records of one DLQ topic in one compression codec, in order. */
 type Fitted = Array<{ dlqTopic: string; compression: CompressionTypes; records: Msg[] }>;
 
+/** The open transaction of a batch: opened before the batch is applied, its offsets already on their way. */
+export interface BatchTransaction {
+  tx: Transaction;
+  /** The batch's offsets (AddOffsetsToTxn, TxnOffsetCommit), sent at the open (sendOffsetsFirst). */
+  offsets: Promise<unknown>;
+  span: Span;
+}
+
+type Transaction = Awaited<ReturnType<OwnedPartition['producer']['transaction']>>;
+
 /**
- * Commits a batch of partition `o` in one transaction: outputs, dead letters, then the offsets past `lastOffset`.
+ * Opens the transaction of a batch of partition `o` before the batch is applied, and sends its offsets (past
+ * `lastOffset`) at once: their AddOffsetsToTxn and TxnOffsetCommit overlap the apply, and after it only the records'
+ * AddPartitionsToTxn, their produce and EndTxn remain (one round trip fewer than offsets sent beside the records).
+ * Then either {@link commitBatch} or, when the apply throws, {@link abandonBatch}.
+ * @throws KafkaJSError (always retriable) when the transaction cannot open: the partition is taken over again
+ */
+export async function openBatch(
+  o: OwnedPartition,
+  d: CommitDeps,
+  batch: { topic: string; partition: number },
+  lastOffset: string,
+  parent: Span,
+): Promise<BatchTransaction> {
+  const span = tracer().startSpan('keyflow.engine.transaction', {}, trace.setSpan(ROOT_CONTEXT, parent));
+  let tx: Transaction;
+  try {
+    tx = await o.producer.transaction();
+  } catch (err) {
+    throw transactionFailed(o, d, batch, span, err);
+  }
+  const next = (BigInt(lastOffset) + 1n).toString();
+  // Right after the previous commit the coordinator may refuse the transaction's first request with
+  // CONCURRENT_TRANSACTIONS: sendOffsetsFirst sends it again.
+  const offsets = sendOffsetsFirst(() =>
+    tx.sendOffsets({
+      consumerGroupId: d.cfg.ORCHESTRATOR_GROUP_ID,
+      topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
+    }),
+  );
+  return { tx, offsets, span };
+}
+
+/**
+ * Gives up the transaction of a batch whose apply threw `err`: aborted once its offsets' requests settled (so no
+ * TxnOffsetCommit is in flight when the abort's EndTxn goes out), so nothing of it commits and the batch is fetched
+ * again. An abort that fails takes the partition over again (the kafkajs producer may be unusable).
+ */
+export async function abandonBatch(
+  o: OwnedPartition,
+  d: CommitDeps,
+  open: BatchTransaction,
+  err: unknown,
+): Promise<void> {
+  open.span.recordException(err as Error);
+  open.span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
+  open.span.end();
+  await open.offsets.catch(() => undefined);
+  try {
+    await open.tx.abort();
+  } catch (abortErr) {
+    d.retakeOver(o, abortErr);
+  }
+}
+
+/**
+ * Commits a batch of partition `o` in its transaction (opened by {@link openBatch}, its offsets sent): outputs, dead
+ * letters, then EndTxn.
  * @throws KafkaJSError (always retriable) when the transaction fails: it is aborted and the partition taken over again;
  *   nothing was resolved, so the batch is fetched again
  */
 export async function commitBatch(
   o: OwnedPartition,
   d: CommitDeps,
+  open: BatchTransaction,
   batch: { topic: string; partition: number },
   out: BatchOutputs,
-  lastOffset: string,
-  parent: Span,
 ): Promise<void> {
-  let tx: Awaited<ReturnType<typeof o.producer.transaction>> | undefined;
-  const txSpan = tracer().startSpan(
-    'keyflow.engine.transaction',
-    { attributes: { 'keyflow.records': out.records.length + out.dlq.length } },
-    trace.setSpan(ROOT_CONTEXT, parent),
-  );
+  const { tx, span: txSpan } = open;
+  txSpan.setAttribute('keyflow.records', out.records.length + out.dlq.length);
   try {
-    // Fitted before the transaction opens: measuring a large record takes a while.
+    // Fitted before the records are sent: measuring a large record takes a while.
     const { fitted, elsewhere } = await fitDeadLetters(d.cfg, batch, out.dlq);
-    const open = await o.producer.transaction();
-    tx = open;
     const byTopic = outputMessages(d.codec.physical(Topic.WF_STATE), o.partition, out);
     // Requests of at most half of max.message.bytes (before gzip; KEYFLOW_MAX_MESSAGE_BYTES), so no record batch
     // exceeds what the broker accepts.
     const sends = splitBySize([...byTopic], d.claim.thresholdBytes).map(
       ({ topicMessages, bytes }) =>
         () =>
-          open.sendBatch({ compression: writeCompression(CompressionTypes.GZIP, bytes), topicMessages }),
+          tx.sendBatch({ compression: writeCompression(CompressionTypes.GZIP, bytes), topicMessages }),
     );
     for (const { dlqTopic, compression, records } of [...fitted, ...elsewhere])
       for (const { topicMessages } of splitBySize([[dlqTopic, records]], d.claim.thresholdBytes))
-        sends.push(() => open.sendBatch({ compression, topicMessages }));
-    const next = (BigInt(lastOffset) + 1n).toString();
-    // The offsets go beside the records (their TxnOffsetCommit overlaps the produce requests); with no records they
-    // are the transaction's first request, which right after the previous commit the coordinator may refuse with
-    // CONCURRENT_TRANSACTIONS (sendWithOffsets sends them again).
-    await sendWithOffsets(sends, () =>
-      open.sendOffsets({
-        consumerGroupId: d.cfg.ORCHESTRATOR_GROUP_ID,
-        topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
-      }),
-    );
-    await open.commit();
+        sends.push(() => tx.sendBatch({ compression, topicMessages }));
+    await sendWithOffsets(sends, open.offsets);
+    await tx.commit();
     txSpan.end();
   } catch (err) {
-    await tx?.abort().catch(() => undefined);
+    await open.offsets.catch(() => undefined);
+    await tx.abort().catch(() => undefined);
     throw transactionFailed(o, d, batch, txSpan, err);
   }
 }

@@ -50,7 +50,7 @@ import {
   type RestoreDeps,
 } from './ownership';
 import { BatchApply, definitionName, SnapshotPerInput, type ApplyDeps, type BatchSpans } from './apply';
-import { commitBatch, splitBySize, type CommitDeps } from './commit';
+import { abandonBatch, commitBatch, openBatch, splitBySize, type CommitDeps } from './commit';
 import { RetentionSweeper } from './retention';
 import type { LocalCommand } from './mapping';
 
@@ -585,10 +585,17 @@ export class Engine {
     }
     // Without a stand-in, past the whole batch (trailing transaction markers included); with one, up to it.
     const lastOffset = bad ? messages[messages.length - 1].offset : batch.lastOffset();
+    // The transaction opens first, its offsets sent at once: they overlap the apply (commit.ts, openBatch).
+    const open = await openBatch(o, this.commitDeps, batch, lastOffset, spans.batch);
     const applied = new BatchApply(this.applyDeps, o, batch.partition, snapshots, spans);
-    await applied.run(messages, batch.topic);
-    await applied.snapshotChanged();
-    await commitBatch(o, this.commitDeps, batch, applied, lastOffset, spans.batch);
+    try {
+      await applied.run(messages, batch.topic);
+      await applied.snapshotChanged();
+    } catch (err) {
+      await abandonBatch(o, this.commitDeps, open, err);
+      throw err;
+    }
+    await commitBatch(o, this.commitDeps, open, batch, applied);
     // Only now does the in-memory state move on.
     applied.settle();
     // Local steps run only once their dispatch is durable, outside the partition's lock (local-steps.ts).
