@@ -5,6 +5,13 @@ import { OrchestratorHarness, post } from './support';
 
 jest.setTimeout(120_000);
 
+/** The orchestrator's take-overs so far (keyflow_orchestrator_partition_restores_total). */
+async function restores(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split('\n').find((l) => /^keyflow_orchestrator_partition_restores_total[{ ]/.test(l));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
 /**
  * The engine meets a result written with a schema id it has not cached while the registry is away: it must not
  * dead-letter it (the record is fine), nor crash or loop its consumer; the partition waits, named in /health, and
@@ -18,7 +25,7 @@ describe('the orchestrator while the schema registry is away', () => {
     await h.teardown();
   });
 
-  it('holds the partition with REGISTRY_UNAVAILABLE in /health, dead-letters nothing, and completes the run when it is back', async () => {
+  it('holds the partition with REGISTRY_UNAVAILABLE in /health, dead-letters nothing, keeps its producer (each held batch aborts its own transaction, no take-over), and completes the run when it is back', async () => {
     await proxy.start();
     const orch = await h.startOrchestrator({
       SCHEMA_REGISTRY_URL: proxy.url(),
@@ -44,6 +51,9 @@ describe('the orchestrator while the schema registry is away', () => {
           await producer.send({ topic, acks: -1, messages: [{ key, value: bytes }] });
         },
       });
+      const owned = (await (await h.ns.getAdmin()).fetchTopicOffsets(h.codec.physical('wf.requests'))).length;
+      await eventually('every partition restored', () => restores(url), { until: (n) => n >= owned });
+      const restoredBefore = await restores(url);
       await proxy.stop();
       const runId = `registry-away-${h.ns.prefix}`;
       expect((await post(`${url}/runs`, { workflow: 'three-step', input: {}, runId })).status).toBe(202);
@@ -61,6 +71,9 @@ describe('the orchestrator while the schema registry is away', () => {
       const admin = await h.ns.getAdmin();
       const dlq = await admin.fetchTopicOffsets(h.codec.physical('task.results.dlq'));
       expect(dlq.map((p) => p.high)).toEqual(dlq.map(() => '0'));
+      // The held batch was tried again several times (quarantine backoff), each in a transaction opened with its
+      // offsets before the apply threw: given up by an abort, never by replacing the partition's producer.
+      expect(await restores(url)).toBe(restoredBefore);
       expect(orch.proc.exitCode).toBeNull();
     } finally {
       await producer.disconnect();
