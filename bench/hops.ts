@@ -12,8 +12,8 @@ import { pct } from './support';
  *  - `engine k`: the input that moves the run to step k (StartRun, or step k-1's TaskCompleted), its record timestamp
  *    -> step k's TaskCommand metadata.occurredAt (the engine fetched and applied it);
  *  - `tx start k`: TaskCommand occurredAt -> its record timestamp: the rest of the batch's apply and snapshots, then
- *    the transaction's AddPartitionsToTxn (after its AddOffsetsToTxn, sent when the batch was fetched: commit.ts
- *    openBatch), kafkajs stamps a record when it encodes the produce request;
+ *    the transaction's AddPartitionsToTxn (after its AddOffsetsToTxn, sent once the batch held the partition's
+ *    lock, before the apply: commit.ts openBatch), kafkajs stamps a record when it encodes the produce request;
  *  - `commit+worker k`: TaskCommand record timestamp -> TaskCompleted metadata.occurredAt minus its durationMs: the
  *    rest of the engine's transaction (the produce, any TxnOffsetCommit still in flight, EndTxn), the worker's fetch,
  *    its claim in Redis;

@@ -9,8 +9,10 @@ import { TransactionV2Producer } from './transaction-v2';
  * bench:transaction`): back-to-back transactions of one record and one offset commit on one transactional producer,
  * in blocks that alternate two ways of sending them, so both are measured in the same sitting:
  *  - `sequential`: sendBatch, then sendOffsets, then commit (kafkajs's idiom, bench/chain.ts and the relay);
- *  - `overlapped`: sendWithOffsets (the engine's commit.ts), then commit: the offsets' TxnOffsetCommit overlaps the
- *    produce (libs/kafka/src/client/kafkajs-patch.ts, "coordinator one at a time").
+ *  - `overlapped`: sendWithOffsets, then commit: the offsets' TxnOffsetCommit overlaps the produce
+ *    (libs/kafka/src/client/kafkajs-patch.ts, "coordinator one at a time"). The engine sent its offsets so until
+ *    2026-12-06; it now sends them when it opens a batch's transaction, before the apply (commit.ts openBatch),
+ *    which a commit with nothing to apply between cannot show.
  * Prints p50 / p90 / p99 per transaction in ms, from transaction() to commit() resolved. Back to back (the default),
  * most transactions meet the previous one's markers still being written and wait a CONCURRENT_TRANSACTIONS retry
  * (kafkajs retries it inside the send, after --first-retry-ms; in `overlapped`, a refused AddOffsetsToTxn is sent again

@@ -89,9 +89,9 @@ export function createKafka(opts: CreateKafkaOptions): Kafka {
  * Runs `request` (a transaction's request kafkajs sends once, such as `sendOffsets`, whose AddOffsetsToTxn is the
  * transaction's first request when nothing was sent before it) and, while the coordinator refuses it with
  * CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written; the open transaction is
- * unchanged by the refusal), runs it again after {@link TRANSACTIONAL_RETRY}'s first wait (5 ms), doubling, jitter
- * +-20 %.
- * @param opts.maxTries runs in all (default 8: about 1.3 s of waits, far below a transaction timeout).
+ * unchanged by the refusal), runs it again after {@link TRANSACTIONAL_RETRY}'s first wait (5 ms), doubling up to its
+ * longest (5 s), jitter +-20 %.
+ * @param opts.maxTries runs in all (default 8: 7 waits, about 0.64 s in all, far below a transaction timeout).
  * @param opts.sleep, opts.random for tests.
  * @throws the last CONCURRENT_TRANSACTIONS error after `maxTries` runs; any other error at once, unchanged.
  */
@@ -109,24 +109,40 @@ export async function whileTransactionsConcurrent<T>(
       return await request();
     } catch (e) {
       if ((e as { type?: unknown }).type !== 'CONCURRENT_TRANSACTIONS' || tries >= maxTries) throw e;
-      const base = TRANSACTIONAL_RETRY.initialRetryTime * 2 ** (tries - 1);
+      const base = Math.min(
+        TRANSACTIONAL_RETRY.initialRetryTime * 2 ** (tries - 1),
+        TRANSACTIONAL_RETRY.maxRetryTime,
+      );
       await sleep(Math.round(base * (0.8 + 0.4 * random())));
     }
   }
 }
 
 /**
- * Sends a transaction's offsets now (`sendOffsets`, a `tx.sendOffsets`, in {@link whileTransactionsConcurrent}),
- * before its records are known: a consume-transform-produce loop calls it as soon as it has fetched a batch (the
- * offset to commit is the batch's last offset + 1 whatever the batch produces), so AddOffsetsToTxn and the
- * TxnOffsetCommit overlap the batch's processing instead of following its records. The patched kafkajs (`coordinator
- * one at a time`, ./kafkajs-patch) sends the records' AddPartitionsToTxn after AddOffsetsToTxn; KIP-98 lets a
- * transaction's requests come in any order (its records and offsets commit or abort together).
- * @returns the offsets' requests, for {@link sendWithOffsets}; a rejection is handled here too (a transaction given
- *   up before its records aborts without awaiting them: the patched abort waits for its requests)
+ * Runs of a transaction's first request refused with CONCURRENT_TRANSACTIONS that {@link sendOffsetsFirst} makes:
+ * 14, so 13 waits of 5 ms doubling up to 5 s, about 20 s in all, within a 30 s transaction timeout. The first request
+ * of a transaction meets the previous one's markers (a loaded broker may take seconds to write them), as the
+ * records' AddPartitionsToTxn did when it went first (kafkajs retries that one without a bound).
+ */
+export const FIRST_REQUEST_TRIES = 14;
+
+/**
+ * Sends a transaction's offsets now (`sendOffsets`, a `tx.sendOffsets`, in {@link whileTransactionsConcurrent} for up
+ * to {@link FIRST_REQUEST_TRIES} runs: its AddOffsetsToTxn is the transaction's first request), before its records are
+ * known: a consume-transform-produce loop calls it as soon as it holds a fetched batch (the offset to commit is the
+ * batch's last offset + 1 whatever the batch produces), so AddOffsetsToTxn and the TxnOffsetCommit overlap the batch's
+ * processing instead of following its records. The patched kafkajs (`coordinator one at a time`, ./kafkajs-patch)
+ * sends the records' AddPartitionsToTxn after AddOffsetsToTxn; KIP-98 lets a transaction's requests come in any order
+ * (its records and offsets commit or abort together). The caller must let the returned promise settle before it calls
+ * `tx.commit()` or `tx.abort()` ({@link sendWithOffsets} does): the patched commit and abort wait for the transaction
+ * coordinator's requests, not for the TxnOffsetCommit, which goes to the group coordinator, and one still in flight
+ * when the transaction ends could be written after its markers (left pending, then committed by the same
+ * transactional id's next commit).
+ * @returns the offsets' requests, for {@link sendWithOffsets}; a rejection is handled here too (no unhandled rejection
+ *   when the caller gives the transaction up), the caller still awaits it
  */
 export function sendOffsetsFirst(sendOffsets: () => Promise<unknown>): Promise<unknown> {
-  const sent = whileTransactionsConcurrent(sendOffsets);
+  const sent = whileTransactionsConcurrent(sendOffsets, { maxTries: FIRST_REQUEST_TRIES });
   sent.catch(() => undefined);
   return sent;
 }

@@ -3,6 +3,7 @@ export {
   createIdempotentProducer,
   whileTransactionsConcurrent,
   sendOffsetsFirst,
+  FIRST_REQUEST_TRIES,
   sendWithOffsets,
   isTooLarge,
   RECORD_TOO_LARGE,

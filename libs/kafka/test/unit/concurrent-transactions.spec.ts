@@ -1,5 +1,5 @@
 import { KafkaJSError, KafkaJSProtocolError } from 'kafkajs';
-import { whileTransactionsConcurrent } from '../../src';
+import { FIRST_REQUEST_TRIES, TRANSACTIONAL_RETRY, whileTransactionsConcurrent } from '../../src';
 
 /** The error kafkajs throws for a request the transaction coordinator refused with CONCURRENT_TRANSACTIONS (51). */
 const concurrent = () =>
@@ -58,5 +58,22 @@ describe('whileTransactionsConcurrent: a transaction request refused while the p
       ),
     ).rejects.toMatchObject({ type: 'CONCURRENT_TRANSACTIONS' });
     expect(calls).toBe(3);
+  });
+
+  it("waits double up to TRANSACTIONAL_RETRY's longest, so a transaction's first request is tried for about 20 s, within a 30 s transaction timeout", async () => {
+    const waits: number[] = [];
+    await expect(
+      whileTransactionsConcurrent(
+        async () => {
+          throw concurrent();
+        },
+        { sleep: async (ms) => void waits.push(ms), random: () => 0.5, maxTries: FIRST_REQUEST_TRIES },
+      ),
+    ).rejects.toMatchObject({ type: 'CONCURRENT_TRANSACTIONS' });
+    expect(waits).toHaveLength(FIRST_REQUEST_TRIES - 1);
+    expect(Math.max(...waits)).toBe(TRANSACTIONAL_RETRY.maxRetryTime);
+    const total = waits.reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThan(10_000); // markers a loaded broker writes for seconds are waited out
+    expect(total * 1.2).toBeLessThan(30_000); // and the open transaction never outlives its timeout waiting (jitter +20 %)
   });
 });

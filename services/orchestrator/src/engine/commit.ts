@@ -16,12 +16,13 @@ import { ROOT_CONTEXT, SpanStatusCode, trace, type Span } from '@opentelemetry/a
 import { tracer, type Logger } from '@keyflow/observability';
 import type { OrchestratorConfig } from '../config';
 import type { OutputRecord } from './mapping';
-import type { OwnedPartition } from './ownership';
+import { ENGINE_TRANSACTION_TIMEOUT_MS, type OwnedPartition } from './ownership';
 
 /**
- * The commit of an engine batch: its dead letters fitted to their DLQs, then ONE Kafka transaction of the partition's
- * fenced producer with the batch's outputs (commands, lifecycle events, the last snapshot of each run), its dead
- * letters and the consumer offsets (sendOffsets). See docs/architecture/engine.md.
+ * The commit of an engine batch: ONE Kafka transaction of the partition's fenced producer, opened before the batch is
+ * applied with the consumer offsets sent at once (sendOffsets), then the batch's outputs (commands, lifecycle events,
+ * the last snapshot of each run) and its dead letters (fitted to their DLQs), then EndTxn. See
+ * docs/architecture/engine.md.
  */
 
 /** A record as the producer sends it. */
@@ -75,6 +76,8 @@ export interface BatchTransaction {
   /** The batch's offsets (AddOffsetsToTxn, TxnOffsetCommit), sent at the open (sendOffsetsFirst). */
   offsets: Promise<unknown>;
   span: Span;
+  /** When it was opened (epoch ms). */
+  openedAt: number;
 }
 
 type Transaction = Awaited<ReturnType<OwnedPartition['producer']['transaction']>>;
@@ -83,7 +86,7 @@ type Transaction = Awaited<ReturnType<OwnedPartition['producer']['transaction']>
  * Opens the transaction of a batch of partition `o` before the batch is applied, and sends its offsets (past
  * `lastOffset`) at once: their AddOffsetsToTxn and TxnOffsetCommit overlap the apply, and after it only the records'
  * AddPartitionsToTxn, their produce and EndTxn remain (one round trip fewer than offsets sent beside the records).
- * Then either {@link commitBatch} or, when the apply throws, {@link abandonBatch}.
+ * Then {@link commitBatch}, after {@link stillFresh}; or, when the apply throws, {@link abandonBatch}.
  * @throws KafkaJSError (always retriable) when the transaction cannot open: the partition is taken over again
  */
 export async function openBatch(
@@ -94,6 +97,7 @@ export async function openBatch(
   parent: Span,
 ): Promise<BatchTransaction> {
   const span = tracer().startSpan('keyflow.engine.transaction', {}, trace.setSpan(ROOT_CONTEXT, parent));
+  const openedAt = Date.now();
   let tx: Transaction;
   try {
     tx = await o.producer.transaction();
@@ -109,13 +113,40 @@ export async function openBatch(
       topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
     }),
   );
-  return { tx, offsets, span };
+  return { tx, offsets, span, openedAt };
+}
+
+/**
+ * The batch's transaction to commit in, after its apply: `open` itself, or, when it has been open longer than half
+ * of {@link ENGINE_TRANSACTION_TIMEOUT_MS} (an apply that waited on a slow blob store or registry), `open` aborted and
+ * a new one opened (offsets sent again), so the coordinator never times it out under the commit (which would fence
+ * the producer and take the partition over again).
+ * @throws KafkaJSError (always retriable) as {@link abandonBatch} and {@link openBatch}
+ */
+export async function stillFresh(
+  o: OwnedPartition,
+  d: CommitDeps,
+  open: BatchTransaction,
+  batch: { topic: string; partition: number },
+  lastOffset: string,
+  parent: Span,
+): Promise<BatchTransaction> {
+  const age = Date.now() - open.openedAt;
+  if (age <= ENGINE_TRANSACTION_TIMEOUT_MS / 2) return open;
+  d.logger.info(
+    { topic: batch.topic, partition: batch.partition, ms: age },
+    "the batch's apply took over half the transaction timeout: its transaction is opened again",
+  );
+  await abandonBatch(o, d, open, new Error(`transaction open ${age} ms before its commit: opened again`));
+  return openBatch(o, d, batch, lastOffset, parent);
 }
 
 /**
  * Gives up the transaction of a batch whose apply threw `err`: aborted once its offsets' requests settled (so no
  * TxnOffsetCommit is in flight when the abort's EndTxn goes out), so nothing of it commits and the batch is fetched
- * again. An abort that fails takes the partition over again (the kafkajs producer may be unusable).
+ * again.
+ * @throws KafkaJSError (retriable) when the abort fails: the partition is taken over again (the kafkajs producer may be
+ *   unusable), and the batch must not be applied again on it
  */
 export async function abandonBatch(
   o: OwnedPartition,
@@ -131,6 +162,9 @@ export async function abandonBatch(
     await open.tx.abort();
   } catch (abortErr) {
     d.retakeOver(o, abortErr);
+    throw abortErr instanceof KafkaJSError && abortErr.retriable
+      ? abortErr
+      : new KafkaJSError(abortErr as Error, { retriable: true });
   }
 }
 

@@ -50,7 +50,7 @@ import {
   type RestoreDeps,
 } from './ownership';
 import { BatchApply, definitionName, SnapshotPerInput, type ApplyDeps, type BatchSpans } from './apply';
-import { abandonBatch, commitBatch, openBatch, splitBySize, type CommitDeps } from './commit';
+import { abandonBatch, commitBatch, openBatch, splitBySize, stillFresh, type CommitDeps } from './commit';
 import { RetentionSweeper } from './retention';
 import type { LocalCommand } from './mapping';
 
@@ -587,15 +587,17 @@ export class Engine {
     const lastOffset = bad ? messages[messages.length - 1].offset : batch.lastOffset();
     // The transaction opens first, its offsets sent at once: they overlap the apply (commit.ts, openBatch).
     const open = await openBatch(o, this.commitDeps, batch, lastOffset, spans.batch);
-    const applied = new BatchApply(this.applyDeps, o, batch.partition, snapshots, spans);
+    let applied: BatchApply;
     try {
+      applied = new BatchApply(this.applyDeps, o, batch.partition, snapshots, spans);
       await applied.run(messages, batch.topic);
       await applied.snapshotChanged();
     } catch (err) {
-      await abandonBatch(o, this.commitDeps, open, err);
+      await abandonBatch(o, this.commitDeps, open, err); // throws instead when the abort failed
       throw err;
     }
-    await commitBatch(o, this.commitDeps, open, batch, applied);
+    const tx = await stillFresh(o, this.commitDeps, open, batch, lastOffset, spans.batch);
+    await commitBatch(o, this.commitDeps, tx, batch, applied);
     // Only now does the in-memory state move on.
     applied.settle();
     // Local steps run only once their dispatch is durable, outside the partition's lock (local-steps.ts).

@@ -52,6 +52,14 @@ export interface OwnedPartition {
 }
 
 /**
+ * The transaction timeout of a partition's producer, in ms (kafkajs `transactionTimeout`, the coordinator's
+ * transaction.timeout.ms for its transactional id): the coordinator aborts a transaction open longer, and fences the
+ * producer's epoch. A batch's transaction opens before its apply (commit.ts openBatch), so the engine opens one again
+ * when an apply took more than half of it.
+ */
+export const ENGINE_TRANSACTION_TIMEOUT_MS = 30_000;
+
+/**
  * A partition taken over, not yet restored (`ready` is set by {@link restorePartition}): its producer's
  * transactional id fences the previous owner once connected.
  */
@@ -66,7 +74,7 @@ export function ownedPartition(
     createPartitioner: JavaCompatiblePartitioner, // murmur2, as Java: run-keyed topics stay co-partitioned
     idempotent: true,
     maxInFlightRequests: 1,
-    transactionTimeout: 30_000,
+    transactionTimeout: ENGINE_TRANSACTION_TIMEOUT_MS,
     retry: TRANSACTIONAL_RETRY, // a CONCURRENT_TRANSACTIONS refusal between back-to-back transactions
   });
   return {

@@ -63,17 +63,23 @@ describe('the orchestrator while the schema registry is away', () => {
       expect(health.body.status).toBe('degraded');
       expect(h.of(runId).map((e) => e.event)).toEqual(['RunStarted', 'StepScheduled']); // first result held
 
+      // While held: each try's transaction (its offsets sent before the apply threw) was aborted, so the engine's
+      // group has committed nothing on task.results (the held result is the topic's first record), and the
+      // partition's producer was kept (no take-over).
+      const admin = await h.ns.getAdmin();
+      const [committed] = await admin.fetchOffsets({
+        groupId: h.ns.groupId('orchestrator'),
+        topics: [h.codec.physical('task.results')],
+      });
+      expect(committed.partitions.filter((p) => Number(p.offset) > 0)).toEqual([]);
+      expect(await restores(url)).toBe(restoredBefore);
       await proxy.start(proxy.port);
       await eventually('RunCompleted', () => h.of(runId).some((e) => e.event === 'RunCompleted'), {
         timeoutMs: 60_000,
       });
       await eventually('/health ok again', () => healthOf(url), { until: (x) => x.body.status === 'ok' });
-      const admin = await h.ns.getAdmin();
       const dlq = await admin.fetchTopicOffsets(h.codec.physical('task.results.dlq'));
       expect(dlq.map((p) => p.high)).toEqual(dlq.map(() => '0'));
-      // The held batch was tried again several times (quarantine backoff), each in a transaction opened with its
-      // offsets before the apply threw: given up by an abort, never by replacing the partition's producer.
-      expect(await restores(url)).toBe(restoredBefore);
       expect(orch.proc.exitCode).toBeNull();
     } finally {
       await producer.disconnect();
