@@ -6,7 +6,7 @@ import type { TaskCommand } from '@keyflow/schemas';
 import { taskTopic, Topic } from '@keyflow/schemas';
 import { idempotencyKeyOf } from '@keyflow/workflow';
 import { eventually } from '@keyflow/testing';
-import { benchWait, serviceOnlyEnv, spawnService, benchTopics, readFromStart, runBench } from './support';
+import { benchWait, serviceOnlyEnv, spawnService, benchTopics, readResults, runBench } from './support';
 
 /**
  * Flow-control benchmark: `--workers` worker processes (bench/flow/worker.ts) share the limit of the `charge` task
@@ -110,22 +110,14 @@ async function main() {
   try {
     await Promise.all(workers.map((w) => w.ready));
     await codec.registerTopics([taskTopic(TASK), Topic.TASK_RESULTS]);
-    const consumer = await readFromStart(
-      kafka,
-      `${prefix}reader`,
-      codec.physical(Topic.TASK_RESULTS),
-      false,
-      async (value, at) => {
-        const d = await codec.decode(Topic.TASK_RESULTS, value, at);
-        if (d.event === 'TaskWaiting') return; // a wait report (progress), not a result
-        if (d.event === 'TaskCompleted') results.completed++;
-        else {
-          results.failed++;
-          const code = (d.value as { error: { code: string | null } }).error.code ?? 'none';
-          results.codes.set(code, (results.codes.get(code) ?? 0) + 1);
-        }
-      },
-    );
+    const consumer = await readResults(kafka, codec, `${prefix}reader`, (d) => {
+      if (d.event === 'TaskCompleted') results.completed++;
+      else {
+        results.failed++;
+        const code = (d.value as { error: { code: string | null } }).error.code ?? 'none';
+        results.codes.set(code, (results.codes.get(code) ?? 0) + 1);
+      }
+    });
     const producer = kafka.producer({ idempotent: true });
     await producer.connect();
     console.log(

@@ -60,7 +60,7 @@ export async function deleteTopicsUnder(brokers: string[], prefixes: readonly st
 /**
  * Reads `topic` (physical) from its start in a fresh consumer group (`group`, the caller's own name under its
  * prefix), read_committed unless `readUncommitted`; calls `each` with every record's value and location in partition
- * order. A fetch is answered as soon as a record arrives and waits at most 1,000 ms for one (it waited 50 ms: an
+ * order (`at.timestamp`: the record's, epoch ms as kafkajs gives it). A fetch is answered as soon as a record arrives and waits at most 1,000 ms for one (it waited 50 ms: an
  * idle reader then made 20 fetch requests a second on the broker under test). Commits no offsets: the group is never
  * resumed, and each commit would be one more request on that broker. Resolves once the consumer runs, with it (disconnect it when
  * done). `onBatchEnd`, when given, is called after each fetched batch of a partition with the offset after its last
@@ -74,7 +74,10 @@ export async function readFromStart(
   group: string,
   topic: string,
   readUncommitted: boolean,
-  each: (value: Buffer | null, at: { topic: string; partition: number; offset: string }) => unknown,
+  each: (
+    value: Buffer | null,
+    at: { topic: string; partition: number; offset: string; timestamp: string },
+  ) => unknown,
   onBatchEnd?: (partition: number, next: bigint) => void,
 ): Promise<Consumer> {
   const consumer = kafka.consumer({ groupId: group, readUncommitted, maxWaitTimeInMs: 1_000 });
@@ -87,7 +90,7 @@ export async function readFromStart(
   await consumer.run({
     autoCommit: false,
     eachMessage: async ({ topic: t, partition, message }) => {
-      await each(message.value, { topic: t, partition, offset: message.offset });
+      await each(message.value, { topic: t, partition, offset: message.offset, timestamp: message.timestamp });
     },
   });
   return consumer;
@@ -107,6 +110,24 @@ export function readLifecycle(
   return readFromStart(kafka, group, codec.physical(Topic.WF_EVENTS), false, async (value, at) =>
     onEvent(await codec.decode(Topic.WF_EVENTS, value, at)),
   );
+}
+
+/**
+ * {@link readFromStart} of `codec`'s task.results (read_committed), calling `onResult` with each decoded result
+ * (TaskCompleted, TaskFailed) and the record's location and timestamp; wait reports (TaskWaiting: progress, not a
+ * result) are left out. The codec must have registered Topic.TASK_RESULTS. @throws as readFromStart; a record that
+ * does not decode crashes the consumer
+ */
+export function readResults(
+  kafka: Kafka,
+  codec: EventCodec,
+  group: string,
+  onResult: (d: DecodedEvent, at: { partition: number; offset: string; timestamp: string }) => void,
+): Promise<Consumer> {
+  return readFromStart(kafka, group, codec.physical(Topic.TASK_RESULTS), false, async (value, at) => {
+    const d = await codec.decode(Topic.TASK_RESULTS, value, at);
+    if (d.event !== 'TaskWaiting') onResult(d, at);
+  });
 }
 
 /**

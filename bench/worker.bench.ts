@@ -24,6 +24,7 @@ import {
   tracingLine,
   benchWait,
   benchTopics,
+  readResults,
   runBench,
 } from './support';
 import { eventually } from '@keyflow/testing';
@@ -144,27 +145,16 @@ function startWorker(prefix: string, profileDir?: string) {
   );
 }
 
-/** Counts results on task.results; records command-to-result latency from the metadata times. */
+/** Counts results on task.results; records command-to-result latency (result record time - command sent). */
 async function resultCounter(codec: EventCodec, group: string) {
-  const consumer = kafka.consumer({ groupId: group });
   let count = 0;
   let firstAt = 0;
   const latencies: number[] = [];
   const sentAt = new Map<string, number>();
-  await consumer.connect();
-  await consumer.subscribe({ topic: codec.physical(Topic.TASK_RESULTS), fromBeginning: true });
-  await consumer.run({
-    eachMessage: async ({ topic, partition, message }) => {
-      const d = await codec.decode(Topic.TASK_RESULTS, message.value, {
-        topic,
-        partition,
-        offset: message.offset,
-      });
-      if (d.event === 'TaskWaiting') return; // a wait report (progress), not a result
-      if (count++ === 0) firstAt = Date.now();
-      const at = sentAt.get((d.value as { runId: string }).runId);
-      if (at !== undefined) latencies.push(Number(message.timestamp) - at);
-    },
+  const consumer = await readResults(kafka, codec, group, (d, at) => {
+    if (count++ === 0) firstAt = Date.now();
+    const sent = sentAt.get((d.value as { runId: string }).runId);
+    if (sent !== undefined) latencies.push(Number(at.timestamp) - sent);
   });
   return {
     consumer,
