@@ -90,7 +90,12 @@ export async function readFromStart(
   await consumer.run({
     autoCommit: false,
     eachMessage: async ({ topic: t, partition, message }) => {
-      await each(message.value, { topic: t, partition, offset: message.offset, timestamp: message.timestamp });
+      await each(message.value, {
+        topic: t,
+        partition,
+        offset: message.offset,
+        timestamp: message.timestamp,
+      });
     },
   });
   return consumer;
