@@ -175,18 +175,13 @@ describe("a transaction's records and offsets sent together (kafkajs patch: coor
     const commit = p.eos.commit();
     await p.settle('EndTxn');
     await commit;
-    expect(p.log).toEqual([
-      'AddOffsetsToTxn sent',
-      'AddOffsetsToTxn answered',
-      'TxnOffsetCommit sent',
-      'TxnOffsetCommit answered',
-      'AddPartitionsToTxn sent',
-      'AddPartitionsToTxn answered',
-      'Produce sent',
-      'Produce answered',
-      'EndTxn sent',
-      'EndTxn answered',
-    ]);
+    // Each request answered before the next is sent.
+    expect(p.log).toEqual(
+      ['AddOffsetsToTxn', 'TxnOffsetCommit', 'AddPartitionsToTxn', 'Produce', 'EndTxn'].flatMap((api) => [
+        `${api} sent`,
+        `${api} answered`,
+      ]),
+    );
     expect(p.maxInFlight()).toBe(1);
   });
 
