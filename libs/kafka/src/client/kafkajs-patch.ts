@@ -61,10 +61,10 @@ import { KeyflowError, retryableOf } from '@keyflow/errors';
  *   transaction log is refused CONCURRENT_TRANSACTIONS), and sendOffsets sends AddOffsetsToTxn once the sends
  *   already begun have their partitions added (a refused AddPartitionsToTxn keeps it waiting for the retry); so a
  *   transaction's offsets can be sent beside its records (sendWithOffsets), their TxnOffsetCommit overlapping the
- *   produce requests: one round trip fewer per commit. commit() and abort() wait for those requests (the transaction coordinator's,
- *   not a TxnOffsetCommit to the group coordinator: the caller awaits that one, as sendWithOffsets does) before they
- *   decide whether there is a transaction to end, and offsets whose transaction ended before their AddOffsetsToTxn
- *   or TxnOffsetCommit was sent are not sent.
+ *   produce requests: one round trip fewer per commit. commit() and abort() wait for those requests (the
+ *   transaction coordinator's, not a TxnOffsetCommit to the group coordinator: the caller awaits that one, as
+ *   sendWithOffsets does) before they decide whether there is a transaction to end, and offsets whose transaction
+ *   ended before their AddOffsetsToTxn or TxnOffsetCommit was sent are not sent.
  * - consumer/consumerGroup.js (a cost patch, not a fix): a consumer's `maxWaitTimeInMs` may be a function, asked
  *   before each fetch. The ordered consumer (../consumer) waits briefly while one of its partitions is paused (left
  *   out of the fetch in flight, so its records wait for the next fetch) and long otherwise: an idle worker fetched

@@ -76,8 +76,12 @@ export interface BatchTransaction {
   /** The batch's offsets (AddOffsetsToTxn, TxnOffsetCommit), sent at the open (sendOffsetsFirst). */
   offsets: Promise<unknown>;
   span: Span;
-  /** When it was opened (epoch ms). */
+  /** When it was opened (performance.now(), ms). */
   openedAt: number;
+  /** Fires at half of ENGINE_TRANSACTION_TIMEOUT_MS while the apply runs: gives the transaction up (`expired`). */
+  timer: NodeJS.Timeout;
+  /** Set when the timer gave the transaction up: its abort (sent once its offsets settled). */
+  expired?: Promise<void>;
 }
 
 type Transaction = Awaited<ReturnType<OwnedPartition['producer']['transaction']>>;
@@ -86,7 +90,10 @@ type Transaction = Awaited<ReturnType<OwnedPartition['producer']['transaction']>
  * Opens the transaction of a batch of partition `o` before the batch is applied, and sends its offsets (past
  * `lastOffset`) at once: their AddOffsetsToTxn and TxnOffsetCommit overlap the apply, and after it only the records'
  * AddPartitionsToTxn, their produce and EndTxn remain (one round trip fewer than offsets sent beside the records).
- * Then {@link commitBatch}, after {@link stillFresh}; or, when the apply throws, {@link abandonBatch}.
+ * An apply still running at half of {@link ENGINE_TRANSACTION_TIMEOUT_MS} (a slow blob store or registry) has the
+ * transaction aborted then, before the coordinator would time it out and fence the producer; {@link stillFresh}
+ * opens another for the commit. Then {@link commitBatch}, after {@link stillFresh}; or, when the apply throws,
+ * {@link abandonBatch}.
  * @throws KafkaJSError (always retriable) when the transaction cannot open: the partition is taken over again
  */
 export async function openBatch(
@@ -97,7 +104,7 @@ export async function openBatch(
   parent: Span,
 ): Promise<BatchTransaction> {
   const span = tracer().startSpan('keyflow.engine.transaction', {}, trace.setSpan(ROOT_CONTEXT, parent));
-  const openedAt = Date.now();
+  const openedAt = performance.now();
   let tx: Transaction;
   try {
     tx = await o.producer.transaction();
@@ -113,15 +120,21 @@ export async function openBatch(
       topics: [{ topic: batch.topic, partitions: [{ partition: batch.partition, offset: next }] }],
     }),
   );
-  return { tx, offsets, span, openedAt };
+  const open: BatchTransaction = { tx, offsets, span, openedAt, timer: undefined! };
+  open.timer = setTimeout(() => {
+    open.expired = offsets.catch(() => undefined).then(() => tx.abort());
+    open.expired.catch(() => undefined); // awaited by stillFresh or abandonBatch
+  }, ENGINE_TRANSACTION_TIMEOUT_MS / 2);
+  open.timer.unref();
+  return open;
 }
 
 /**
- * The batch's transaction to commit in, after its apply: `open` itself, or, when it has been open longer than half
- * of {@link ENGINE_TRANSACTION_TIMEOUT_MS} (an apply that waited on a slow blob store or registry), `open` aborted and
- * a new one opened (offsets sent again), so the coordinator never times it out under the commit (which would fence
- * the producer and take the partition over again).
- * @throws KafkaJSError (always retriable) as {@link abandonBatch} and {@link openBatch}
+ * The batch's transaction to commit in, after its apply: `open` itself, or, when its timer gave it up (the apply ran
+ * past half of {@link ENGINE_TRANSACTION_TIMEOUT_MS}), a new one (offsets sent again). Either way its timer is
+ * stopped: nothing aborts it under the commit.
+ * @throws KafkaJSError (always retriable) when the expired transaction's abort failed (the partition is taken over
+ *   again), or as {@link openBatch}
  */
 export async function stillFresh(
   o: OwnedPartition,
@@ -131,20 +144,25 @@ export async function stillFresh(
   lastOffset: string,
   parent: Span,
 ): Promise<BatchTransaction> {
-  const age = Date.now() - open.openedAt;
-  if (age <= ENGINE_TRANSACTION_TIMEOUT_MS / 2) return open;
+  clearTimeout(open.timer);
+  if (!open.expired) return open;
+  const ms = Math.round(performance.now() - open.openedAt);
   d.logger.info(
-    { topic: batch.topic, partition: batch.partition, ms: age },
-    "the batch's apply took over half the transaction timeout: its transaction is opened again",
+    { topic: batch.topic, partition: batch.partition, ms },
+    "the batch's apply took over half the transaction timeout: its transaction was aborted, another is opened for the commit",
   );
-  await abandonBatch(o, d, open, new Error(`transaction open ${age} ms before its commit: opened again`));
-  return openBatch(o, d, batch, lastOffset, parent);
+  open.span.setAttribute('keyflow.transaction.expired', true);
+  open.span.end();
+  await abortSettled(o, d, open.expired);
+  const fresh = await openBatch(o, d, batch, lastOffset, parent);
+  clearTimeout(fresh.timer);
+  return fresh;
 }
 
 /**
  * Gives up the transaction of a batch whose apply threw `err`: aborted once its offsets' requests settled (so no
- * TxnOffsetCommit is in flight when the abort's EndTxn goes out), so nothing of it commits and the batch is fetched
- * again.
+ * TxnOffsetCommit is in flight when the abort's EndTxn goes out; the abort its timer sent, if it fired), so nothing of
+ * it commits and the batch is fetched again.
  * @throws KafkaJSError (retriable) when the abort fails: the partition is taken over again (the kafkajs producer may be
  *   unusable), and the batch must not be applied again on it
  */
@@ -154,13 +172,19 @@ export async function abandonBatch(
   open: BatchTransaction,
   err: unknown,
 ): Promise<void> {
+  clearTimeout(open.timer);
   open.span.recordException(err as Error);
   open.span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
   open.span.end();
-  await open.offsets.catch(() => undefined);
+  await abortSettled(o, d, open.expired ?? open.offsets.catch(() => undefined).then(() => open.tx.abort()));
+}
+
+/** Waits for a batch transaction's abort; one that failed takes the partition over again and is thrown on, retriable. */
+async function abortSettled(o: OwnedPartition, d: CommitDeps, abort: Promise<void>): Promise<void> {
   try {
-    await open.tx.abort();
+    await abort;
   } catch (abortErr) {
+    d.logger.warn({ err: abortErr, partition: o.partition }, 'a batch transaction could not be aborted');
     d.retakeOver(o, abortErr);
     throw abortErr instanceof KafkaJSError && abortErr.retriable
       ? abortErr
@@ -182,6 +206,7 @@ export async function commitBatch(
   out: BatchOutputs,
 ): Promise<void> {
   const { tx, span: txSpan } = open;
+  clearTimeout(open.timer); // stopped by stillFresh already: nothing may abort the transaction under its commit
   txSpan.setAttribute('keyflow.records', out.records.length + out.dlq.length);
   try {
     // Fitted before the records are sent: measuring a large record takes a while.

@@ -54,8 +54,8 @@ export interface OwnedPartition {
 /**
  * The transaction timeout of a partition's producer, in ms (kafkajs `transactionTimeout`, the coordinator's
  * transaction.timeout.ms for its transactional id): the coordinator aborts a transaction open longer, and fences the
- * producer's epoch. A batch's transaction opens before its apply (commit.ts openBatch), so the engine opens one again
- * when an apply took more than half of it.
+ * producer's epoch. A batch's transaction opens before its apply (commit.ts openBatch), so the engine aborts it when
+ * an apply runs past half of it, and opens another for the commit.
  */
 export const ENGINE_TRANSACTION_TIMEOUT_MS = 30_000;
 

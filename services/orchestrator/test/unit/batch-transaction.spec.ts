@@ -82,25 +82,56 @@ describe("the engine's batch transaction", () => {
     expect(s.retakes).toHaveLength(1);
   });
 
-  it('a transaction open longer than half its timeout is aborted and opened again before the commit, offsets sent again', async () => {
-    const s = scripted();
-    const open = await openBatch(s.o, s.d, batch, '41', parent);
-    s.answer();
-    const kept = await stillFresh(s.o, s.d, open, batch, '41', parent);
-    expect(kept).toBe(open); // a young one is kept
+  describe('an apply that runs past half the transaction timeout', () => {
+    beforeEach(() =>
+      jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask', 'performance'] }),
+    );
+    afterEach(() => jest.useRealTimers());
 
-    open.openedAt = Date.now() - ENGINE_TRANSACTION_TIMEOUT_MS / 2 - 1; // an apply that waited on a slow store
-    const fresh = await stillFresh(s.o, s.d, open, batch, '41', parent);
-    expect(fresh).not.toBe(open);
-    expect(s.log).toEqual([
-      'open 1',
-      'offsets 1 sent (42)',
-      'offsets 1 answered',
-      'abort 1',
-      'open 2',
-      'offsets 2 sent (42)',
-    ]);
-    s.answer();
-    await fresh.offsets;
+    it('has its transaction aborted then, while it still runs (offsets settled first), and the commit gets a new one with the offsets sent again', async () => {
+      const s = scripted();
+      const open = await openBatch(s.o, s.d, batch, '41', parent);
+      jest.advanceTimersByTime(ENGINE_TRANSACTION_TIMEOUT_MS / 2);
+      await turns();
+      expect(s.log).toEqual(['open 1', 'offsets 1 sent (42)']); // not under a TxnOffsetCommit in flight
+      s.answer();
+      await turns();
+      expect(s.log.at(-1)).toBe('abort 1'); // before the apply ended: the coordinator never times it out
+      const fresh = await stillFresh(s.o, s.d, open, batch, '41', parent);
+      expect(fresh).not.toBe(open);
+      expect(s.log).toEqual([
+        'open 1',
+        'offsets 1 sent (42)',
+        'offsets 1 answered',
+        'abort 1',
+        'open 2',
+        'offsets 2 sent (42)',
+      ]);
+      s.answer();
+      await fresh.offsets;
+      jest.advanceTimersByTime(ENGINE_TRANSACTION_TIMEOUT_MS); // the new one's timer is stopped: not aborted under its commit
+      await turns();
+      expect(s.log.filter((l) => l.startsWith('abort'))).toEqual(['abort 1']);
+    });
+
+    it('a transaction whose apply ended in time keeps it, and its timer never aborts it under the commit', async () => {
+      const s = scripted();
+      const open = await openBatch(s.o, s.d, batch, '41', parent);
+      s.answer();
+      expect(await stillFresh(s.o, s.d, open, batch, '41', parent)).toBe(open);
+      jest.advanceTimersByTime(ENGINE_TRANSACTION_TIMEOUT_MS);
+      await turns();
+      expect(s.log).toEqual(['open 1', 'offsets 1 sent (42)', 'offsets 1 answered']);
+    });
+
+    it('an apply that throws after the timer gave the transaction up aborts it once', async () => {
+      const s = scripted();
+      const open = await openBatch(s.o, s.d, batch, '41', parent);
+      s.answer();
+      jest.advanceTimersByTime(ENGINE_TRANSACTION_TIMEOUT_MS / 2);
+      await abandonBatch(s.o, s.d, open, new Error('blob store away'));
+      expect(s.log.filter((l) => l.startsWith('abort'))).toEqual(['abort 1']);
+      expect(s.retakes).toEqual([]);
+    });
   });
 });
