@@ -28,6 +28,7 @@ export { rejectLz4Batches } from './codec-gap';
 export { ensureDebianTool, ToolUnavailableError } from './debian-tool';
 export { RegistryProxy } from './registry-proxy';
 export { healthOf, degradedWith, type HealthAnswer } from './health';
+export { metricValue } from './metrics';
 export {
   clusterControl,
   stackEnvOnPorts,

@@ -122,7 +122,7 @@ export async function openBatch(
   );
   const open: BatchTransaction = { tx, offsets, span, openedAt, timer: undefined! };
   open.timer = setTimeout(() => {
-    open.expired = offsets.catch(() => undefined).then(() => tx.abort());
+    open.expired = abortAfterOffsets(open);
     open.expired.catch(() => undefined); // awaited by stillFresh or abandonBatch
   }, ENGINE_TRANSACTION_TIMEOUT_MS / 2);
   open.timer.unref();
@@ -176,7 +176,15 @@ export async function abandonBatch(
   open.span.recordException(err as Error);
   open.span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
   open.span.end();
-  await abortSettled(o, d, open.expired ?? open.offsets.catch(() => undefined).then(() => open.tx.abort()));
+  await abortSettled(o, d, open.expired ?? abortAfterOffsets(open));
+}
+
+/**
+ * Aborts `open` once its offsets' requests settled: the patched abort waits for the transaction coordinator's
+ * requests, not for the TxnOffsetCommit (to the group coordinator), which must not be in flight under the EndTxn.
+ */
+function abortAfterOffsets(open: BatchTransaction): Promise<void> {
+  return open.offsets.catch(() => undefined).then(() => open.tx.abort());
 }
 
 /** Waits for a batch transaction's abort; one that failed takes the partition over again and is thrown on, retriable. */
@@ -226,8 +234,7 @@ export async function commitBatch(
     await tx.commit();
     txSpan.end();
   } catch (err) {
-    await open.offsets.catch(() => undefined);
-    await tx.abort().catch(() => undefined);
+    await abortAfterOffsets(open).catch(() => undefined);
     throw transactionFailed(o, d, batch, txSpan, err);
   }
 }

@@ -1,18 +1,7 @@
-import { eventually } from '@keyflow/testing';
+import { eventually, metricValue } from '@keyflow/testing';
 import { OrchestratorHarness, post, TERMINAL_EVENTS } from './support';
 
 jest.setTimeout(120_000);
-
-/** One series' value from a Prometheus text exposition, by metric name and labels (all must match); 0 if absent. */
-async function series(url: string, name: string, labels: Record<string, string>): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const line = text
-    .split('\n')
-    .find(
-      (l) => l.startsWith(`${name}{`) && Object.entries(labels).every(([k, v]) => l.includes(`${k}="${v}"`)),
-    );
-  return line ? Number(line.split(' ').at(-1)) : 0;
-}
 
 /**
  * The metrics behind the operators' panel (issue "Operate it"): consumer lag and oldest unread age per group, topic
@@ -39,7 +28,10 @@ describe("the orchestrator exports the operators' metrics", () => {
     const perPartition = async (name: string, combine: (a: number, b: number) => number) => {
       let v = 0;
       for (let p = 0; p < 4; p++)
-        v = combine(v, await series(url, name, { group: workers, topic: 'task.echo', partition: String(p) }));
+        v = combine(
+          v,
+          await metricValue(url, name, { group: workers, topic: 'task.echo', partition: String(p) }),
+        );
       return v;
     };
     const echoLag = () => perPartition('keyflow_consumer_lag_records', (a, b) => a + b);
@@ -58,17 +50,17 @@ describe("the orchestrator exports the operators' metrics", () => {
       intervalMs: 250,
     });
     expect(
-      await series(url, 'keyflow_orchestrator_runs', { workflow: 'three-step', status: 'completed' }),
+      await metricValue(url, 'keyflow_orchestrator_runs', { workflow: 'three-step', status: 'completed' }),
     ).toBe(2);
     expect(
-      await series(url, 'keyflow_orchestrator_run_duration_seconds_count', {
+      await metricValue(url, 'keyflow_orchestrator_run_duration_seconds_count', {
         workflow: 'three-step',
         status: 'completed',
       }),
     ).toBe(2);
-    expect(await series(url, 'keyflow_orchestrator_step_latency_seconds_count', { task_type: 'echo' })).toBe(
-      6,
-    );
+    expect(
+      await metricValue(url, 'keyflow_orchestrator_step_latency_seconds_count', { task_type: 'echo' }),
+    ).toBe(6);
 
     // An undecodable request goes to wf.requests.dlq, which the monitor counts.
     const producer = h.ns.kafka.producer();
@@ -80,14 +72,14 @@ describe("the orchestrator exports the operators' metrics", () => {
     await producer.disconnect();
     await eventually(
       'the DLQ record counted',
-      () => series(url, 'keyflow_dlq_records', { topic: 'wf.requests.dlq' }),
+      () => metricValue(url, 'keyflow_dlq_records', { topic: 'wf.requests.dlq' }),
       {
         until: (n) => n === 1,
         timeoutMs: 30_000,
         intervalMs: 250,
       },
     );
-    expect(await series(url, 'keyflow_consumer_lag_scraped_at_seconds', {})).toBeGreaterThan(
+    expect(await metricValue(url, 'keyflow_consumer_lag_scraped_at_seconds', {})).toBeGreaterThan(
       Date.now() / 1000 - 60,
     );
   });

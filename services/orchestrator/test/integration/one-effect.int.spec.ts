@@ -1,7 +1,7 @@
 import { Pool } from 'pg';
 import { redrive } from '@keyflow/ops';
 import { createLogger } from '@keyflow/observability';
-import { eventually } from '@keyflow/testing';
+import { eventually, metricValue } from '@keyflow/testing';
 import { OrchestratorHarness, post, type ServiceProcess } from './support';
 
 jest.setTimeout(240_000);
@@ -60,13 +60,8 @@ describe('one effect per logical step (orchestrator and workers)', () => {
     return payments.ready;
   };
   /** Charge commands the payments worker answered from a completion record instead of running the handler. */
-  const replayedCharges = async () => {
-    const text = await (await fetch(`${await startPayments()}/metrics`)).text();
-    const line = text
-      .split('\n')
-      .find((l) => l.startsWith('keyflow_worker_task_replayed_total{') && l.includes('type="charge"'));
-    return Number(line?.split(' ').at(-1) ?? 0);
-  };
+  const replayedCharges = async () =>
+    metricValue(await startPayments(), 'keyflow_worker_task_replayed_total', { type: 'charge' });
 
   it('a payment worker away for longer than the step timeout, then started: the charge runs once and the run completes', async () => {
     const { body } = await post(`${url}/runs`, { workflow: 'payment', input: { amount: 42 } });

@@ -1,16 +1,12 @@
 import { EventCodec } from '@keyflow/contracts';
 import { schemaSet, type TaskCompleted } from '@keyflow/schemas';
-import { RegistryProxy, degradedWith, eventually, healthOf } from '@keyflow/testing';
+import { RegistryProxy, degradedWith, eventually, healthOf, metricValue } from '@keyflow/testing';
 import { OrchestratorHarness, post } from './support';
 
 jest.setTimeout(120_000);
 
-/** The orchestrator's take-overs so far (keyflow_orchestrator_partition_restores_total). */
-async function restores(url: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const line = text.split('\n').find((l) => /^keyflow_orchestrator_partition_restores_total[{ ]/.test(l));
-  return line ? Number(line.split(' ').at(-1)) : 0;
-}
+/** The orchestrator's take-overs so far. */
+const restores = (url: string) => metricValue(url, 'keyflow_orchestrator_partition_restores_total');
 
 /**
  * The engine meets a result written with a schema id it has not cached while the registry is away: it must not
