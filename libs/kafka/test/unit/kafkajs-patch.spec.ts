@@ -243,3 +243,149 @@ describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'e
     );
   });
 });
+
+describe("kafkajs's produce request written once at its exact size (the 'encoders of known size' patch)", () => {
+  // The same kafkajs 2.2.4 as installed from the registry, unpatched (package.json: kafkajs-pristine, an npm alias).
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  type Produce = (r: {
+    acks: number;
+    timeout: number;
+    compression: number;
+    transactionalId: string | null;
+    topicData: unknown[];
+  }) => unknown;
+  type Framed = (r: {
+    correlationId: number;
+    clientId: string | null;
+    request: unknown;
+  }) => Promise<{ buffer: Buffer }>;
+  const patched = {
+    produce: require('kafkajs/src/protocol/requests/produce/v3/request') as Produce,
+    framed: require('kafkajs/src/protocol/request') as Framed,
+  };
+  const pristine = {
+    produce: require('kafkajs-pristine/src/protocol/requests/produce/v3/request') as Produce,
+    framed: require('kafkajs-pristine/src/protocol/request') as Framed,
+  };
+  type VarEncoder = new () => { writeVarLong(v: number): { buffer: Buffer } } & {
+    sizeOfVarLong(v: number): number;
+  };
+  const Encoder = require('kafkajs/src/protocol/encoder') as VarEncoder & {
+    sizeOfVarLong(v: number): number;
+  };
+  const PristineEncoder = require('kafkajs-pristine/src/protocol/encoder') as VarEncoder & {
+    sizeOfVarLong(v: number): number;
+  };
+  const crc32C = require('kafkajs/src/protocol/recordBatch/crc32C/crc32C') as ((b: Buffer) => number) & {
+    portable: (b: Buffer) => number;
+  };
+  /* eslint-enable @typescript-eslint/no-require-imports */
+
+  const text = fc.string({
+    unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
+    maxLength: 40,
+  });
+  const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
+  // Header values are never null here: the unpatched kafkajs throws on one (the 'null header value' patch).
+  const message = fc.record({
+    key: fc.oneof(fc.constant(null), text, bytes(64)),
+    // Up to 9 KiB: past an encoder's first 512 bytes, the pool's 4 KiB and the pool's 8 KiB slab.
+    value: fc.oneof(fc.constant(null), text, bytes(9_000)),
+    headers: fc.dictionary(
+      fc.string({ minLength: 1, maxLength: 12 }),
+      fc.oneof(text, bytes(40), fc.array(fc.oneof(text, bytes(20)), { maxLength: 3 })),
+      { maxKeys: 4 },
+    ),
+    // Timestamps apart by more than 2^30 ms too, so that a record's timestamp delta takes the Long path.
+    timestamp: fc.oneof(fc.integer({ min: 0, max: 2 ** 41 }), fc.integer({ min: 0, max: 5_000 })).map(String),
+  });
+  const topicData = fc.array(
+    fc.record({
+      topic: text.filter((t) => t.length > 0),
+      partitions: fc.array(
+        fc.record({
+          partition: fc.nat(11),
+          firstSequence: fc.nat(1_000),
+          // At least one message: an empty batch's timestamps are Date.now(), read apart by the two encodings.
+          messages: fc.array(message, { minLength: 1, maxLength: 8 }),
+        }),
+        { minLength: 1, maxLength: 3 },
+      ),
+    }),
+    { minLength: 1, maxLength: 3 },
+  );
+
+  it('frames every produce request byte for byte as the unpatched kafkajs 2.2.4, compressed or not', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        topicData,
+        fc.constantFrom(0, 1),
+        fc.oneof(fc.constant(null), text),
+        fc.oneof(fc.constant(null), text),
+        async (data, compression, transactionalId, clientId) => {
+          const encode = async (k: typeof patched) =>
+            Buffer.from(
+              (
+                await k.framed({
+                  correlationId: 11,
+                  clientId,
+                  request: k.produce({
+                    acks: -1,
+                    timeout: 30_000,
+                    compression,
+                    transactionalId,
+                    topicData: data,
+                  }),
+                })
+              ).buffer,
+            );
+          expect(await encode(patched)).toEqual(await encode(pristine));
+        },
+      ),
+      { numRuns: 300 },
+    );
+    // The property's budget, not a speed target (as above).
+  }, 60_000);
+
+  it('writes and sizes every varlong as the unpatched encoder does, on both sides of the in-place bound (2^30)', () => {
+    const edge = fc.constantFrom(
+      0,
+      -1,
+      1,
+      63,
+      64,
+      -64,
+      -65,
+      2 ** 30 - 1,
+      2 ** 30,
+      -(2 ** 30),
+      -(2 ** 30) - 1,
+      2 ** 31,
+      -(2 ** 31),
+      2 ** 40 + 3,
+      -(2 ** 45),
+      Number.MAX_SAFE_INTEGER,
+      Number.MIN_SAFE_INTEGER,
+    );
+    fc.assert(
+      fc.property(fc.oneof(edge, fc.integer(), fc.maxSafeInteger()), (v) => {
+        expect(new Encoder().writeVarLong(v).buffer).toEqual(new PristineEncoder().writeVarLong(v).buffer);
+        expect(Encoder.sizeOfVarLong(v)).toBe(PristineEncoder.sizeOfVarLong(v));
+      }),
+      { numRuns: 5_000 },
+    );
+  });
+
+  it("computes CRC-32C (the record batch's checksum) as kafkajs's byte-at-a-time loop, whatever the native library", () => {
+    // The check value of CRC-32C (RFC 3720, appendix B.4: the Castagnoli polynomial over "123456789").
+    expect(crc32C(Buffer.from('123456789'))).toBe(0xe3069283);
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 70_000 }), fc.nat(15), (a, skip) => {
+        // A view that does not start at its ArrayBuffer's start, as the batch body a record batch checksums.
+        const b = Buffer.from(a).subarray(Math.min(skip, a.length));
+        expect(crc32C(b)).toBe(crc32C.portable(b));
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
