@@ -69,12 +69,12 @@ import { KeyflowError, retryableOf } from '@keyflow/errors';
  *   protocol/recordBatch/record/v0/index.js and protocol/recordBatch/crc32C/crc32C.js (a speed patch, not a fix:
  *   `encoders of known size`): a produce request was a chain of encoders (each header, record, batch body, batch,
  *   partition, topic, payload and frame), each starting at 512 bytes, growing by doubling and copying the whole of
- *   the level below, and the batch's CRC-32C was a JavaScript loop a byte at a time: 11-19 us per 2 KB record. Patched:
- *   a record, a record batch and a request are each written once into a buffer of their exact size (headers in
- *   place, the CRC computed over the batch body in place, one copy of a batch into the request), small varlongs
- *   written in place, and CRC-32C from @node-rs/crc32 (native; the loop stays where its binary is missing): the same
- *   bytes, compared with the unpatched kafkajs 2.2.4 for any request (kafkajs-patch.spec.ts), 0.14-0.55 of its time
- *   (`npm run bench:produce-encode`).
+ *   the level below, and the batch's CRC-32C was a JavaScript loop a byte at a time: 11-19 us per 2 KB record with
+ *   the earlier patches. Patched: a record, a record batch and a request are each written once into a buffer of
+ *   their exact size (headers in place, the CRC computed over the batch body in place, a batch copied once into the
+ *   request's payload and once into its frame), small varlongs written in place, and CRC-32C from @node-rs/crc32
+ *   (native; the loop stays where its binary is missing). The same bytes as the unpatched kafkajs 2.2.4 for any
+ *   request (kafkajs-patch.spec.ts), in 0.14-0.55 of its time (`npm run bench:produce-encode`).
  * - consumer/consumerGroup.js (a cost patch, not a fix): a consumer's `maxWaitTimeInMs` may be a function, asked
  *   before each fetch. The ordered consumer (../consumer) waits briefly while one of its partitions is paused (left
  *   out of the fetch in flight, so its records wait for the next fetch) and long otherwise: an idle worker fetched
