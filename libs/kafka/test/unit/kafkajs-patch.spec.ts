@@ -2,6 +2,44 @@ import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { assertKafkajsPatched, KAFKAJS_PATCHES } from '../../src';
 
+// Any UTF-16 code unit, lone surrogates included (written as U+FFFD, 3 bytes, by Buffer.byteLength and write alike).
+const text = fc.string({
+  unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
+  maxLength: 40,
+});
+const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
+
+/** A produce request's topic data: 1-3 topics of 1-3 partitions of 1-8 messages each. */
+function produceTopicData(o: { nullHeaderValues: boolean; maxValueBytes: number }) {
+  const headerValue = fc.oneof(text, bytes(40), fc.array(fc.oneof(text, bytes(20)), { maxLength: 3 }));
+  const message = fc.record({
+    key: fc.oneof(fc.constant(null), text, bytes(64)),
+    value: fc.oneof(fc.constant(null), text, bytes(o.maxValueBytes)),
+    headers: fc.dictionary(
+      fc.string({ minLength: 1, maxLength: 12 }),
+      o.nullHeaderValues ? fc.oneof(fc.constant(null), headerValue) : headerValue,
+      { maxKeys: 4 },
+    ),
+    // Timestamps apart by more than 2^30 ms too, so that a record's timestamp delta takes the Long path.
+    timestamp: fc.oneof(fc.integer({ min: 0, max: 2 ** 41 }), fc.integer({ min: 0, max: 5_000 })).map(String),
+  });
+  return fc.array(
+    fc.record({
+      topic: text.filter((t) => t.length > 0),
+      partitions: fc.array(
+        fc.record({
+          partition: fc.nat(11),
+          firstSequence: fc.nat(1_000),
+          // At least one message: an empty batch's timestamps are Date.now(), read apart by two encodings.
+          messages: fc.array(message, { minLength: 1, maxLength: 8 }),
+        }),
+        { minLength: 1, maxLength: 3 },
+      ),
+    }),
+    { minLength: 1, maxLength: 3 },
+  );
+}
+
 describe('the kafkajs patch', () => {
   it('is applied to every file of the kafkajs this workspace loads (npm ci runs patch-package)', () => {
     for (const [path, marker] of Object.entries(KAFKAJS_PATCHES))
@@ -141,37 +179,8 @@ describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'e
     }
   }
 
-  // Any UTF-16 code unit, lone surrogates included (written as U+FFFD, 3 bytes, by Buffer.byteLength and write alike).
-  const text = fc.string({
-    unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
-    maxLength: 40,
-  });
-  const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
-  const message = fc.record({
-    key: fc.oneof(fc.constant(null), text, bytes(64)),
-    // Up to 5 KiB: past the encoder's first 512 bytes and past the pool's 4 KiB, so both growth paths are taken.
-    value: fc.oneof(fc.constant(null), text, bytes(5_000)),
-    headers: fc.dictionary(
-      fc.string({ minLength: 1, maxLength: 12 }),
-      fc.oneof(fc.constant(null), text, bytes(40), fc.array(fc.oneof(text, bytes(20)), { maxLength: 3 })),
-      { maxKeys: 4 },
-    ),
-    timestamp: fc.integer({ min: 0, max: 2 ** 41 }).map(String),
-  });
-  const topicData = fc.array(
-    fc.record({
-      topic: text.filter((t) => t.length > 0),
-      partitions: fc.array(
-        fc.record({
-          partition: fc.nat(11),
-          firstSequence: fc.nat(1_000),
-          messages: fc.array(message, { minLength: 1, maxLength: 8 }),
-        }),
-        { minLength: 1, maxLength: 3 },
-      ),
-    }),
-    { minLength: 1, maxLength: 2 },
-  );
+  // Up to 5 KiB: past the encoder's first 512 bytes and past the pool's 4 KiB, so both growth paths are taken.
+  const topicData = produceTopicData({ nullHeaderValues: true, maxValueBytes: 5_000 });
 
   it('every byte of a framed produce request is written by the encoder: no byte of an earlier use of the memory gets out', async () => {
     await fc.assert(
@@ -281,39 +290,9 @@ describe("kafkajs's produce request written once at its exact size (the 'encoder
   };
   /* eslint-enable @typescript-eslint/no-require-imports */
 
-  const text = fc.string({
-    unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
-    maxLength: 40,
-  });
-  const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((a) => Buffer.from(a));
-  // Header values are never null here: the unpatched kafkajs throws on one (the 'null header value' patch).
-  const message = fc.record({
-    key: fc.oneof(fc.constant(null), text, bytes(64)),
-    // Up to 9 KiB: past an encoder's first 512 bytes, the pool's 4 KiB and the pool's 8 KiB slab.
-    value: fc.oneof(fc.constant(null), text, bytes(9_000)),
-    headers: fc.dictionary(
-      fc.string({ minLength: 1, maxLength: 12 }),
-      fc.oneof(text, bytes(40), fc.array(fc.oneof(text, bytes(20)), { maxLength: 3 })),
-      { maxKeys: 4 },
-    ),
-    // Timestamps apart by more than 2^30 ms too, so that a record's timestamp delta takes the Long path.
-    timestamp: fc.oneof(fc.integer({ min: 0, max: 2 ** 41 }), fc.integer({ min: 0, max: 5_000 })).map(String),
-  });
-  const topicData = fc.array(
-    fc.record({
-      topic: text.filter((t) => t.length > 0),
-      partitions: fc.array(
-        fc.record({
-          partition: fc.nat(11),
-          firstSequence: fc.nat(1_000),
-          // At least one message: an empty batch's timestamps are Date.now(), read apart by the two encodings.
-          messages: fc.array(message, { minLength: 1, maxLength: 8 }),
-        }),
-        { minLength: 1, maxLength: 3 },
-      ),
-    }),
-    { minLength: 1, maxLength: 3 },
-  );
+  // Header values are never null here: the unpatched kafkajs throws on one (the 'null header value' patch). Values up
+  // to 9 KiB: past an encoder's first 512 bytes, the pool's 4 KiB and the pool's 8 KiB slab.
+  const topicData = produceTopicData({ nullHeaderValues: false, maxValueBytes: 9_000 });
 
   it('frames every produce request byte for byte as the unpatched kafkajs 2.2.4, compressed or not', async () => {
     await fc.assert(
