@@ -40,6 +40,34 @@ function produceTopicData(o: { nullHeaderValues: boolean; maxValueBytes: number 
   );
 }
 
+/** A kafkajs copy's produce request (v3) and request framing, loaded from `root` (its package directory). */
+function produceEncoders(root: 'kafkajs' | 'kafkajs-pristine') {
+  /* eslint-disable @typescript-eslint/no-require-imports */
+  const produce = require(`${root}/src/protocol/requests/produce/v3/request`) as (r: {
+    acks: number;
+    timeout: number;
+    compression: number;
+    transactionalId: string | null;
+    topicData: unknown[];
+  }) => unknown;
+  const framed = require(`${root}/src/protocol/request`) as (r: {
+    correlationId: number;
+    clientId: string | null;
+    request: unknown;
+  }) => Promise<{ buffer: Buffer }>;
+  /* eslint-enable @typescript-eslint/no-require-imports */
+  /** The whole request as it goes on the wire (a copy of its bytes), acks=all. */
+  return async (
+    topicData: unknown[],
+    compression: number,
+    transactionalId: string | null,
+    clientId: string | null,
+  ): Promise<Buffer> => {
+    const request = produce({ acks: -1, timeout: 30_000, compression, transactionalId, topicData });
+    return Buffer.from((await framed({ correlationId: 7, clientId, request })).buffer);
+  };
+}
+
 describe('the kafkajs patch', () => {
   it('is applied to every file of the kafkajs this workspace loads (npm ci runs patch-package)', () => {
     for (const [path, marker] of Object.entries(KAFKAJS_PATCHES))
@@ -147,20 +175,7 @@ describe('kafkajs encoding a record whose header has a null value (Kafka allows 
 });
 
 describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'encoder from the pool' patch)", () => {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const produceRequest = require('kafkajs/src/protocol/requests/produce/v3/request') as (r: {
-    acks: number;
-    timeout: number;
-    compression: number;
-    transactionalId: string | null;
-    topicData: unknown[];
-  }) => unknown;
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const framed = require('kafkajs/src/protocol/request') as (r: {
-    correlationId: number;
-    clientId: string;
-    request: unknown;
-  }) => Promise<{ buffer: Buffer }>;
+  const encoded = produceEncoders('kafkajs');
 
   /** A whole produce request as it goes on the wire, when every Buffer.allocUnsafe is filled with `fill` first. */
   async function encodedOver(
@@ -172,8 +187,7 @@ describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'e
     const unsafe = Buffer.allocUnsafe;
     Buffer.allocUnsafe = (size: number) => Buffer.alloc(size, fill);
     try {
-      const request = produceRequest({ acks: -1, timeout: 30_000, compression, transactionalId, topicData });
-      return Buffer.from((await framed({ correlationId: 7, clientId: 'keyflow-test', request })).buffer);
+      return await encoded(topicData, compression, transactionalId, 'keyflow-test');
     } finally {
       Buffer.allocUnsafe = unsafe;
     }
@@ -255,27 +269,9 @@ describe("kafkajs's encoder on buffers from Node's pool (not zero-filled: the 'e
 
 describe("kafkajs's produce request written once at its exact size (the 'encoders of known size' patch)", () => {
   // The same kafkajs 2.2.4 as installed from the registry, unpatched (package.json: kafkajs-pristine, an npm alias).
+  const patched = produceEncoders('kafkajs');
+  const pristine = produceEncoders('kafkajs-pristine');
   /* eslint-disable @typescript-eslint/no-require-imports */
-  type Produce = (r: {
-    acks: number;
-    timeout: number;
-    compression: number;
-    transactionalId: string | null;
-    topicData: unknown[];
-  }) => unknown;
-  type Framed = (r: {
-    correlationId: number;
-    clientId: string | null;
-    request: unknown;
-  }) => Promise<{ buffer: Buffer }>;
-  const patched = {
-    produce: require('kafkajs/src/protocol/requests/produce/v3/request') as Produce,
-    framed: require('kafkajs/src/protocol/request') as Framed,
-  };
-  const pristine = {
-    produce: require('kafkajs-pristine/src/protocol/requests/produce/v3/request') as Produce,
-    framed: require('kafkajs-pristine/src/protocol/request') as Framed,
-  };
   type VarEncoder = new () => { writeVarLong(v: number): { buffer: Buffer } } & {
     sizeOfVarLong(v: number): number;
   };
@@ -302,23 +298,8 @@ describe("kafkajs's produce request written once at its exact size (the 'encoder
         fc.oneof(fc.constant(null), text),
         fc.oneof(fc.constant(null), text),
         async (data, compression, transactionalId, clientId) => {
-          const encode = async (k: typeof patched) =>
-            Buffer.from(
-              (
-                await k.framed({
-                  correlationId: 11,
-                  clientId,
-                  request: k.produce({
-                    acks: -1,
-                    timeout: 30_000,
-                    compression,
-                    transactionalId,
-                    topicData: data,
-                  }),
-                })
-              ).buffer,
-            );
-          expect(await encode(patched)).toEqual(await encode(pristine));
+          const args = [data, compression, transactionalId, clientId] as const;
+          expect(await patched(...args)).toEqual(await pristine(...args));
         },
       ),
       { numRuns: 300 },
