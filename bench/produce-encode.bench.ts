@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Bench } from 'tinybench';
+import { produceRequestEncoder } from '@keyflow/testing/kafkajs-encoders';
 
 /**
  * What kafkajs spends writing a produce request before it goes on the socket (records, record batch with its CRC-32C,
@@ -10,25 +11,10 @@ import { Bench } from 'tinybench';
  * 0.4-2 KB value, a traceparent header on every other one. No broker: encoding only.
  *   npm run bench:produce-encode
  */
-/* eslint-disable @typescript-eslint/no-require-imports */
-type Produce = (r: {
-  acks: number;
-  timeout: number;
-  compression: number;
-  transactionalId: string | null;
-  topicData: unknown[];
-}) => unknown;
-type Framed = (r: {
-  correlationId: number;
-  clientId: string;
-  request: unknown;
-}) => Promise<{ size(): number }>;
-const kafkajs = (root: 'kafkajs' | 'kafkajs-pristine') => ({
-  produce: require(`${root}/src/protocol/requests/produce/v3/request`) as Produce,
-  framed: require(`${root}/src/protocol/request`) as Framed,
-});
-/* eslint-enable @typescript-eslint/no-require-imports */
-const clients = { patched: kafkajs('kafkajs'), unpatched: kafkajs('kafkajs-pristine') };
+const clients = {
+  patched: produceRequestEncoder('kafkajs'),
+  unpatched: produceRequestEncoder('kafkajs-pristine'),
+};
 
 function messages(n: number) {
   return Array.from({ length: n }, (_, i) => ({
@@ -47,18 +33,12 @@ async function main() {
   ];
   const bench = new Bench({ time: Number(process.env.BENCH_TIME_MS ?? 2000) });
   for (const shape of shapes)
-    for (const [client, k] of Object.entries(clients))
+    for (const [client, encode] of Object.entries(clients))
       bench.add(`${shape.name}, ${client}`, async () => {
-        const request = k.produce({
-          acks: -1,
-          timeout: 30_000,
-          compression: shape.compression,
-          transactionalId: 'bench-tx',
-          topicData: [
-            { topic: 'wf.state', partitions: [{ partition: 0, firstSequence: 0, messages: shape.records }] },
-          ],
-        });
-        await k.framed({ correlationId: 1, clientId: 'bench', request });
+        const topicData = [
+          { topic: 'wf.state', partitions: [{ partition: 0, firstSequence: 0, messages: shape.records }] },
+        ];
+        await encode(topicData, shape.compression, 'bench-tx', 'bench');
       });
   await bench.run();
   const us = (name: string) => 1e6 / (bench.tasks.find((t) => t.name === name)?.result?.hz ?? NaN);

@@ -74,7 +74,7 @@ import { KeyflowError, retryableOf } from '@keyflow/errors';
  *   their exact size (headers in place, the CRC computed over the batch body in place, a batch copied once into the
  *   request's payload and once into its frame), small varlongs written in place, and CRC-32C from @node-rs/crc32
  *   (native; the loop stays where its binary is missing). The same bytes as the unpatched kafkajs 2.2.4 for any
- *   request (kafkajs-patch.spec.ts), in 0.14-0.55 of its time (`npm run bench:produce-encode`).
+ *   request (kafkajs-patch.spec.ts), in 0.13-0.69 of its time (`npm run bench:produce-encode`).
  * - consumer/consumerGroup.js (a cost patch, not a fix): a consumer's `maxWaitTimeInMs` may be a function, asked
  *   before each fetch. The ordered consumer (../consumer) waits briefly while one of its partitions is paused (left
  *   out of the fetch in flight, so its records wait for the next fetch) and long otherwise: an idle worker fetched

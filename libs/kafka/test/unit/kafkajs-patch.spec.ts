@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
+import { produceRequestEncoder } from '@keyflow/testing/kafkajs-encoders';
 import { assertKafkajsPatched, KAFKAJS_PATCHES } from '../../src';
 
 // Any UTF-16 code unit, lone surrogates included (written as U+FFFD, 3 bytes, by Buffer.byteLength and write alike).
@@ -40,32 +41,10 @@ function produceTopicData(o: { nullHeaderValues: boolean; maxValueBytes: number 
   );
 }
 
-/** A kafkajs copy's produce request (v3) and request framing, loaded from `root` (its package directory). */
+/** A kafkajs copy's produce request as it goes on the wire, as a copy of its bytes (see produceRequestEncoder). */
 function produceEncoders(root: 'kafkajs' | 'kafkajs-pristine') {
-  /* eslint-disable @typescript-eslint/no-require-imports */
-  const produce = require(`${root}/src/protocol/requests/produce/v3/request`) as (r: {
-    acks: number;
-    timeout: number;
-    compression: number;
-    transactionalId: string | null;
-    topicData: unknown[];
-  }) => unknown;
-  const framed = require(`${root}/src/protocol/request`) as (r: {
-    correlationId: number;
-    clientId: string | null;
-    request: unknown;
-  }) => Promise<{ buffer: Buffer }>;
-  /* eslint-enable @typescript-eslint/no-require-imports */
-  /** The whole request as it goes on the wire (a copy of its bytes), acks=all. */
-  return async (
-    topicData: unknown[],
-    compression: number,
-    transactionalId: string | null,
-    clientId: string | null,
-  ): Promise<Buffer> => {
-    const request = produce({ acks: -1, timeout: 30_000, compression, transactionalId, topicData });
-    return Buffer.from((await framed({ correlationId: 7, clientId, request })).buffer);
-  };
+  const encode = produceRequestEncoder(root);
+  return async (...args: Parameters<typeof encode>): Promise<Buffer> => Buffer.from(await encode(...args));
 }
 
 describe('the kafkajs patch', () => {
