@@ -40,15 +40,45 @@ const SCRATCH_MAX_BYTES = 1 << 20;
 let scratch = Buffer.allocUnsafe(16 * 1024);
 
 /**
+ * Framed values are handed out as views of a shared slab of this many bytes, as Node's own `Buffer.allocUnsafe` pool
+ * does (8 KiB): a value kept alive keeps its slab (at most this many bytes) alive.
+ */
+const SLAB_BYTES = 16 * 1024;
+/** A framed value larger than this is not put in a slab: it gets a buffer of its own. */
+const SLAB_VALUE_MAX_BYTES = SLAB_BYTES / 4;
+let slab = Buffer.allocUnsafe(SLAB_BYTES);
+/** Where the slab's free space starts (a multiple of 8). */
+let slabUsed = 0;
+
+/**
  * Encodes `datum` with the Avro `type` and frames it for `schemaId`: the same bytes as
- * `toWireFormat(schemaId, type.toBuffer(datum))`, with one allocation and one copy instead of two each (avsc's
- * `encode` writes the body into a buffer kept between calls, after the header's 5 bytes).
+ * `toWireFormat(schemaId, type.toBuffer(datum))`. A value of up to 4 KiB is encoded in place in a shared slab and
+ * returned as a view of it (no copy: the copy out of a reused buffer cost more than the encode of a small record);
+ * a larger one is encoded in a reused buffer and copied into one of its own. A returned value is never written again.
  * @throws what `type.toBuffer` throws for a datum the type does not accept.
  */
 export function encodeWireFormat(schemaId: number, type: Type, datum: unknown): Buffer {
+  const start = slabUsed;
+  let end = type.encode(datum, slab, start + HEADER_BYTES);
+  if (end < 0) {
+    // A negative result is the number of bytes missing (avsc's Type#encode): the value starts a new slab, if it is
+    // small enough for one.
+    if (SLAB_BYTES - start - end > SLAB_VALUE_MAX_BYTES) return encodeOwn(schemaId, type, datum);
+    slab = Buffer.allocUnsafe(SLAB_BYTES);
+    slabUsed = 0;
+    return encodeWireFormat(schemaId, type, datum);
+  }
+  slabUsed = (end + 7) & ~7;
+  const out = slab.subarray(start, end);
+  out[0] = MAGIC_BYTE;
+  out.writeInt32BE(schemaId, 1);
+  return out;
+}
+
+/** {@link encodeWireFormat} of a value too large for the slab: encoded in `scratch`, copied to its own buffer. */
+function encodeOwn(schemaId: number, type: Type, datum: unknown): Buffer {
   let end = type.encode(datum, scratch, HEADER_BYTES);
   if (end < 0) {
-    // A negative result is the number of bytes missing (avsc's Type#encode).
     const needed = scratch.length - end;
     if (needed > SCRATCH_MAX_BYTES) return toWireFormat(schemaId, type.toBuffer(datum));
     scratch = Buffer.allocUnsafe(Math.min(SCRATCH_MAX_BYTES, 2 ** Math.ceil(Math.log2(needed))));
