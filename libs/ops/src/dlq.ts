@@ -1,12 +1,11 @@
 import { hostname } from 'node:os';
-import { promisify } from 'node:util';
-import { gzip } from 'node:zlib';
 import { KeyflowError } from '@keyflow/errors';
 import { DEFAULT_COMPLETION_TTL_MS } from '@keyflow/idempotency';
 import { fenceExpiryMarginMs } from '@keyflow/workflow';
 import {
   CompressionTypes,
   ConfigResourceTypes,
+  gzipCompress,
   isTooLarge,
   messageBytes,
   RECORD_TOO_LARGE,
@@ -209,8 +208,6 @@ export class RecordTooLargeError extends KeyflowError {
   }
 }
 
-const gzipped = promisify(gzip);
-
 /**
  * The bytes `message` adds to a request once its value is compressed with `compression` (measured here: key and
  * headers counted uncompressed, so at least what the broker will see). Infinity when zstd cannot compress it here.
@@ -225,7 +222,9 @@ async function compressedBytes(
   // zstdTakes leaves out zstd where this Node has none.
   if (compression === CompressionTypes.ZSTD && !zstdTakes(bytes)) return Infinity;
   const value =
-    compression === CompressionTypes.GZIP ? await gzipped(message.value) : await zstdCompress(message.value);
+    compression === CompressionTypes.GZIP
+      ? await gzipCompress(message.value)
+      : await zstdCompress(message.value);
   return messageBytes({ ...message, value });
 }
 

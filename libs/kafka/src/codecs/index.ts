@@ -7,6 +7,8 @@ export {
   NODE_HAS_ZSTD,
   KAFKA_CODEC_IDS,
   zstdCompress,
+  gzipCompress,
+  GZIP_LEVEL,
   zstdTakes,
   type KafkaCodecName,
   type KafkaCodec,

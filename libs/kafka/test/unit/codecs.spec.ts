@@ -8,7 +8,10 @@ import {
   MAX_DECOMPRESSED_BYTES_SETTING,
   maxDecompressedBytes,
   type KafkaCodec,
+  GZIP_LEVEL,
+  gzipCompress,
 } from '../../src';
+import { gunzipSync } from 'node:zlib';
 
 // kafkajs's own record batch encoder and decoder (message format v2), as its producer and fetch path use them.
 /* eslint-disable @typescript-eslint/no-require-imports */
@@ -78,6 +81,18 @@ describe('compression codecs registered with kafkajs', () => {
       ['101', 'k1', true],
       ['102', 'k2', true],
     ]);
+  });
+
+  it('gzip is written at GZIP_LEVEL (fastest) by batches and by gzipCompress alike, which DLQ fitting measures with', async () => {
+    // RFC 1952 2.3.1: XFL (byte 8 of the member header) is 4 when the fastest algorithm was used, 2 for maximum.
+    const XFL = 8;
+    expect(GZIP_LEVEL).toBe(1);
+    const bytes = await batch(CompressionTypes.GZIP);
+    expect(bytes[RECORDS_START + XFL]).toBe(4);
+    const value = Buffer.from('a record value '.repeat(5_000));
+    const measured = await gzipCompress(value);
+    expect(measured[XFL]).toBe(4);
+    expect(gunzipSync(measured).equals(value)).toBe(true);
   });
 
   it('zstd batches are written by node:zlib, declare their content size, and read back', async () => {
