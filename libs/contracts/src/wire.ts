@@ -49,6 +49,8 @@ const SLAB_VALUE_MAX_BYTES = SLAB_BYTES / 4;
 let slab = Buffer.allocUnsafe(SLAB_BYTES);
 /** Where the slab's free space starts (a multiple of 8). */
 let slabUsed = 0;
+/** The types whose last value did not fit a slab's share: their next value is encoded by {@link encodeOwn} at once. */
+const lastTooLarge = new WeakSet<Type>();
 
 /**
  * Encodes `datum` with the Avro `type` and frames it for `schemaId`: the same bytes as
@@ -58,12 +60,17 @@ let slabUsed = 0;
  * @throws what `type.toBuffer` throws for a datum the type does not accept.
  */
 export function encodeWireFormat(schemaId: number, type: Type, datum: unknown): Buffer {
+  // A type whose last value was too large for the slab skips the attempt (a refused attempt walks the whole datum).
+  if (lastTooLarge.has(type)) return encodeOwn(schemaId, type, datum);
   const start = slabUsed;
-  let end = type.encode(datum, slab, start + HEADER_BYTES);
+  const end = type.encode(datum, slab, start + HEADER_BYTES);
   if (end < 0) {
     // A negative result is the number of bytes missing (avsc's Type#encode): the value starts a new slab, if it is
     // small enough for one.
-    if (SLAB_BYTES - start - end > SLAB_VALUE_MAX_BYTES) return encodeOwn(schemaId, type, datum);
+    if (SLAB_BYTES - start - end > SLAB_VALUE_MAX_BYTES) {
+      lastTooLarge.add(type);
+      return encodeOwn(schemaId, type, datum);
+    }
     slab = Buffer.allocUnsafe(SLAB_BYTES);
     slabUsed = 0;
     return encodeWireFormat(schemaId, type, datum);
@@ -75,7 +82,10 @@ export function encodeWireFormat(schemaId: number, type: Type, datum: unknown): 
   return out;
 }
 
-/** {@link encodeWireFormat} of a value too large for the slab: encoded in `scratch`, copied to its own buffer. */
+/**
+ * {@link encodeWireFormat} of a value too large for the slab (or of a type whose last one was): encoded in `scratch`,
+ * copied to its own buffer. A value that turns out small enough sends its type's next value to the slab again.
+ */
 function encodeOwn(schemaId: number, type: Type, datum: unknown): Buffer {
   let end = type.encode(datum, scratch, HEADER_BYTES);
   if (end < 0) {
@@ -84,6 +94,7 @@ function encodeOwn(schemaId: number, type: Type, datum: unknown): Buffer {
     scratch = Buffer.allocUnsafe(Math.min(SCRATCH_MAX_BYTES, 2 ** Math.ceil(Math.log2(needed))));
     end = type.encode(datum, scratch, HEADER_BYTES);
   }
+  if (end <= SLAB_VALUE_MAX_BYTES) lastTooLarge.delete(type);
   const out = Buffer.allocUnsafe(end);
   scratch.copy(out, HEADER_BYTES, HEADER_BYTES, end);
   out[0] = MAGIC_BYTE;
