@@ -44,7 +44,10 @@ let scratch = Buffer.allocUnsafe(16 * 1024);
  * does (8 KiB): a value kept alive keeps its slab (at most this many bytes) alive.
  */
 const SLAB_BYTES = 16 * 1024;
-/** A framed value larger than this is not put in a slab: it gets a buffer of its own. */
+/**
+ * A framed value larger than this that does not fit the current slab's free space gets a buffer of its own (and its
+ * type's next value too, until one is this small again).
+ */
 const SLAB_VALUE_MAX_BYTES = SLAB_BYTES / 4;
 let slab = Buffer.allocUnsafe(SLAB_BYTES);
 /** Where the slab's free space starts (a multiple of 8). */
@@ -54,9 +57,11 @@ const lastTooLarge = new WeakSet<Type>();
 
 /**
  * Encodes `datum` with the Avro `type` and frames it for `schemaId`: the same bytes as
- * `toWireFormat(schemaId, type.toBuffer(datum))`. A value of up to 4 KiB is encoded in place in a shared slab and
- * returned as a view of it (no copy: the copy out of a reused buffer cost more than the encode of a small record);
- * a larger one is encoded in a reused buffer and copied into one of its own. A returned value is never written again.
+ * `toWireFormat(schemaId, type.toBuffer(datum))`. A value that fits the free space of a shared 16 KiB slab, or of a
+ * fresh one when it is at most 4 KiB, is encoded there in place and returned as a view of it (no copy: the copy out
+ * of a reused buffer cost more than the encode of a small record); any other (and the next value of a type whose last
+ * one was over 4 KiB) is encoded in a reused buffer and copied into one of its own. Returned values never overlap and
+ * are never written again.
  * @throws what `type.toBuffer` throws for a datum the type does not accept.
  */
 export function encodeWireFormat(schemaId: number, type: Type, datum: unknown): Buffer {

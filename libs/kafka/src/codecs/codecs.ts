@@ -295,7 +295,8 @@ const gzipChunkBytes = (bytes: number) => Math.min(Math.max(16 * 1024, bytes >>>
 
 /**
  * `buf` gzipped as keyflow's producers write gzip (node:zlib at {@link GZIP_LEVEL}, off the event loop): what a
- * measure of a record's gzipped size must use to agree with the batch that is then sent.
+ * measure of a record's gzipped size uses, so it is taken at the level and settings its batch is written with (an
+ * estimate of that batch: the batch gzips whole records, keys and headers with the value).
  */
 export const gzipCompress = (buf: Buffer): Promise<Buffer> =>
   gzip(buf, { level: GZIP_LEVEL, chunkSize: gzipChunkBytes(buf.length) });
