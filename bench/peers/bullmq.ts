@@ -127,9 +127,14 @@ async function bench() {
   };
   try {
     const loadAvgBefore = loadavg();
-    const cpu = cpuParts(() => ({ workers: workers.map((w) => w.proc.pid!), store: [redisPid] }));
-    const { burst, load, runs } = await drive(start);
-    const used = cpu();
+    const {
+      burst,
+      load,
+      runs,
+      cpu: used,
+    } = await drive(start, () =>
+      cpuParts(() => ({ workers: workers.map((w) => w.proc.pid!), store: [redisPid] })),
+    );
     const executions = await mergedCounts(workers);
     const perRun = new Map([...rootIds].map(([run, job]) => [run, completions.get(job) ?? 0]));
     const verified = await verify(runs, executions, perRun);

@@ -52,8 +52,12 @@ export const pct = (xs: number[], p: number) => {
   return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : NaN;
 };
 
-/** The workload's size: `BURST` runs at once (default 2,000), then `RATE` runs/s (20) for `SECONDS` s (30). */
+/**
+ * The workload's size: `WARMUP` runs first (default 200, 100 at a time, each group awaited; not timed), then `BURST`
+ * runs at once (default 2,000), then `RATE` runs/s (20) for `SECONDS` s (30).
+ */
 export const workload = {
+  warmup: Number(process.env.PEERS_WARMUP ?? 200),
   burst: Number(process.env.PEERS_BURST ?? 2000),
   rate: Number(process.env.PEERS_RATE ?? 20),
   seconds: Number(process.env.PEERS_SECONDS ?? 30),
@@ -116,13 +120,24 @@ export function coalesced<I, O>(
 }
 
 /**
- * Runs the workload through `start` (which resolves once the engine has accepted the run): the burst, started 100
- * at a time then awaited together, and the open loop, one start every 1/rate s whatever the engine does.
- * @returns the figures and every started run (for the verification).
+ * Runs the workload through `start` (which resolves once the engine has accepted the run): the warm-up, 100 runs at a
+ * time, each group awaited (every engine's code paths compiled by its runtime's JIT, its connections and caches made:
+ * a burst from a cold process measured the JIT as much as the engine); then the burst, started 100 at a time then
+ * awaited together, and the open loop, one start every 1/rate s whatever the engine does. `measure` is called when
+ * the warm-up is over and its result once the loop is: the CPU of the measured phases only.
+ * @returns the figures, the CPU split and every started run, the warm-up's too (all are verified).
  */
-export async function drive(startRun: (tag: string) => Promise<Started>) {
+export async function drive(startRun: (tag: string) => Promise<Started>, measure: () => () => CpuSplit) {
   const start = async (tag: string) => bounded(await startRun(tag));
   const runs: Started[] = [];
+  for (let i = 0; i < workload.warmup; i += 100) {
+    const group = await Promise.all(
+      Array.from({ length: Math.min(100, workload.warmup - i) }, (_, j) => start(`w${i + j}`)),
+    );
+    await Promise.all(group.map((r) => r.done));
+    runs.push(...group);
+  }
+  const cpu = measure();
   const t0 = Date.now();
   for (let i = 0; i < workload.burst; i += 100)
     runs.push(
@@ -143,6 +158,7 @@ export async function drive(startRun: (tag: string) => Promise<Started>) {
     lat.push(start(`l${i}`).then((s) => (runs.push(s), s.done.then(() => Date.now() - t))));
   }
   const ms = await Promise.all(lat);
+  const used = cpu();
   const load = {
     rate: workload.rate,
     seconds: workload.seconds,
@@ -151,7 +167,7 @@ export async function drive(startRun: (tag: string) => Promise<Started>) {
     p95: pct(ms, 95),
     p99: pct(ms, 99),
   };
-  return { burst, load, runs };
+  return { burst, load, runs, cpu: used };
 }
 
 /**

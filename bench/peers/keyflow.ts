@@ -145,13 +145,18 @@ async function measure(
     .filter(([n]) => n !== 'redis')
     .map(([, p]) => p);
   const loadAvgBefore = loadavg();
-  const cpu = cpuParts(() => ({
-    engine: [orchPid],
-    workers: workerPids,
-    store: store.length ? store : undefined,
-  }));
-  const { burst, load, runs } = await drive(start);
-  const used = cpu();
+  const {
+    burst,
+    load,
+    runs,
+    cpu: used,
+  } = await drive(start, () =>
+    cpuParts(() => ({
+      engine: [orchPid],
+      workers: workerPids,
+      store: store.length ? store : undefined,
+    })),
+  );
   // Step executions are counted once the measured phases are over: a reader of task.results beside them made a
   // fetch request for every result the worker wrote (read uncommitted), about 60 a second at 20 runs/s, on the
   // broker under test. Read from the start, it counts the same records.

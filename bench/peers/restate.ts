@@ -103,9 +103,14 @@ async function bench() {
       return { id, tag, done: wf.workflowAttach() };
     };
     const loadAvgBefore = loadavg();
-    const cpu = cpuParts(() => ({ engine: [server.proc.pid!], workers: [service.proc.pid!] }));
-    const { burst, load, runs } = await drive(start);
-    const used = cpu();
+    const {
+      burst,
+      load,
+      runs,
+      cpu: used,
+    } = await drive(start, () =>
+      cpuParts(() => ({ engine: [server.proc.pid!], workers: [service.proc.pid!] })),
+    );
     const verified = await verify(runs, await mergedCounts([service]));
     return {
       engine: 'Restate',
