@@ -127,12 +127,7 @@ async function bench() {
   };
   try {
     const loadAvgBefore = loadavg();
-    const {
-      burst,
-      load,
-      runs,
-      cpu: used,
-    } = await drive(start, () =>
+    const { burst, load, runs, used } = await drive(start, () =>
       cpuParts(() => ({ workers: workers.map((w) => w.proc.pid!), store: [redisPid] })),
     );
     const executions = await mergedCounts(workers);

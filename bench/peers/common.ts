@@ -125,7 +125,7 @@ export function coalesced<I, O>(
  * a burst from a cold process measured the JIT as much as the engine); then the burst, started 100 at a time then
  * awaited together, and the open loop, one start every 1/rate s whatever the engine does. `measure` is called when
  * the warm-up is over and its result once the loop is: the CPU of the measured phases only.
- * @returns the figures, the CPU split and every started run, the warm-up's too (all are verified).
+ * @returns the figures, the CPU split (`used`) and every started run, the warm-up's too (all are verified).
  */
 export async function drive(startRun: (tag: string) => Promise<Started>, measure: () => () => CpuSplit) {
   const start = async (tag: string) => bounded(await startRun(tag));
@@ -167,7 +167,7 @@ export async function drive(startRun: (tag: string) => Promise<Started>, measure
     p95: pct(ms, 95),
     p99: pct(ms, 99),
   };
-  return { burst, load, runs, cpu: used };
+  return { burst, load, runs, used };
 }
 
 /**

@@ -107,12 +107,9 @@ async function measure(admin: Client, dbUrl: string) {
     return { id, tag, done: request('GET', `/runs/${id}`) };
   };
   const loadAvgBefore = loadavg();
-  const {
-    burst,
-    load,
-    runs,
-    cpu: used,
-  } = await drive(start, () => cpuParts(() => ({ engine: [app.proc.pid!], store: [postmaster] })));
+  const { burst, load, runs, used } = await drive(start, () =>
+    cpuParts(() => ({ engine: [app.proc.pid!], store: [postmaster] })),
+  );
   const verified = await verify(runs, await mergedCounts([app]));
   await http.close();
   await app.stop();

@@ -145,12 +145,7 @@ async function measure(
     .filter(([n]) => n !== 'redis')
     .map(([, p]) => p);
   const loadAvgBefore = loadavg();
-  const {
-    burst,
-    load,
-    runs,
-    cpu: used,
-  } = await drive(start, () =>
+  const { burst, load, runs, used } = await drive(start, () =>
     cpuParts(() => ({
       engine: [orchPid],
       workers: workerPids,

@@ -103,12 +103,7 @@ async function bench() {
       return { id, tag, done: wf.workflowAttach() };
     };
     const loadAvgBefore = loadavg();
-    const {
-      burst,
-      load,
-      runs,
-      cpu: used,
-    } = await drive(start, () =>
+    const { burst, load, runs, used } = await drive(start, () =>
       cpuParts(() => ({ engine: [server.proc.pid!], workers: [service.proc.pid!] })),
     );
     const verified = await verify(runs, await mergedCounts([service]));
