@@ -121,8 +121,8 @@ export function coalesced<I, O>(
 
 /**
  * Runs the workload through `start` (which resolves once the engine has accepted the run): the warm-up, 100 runs at a
- * time, each group awaited (every engine's code paths compiled by its runtime's JIT, its connections and caches made:
- * a burst from a cold process measured the JIT as much as the engine); then the burst, started 100 at a time then
+ * time, each group awaited (every engine's code paths compiled by its runtime's JIT, its connections and caches made;
+ * alternated with none, keyflow's burst showed no difference through its spread); then the burst, started 100 at a time then
  * awaited together, and the open loop, one start every 1/rate s whatever the engine does. `measure` is called when
  * the warm-up is over and its result once the loop is: the CPU of the measured phases only.
  * @returns the figures, the CPU split (`used`) and every started run, the warm-up's too (all are verified).
@@ -130,21 +130,17 @@ export function coalesced<I, O>(
 export async function drive(startRun: (tag: string) => Promise<Started>, measure: () => () => CpuSplit) {
   const start = async (tag: string) => bounded(await startRun(tag));
   const runs: Started[] = [];
+  /** Starts runs `from` .. `from + 99` (at most `total`) at once, tagged `<prefix><n>`; resolves once all are accepted. */
+  const group = (prefix: string, from: number, total: number) =>
+    Promise.all(Array.from({ length: Math.min(100, total - from) }, (_, j) => start(`${prefix}${from + j}`)));
   for (let i = 0; i < workload.warmup; i += 100) {
-    const group = await Promise.all(
-      Array.from({ length: Math.min(100, workload.warmup - i) }, (_, j) => start(`w${i + j}`)),
-    );
-    await Promise.all(group.map((r) => r.done));
-    runs.push(...group);
+    const warm = await group('w', i, workload.warmup);
+    await Promise.all(warm.map((r) => r.done));
+    runs.push(...warm);
   }
   const cpu = measure();
   const t0 = Date.now();
-  for (let i = 0; i < workload.burst; i += 100)
-    runs.push(
-      ...(await Promise.all(
-        Array.from({ length: Math.min(100, workload.burst - i) }, (_, j) => start(`b${i + j}`)),
-      )),
-    );
+  for (let i = 0; i < workload.burst; i += 100) runs.push(...(await group('b', i, workload.burst)));
   await Promise.all(runs.map((r) => r.done));
   const secs = (Date.now() - t0) / 1000;
   const burst = { runs: workload.burst, secs, runsPerSec: workload.burst / secs };
