@@ -121,6 +121,18 @@ export interface ExecutorOptions {
 const defaultWorkerId = `${hostname()}/${process.pid}`;
 
 /**
+ * Most messages one wave takes ({@link TaskExecutor.handle}); the rest of a turn's messages wait for the next turns,
+ * in order. It bounds a begin script call to 64 keys, so one call never holds Redis (single-threaded) for the whole
+ * in-flight bound, and it breaks the convoy a backlog makes: with every in-flight message in one wave, the wave went
+ * through its begin call, its handlers, its complete call and its send in lockstep, and the worker's main thread
+ * idled through each round trip (30 % of it in a drain, `bench:worker --profile`). In parts over turns, one part is
+ * decoded and its handlers run while another part's call is at Redis or its results at the broker. Measured with
+ * `bench:worker` (BENCHMARKS.md "Workers", 2026-12-07): +21 % tasks/s (medians of 8 runs a side, alternated), the
+ * worker's process then at 103-111 % of a core instead of 75-87 %; 16, 32 and 128 did no better than 64.
+ */
+const MAX_WAVE_TASKS = 64;
+
+/**
  * The ioredis options of the idempotency store's connection an executor runs on (the workers', the orchestrator's
  * local steps'): no offline queue, so a call fails at once while Redis is away and the caller retries it with its
  * backoff; concurrent tasks' lease calls share round trips (auto-pipelining); reconnects back off up to 1 s.
@@ -206,9 +218,10 @@ export class TaskExecutor {
    * when the consumer drains before the task's handler started (ConsumerStoppingError: given up, redelivered).
    *
    * One path for every message: those handed over in one turn of the event loop (the ordered consumer dispatches a
-   * fetched batch's messages, up to its in-flight bounds, in one turn) are handled as a wave, a single message being
-   * a wave of one: each decoded once ({@link decodeTask}, without a turn when its schema is known), one begin script
-   * call for all their leases, their handlers run side by side, one complete script call for the records of those
+   * fetched batch's messages, up to its in-flight bounds, in one turn) are handled in waves of at most
+   * {@link MAX_WAVE_TASKS} (the rest in the next turns, in order), a single message being a wave of one: each
+   * decoded once ({@link decodeTask}, without a turn when its schema is known), one begin script call for all their
+   * leases, their handlers run side by side, one complete script call for the records of those
    * that finish together, and their results in one send. Each message still resolves on its own, once its result
    * is acknowledged, so the ordered consumer's per-key order and prefix commits are unchanged. A message that needs
    * a step of its own first joins a later wave (after a schema fetch: with the others that waited for it; after a
@@ -230,10 +243,18 @@ export class TaskExecutor {
   /** Tasks whose attempts ended, waiting for the next shared complete call (see {@link recordWave}). */
   private recording: Array<Recorded & Settlement> = [];
 
-  /** Handles the messages of one turn (see {@link handle}). Never rejects: every message settles on its own. */
+  /**
+   * Handles the first {@link MAX_WAVE_TASKS} messages of those waiting (see {@link handle}), the rest in the next
+   * turn. Never rejects: every message settles on its own.
+   */
   private async runWave(): Promise<void> {
-    const wave = this.waiting;
-    this.waiting = [];
+    let wave = this.waiting;
+    if (wave.length > MAX_WAVE_TASKS) {
+      // The rest waits for the next turn, in order; nothing else schedules a wave while this.waiting is not empty.
+      this.waiting = wave.slice(MAX_WAVE_TASKS);
+      wave = wave.slice(0, MAX_WAVE_TASKS);
+      setImmediate(() => void this.runWave());
+    } else this.waiting = [];
     this.o.metrics.waveTasks.observe(wave.length);
     const leasing: Task[] = [];
     for (const w of wave) this.admit(w, leasing);
