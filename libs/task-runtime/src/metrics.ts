@@ -20,8 +20,8 @@ export interface WorkerMetrics {
   flowStoreErrors: Counter<'task_type'>;
 }
 
-/** Buckets of the wave size histogram: powers of two up to the largest in-flight bound worth telling apart. */
-const WAVE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+/** Buckets of the wave size histogram: powers of two up to a wave's most (64, MAX_WAVE_TASKS in task-executor.ts). */
+const WAVE_BUCKETS = [1, 2, 4, 8, 16, 32, 64];
 
 export function workerMetrics(r: Registry): WorkerMetrics {
   return {
@@ -71,7 +71,7 @@ export function workerMetrics(r: Registry): WorkerMetrics {
     waveTasks: metric.histogram(
       r,
       'worker_wave_tasks',
-      'Task commands handled together in one wave (handed over in one event-loop turn: one lease call for all).',
+      'Task commands leased together in one begin call (a wave: at most 64 of those handed over in one event-loop turn).',
       [],
       WAVE_BUCKETS,
     ) as Histogram,

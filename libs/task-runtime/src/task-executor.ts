@@ -122,8 +122,9 @@ const defaultWorkerId = `${hostname()}/${process.pid}`;
 
 /**
  * Most messages one wave takes ({@link TaskExecutor.handle}); the rest of a turn's messages wait for the next turns,
- * in order. It bounds a begin script call to 64 keys, so one call never holds Redis (single-threaded) for the whole
- * in-flight bound, and it breaks the convoy a backlog makes: with every in-flight message in one wave, the wave went
+ * in order; the same holds for the tasks leased after a schema fetch ({@link TaskExecutor.leaseLater}). It bounds
+ * every begin script call to 64 keys, so one call never holds Redis (single-threaded) for the whole in-flight
+ * bound, and it breaks the convoy a backlog makes: with every in-flight message in one wave, the wave went
  * through its begin call, its handlers, its complete call and its send in lockstep, and the worker's main thread
  * idled through each round trip (30 % of it in a drain, `bench:worker --profile`). In parts over turns, one part is
  * decoded and its handlers run while another part's call is at Redis or its results at the broker. Measured with
@@ -236,7 +237,7 @@ export class TaskExecutor {
     });
   }
 
-  /** Messages handed to {@link handle} in this turn of the event loop, handled together at its end. */
+  /** Messages handed to {@link handle} and not yet taken by a wave (see {@link runWave}), in the order handed. */
   private waiting: Waiting[] = [];
   /** Tasks decoded after a schema fetch, waiting for their shared begin call (see {@link leaseLater}). */
   private late: Task[] = [];
@@ -255,7 +256,6 @@ export class TaskExecutor {
       wave = wave.slice(0, MAX_WAVE_TASKS);
       setImmediate(() => void this.runWave());
     } else this.waiting = [];
-    this.o.metrics.waveTasks.observe(wave.length);
     const leasing: Task[] = [];
     for (const w of wave) this.admit(w, leasing);
     if (leasing.length > 0) await this.lease(leasing);
@@ -321,16 +321,23 @@ export class TaskExecutor {
    */
   private leaseLater(t: Task): void {
     this.late.push(t);
-    if (this.late.length === 1)
-      setImmediate(() => {
-        const late = this.late;
-        this.late = [];
-        void this.lease(late);
-      });
+    if (this.late.length === 1) setImmediate(() => this.leaseLate());
+  }
+
+  /** Leases the first {@link MAX_WAVE_TASKS} tasks of {@link late}, the rest in the next turn (as runWave does). */
+  private leaseLate(): void {
+    let late = this.late;
+    if (late.length > MAX_WAVE_TASKS) {
+      this.late = late.slice(MAX_WAVE_TASKS);
+      late = late.slice(0, MAX_WAVE_TASKS);
+      setImmediate(() => this.leaseLate());
+    } else this.late = [];
+    void this.lease(late);
   }
 
   /** Takes the leases of `tasks` in one begin call, then goes on with each (see {@link begun}); never rejects. */
   private async lease(tasks: Task[]): Promise<void> {
+    this.o.metrics.waveTasks.observe(tasks.length);
     let begun: Awaited<ReturnType<IdempotencyStore<StoredOutcome>['beginMany']>>;
     try {
       begun = await this.o.store.beginMany(
@@ -370,6 +377,7 @@ export class TaskExecutor {
       if (e instanceof ForeignRecordError) return this.deadLetterTask(t, e, 0, Date.now());
       throw e;
     }
+    this.o.metrics.waveTasks.observe(1);
     const [b] = await this.o.store.beginMany([{ key: t.cmd.idempotencyKey, attempt: t.cmd.attempt }]);
     return this.begun(t, b);
   }
