@@ -451,8 +451,25 @@ cmd_up() {
 }
 
 cmd_down() {
+  local f purge=0
+  [[ "${1:-}" == "--purge" ]] && purge=1
+  if ((purge)); then
+    # The data goes with the run dir: a controlled shutdown would only cost time (a 3-broker stack's last broker,
+    # its quorum gone, waits out its 30 s), so the brokers are killed at once.
+    local name t0
+    for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.pid; do
+      [[ -f "$f" ]] || continue
+      name="$(basename "$f" .pid)"
+      if alive "$name"; then log "SIGKILL $name (pid $(pid_of "$name"); its data is purged)"; kill -KILL "$(pid_of "$name")" 2>/dev/null || true; fi
+    done
+    for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.pid; do
+      [[ -f "$f" ]] || continue
+      name="$(basename "$f" .pid)" t0=$SECONDS
+      while alive "$name" && (( SECONDS - t0 <= 10 )); do sleep 0.05; done
+      rm -f "$f"
+    done
+  fi
   stop_pid registry 20
-  local f
   for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.pid; do [[ -f "$f" ]] && stop_pid "$(basename "$f" .pid)" 30; done
   rm -f "$BROKERS_FILE"
   stop_pid redis 10 # SIGTERM: Redis fsyncs its AOF and exits
@@ -462,7 +479,7 @@ cmd_down() {
     pg_ctlcluster --skip-systemctl-redirect "$(cat "$RUN_DIR/postgres.started")" main stop || true
     rm -f "$RUN_DIR/postgres.started"
   fi
-  if [[ "${1:-}" == "--purge" ]]; then log "purging $RUN_DIR"; rm -rf "$RUN_DIR"; fi
+  if ((purge)); then log "purging $RUN_DIR"; rm -rf "$RUN_DIR"; fi
 }
 
 cmd_status() {
