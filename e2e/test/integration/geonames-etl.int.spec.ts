@@ -85,6 +85,12 @@ describe('the GeoNames ETL, end to end', () => {
       WORKER_GROUP_ID: `${p}workers`,
       KEYFLOW_BLOB_DIR: join(dir, 'blobs'),
       ETL_SQLITE_ROOTS: dir, // where the workers may write this run's SQLite file
+      // The killed worker's partitions move on after its session times out, and its tasks run again once their
+      // leases lapse: the shortest session the config allows and a 10 s lease (renewed every third of it) rather
+      // than the defaults' 30 s each, which this test only waited out.
+      WORKER_SESSION_TIMEOUT_MS: '6000',
+      WORKER_HEARTBEAT_INTERVAL_MS: '1000',
+      WORKER_LEASE_MS: '10000',
     };
     const orch = startService('examples/geonames-etl/src/orchestrator.ts', env, 'orchestrator ready');
     const workers = [0, 1].map(() =>
