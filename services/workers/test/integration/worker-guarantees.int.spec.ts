@@ -199,11 +199,16 @@ describe('worker guarantees under load and failure', () => {
   it('every task on one partition failing past the session timeout does not stall the other partitions', async () => {
     const h = new WorkerHarness('stall');
     try {
-      // How long partition 0 keeps failing before its last healthy round: past the session timeout (10 s, the
-      // harness's WORKER_SESSION_TIMEOUT_MS) and many retries at the longest backoff.
-      const failForMs = Number(process.env.STALL_FAIL_MS ?? 12_000);
+      // How long partition 0 keeps failing before its last healthy round: past the session timeout (6 s, the
+      // shortest the config allows) and many retries at the longest backoff.
+      const failForMs = Number(process.env.STALL_FAIL_MS ?? 7_500);
       await h.setup(['flaky'], 3);
-      await h.startWorker({ WORKER_RETRY_INITIAL_MS: '200', WORKER_RETRY_MAX_MS: '2000' });
+      await h.startWorker({
+        WORKER_RETRY_INITIAL_MS: '200',
+        WORKER_RETRY_MAX_MS: '2000',
+        WORKER_SESSION_TIMEOUT_MS: '6000',
+        WORKER_HEARTBEAT_INTERVAL_MS: '1000',
+      });
       // They fail until the test inserts the _fix row 'stall'.
       const failing = Array.from({ length: 20 }, (_, i) =>
         h.command('flaky', `bad${i}`, { failUntilFixed: 'stall' }, { maxAttempts: 10_000, timeoutMs: 5_000 }),
