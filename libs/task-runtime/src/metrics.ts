@@ -1,4 +1,5 @@
 import { metric, type Registry, type Counter, type Gauge, type Histogram } from '@keyflow/observability';
+import { MAX_WAVE_TASKS } from './task-executor';
 
 /** The worker's Prometheus metrics (names prefixed keyflow_). */
 export interface WorkerMetrics {
@@ -20,8 +21,8 @@ export interface WorkerMetrics {
   flowStoreErrors: Counter<'task_type'>;
 }
 
-/** Buckets of the wave size histogram: powers of two up to a wave's most (64, MAX_WAVE_TASKS in task-executor.ts). */
-const WAVE_BUCKETS = [1, 2, 4, 8, 16, 32, 64];
+/** Buckets of the wave size histogram: powers of two up to a wave's most ({@link MAX_WAVE_TASKS}). */
+const WAVE_BUCKETS = [1, 2, 4, 8, 16, 32].concat(MAX_WAVE_TASKS);
 
 export function workerMetrics(r: Registry): WorkerMetrics {
   return {
@@ -71,7 +72,7 @@ export function workerMetrics(r: Registry): WorkerMetrics {
     waveTasks: metric.histogram(
       r,
       'worker_wave_tasks',
-      'Task commands leased together in one begin call (a wave: at most 64 of those handed over in one event-loop turn).',
+      `Task commands leased together in one begin call (a wave: at most ${MAX_WAVE_TASKS} of those handed over in one event-loop turn).`,
       [],
       WAVE_BUCKETS,
     ) as Histogram,

@@ -131,7 +131,13 @@ const defaultWorkerId = `${hostname()}/${process.pid}`;
  * `bench:worker` (BENCHMARKS.md "Workers", 2026-12-07): +21 % tasks/s (medians of 8 runs a side, alternated), the
  * worker's process then at 103-111 % of a core instead of 75-87 %; 16, 32 and 128 did no better than 64.
  */
-const MAX_WAVE_TASKS = 64;
+export const MAX_WAVE_TASKS = 64;
+
+/** The first {@link MAX_WAVE_TASKS} items of `queue` (a wave) and the rest, in order; `queue` is not changed. */
+function firstWave<T>(queue: T[]): [wave: T[], rest: T[]] {
+  if (queue.length <= MAX_WAVE_TASKS) return [queue, []];
+  return [queue.slice(0, MAX_WAVE_TASKS), queue.slice(MAX_WAVE_TASKS)];
+}
 
 /**
  * The ioredis options of the idempotency store's connection an executor runs on (the workers', the orchestrator's
@@ -249,13 +255,10 @@ export class TaskExecutor {
    * turn. Never rejects: every message settles on its own.
    */
   private async runWave(): Promise<void> {
-    let wave = this.waiting;
-    if (wave.length > MAX_WAVE_TASKS) {
-      // The rest waits for the next turn, in order; nothing else schedules a wave while this.waiting is not empty.
-      this.waiting = wave.slice(MAX_WAVE_TASKS);
-      wave = wave.slice(0, MAX_WAVE_TASKS);
-      setImmediate(() => void this.runWave());
-    } else this.waiting = [];
+    const [wave, rest] = firstWave(this.waiting);
+    // The rest waits for the next turn, in order; nothing else schedules a wave while this.waiting is not empty.
+    this.waiting = rest;
+    if (rest.length > 0) setImmediate(() => void this.runWave());
     const leasing: Task[] = [];
     for (const w of wave) this.admit(w, leasing);
     if (leasing.length > 0) await this.lease(leasing);
@@ -326,12 +329,9 @@ export class TaskExecutor {
 
   /** Leases the first {@link MAX_WAVE_TASKS} tasks of {@link late}, the rest in the next turn (as runWave does). */
   private leaseLate(): void {
-    let late = this.late;
-    if (late.length > MAX_WAVE_TASKS) {
-      this.late = late.slice(MAX_WAVE_TASKS);
-      late = late.slice(0, MAX_WAVE_TASKS);
-      setImmediate(() => this.leaseLate());
-    } else this.late = [];
+    const [late, rest] = firstWave(this.late);
+    this.late = rest;
+    if (rest.length > 0) setImmediate(() => this.leaseLate());
     void this.lease(late);
   }
 
