@@ -17,7 +17,9 @@ import {
   type Logger,
   type Registry,
 } from '@keyflow/observability';
+import { ModulesContainer } from '@nestjs/core';
 import { loadWorkerConfig, type WorkerConfig } from './config';
+import { handlerCalls } from './transport/direct-handlers';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
 import { EventPublisher } from '@keyflow/task-runtime';
@@ -144,6 +146,14 @@ export async function startKeyflowWorker(app: INestApplication): Promise<WorkerR
   // Not inheriting the application's configuration: its global filters, guards, pipes and interceptors are for its
   // HTTP routes (a JWT guard would refuse every task); @TaskHandler carries the handlers' own filter.
   app.connectMicroservice({ strategy: rt.transport }, { inheritAppConfig: false });
+  // Handlers with nothing of Nest's bound to them are called directly (no global enhancer applies: see above).
+  const calls = handlerCalls(app.get(ModulesContainer));
+  rt.transport.callDirectly(calls);
+  if (calls.viaNest.size > 0)
+    rt.logger.info(
+      { viaNest: Object.fromEntries(calls.viaNest), direct: [...calls.direct.keys()] },
+      "task handlers called through Nest's pipeline (a guard, interceptor, pipe or filter of theirs is bound)",
+    );
   exitOnComponentFailure(rt.transport.health, rt.logger);
   await app.startAllMicroservices();
   return rt;

@@ -7,6 +7,7 @@ import type { WorkerConfig } from '../config';
 import type { EventPublisher } from '@keyflow/task-runtime';
 import { CONTRACT_EXTRA, checkedByContract, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { TaskWorker, type IdempotencyHealth } from '../worker-runtime';
+import type { HandlerCalls } from './direct-handlers';
 
 export {
   IDEMPOTENCY_STORE_FULL_CONDITION,
@@ -85,14 +86,28 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
     const handlers = new Map<string, TaskHandlerFn>();
     for (const [pattern, h] of this.getHandlers()) {
       // Nest's handler answers a value or an Observable (an interceptor's); only the latter needs rxjs.
-      const run: TaskHandlerFn = async (input, ctx: TaskContext) => {
-        const out: unknown = await h(input, ctx);
-        return isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out;
-      };
+      const run: TaskHandlerFn =
+        this.calls?.direct.get(pattern) ??
+        (async (input, ctx: TaskContext) => {
+          const out: unknown = await h(input, ctx);
+          return isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out;
+        });
       const contract = h.extras?.[CONTRACT_EXTRA] as AnyTaskContract | undefined;
       handlers.set(pattern, contract ? checkedByContract(contract, run) : run);
     }
     return handlers;
+  }
+
+  /** The handler methods to call without Nest's pipeline (see {@link handlerCalls}); set before listen. */
+  private calls?: HandlerCalls;
+
+  /**
+   * Calls the methods `calls.direct` names directly instead of through Nest's per-call pipeline. Only for a
+   * microservice that does not inherit the application's global enhancers (startKeyflowWorker's); call before the
+   * microservice listens.
+   */
+  callDirectly(calls: HandlerCalls): void {
+    this.calls = calls;
   }
 
   /** SIGTERM path: stop fetching, drain in-flight tasks up to the deadline, commit, disconnect. */
