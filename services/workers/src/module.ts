@@ -147,13 +147,7 @@ export async function startKeyflowWorker(app: INestApplication): Promise<WorkerR
   // HTTP routes (a JWT guard would refuse every task); @TaskHandler carries the handlers' own filter.
   app.connectMicroservice({ strategy: rt.transport }, { inheritAppConfig: false });
   // Handlers with nothing of Nest's bound to them are called directly (no global enhancer applies: see above).
-  const calls = handlerCalls(app.get(ModulesContainer));
-  rt.transport.callDirectly(calls);
-  if (calls.viaNest.size > 0)
-    rt.logger.info(
-      { viaNest: Object.fromEntries(calls.viaNest), direct: [...calls.direct.keys()] },
-      "task handlers called through Nest's pipeline (a guard, interceptor, pipe or filter of theirs is bound)",
-    );
+  rt.transport.callDirectly(handlerCalls(app.get(ModulesContainer)));
   exitOnComponentFailure(rt.transport.health, rt.logger);
   await app.startAllMicroservices();
   return rt;

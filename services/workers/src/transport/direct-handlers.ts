@@ -5,21 +5,17 @@ import {
   INTERCEPTORS_METADATA,
   PIPES_METADATA,
 } from '@nestjs/common/constants';
-import type { ModulesContainer } from '@nestjs/core';
-import {
-  PARAM_ARGS_METADATA,
-  PATTERN_HANDLER_METADATA,
-  PATTERN_METADATA,
-  TRANSPORT_METADATA,
-} from '@nestjs/microservices/constants';
-import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum';
+import { MetadataScanner, type ModulesContainer } from '@nestjs/core';
+import { PARAM_ARGS_METADATA } from '@nestjs/microservices/constants';
 import { RpcParamtype } from '@nestjs/microservices/enums/rpc-paramtype.enum';
+import { ListenerMetadataExplorer } from '@nestjs/microservices/listener-metadata-explorer';
+import { transformPatternToRoute } from '@nestjs/microservices/utils';
 import { isObservable, lastValueFrom } from 'rxjs';
 import { PASS_THROUGH_FILTER, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 
 /** How the handler methods of an application's controllers are called: directly, or through Nest's pipeline. */
 export interface HandlerCalls {
-  /** Task type -> the method called directly (its arguments built from its parameter decorators). */
+  /** Task type (the pattern as Nest keys it, transformPatternToRoute) -> the method called directly (its arguments built from its parameter decorators). */
   direct: Map<string, TaskHandlerFn>;
   /** Task types whose method needs Nest's per-call pipeline, each with the reason (log lines, tests). */
   viaNest: Map<string, string>;
@@ -33,64 +29,64 @@ export interface HandlerCalls {
  * exception filters, some eight promises and their closures a call, whether or not any of them is bound
  * (`bench:worker`'s allocation profile: 12 % of the worker's allocations, BENCHMARKS.md "Workers"). A method is
  * called directly when that pipeline would do nothing but call it: its controller is a singleton whose dependency
- * tree is static (a request-scoped one is made per call by Nest); no guard, interceptor or pipe is bound to the
+ * tree is static (a request-scoped one is made per call by Nest), of a class whose prototype and `constructor` are
+ * the ones Nest made it from (not a mixin's or a Proxy's, whose metadata Nest finds its own way); no guard, interceptor or pipe is bound to the
  * method or its class; its only exception filter is `@TaskHandler`'s (marked PASS_THROUGH_FILTER; it rethrows as is); its
  * parameters are `@Payload()` and `@Ctx()` without a property name or pipe (or none: the payload alone, as Nest passes
  * it); it is a message pattern named by a string, bound to no other transport, and no other method has that
- * pattern. Global enhancers need not be looked at: the worker's microservice does not inherit the application's
+ * pattern (Nest's own scan, ListenerMetadataExplorer, lists the methods; patterns compare as Nest keys them). Global enhancers need not be looked at: the worker's microservice does not inherit the application's
  * (startKeyflowWorker connects it with `inheritAppConfig: false`), and its own are not reachable from outside.
  * Called directly, a method gets the same arguments and `this`, and its result, a thrown error, a rejection or an
  * Observable (its last value) reach the executor as they do through Nest with that filter.
  */
 export function handlerCalls(modules: ModulesContainer): HandlerCalls {
+  // Nest's own scan of a controller's handler methods, as its ListenersController registers them.
+  const explorer = new ListenerMetadataExplorer(new MetadataScanner());
   const found = new Map<string, Array<TaskHandlerFn | string>>();
-  const add = (pattern: string, call: TaskHandlerFn | string) =>
-    found.set(pattern, [...(found.get(pattern) ?? []), call]);
+  const add = (route: string, call: TaskHandlerFn | string) =>
+    found.set(route, [...(found.get(route) ?? []), call]);
   for (const module of modules.values())
     for (const wrapper of module.controllers.values()) {
-      const instance = wrapper.instance as Record<string, unknown> | undefined;
+      const instance = wrapper.instance as object | undefined;
       if (!instance || typeof instance !== 'object') continue;
-      const proto = Object.getPrototypeOf(instance) as object;
-      const staticTree = wrapper.isDependencyTreeStatic();
-      for (const key of methodNames(proto)) {
-        const method = instance[key];
-        if (typeof method !== 'function') continue;
-        const kind = Reflect.getMetadata(PATTERN_HANDLER_METADATA, method) as PatternHandler | undefined;
-        if (kind === undefined) continue;
-        const patterns = (Reflect.getMetadata(PATTERN_METADATA, method) as unknown[] | undefined) ?? [];
-        for (const pattern of patterns) {
-          if (typeof pattern !== 'string') continue; // an object pattern is never a task type
-          const cls = instance.constructor as Type<unknown>;
-          const why = staticTree
-            ? whyNotDirect(cls, key, method as AnyMethod, kind)
-            : 'its controller is request-scoped';
-          add(pattern, why ?? directCall(instance, method as AnyMethod, params(cls, key) as Param[]));
+      const cls = wrapper.metatype as Type<unknown> | null;
+      // Nest finds a class's metadata through its own registry of prototypes; where `constructor` is not that class
+      // (a mixin helper overwrote it, a class decorator returned a Proxy) the metadata read here could miss a guard.
+      const plainClass =
+        typeof cls === 'function' &&
+        instance.constructor === cls &&
+        Object.getPrototypeOf(instance) === cls.prototype;
+      for (const h of explorer.explore(instance))
+        for (const pattern of h.patterns) {
+          const method = h.targetCallback as AnyMethod;
+          const why = !wrapper.isDependencyTreeStatic()
+            ? 'its controller is request-scoped'
+            : !plainClass
+              ? 'its class is not the one Nest made it from (a mixin or a Proxy)'
+              : typeof pattern !== 'string'
+                ? 'its pattern is not a string'
+                : h.isEventHandler
+                  ? 'it is an event pattern'
+                  : h.transport !== undefined
+                    ? 'it names a transport'
+                    : whyNotDirect(cls!, h.methodKey, method);
+          add(
+            transformPatternToRoute(pattern),
+            why ?? directCall(instance, method, params(cls!, h.methodKey) as Param[]),
+          );
         }
-      }
     }
   const calls: HandlerCalls = { direct: new Map(), viaNest: new Map() };
-  for (const [pattern, all] of found) {
-    if (all.length > 1) calls.viaNest.set(pattern, 'more than one method has this pattern');
-    else if (typeof all[0] === 'string') calls.viaNest.set(pattern, all[0]);
-    else calls.direct.set(pattern, all[0]);
+  for (const [route, all] of found) {
+    if (all.length > 1) calls.viaNest.set(route, 'more than one method has this pattern');
+    else if (typeof all[0] === 'string') calls.viaNest.set(route, all[0]);
+    else calls.direct.set(route, all[0]);
   }
   return calls;
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyMethod = (...args: any[]) => unknown;
-
-/** Method names of a prototype chain up to Object.prototype (as Nest's MetadataScanner lists them). */
-function methodNames(proto: object | null): string[] {
-  const names = new Set<string>();
-  for (let p = proto; p && p !== Object.prototype; p = Object.getPrototypeOf(p) as object | null)
-    for (const name of Object.getOwnPropertyNames(p)) {
-      if (name === 'constructor') continue;
-      const d = Object.getOwnPropertyDescriptor(p, name);
-      if (d && typeof d.value === 'function' && !d.get && !d.set) names.add(name);
-    }
-  return [...names];
-}
 
 /** A bound enhancer's metadata: present and not empty. */
 const bound = (key: string, target: object) => {
@@ -99,14 +95,7 @@ const bound = (key: string, target: object) => {
 };
 
 /** Why Nest's pipeline would do more than call the method, or undefined when it would not. */
-function whyNotDirect(
-  cls: Type<unknown>,
-  key: string,
-  method: AnyMethod,
-  kind: PatternHandler,
-): string | undefined {
-  if (kind !== PatternHandler.MESSAGE) return 'it is an event pattern';
-  if (Reflect.getMetadata(TRANSPORT_METADATA, method) !== undefined) return 'it names a transport';
+function whyNotDirect(cls: Type<unknown>, key: string, method: AnyMethod): string | undefined {
   for (const [key, what] of [
     [GUARDS_METADATA, 'a guard'],
     [INTERCEPTORS_METADATA, 'an interceptor'],
@@ -147,7 +136,8 @@ function directCall(instance: object, method: AnyMethod, ps: Param[]): TaskHandl
   const length = ps.reduce((n, p) => Math.max(n, p.index + 1), 0);
   const resolved = (out: unknown) => (isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out);
   return (input: unknown, ctx: TaskContext): Promise<unknown> => {
-    const args: unknown[] = new Array(length).fill(null);
+    // Nest fills a position no decorator names with undefined (ContextUtils.createNullArray, despite its name).
+    const args: unknown[] = new Array(length).fill(undefined);
     for (const p of ps) args[p.index] = p.arg === 0 ? input : ctx;
     try {
       const out = method.apply(instance, args);

@@ -28,7 +28,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
 
   constructor(
     cfg: WorkerConfig,
-    log: Logger,
+    private readonly log: Logger,
     registry: Registry,
     publisher?: EventPublisher,
     /** The claim-check store (default: the one the configuration selects). */
@@ -84,10 +84,13 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
    */
   private taskHandlers(): Map<string, TaskHandlerFn> {
     const handlers = new Map<string, TaskHandlerFn>();
+    const viaNest: Record<string, string> = {};
     for (const [pattern, h] of this.getHandlers()) {
+      const direct = this.calls?.direct.get(pattern);
+      if (!direct) viaNest[pattern] = this.calls?.viaNest.get(pattern) ?? 'the transport was not told';
       // Nest's handler answers a value or an Observable (an interceptor's); only the latter needs rxjs.
       const run: TaskHandlerFn =
-        this.calls?.direct.get(pattern) ??
+        direct ??
         (async (input, ctx: TaskContext) => {
           const out: unknown = await h(input, ctx);
           return isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out;
@@ -95,6 +98,11 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
       const contract = h.extras?.[CONTRACT_EXTRA] as AnyTaskContract | undefined;
       handlers.set(pattern, contract ? checkedByContract(contract, run) : run);
     }
+    if (Object.keys(viaNest).length > 0)
+      this.log.info(
+        { viaNest, direct: [...handlers.keys()].filter((p) => !(p in viaNest)) },
+        "task handlers called through Nest's pipeline (a guard, interceptor, pipe or filter of theirs is bound)",
+      );
     return handlers;
   }
 

@@ -17,8 +17,17 @@ import {
   type Type,
 } from '@nestjs/common';
 import { ModulesContainer, NestFactory } from '@nestjs/core';
-import { BaseRpcExceptionFilter, Ctx, EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
-import { EMPTY, of, type Observable } from 'rxjs';
+import {
+  BaseRpcExceptionFilter,
+  Ctx,
+  EventPattern,
+  MessagePattern,
+  Payload,
+  Server,
+  type CustomTransportStrategy,
+  type MessageHandler,
+} from '@nestjs/microservices';
+import { EMPTY, isObservable, lastValueFrom, of, type Observable } from 'rxjs';
 import { TaskHandler } from '@keyflow/nestjs';
 import type { TaskContext } from '@keyflow/handler';
 import { handlerCalls } from '../../src/transport/direct-handlers';
@@ -74,7 +83,47 @@ class Plain {
   thenable() {
     return { then: (ok: (v: unknown) => void) => ok('from a thenable') };
   }
+  @TaskHandler('t.ctx-only')
+  ctxOnly(input: unknown, @Ctx() ctx: TaskContext) {
+    return [input === undefined, arguments.length, ctx];
+  }
+  @TaskHandler('t.undefined')
+  nothing() {
+    return undefined;
+  }
+  @TaskHandler('t.throws-value')
+  throwsValue(): never {
+    throw 'a string';
+  }
+  @TaskHandler('t.observable-promise')
+  async observablePromise() {
+    return of('a', 'b');
+  }
 }
+
+/** Nest's own way to a handler: a transport that only collects what Nest registers. */
+class Collect extends Server implements CustomTransportStrategy {
+  listen(cb: () => void) {
+    cb();
+  }
+  close() {}
+  on() {}
+  unwrap<T>(): T {
+    return undefined as T;
+  }
+}
+
+/** What the worker's transport read from Nest's handler before: the value, or an Observable's last value. */
+async function throughNest(h: MessageHandler, input: unknown, c: TaskContext): Promise<unknown> {
+  const out: unknown = await h(input, c);
+  return isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out;
+}
+
+const settled = (p: Promise<unknown>) =>
+  p.then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
 
 @Controller()
 @UseInterceptors(Tap)
@@ -136,6 +185,16 @@ class Twice {
   }
 }
 
+/** A mixin helper's class: its prototype's `constructor` overwritten (Nest finds its metadata another way). */
+@Controller()
+class Mixed {
+  @TaskHandler('n.mixin')
+  a() {
+    return 1;
+  }
+}
+Object.defineProperty(Mixed.prototype, 'constructor', { value: Object, writable: true, configurable: true });
+
 @Controller({ scope: Scope.REQUEST })
 class PerRequest {
   @TaskHandler('n.request-scoped')
@@ -182,8 +241,32 @@ describe('handlerCalls: which @TaskHandler methods skip Nest’s per-call pipeli
     await expect(direct.get('t.rejects')!(null, ctx)).rejects.toBeInstanceOf(Boom);
   });
 
+  it('answers each call as Nest’s pipeline does: the same value, or a rejection with the same error', async () => {
+    @Module({ controllers: [Plain] })
+    class M {}
+    const app = await NestFactory.create(M, { logger: false });
+    try {
+      const collect = new Collect();
+      app.connectMicroservice({ strategy: collect }, { inheritAppConfig: false });
+      await app.init();
+      const { direct } = handlerCalls(app.get(ModulesContainer));
+      const nest = collect.getHandlers();
+      expect([...direct.keys()].sort()).toEqual([...nest.keys()].sort());
+      for (const [pattern, call] of direct)
+        for (const input of [{ a: 1 }, undefined, null, 'text']) {
+          const [viaNest, viaDirect] = await Promise.all([
+            settled(throughNest(nest.get(pattern)!, input, ctx)),
+            settled(call(input, ctx)),
+          ]);
+          expect({ pattern, input, ...viaDirect }).toStrictEqual({ pattern, input, ...viaNest });
+        }
+    } finally {
+      await app.close();
+    }
+  });
+
   it('leaves to Nest every method a guard, interceptor, pipe, filter, custom or named parameter, scope or clash concerns', async () => {
-    const { direct, viaNest } = await callsOf(Intercepted, Enhanced, Twice, PerRequest);
+    const { direct, viaNest } = await callsOf(Intercepted, Enhanced, Twice, PerRequest, Mixed);
     expect([...direct.keys()]).toEqual([]);
     expect(Object.fromEntries(viaNest)).toEqual({
       'n.class-interceptor': 'an interceptor is bound',
@@ -197,6 +280,7 @@ describe('handlerCalls: which @TaskHandler methods skip Nest’s per-call pipeli
       'n.event': 'it is an event pattern',
       'n.twice': 'more than one method has this pattern',
       'n.request-scoped': 'its controller is request-scoped',
+      'n.mixin': 'its class is not the one Nest made it from (a mixin or a Proxy)',
     });
   });
 });
