@@ -4,7 +4,7 @@
  * errors a handler throws to say what kind of failure it met, and `checkedByContract`, which wraps a handler with
  * its contract's input and output checks. It imports no Kafka client, no Redis client, no NestJS and no worker
  * runtime: the worker (@keyflow/workers) runs these handlers; `@TaskHandler` (NestJS) lives in @keyflow/nestjs.
- * `CONTRACT_EXTRA` is the key both read a handler's contract by, `PASS_THROUGH_FILTER` the mark of its filter.
+ * `CONTRACT_EXTRA` is the key both read a handler's contract by.
  */
 export type { TaskContext, TaskHandlerFn, ContractHandlerMethod } from './context';
 export {
@@ -16,4 +16,4 @@ export {
   TaskTimeoutError,
 } from './errors';
 export { checkedByContract } from './contract-check';
-export { CONTRACT_EXTRA, PASS_THROUGH_FILTER } from './pattern';
+export { CONTRACT_EXTRA } from './pattern';

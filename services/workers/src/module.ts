@@ -17,9 +17,7 @@ import {
   type Logger,
   type Registry,
 } from '@keyflow/observability';
-import { ModulesContainer } from '@nestjs/core';
 import { loadWorkerConfig, type WorkerConfig } from './config';
-import { handlerCalls } from './transport/direct-handlers';
 import { HealthController, METRICS_REGISTRY } from './health.controller';
 import { KafkaTaskTransport } from './transport/kafka-task.transport';
 import { EventPublisher } from '@keyflow/task-runtime';
@@ -146,8 +144,6 @@ export async function startKeyflowWorker(app: INestApplication): Promise<WorkerR
   // Not inheriting the application's configuration: its global filters, guards, pipes and interceptors are for its
   // HTTP routes (a JWT guard would refuse every task); @TaskHandler carries the handlers' own filter.
   app.connectMicroservice({ strategy: rt.transport }, { inheritAppConfig: false });
-  // Handlers with nothing of Nest's bound to them are called directly (no global enhancer applies: see above).
-  rt.transport.callDirectly(handlerCalls(app.get(ModulesContainer)));
   exitOnComponentFailure(rt.transport.health, rt.logger);
   await app.startAllMicroservices();
   return rt;

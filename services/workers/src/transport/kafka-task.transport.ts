@@ -7,7 +7,6 @@ import type { WorkerConfig } from '../config';
 import type { EventPublisher } from '@keyflow/task-runtime';
 import { CONTRACT_EXTRA, checkedByContract, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { TaskWorker, type IdempotencyHealth } from '../worker-runtime';
-import type { HandlerCalls } from './direct-handlers';
 
 export {
   IDEMPOTENCY_STORE_FULL_CONDITION,
@@ -28,7 +27,7 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
 
   constructor(
     cfg: WorkerConfig,
-    private readonly log: Logger,
+    log: Logger,
     registry: Registry,
     publisher?: EventPublisher,
     /** The claim-check store (default: the one the configuration selects). */
@@ -84,38 +83,16 @@ export class KafkaTaskTransport extends Server implements CustomTransportStrateg
    */
   private taskHandlers(): Map<string, TaskHandlerFn> {
     const handlers = new Map<string, TaskHandlerFn>();
-    const viaNest: Record<string, string> = {};
     for (const [pattern, h] of this.getHandlers()) {
-      const direct = this.calls?.direct.get(pattern);
-      if (!direct) viaNest[pattern] = this.calls?.viaNest.get(pattern) ?? 'the transport was not told';
       // Nest's handler answers a value or an Observable (an interceptor's); only the latter needs rxjs.
-      const run: TaskHandlerFn =
-        direct ??
-        (async (input, ctx: TaskContext) => {
-          const out: unknown = await h(input, ctx);
-          return isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out;
-        });
+      const run: TaskHandlerFn = async (input, ctx: TaskContext) => {
+        const out: unknown = await h(input, ctx);
+        return isObservable(out) ? lastValueFrom(out, { defaultValue: null }) : out;
+      };
       const contract = h.extras?.[CONTRACT_EXTRA] as AnyTaskContract | undefined;
       handlers.set(pattern, contract ? checkedByContract(contract, run) : run);
     }
-    if (Object.keys(viaNest).length > 0)
-      this.log.info(
-        { viaNest, direct: [...handlers.keys()].filter((p) => !(p in viaNest)) },
-        "task handlers called through Nest's pipeline (a guard, interceptor, pipe or filter of theirs is bound)",
-      );
     return handlers;
-  }
-
-  /** The handler methods to call without Nest's pipeline (see {@link handlerCalls}); set before listen. */
-  private calls?: HandlerCalls;
-
-  /**
-   * Calls the methods `calls.direct` names directly instead of through Nest's per-call pipeline. Only for a
-   * microservice that does not inherit the application's global enhancers (startKeyflowWorker's); call before the
-   * microservice listens.
-   */
-  callDirectly(calls: HandlerCalls): void {
-    this.calls = calls;
   }
 
   /** SIGTERM path: stop fetching, drain in-flight tasks up to the deadline, commit, disconnect. */

@@ -14,7 +14,7 @@ jest.setTimeout(120_000);
 describe('a worker process', () => {
   const h = new WorkerHarness('worker');
   beforeAll(async () => {
-    await h.setup(['seq', 'flaky', 'refuse', 'poison', 'slow', 'typed', 'odd', 'intercepted']);
+    await h.setup(['seq', 'flaky', 'refuse', 'poison', 'slow', 'typed', 'odd']);
     await h.startWorker({ WORKER_RETRY_INITIAL_MS: '200', WORKER_RETRY_MAX_MS: '1000' });
   });
   afterAll(() => h.teardown());
@@ -39,27 +39,6 @@ describe('a worker process', () => {
     expect(v.metadata.key).toBe(cmd.runId);
     expect(v.metadata.correlationId).toBe(cmd.runId);
     expect(v.replayed).toBe(false);
-  });
-
-  it("a handler with an interceptor bound runs through it; one with nothing of Nest's bound is called directly, with the same result", async () => {
-    const [plain, intercepted] = [
-      h.command('seq', 'n1', { entity: 'n1', seq: 1 }),
-      h.command('intercepted', 'n2', { n: 2 }),
-    ];
-    await h.send([plain, intercepted]);
-    const outputOf = async (key: string) => {
-      const r = await resultFor(key);
-      expect(r.event).toBe('TaskCompleted');
-      return JSON.parse((r.value as TaskCompleted).output) as unknown;
-    };
-    expect(await outputOf(plain.idempotencyKey)).toEqual({ entity: 'n1', seq: 1 });
-    expect(await outputOf(intercepted.idempotencyKey)).toEqual({ n: 2, intercepted: true });
-    // The worker says which handlers go through Nest's pipeline, and why; the others are called directly.
-    const line = h.workers[0].logs.find((l) => l.includes("through Nest's pipeline"));
-    expect(JSON.parse(line!)).toMatchObject({
-      viaNest: { intercepted: 'an interceptor is bound' },
-      direct: expect.arrayContaining(['seq', 'typed', 'charge']),
-    });
   });
 
   it("without a trace exporter, a command's trace reaches its result's headers and metadata and its task's log lines", async () => {
