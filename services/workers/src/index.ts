@@ -30,5 +30,3 @@ export {
   type ContractHandlerMethod,
 } from '@keyflow/handler';
 export { EventPublisher } from '@keyflow/task-runtime';
-// The task executor, for a process that runs handlers of its own without consuming task topics: the orchestrator's
-// local steps (docs/workflows.md "Local steps") run through it, under the same idempotency and retry rules.
