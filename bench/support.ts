@@ -176,18 +176,29 @@ export function assertRunning(services: ReadonlyArray<{ exited: () => string | u
 export const peakRssMb = (pid: number | undefined): number => peakRssMiB(pid) ?? NaN;
 
 /**
- * Starts measuring the CPU used by each named process (this one is `bench`); the returned function prints the
- * split since then as `name N% ...` (percent of one core over the wall time; 200 % is both cores of this machine).
+ * Starts measuring the CPU used by each named process (this one is `bench`, the local stack's by their names); the
+ * returned function answers each one's share since then, in cores (CPU seconds over wall seconds: 1 is one core, 2
+ * both cores of this machine).
  */
-export function cpuSplit(pids: Record<string, number | undefined>): () => string {
+export function cpuShares(pids: Record<string, number | undefined>): () => Record<string, number> {
   const used = cpuMeter({ bench: process.pid, ...localStackPids(ROOT), ...pids });
   const t0 = Date.now();
   return () => {
     const wall = (Date.now() - t0) / 1000;
-    return Object.entries(used())
-      .map(([n, s]) => `${n} ${((s / wall) * 100).toFixed(0)}%`)
-      .join(', ');
+    return Object.fromEntries(Object.entries(used()).map(([n, s]) => [n, s / wall]));
   };
+}
+
+/** Shares of {@link cpuShares} as `name N% ...` (percent of one core; 200 % is both cores of this machine). */
+export const formatShares = (shares: Record<string, number>): string =>
+  Object.entries(shares)
+    .map(([n, s]) => `${n} ${(s * 100).toFixed(0)}%`)
+    .join(', ');
+
+/** {@link cpuShares}, printed as {@link formatShares} does. */
+export function cpuSplit(pids: Record<string, number | undefined>): () => string {
+  const shares = cpuShares(pids);
+  return () => formatShares(shares());
 }
 
 /**
