@@ -302,16 +302,26 @@ kafka_all() { # up|wait
   for ((i = 1; i <= n; i++)); do "kafka_$1" "$i"; done
 }
 
+# SIGKILL a process started here (no shutdown, no flush) and wait until it is gone; forgets its pid file.
+# Returns 1 when it is still alive 10 s after the signal.
+kill_pid() { # name [what, for the log line]
+  local name="$1" p t0; p="$(pid_of "$name")"
+  if alive "$name"; then
+    log "SIGKILL $name (pid $p${2:+, $2})"
+    kill -KILL "$p" 2>/dev/null || true
+    t0=$SECONDS
+    while alive "$name"; do (( SECONDS - t0 > 10 )) && return 1; sleep 0.05; done
+  else
+    log "$name is not running"
+  fi
+  rm -f "$RUN_DIR/$name.pid"
+}
+
 # SIGKILL one broker (no shutdown: no controlled leader move, no flush), and wait until the process is gone.
 cmd_kill_broker() {
   check_index "${1:-}"
-  local name p; name="$(broker_name "$1")"; p="$(pid_of "$name")"
-  if ! alive "$name"; then log "$name is not running"; rm -f "$RUN_DIR/$name.pid"; return 0; fi
-  log "SIGKILL $name (pid $p, 127.0.0.1:$(broker_port "$1"))"
-  kill -KILL "$p" 2>/dev/null || true
-  local t0=$SECONDS
-  while alive "$name"; do (( SECONDS - t0 > 10 )) && die "$name (pid $p) still alive 10s after SIGKILL"; sleep 0.05; done
-  rm -f "$RUN_DIR/$name.pid"
+  local name; name="$(broker_name "$1")"
+  kill_pid "$name" "127.0.0.1:$(broker_port "$1")" || die "$name still alive 10s after SIGKILL"
 }
 
 # SIGTERM one broker (controlled shutdown: leaders move first), waiting up to 30 s.
@@ -456,17 +466,9 @@ cmd_down() {
   if ((purge)); then
     # The data goes with the run dir: a controlled shutdown would only cost time (a 3-broker stack's last broker,
     # its quorum gone, waits out its 30 s), so the brokers are killed at once.
-    local name t0
+    # One still alive after that is left to stop_pid below.
     for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.pid; do
-      [[ -f "$f" ]] || continue
-      name="$(basename "$f" .pid)"
-      if alive "$name"; then log "SIGKILL $name (pid $(pid_of "$name"); its data is purged)"; kill -KILL "$(pid_of "$name")" 2>/dev/null || true; fi
-    done
-    for f in "$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-*.pid; do
-      [[ -f "$f" ]] || continue
-      name="$(basename "$f" .pid)" t0=$SECONDS
-      while alive "$name" && (( SECONDS - t0 <= 10 )); do sleep 0.05; done
-      rm -f "$f"
+      [[ -f "$f" ]] && { kill_pid "$(basename "$f" .pid)" "its data is purged" || true; }
     done
   fi
   stop_pid registry 20
