@@ -144,8 +144,16 @@ export class WorkerHarness {
     };
   }
 
-  /** Sends `commands` to their task topics, `headers` on every record. */
-  async send(commands: TaskCommand[], batch = 500, headers?: IHeaders): Promise<void> {
+  /**
+   * Sends `commands` to their task topics, `batch` at a time, `headers` on every record, each value made by `encode`
+   * (default: the harness's codec, the worker's own TaskCommand schema).
+   */
+  async send(
+    commands: TaskCommand[],
+    batch = 500,
+    headers?: IHeaders,
+    encode = (c: TaskCommand) => this.codec.encode(taskTopic(c.taskType), 'TaskCommand', c),
+  ): Promise<void> {
     for (let i = 0; i < commands.length; i += batch) {
       const slice = commands.slice(i, i + batch);
       const byTopic = new Map<string, TaskCommand[]>();
@@ -156,7 +164,7 @@ export class WorkerHarness {
           topic: this.codec.physical(taskTopic(type)),
           messages: cs.map((c) => ({
             key: c.metadata.key,
-            value: this.codec.encode(taskTopic(type), 'TaskCommand', c),
+            value: encode(c),
             headers,
           })),
         })),

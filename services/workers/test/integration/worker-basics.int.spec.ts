@@ -379,14 +379,7 @@ describe('a worker process', () => {
     const cmds = Array.from({ length: 600 }, (_, i) =>
       h.command('seq', `${label}-${i}`, { entity: `${label}-${i}`, seq: 1 }),
     );
-    const producer = h.ns.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
-    await producer.connect();
-    await producer.send({
-      topic: h.codec.physical(taskTopic('seq')),
-      acks: -1,
-      messages: cmds.map((c) => ({ key: c.metadata.key, value: encode(c) })),
-    });
-    await producer.disconnect();
+    await h.send(cmds, cmds.length, undefined, encode); // in one request: all handed over together
     await eventually(
       '600 results',
       () => cmds.filter((c) => h.results.items.some((r) => r.value.idempotencyKey === c.idempotencyKey)),
