@@ -11,7 +11,7 @@ import { subscribedRoundRobinAssigner } from './subscribed-assigner';
 import { UndecodableBatchError } from '../codecs/codecs';
 import { PartitionQuarantine, undecodableAt } from './undecodable';
 import { backoffDelayMs, resolveOptions, type OrderedConsumerOptions, type Resolved } from './options';
-import type { ConsumedMessage, ConsumerStats } from './types';
+import type { ConsumedMessage, ConsumerStats, HandleContext } from './types';
 import { KeyflowError, retryableOf } from '@keyflow/errors';
 import { isConsumerGroupNotInitialized } from '../kafka-errors';
 
@@ -58,9 +58,6 @@ class BatchFailedError extends KeyflowError {
     });
   }
 }
-
-/** The start of every key's chain in a batch: nothing before it was given up. */
-const HANDLED = Promise.resolve(true);
 
 /** `topic:partition` back to its parts (topic names may hold ':' in a prefix; the partition never does). */
 const splitTp = (tp: string): [string, number] => {
@@ -484,9 +481,25 @@ export class OrderedConsumer {
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const commit = this.batchCommitter(batch, tracker, epoch);
+    // One of each per batch, shared by its messages: the first delivery's HandleContext (a retry makes its own).
+    const run: BatchRun = {
+      tp,
+      lost,
+      signal,
+      tracker,
+      commit,
+      partitionSlots,
+      first: {
+        signal,
+        shutdown: this.stopController.signal,
+        draining: this.drainController.signal,
+        redeliveries: 0,
+      },
+    };
 
     try {
-      for (const m of messages) {
+      for (let i = 0; i < messages.length; i++) {
+        const m = messages[i];
         if (this.stopping || lost() || this.stopController.signal.aborted) break;
         // Both slots free (the common case): taken without a turn of the event loop.
         const partitionSlot = partitionSlots.tryAcquire();
@@ -502,7 +515,7 @@ export class OrderedConsumer {
           break;
         }
         this.inFlight++;
-        this.chainMessage(chains, batch, m, { tp, lost, signal, tracker, commit, partitionSlots });
+        this.chainMessage(chains, batch, m, i, run);
       }
       // Every chain settles before the batch ends, also when one fails: the partition's next work must not start
       // beside messages of this batch still running.
@@ -607,21 +620,16 @@ export class OrderedConsumer {
   }
 
   /**
-   * Runs message `m` of the batch after the earlier messages of its key (`chains`, per key the last one's promise),
-   * with retries (handleWithRetry), then marks it complete and commits; releases its two slots when it is done.
+   * Runs message `m` (at position `index` of the batch) after the earlier messages of its key (`chains`, per key the
+   * last one's promise), with retries ({@link runMessage}), then marks it complete and commits; releases its two
+   * slots when it is done. The first message of a key in the batch starts at once, without waiting a turn.
    */
   private chainMessage(
     chains: Map<string, Promise<boolean>>,
     batch: EachBatchPayload['batch'],
     m: EachBatchPayload['batch']['messages'][number],
-    run: {
-      tp: string;
-      lost: () => boolean;
-      signal: AbortSignal;
-      tracker: OffsetTracker;
-      commit: (force: boolean) => void;
-      partitionSlots: Semaphore;
-    },
+    index: number,
+    run: BatchRun,
   ): void {
     const message: ConsumedMessage = {
       topic: batch.topic,
@@ -636,78 +644,116 @@ export class OrderedConsumer {
     // handled; a message given up (the consumer stops, the partition is lost) gives up the rest of its key, so
     // none of them runs ahead of it.
     const key = m.key ? m.key.toString('latin1') : `\u0000offset:${m.offset}`;
-    const previous = chains.get(key) ?? HANDLED;
-    const next = previous.then(async (handledBefore) => {
-      try {
-        if (!handledBefore) return false;
-        const done = await this.handleWithRetry(message, run.tp, run.lost, run.signal);
-        if (done && run.tracker.complete(m.offset) !== undefined) run.commit(false);
-        return done;
-      } finally {
-        this.inFlight--;
-        run.partitionSlots.release();
-        this.processSlots.release();
-      }
-    });
-    chains.set(key, next);
+    const previous = chains.get(key);
+    chains.set(
+      key,
+      previous
+        ? previous.then((handledBefore) => this.runMessage(message, index, run, handledBefore))
+        : this.runMessage(message, index, run, true),
+    );
   }
 
-  /** @returns true when handled (committable), false when abandoned because the consumer stops or lost the partition. */
-  private async handleWithRetry(
+  /**
+   * Handles one message of a batch (when `handledBefore`: the earlier messages of its key were), retried in place
+   * while it rejects ({@link retryMessage}); marks it complete and asks for a commit when handled; releases its
+   * slots whatever happens. @returns true when handled (committable), false when given up (the consumer stops,
+   * the partition was lost, or an earlier message of its key was given up).
+   */
+  private async runMessage(
     m: ConsumedMessage,
-    tp: string,
-    isStale: () => boolean,
-    signal: AbortSignal,
+    index: number,
+    run: BatchRun,
+    handledBefore: boolean,
   ): Promise<boolean> {
+    try {
+      if (!handledBefore || run.signal.aborted || run.lost()) return false;
+      let done = true;
+      try {
+        await this.o.handle(m, run.first);
+      } catch (err) {
+        done = await this.retryMessage(m, run, err);
+      }
+      if (done && run.tracker.complete(index) !== undefined) run.commit(false);
+      return done;
+    } finally {
+      this.inFlight--;
+      run.partitionSlots.release();
+      this.processSlots.release();
+    }
+  }
+
+  /**
+   * Retries a message whose first delivery rejected with `firstError`, with backoff, until it is handled or given
+   * up. @returns true when handled (committable), false when abandoned because the consumer stops or lost the
+   * partition.
+   */
+  private async retryMessage(m: ConsumedMessage, run: BatchRun, firstError: unknown): Promise<boolean> {
+    const { tp, lost: isStale, signal } = run;
     // A message retried past retryingDegradedAfterMs (a registry or broker outage) is named in /health until it
     // is handled or abandoned; its partition is held meanwhile (its batch is not done) and nothing is skipped.
     const condition = `${this.o.component}:${tp}:retrying`;
     const since = Date.now();
     let degraded = false;
+    let err = firstError;
     try {
       for (let failures = 0; ; failures++) {
+        // Stopping: not retried in place; left uncommitted, so it is redelivered (see HandleContext.draining).
+        if (this.stopping) return false;
+        this.blocked.add(tp);
+        const delay = backoffDelayMs(this.o.infraRetry, Math.min(failures + 1, 30));
+        const e = err as Error & { code?: string };
+        if (Date.now() - since >= this.o.retryingDegradedAfterMs) {
+          degraded = true;
+          this.o.health?.degrade(condition, {
+            code: String(e.code ?? e.name),
+            error: `${tp} offset ${m.offset} has been retried for ${Date.now() - since} ms (${failures + 1} tries; nothing is skipped or dead-lettered for it): ${e.message}`,
+          });
+        }
+        this.o.logger.warn(
+          {
+            err,
+            topic: m.topic,
+            partition: m.partition,
+            offset: m.offset,
+            failures: failures + 1,
+            retryInMs: delay,
+            host: hostname(),
+          },
+          'message could not be handled; retrying in place (its key waits, nothing is skipped)',
+        );
+        await abortableSleep(delay, signal);
         if (signal.aborted || isStale()) return false;
         try {
           await this.o.handle(m, {
             signal,
             shutdown: this.stopController.signal,
             draining: this.drainController.signal,
-            redeliveries: failures,
+            redeliveries: failures + 1,
           });
-          if (failures > 0) this.blocked.delete(tp);
+          this.blocked.delete(tp);
           return true;
-        } catch (err) {
-          // Stopping: not retried in place; left uncommitted, so it is redelivered (see HandleContext.draining).
-          if (this.stopping) return false;
-          this.blocked.add(tp);
-          const delay = backoffDelayMs(this.o.infraRetry, Math.min(failures + 1, 30));
-          const e = err as Error & { code?: string };
-          if (Date.now() - since >= this.o.retryingDegradedAfterMs) {
-            degraded = true;
-            this.o.health?.degrade(condition, {
-              code: String(e.code ?? e.name),
-              error: `${tp} offset ${m.offset} has been retried for ${Date.now() - since} ms (${failures + 1} tries; nothing is skipped or dead-lettered for it): ${e.message}`,
-            });
-          }
-          this.o.logger.warn(
-            {
-              err,
-              topic: m.topic,
-              partition: m.partition,
-              offset: m.offset,
-              failures: failures + 1,
-              retryInMs: delay,
-              host: hostname(),
-            },
-            'message could not be handled; retrying in place (its key waits, nothing is skipped)',
-          );
-          await abortableSleep(delay, signal);
+        } catch (next) {
+          err = next;
         }
       }
     } finally {
       if (degraded) this.o.health?.recover(condition);
     }
   }
+}
+
+/** What the messages of one running batch share (see OrderedConsumer.runBatch). */
+interface BatchRun {
+  tp: string;
+  /** Whether the partition left this member (or its epoch) since the batch was taken. */
+  lost: () => boolean;
+  /** Aborted on stop past the deadline or on revocation (HandleContext.signal). */
+  signal: AbortSignal;
+  tracker: OffsetTracker;
+  commit: (force: boolean) => void;
+  partitionSlots: Semaphore;
+  /** The HandleContext of every first delivery in the batch (redeliveries 0). */
+  first: HandleContext;
 }
 
 /** One partition's commits in one epoch (see OrderedConsumer.commitInOrder). */

@@ -13,25 +13,26 @@ export interface ConsumedMessage {
   timestamp: string;
 }
 
+/** What a handler is told about its message's delivery; shared by the first deliveries of a batch, so read-only. */
 export interface HandleContext {
   /**
    * Aborted when the consumer stops and the drain deadline passes (reason: an Error naming the deadline), or when
    * the message's partition is revoked in a rebalance (reason: PartitionRevokedError): its new owner redelivers it.
    */
-  signal: AbortSignal;
+  readonly signal: AbortSignal;
   /**
    * Aborted only when the consumer stops and its drain deadline passes (not on revocation): work that must finish
    * even for a revoked partition (writing the record of a step that ran) stops on this one.
    */
-  shutdown: AbortSignal;
+  readonly shutdown: AbortSignal;
   /**
    * Aborted as soon as stop() is called (reason: ConsumerStoppingError), before the drain deadline: work already
    * running goes on, work not started yet (e.g. waiting for a slot of its own) should not start. A handler that
    * rejects once this is aborted is not retried in place: the message stays uncommitted and is redelivered.
    */
-  draining: AbortSignal;
+  readonly draining: AbortSignal;
   /** Which infrastructure retry this is (0 on first delivery to the handler in this process). */
-  redeliveries: number;
+  readonly redeliveries: number;
 }
 
 /**

@@ -4,11 +4,11 @@ describe('the offset tracker', () => {
   it('commits only the contiguous completed prefix, as next-offset-to-read', () => {
     const t = new OffsetTracker(['10', '11', '12', '13']);
     expect(t.committable()).toBeUndefined();
-    expect(t.complete('12')).toBeUndefined(); // 10 and 11 still running
+    expect(t.complete(2)).toBeUndefined(); // 10 and 11 still running
     expect(t.committable()).toBeUndefined();
-    expect(t.complete('10')).toBe('10');
+    expect(t.complete(0)).toBe('10');
     expect(t.committable()).toBe('11');
-    expect(t.complete('11')).toBe('12'); // 11 completes the run up to the already-done 12
+    expect(t.complete(1)).toBe('12'); // 11 completes the run up to the already-done 12
     expect(t.committable()).toBe('13');
     expect(t.pending).toBe(1);
   });
@@ -16,8 +16,22 @@ describe('the offset tracker', () => {
   it('handles offsets beyond 2^53 exactly', () => {
     const big = '9007199254740993'; // 2^53 + 1
     const t = new OffsetTracker([big]);
-    t.complete(big);
+    t.complete(0);
     expect(t.committable()).toBe('9007199254740994');
+  });
+
+  it('refuses a position outside its batch instead of committing past it', () => {
+    const t = new OffsetTracker(['5', '6']);
+    expect(() => t.complete(2)).toThrow(RangeError);
+    expect(() => t.complete(-1)).toThrow(RangeError);
+    expect(t.committable()).toBeUndefined();
+  });
+
+  it('counts a message completed twice once', () => {
+    const t = new OffsetTracker(['5', '6']);
+    expect(t.complete(0)).toBe('5');
+    expect(t.complete(0)).toBeUndefined();
+    expect(t.pending).toBe(1);
   });
 });
 
