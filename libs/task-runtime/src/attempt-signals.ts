@@ -42,33 +42,22 @@ export class AttemptSignals {
    * aborted only if a stop came before: it never takes the place of the newest signal, which a stop must reach.
    */
   attempt(timeoutMs: number, timeoutReason: () => Error): AttemptSignal {
-    const deadline = Date.now() + timeoutMs;
-    const own = ++this.generation;
-    const live = () => !disposed && own === this.generation;
-    // The live attempt's controller becomes the one a stop aborts; a late one stays apart.
-    const newest = () => (this.current = this.fresh());
-    const late = () => this.fresh();
-    let ac: AbortController | undefined;
-    let timer: NodeJS.Timeout | undefined;
-    let disposed = false;
-    return {
-      get signal() {
-        if (ac) return ac.signal;
-        if (!live()) return (ac = late()).signal;
-        ac = newest();
-        if (!ac.signal.aborted) {
-          const left = deadline - Date.now();
-          const timed = ac;
-          if (left <= 0) timed.abort(timeoutReason());
-          else timer = setTimeout(() => timed.abort(timeoutReason()), left);
-        }
-        return ac.signal;
-      },
-      dispose() {
-        disposed = true;
-        clearTimeout(timer);
-      },
-    };
+    return new LazyAttemptSignal(this, Date.now() + timeoutMs, ++this.generation, timeoutReason);
+  }
+
+  /** Whether the attempt numbered `generation` is the newest (no later attempt or backoff began). */
+  isNewest(generation: number): boolean {
+    return generation === this.generation;
+  }
+
+  /** A controller for the newest attempt: the one a stop aborts from now on. */
+  newest(): AbortController {
+    return (this.current = this.fresh());
+  }
+
+  /** A controller for an attempt that is over: aborted only if a stop came before; a stop does not reach it. */
+  late(): AbortController {
+    return this.fresh();
   }
 
   /** Called with the reason on {@link stop} (set by {@link onStop}). */
@@ -97,6 +86,39 @@ export class AttemptSignals {
     this.reason = reason;
     this.current?.abort(reason);
     this.stopListener?.(reason);
+  }
+}
+
+/** The signal of one attempt (see {@link AttemptSignals.attempt}): one object, its controller and timer made on first read. */
+class LazyAttemptSignal implements AttemptSignal {
+  private ac?: AbortController;
+  private timer?: NodeJS.Timeout;
+  private disposed = false;
+
+  constructor(
+    private readonly of: AttemptSignals,
+    /** The attempt's deadline, ms since epoch. */
+    private readonly deadline: number,
+    /** The attempt's number among its task's attempts and backoffs. */
+    private readonly generation: number,
+    private readonly timeoutReason: () => Error,
+  ) {}
+
+  get signal(): AbortSignal {
+    if (this.ac) return this.ac.signal;
+    if (this.disposed || !this.of.isNewest(this.generation)) return (this.ac = this.of.late()).signal;
+    const ac = (this.ac = this.of.newest());
+    if (!ac.signal.aborted) {
+      const left = this.deadline - Date.now();
+      if (left <= 0) ac.abort(this.timeoutReason());
+      else this.timer = setTimeout(() => ac.abort(this.timeoutReason()), left);
+    }
+    return ac.signal;
+  }
+
+  dispose(): void {
+    this.disposed = true;
+    clearTimeout(this.timer);
   }
 }
 

@@ -41,6 +41,7 @@ import {
   traceIdsOf,
   tracer,
   type Logger,
+  type TraceContext,
 } from '@keyflow/observability';
 import type { Context } from '@opentelemetry/api';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
@@ -59,7 +60,7 @@ import {
   StepCompensatedError,
   UnknownTaskTypeError,
 } from './errors';
-import { TaskInputError, TaskTimeoutError, type TaskHandlerFn } from '@keyflow/handler';
+import { TaskInputError, TaskTimeoutError, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { LeaseRenewer } from './lease-renewer';
 import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
 import { decodeTask, taskInput } from './task-decode';
@@ -198,7 +199,11 @@ export class TaskExecutor {
     };
   }
 
-  /** The metric children of the hot path, per task type (prom-client hashes the labels on every labelled call). */
+  /**
+   * The metric children of the hot path, per task type, and the successful attempts not yet added to them
+   * ({@link flushCounts}): prom-client hashes the labels on every labelled call, so a wave's successes are added in
+   * one call per counter instead of one per task.
+   */
   private readonly counters = new Map<string, TypeCounters>();
 
   private countersOf(type: string): TypeCounters {
@@ -209,10 +214,25 @@ export class TaskExecutor {
         handlerSeconds: m.handlerSeconds.labels({ type }),
         attemptsOk: m.attempts.labels({ type, result: 'ok' }),
         completed: m.tasks.labels({ type, outcome: 'completed' }),
+        unflushedOk: 0,
       };
       this.counters.set(type, c);
     }
     return c;
+  }
+
+  /**
+   * Adds the successful attempts counted since the last call to their counters (attempts `ok`, tasks `completed`).
+   * Called before a wave's results are sent ({@link recordWave}: every success queues its record, so it gets there),
+   * so a result on task.results is never ahead of its count.
+   */
+  private flushCounts(): void {
+    for (const c of this.counters.values()) {
+      if (c.unflushedOk === 0) continue;
+      c.attemptsOk.inc(c.unflushedOk);
+      c.completed.inc(c.unflushedOk);
+      c.unflushedOk = 0;
+    }
   }
 
   /** The logical topic of a physical task topic (`<prefix>task.x` -> `task.x`): the worker reads task topics only. */
@@ -613,6 +633,7 @@ export class TaskExecutor {
   private async recordWave(): Promise<void> {
     const batch = this.recording;
     this.recording = [];
+    this.flushCounts();
     // Whatever happens to one task (a record refused, a result that cannot be encoded) settles that task alone.
     const oneByOne = (r: Recorded & Settlement) =>
       settle(
@@ -696,9 +717,8 @@ export class TaskExecutor {
         handlerMs += a.release();
         // Serialised here, so an output JSON cannot hold fails this attempt (not retried) instead of the record.
         const output = outputJson(result, cmd.idempotencyKey);
-        a.end!();
-        a.counters!.attemptsOk.inc();
-        a.counters!.completed.inc();
+        a.observe();
+        a.counters!.unflushedOk++;
         return { kind: 'completed' as const, output, durationMs: handlerMs };
       } catch (raw) {
         handlerMs += a.release();
@@ -737,7 +757,7 @@ export class TaskExecutor {
       () => new TaskTimeoutError(`attempt ${attempt} exceeded ${cmd.timeoutMs} ms`),
     ));
     a.counters = this.countersOf(cmd.taskType);
-    a.end = a.counters.handlerSeconds.startTimer();
+    a.timerStart = performance.now();
     // The attempt's and the handler's spans are children of the task span, made only when it is recorded: with no
     // trace exporter, or the task not sampled (every standard sampler then drops its children too), the handler runs
     // in the task's context, whose trace context is the one the children would have passed on.
@@ -754,28 +774,8 @@ export class TaskExecutor {
     // ignores its signal and succeeds anyway has had its effect: its result is recorded and published.
     const handlerContext = traced ? trace.setSpan(attemptContext, a.handlerSpan) : t.context;
     a.started = Date.now();
-    return context.with(handlerContext, () =>
-      handler(input, {
-        runId: cmd.runId,
-        stepId: cmd.stepId,
-        taskType: cmd.taskType,
-        stepAttempt: cmd.attempt,
-        attempt,
-        idempotencyKey: cmd.idempotencyKey,
-        // Made when the handler first reads it (most never do): see AttemptSignals.attempt.
-        get signal() {
-          return signals.signal;
-        },
-        correlationId: cmd.metadata.correlationId,
-        // The task's child logger, made when the handler first reads it.
-        get logger() {
-          return log();
-        },
-        get trace() {
-          return traceContextOf(handlerContext);
-        },
-      }),
-    );
+    const ctx = new AttemptContext(cmd, attempt, signals, log, handlerContext);
+    return context.with(handlerContext, handler, undefined, input, ctx);
   }
 
   /**
@@ -1090,8 +1090,8 @@ class Attempt {
   started = 0;
   signal?: AttemptSignal;
   counters?: TypeCounters;
-  /** Ends the handler-duration timer. */
-  end?: () => void;
+  /** When the handler-duration timer started (performance.now(), ms); -1 when it is not running. */
+  timerStart = -1;
   attemptSpan = UNRECORDED_SPAN;
   handlerSpan = UNRECORDED_SPAN;
 
@@ -1110,9 +1110,16 @@ class Attempt {
     return this.started > 0 ? Date.now() - this.started : 0;
   }
 
+  /** Ends the handler-duration timer (the first call once it started): observed in seconds. */
+  observe(): void {
+    if (this.timerStart < 0) return;
+    this.counters!.handlerSeconds.observe((performance.now() - this.timerStart) / 1_000);
+    this.timerStart = -1;
+  }
+
   /** The attempt failed with `raw`: its timer ends, its spans are marked failed. */
   failed(raw: unknown): void {
-    this.end?.();
+    this.observe();
     failSpan(this.handlerSpan, raw);
     failSpan(this.attemptSpan, raw);
   }
@@ -1125,11 +1132,55 @@ class Attempt {
   }
 }
 
+/**
+ * The TaskContext a handler gets: plain fields, and the parts most handlers never read made on first read, through
+ * getters on the prototype (an object literal's getters cost three closures and a slow property definition per
+ * call): the attempt's signal (see AttemptSignals.attempt), the task's child logger, and the W3C trace context of
+ * the handler's span.
+ */
+class AttemptContext implements TaskContext {
+  readonly runId: string;
+  readonly stepId: string;
+  readonly taskType: string;
+  readonly stepAttempt: number;
+  readonly idempotencyKey: string;
+  readonly correlationId: string;
+
+  constructor(
+    cmd: TaskCommand,
+    readonly attempt: number,
+    private readonly signals: AttemptSignal,
+    private readonly log: () => Logger,
+    private readonly handlerContext: Context,
+  ) {
+    this.runId = cmd.runId;
+    this.stepId = cmd.stepId;
+    this.taskType = cmd.taskType;
+    this.stepAttempt = cmd.attempt;
+    this.idempotencyKey = cmd.idempotencyKey;
+    this.correlationId = cmd.metadata.correlationId;
+  }
+
+  get signal(): AbortSignal {
+    return this.signals.signal;
+  }
+
+  get logger(): Logger {
+    return this.log();
+  }
+
+  get trace(): TraceContext {
+    return traceContextOf(this.handlerContext);
+  }
+}
+
 /** Labelled metric children of one task type (see TaskExecutor.countersOf). */
 interface TypeCounters {
   handlerSeconds: ReturnType<WorkerMetrics['handlerSeconds']['labels']>;
   attemptsOk: ReturnType<WorkerMetrics['attempts']['labels']>;
   completed: ReturnType<WorkerMetrics['tasks']['labels']>;
+  /** Successful attempts not yet added to `attemptsOk` and `completed` (see TaskExecutor.flushCounts). */
+  unflushedOk: number;
 }
 
 /** Stands in for the spans not made for a task that is not recorded (see runAttempts): every call a no-op. */

@@ -422,6 +422,28 @@ describe('a worker process', () => {
     );
   });
 
+  it('counts each completed task once by the time its result is on task.results: tasks, attempts and handler time', async () => {
+    // The executor adds a wave's successes to the counters in one call per counter, before the wave's results are
+    // sent: a result read from task.results is never ahead of its count, and none is counted twice.
+    const url = await h.workers[0].ready;
+    const counts = async () => ({
+      completed: await metricValue(url, 'keyflow_worker_tasks_total', { type: 'seq', outcome: 'completed' }),
+      ok: await metricValue(url, 'keyflow_worker_task_attempts_total', { type: 'seq', result: 'ok' }),
+      timed: await metricValue(url, 'keyflow_worker_handler_duration_seconds_count', { type: 'seq' }),
+    });
+    const before = await counts();
+    const cmds = Array.from({ length: 40 }, (_, i) =>
+      h.command('seq', `counted-${i}`, { entity: `counted-${i}`, seq: 1 }),
+    );
+    await h.send(cmds, cmds.length);
+    for (const c of cmds) await resultFor(c.idempotencyKey);
+    expect(await counts()).toEqual({
+      completed: before.completed + cmds.length,
+      ok: before.ok + cmds.length,
+      timed: before.timed + cmds.length,
+    });
+  });
+
   it('answers /health and exposes Prometheus metrics', async () => {
     const url = await h.workers[0].ready;
     const health = await fetch(`${url}/health`);
