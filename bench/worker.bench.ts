@@ -28,7 +28,7 @@ import {
   readResults,
   runBench,
 } from './support';
-import { eventually } from '@keyflow/testing';
+import { eventually, freePort, metricValue } from '@keyflow/testing';
 
 /**
  * Worker benchmark. Prints, from one run on the local stack:
@@ -129,13 +129,15 @@ async function produce(producer: Producer, codec: EventCodec, from: number, n: n
 /** With --otlp: where the worker exports its spans (set in main before any worker starts). */
 let otlpEndpoint: string | undefined;
 
-function startWorker(prefix: string, profileDir?: string) {
-  return spawnService(
+/** A worker process on the bench's topics, its HTTP server on `port` (its ready line is not logged at LOG_LEVEL warn). */
+function startWorker(prefix: string, profileDir?: string, port = 0) {
+  const worker = spawnService(
     'examples/test-workloads/src/worker.ts',
     {
       KEYFLOW_TOPIC_PREFIX: prefix,
       WORKER_GROUP_ID: `${prefix}workers`,
       WORKER_TASK_TYPES: noop.type,
+      WORKER_HTTP_PORT: String(port),
       LOG_LEVEL: 'warn',
       ...(otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: otlpEndpoint } : {}),
       ...serviceOnlyEnv('WORKER'),
@@ -144,6 +146,14 @@ function startWorker(prefix: string, profileDir?: string) {
     // Node writes the profile when the process exits (the bench stops it with SIGTERM).
     profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [],
   );
+  return { ...worker, port };
+}
+
+/** How many waves the worker at `url` leased, and their mean size in tasks (from its /metrics). */
+async function waveSizes(url: string): Promise<{ count: number; mean: number }> {
+  const count = await metricValue(url, 'keyflow_worker_wave_tasks_count');
+  const sum = await metricValue(url, 'keyflow_worker_wave_tasks_sum');
+  return { count, mean: count > 0 ? sum / count : 0 };
 }
 
 /** Counts results on task.results; records command-to-result latency (result record time - command sent). */
@@ -467,7 +477,7 @@ async function main() {
   // 1. Throughput draining a backlog: worker vs raw relay over the same commands.
   const codec = await setup(run, partitions);
   await produce(producer, codec, 0, tasks);
-  const worker = startWorker(run, opts.profile);
+  const worker = startWorker(run, opts.profile, await freePort());
   // Results are counted from the topic's end offsets, not consumed: a decoding consumer in this process would take
   // CPU from the worker on the same cores, and the relay below runs without one. CPU is measured from the first
   // result (the worker's startup excluded) to the last.
@@ -482,6 +492,7 @@ async function main() {
   );
   const workerRate = (tasks - 1) / drainSeconds; // first result to last
   const workerMeasured: Measured = { rate: workerRate, cpu: workerCpu() };
+  const waves = await waveSizes(`http://127.0.0.1:${worker.port}`);
   await worker.stop();
   const relay = await batchedRelay(run, tasks, partitions);
   const floor = await runtimeFloor(run, tasks);
@@ -517,6 +528,9 @@ async function main() {
   };
   console.log(
     `  CPU per task of its process, µs: worker ${us.worker.toFixed(1)}   relay ${us.relay.toFixed(1)}   floor ${us.floor.toFixed(1)}   ceiling ${us.ceiling.toFixed(1)}   ceiling / worker ${(us.ceiling / us.worker).toFixed(2)} (the ratio target 3 asks of the rates, from CPU instead)`,
+  );
+  console.log(
+    `  the worker's waves (tasks leased in one begin call, its keyflow_worker_wave_tasks histogram): ${waves.count} waves, ${waves.mean.toFixed(1)} tasks each on average`,
   );
   console.log(
     `  for comparison only, a relay awaiting one send per message: ${perMessageRate.toFixed(0)} msgs/s (not a fair baseline)`,
