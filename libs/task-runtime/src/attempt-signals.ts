@@ -45,17 +45,17 @@ export class AttemptSignals {
     return new LazyAttemptSignal(this, Date.now() + timeoutMs, ++this.generation, timeoutReason);
   }
 
-  /** Whether the attempt numbered `generation` is the newest (no later attempt or backoff began). */
+  /** Whether the attempt numbered `generation` is the newest (no later attempt or backoff began). For attempt signals. */
   isNewest(generation: number): boolean {
     return generation === this.generation;
   }
 
-  /** A controller for the newest attempt: the one a stop aborts from now on. */
+  /** A controller for the newest attempt: the one a stop aborts from now on. For attempt signals. */
   newest(): AbortController {
     return (this.current = this.fresh());
   }
 
-  /** A controller for an attempt that is over: aborted only if a stop came before; a stop does not reach it. */
+  /** A controller for an attempt that is over: aborted only if a stop came before; a stop does not reach it. For attempt signals. */
   late(): AbortController {
     return this.fresh();
   }

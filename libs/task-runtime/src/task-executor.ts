@@ -224,7 +224,8 @@ export class TaskExecutor {
   /**
    * Adds the successful attempts counted since the last call to their counters (attempts `ok`, tasks `completed`).
    * Called before a wave's results are sent ({@link recordWave}: every success queues its record, so it gets there),
-   * so a result on task.results is never ahead of its count.
+   * so a result on task.results is never ahead of its count. A success whose output blob write is cut short by
+   * shutdown (see offloaded) is added with the next wave, or not at all when none comes.
    */
   private flushCounts(): void {
     for (const c of this.counters.values()) {
@@ -1136,41 +1137,50 @@ class Attempt {
  * The TaskContext a handler gets: plain fields, and the parts most handlers never read made on first read, through
  * getters on the prototype (an object literal's getters cost three closures and a slow property definition per
  * call): the attempt's signal (see AttemptSignals.attempt), the task's child logger, and the W3C trace context of
- * the handler's span.
+ * the handler's span. Its state is in private fields: `Object.keys`, JSON and a spread see the plain fields only
+ * (a spread does not copy the three getters: read them from the context itself).
  */
 class AttemptContext implements TaskContext {
   readonly runId: string;
   readonly stepId: string;
   readonly taskType: string;
   readonly stepAttempt: number;
+  readonly attempt: number;
   readonly idempotencyKey: string;
   readonly correlationId: string;
+  readonly #signals: AttemptSignal;
+  readonly #log: () => Logger;
+  readonly #handlerContext: Context;
 
   constructor(
     cmd: TaskCommand,
-    readonly attempt: number,
-    private readonly signals: AttemptSignal,
-    private readonly log: () => Logger,
-    private readonly handlerContext: Context,
+    attempt: number,
+    signals: AttemptSignal,
+    log: () => Logger,
+    handlerContext: Context,
   ) {
     this.runId = cmd.runId;
     this.stepId = cmd.stepId;
     this.taskType = cmd.taskType;
     this.stepAttempt = cmd.attempt;
+    this.attempt = attempt;
     this.idempotencyKey = cmd.idempotencyKey;
     this.correlationId = cmd.metadata.correlationId;
+    this.#signals = signals;
+    this.#log = log;
+    this.#handlerContext = handlerContext;
   }
 
   get signal(): AbortSignal {
-    return this.signals.signal;
+    return this.#signals.signal;
   }
 
   get logger(): Logger {
-    return this.log();
+    return this.#log();
   }
 
   get trace(): TraceContext {
-    return traceContextOf(this.handlerContext);
+    return traceContextOf(this.#handlerContext);
   }
 }
 

@@ -481,7 +481,8 @@ export class OrderedConsumer {
     const lost = () =>
       (this.epochs.get(tp) ?? 0) !== epoch || (!this.assignment.has(tp) && !this.rebalancing);
     const commit = this.batchCommitter(batch, tracker, epoch);
-    // One of each per batch, shared by its messages: the first delivery's HandleContext (a retry makes its own).
+    // One of each per batch, shared by its messages: the first delivery's HandleContext (a retry makes its own),
+    // frozen, so a handler cannot change what the batch's other messages are told.
     const run: BatchRun = {
       tp,
       lost,
@@ -489,15 +490,17 @@ export class OrderedConsumer {
       tracker,
       commit,
       partitionSlots,
-      first: {
+      first: Object.freeze({
         signal,
         shutdown: this.stopController.signal,
         draining: this.drainController.signal,
         redeliveries: 0,
-      },
+      }),
     };
 
     try {
+      // Handlers never run inside takeBatch (the batch is in `background` before any starts, so stop() waits for it).
+      await Promise.resolve();
       for (let i = 0; i < messages.length; i++) {
         const m = messages[i];
         if (this.stopping || lost() || this.stopController.signal.aborted) break;
@@ -668,10 +671,11 @@ export class OrderedConsumer {
     try {
       if (!handledBefore || run.signal.aborted || run.lost()) return false;
       let done = true;
+      const since = Date.now();
       try {
         await this.o.handle(m, run.first);
       } catch (err) {
-        done = await this.retryMessage(m, run, err);
+        done = await this.retryMessage(m, run, err, since);
       }
       if (done && run.tracker.complete(index) !== undefined) run.commit(false);
       return done;
@@ -683,16 +687,20 @@ export class OrderedConsumer {
   }
 
   /**
-   * Retries a message whose first delivery rejected with `firstError`, with backoff, until it is handled or given
-   * up. @returns true when handled (committable), false when abandoned because the consumer stops or lost the
-   * partition.
+   * Retries a message whose first delivery (begun at `since`, epoch ms) rejected with `firstError`, with backoff,
+   * until it is handled or given up. @returns true when handled (committable), false when abandoned because the
+   * consumer stops or lost the partition.
    */
-  private async retryMessage(m: ConsumedMessage, run: BatchRun, firstError: unknown): Promise<boolean> {
+  private async retryMessage(
+    m: ConsumedMessage,
+    run: BatchRun,
+    firstError: unknown,
+    since: number,
+  ): Promise<boolean> {
     const { tp, lost: isStale, signal } = run;
     // A message retried past retryingDegradedAfterMs (a registry or broker outage) is named in /health until it
     // is handled or abandoned; its partition is held meanwhile (its batch is not done) and nothing is skipped.
     const condition = `${this.o.component}:${tp}:retrying`;
-    const since = Date.now();
     let degraded = false;
     let err = firstError;
     try {

@@ -422,9 +422,9 @@ describe('a worker process', () => {
     );
   });
 
-  it('counts each completed task once by the time its result is on task.results: tasks, attempts and handler time', async () => {
-    // The executor adds a wave's successes to the counters in one call per counter, before the wave's results are
-    // sent: a result read from task.results is never ahead of its count, and none is counted twice.
+  it('counts each completed task exactly once: tasks, attempts and handler time', async () => {
+    // The executor adds a wave's successes to the counters in one call per counter (before the wave's results are
+    // sent): none is left out or counted twice.
     const url = await h.workers[0].ready;
     const counts = async () => ({
       completed: await metricValue(url, 'keyflow_worker_tasks_total', { type: 'seq', outcome: 'completed' }),
