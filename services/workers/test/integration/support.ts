@@ -1,11 +1,11 @@
 import { join } from 'node:path';
 import { Pool } from 'pg';
 import type { Consumer, IHeaders, Producer } from '@keyflow/kafka';
-import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { EventCodec } from '@keyflow/contracts';
 import type { TaskCommand, TaskCompleted, TaskFailed, TaskWaiting } from '@keyflow/schemas';
 import { TestNamespace, Collector, startServiceProcess, type ServiceProcess } from '@keyflow/testing';
-import { idempotencyKeyOf } from '@keyflow/workflow';
 import { createTables, dropTables } from '../fixtures/test-handlers';
+import { taskCommand, type TaskCommandOptions } from '../fixtures/task-command';
 import { taskTopic } from '@keyflow/schemas';
 
 export const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -109,39 +109,9 @@ export class WorkerHarness {
     return w;
   }
 
-  command(
-    taskType: string,
-    entity: string,
-    input: object,
-    opts: {
-      runId?: string;
-      stepId?: string;
-      attempt?: number;
-      maxAttempts?: number;
-      timeoutMs?: number;
-      /** For a compensation command: the idempotency key of the step it undoes. */
-      compensates?: string;
-    } = {},
-  ): TaskCommand {
-    const runId = opts.runId ?? `run-${entity}`;
-    const stepId =
-      opts.stepId ?? `${taskType}-${JSON.stringify(input).length}-${Math.random().toString(36).slice(2, 8)}`;
-    const attempt = opts.attempt ?? 1;
-    return {
-      metadata: newMetadata('TaskCommand', { key: entity, correlationId: runId }),
-      runId,
-      workflow: 'test',
-      workflowVersion: 1,
-      stepId,
-      taskType,
-      attempt,
-      idempotencyKey: idempotencyKeyOf(runId, stepId),
-      input: JSON.stringify(input),
-      inputRef: null,
-      timeoutMs: opts.timeoutMs ?? 10_000,
-      maxAttempts: opts.maxAttempts ?? 3,
-      compensates: opts.compensates ?? null,
-    };
+  /** A task command (see {@link taskCommand}). */
+  command(taskType: string, entity: string, input: object, opts: TaskCommandOptions = {}): TaskCommand {
+    return taskCommand(taskType, entity, input, opts);
   }
 
   /**

@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { ClaimCheck } from '@keyflow/blobs';
-import { newMetadata, type EventCodec } from '@keyflow/contracts';
+import type { EventCodec } from '@keyflow/contracts';
 import type { BeginResult, IdempotencyStore, Lease } from '@keyflow/idempotency';
 import type { BatchingProducer, ConsumedMessage, HandleContext, Message, Producer } from '@keyflow/kafka';
 import { Registry } from '@keyflow/observability';
@@ -14,7 +14,7 @@ import {
 } from '@keyflow/task-runtime';
 import type { TaskContext, TaskHandlerFn } from '@keyflow/handler';
 import { TaskInputError } from '@keyflow/handler';
-import { idempotencyKeyOf } from '@keyflow/workflow';
+import { taskCommand } from '../fixtures/task-command';
 
 /**
  * The executor against fakes of its parts (ADR 0002, step 2): a codec that writes JSON, an idempotency store in a
@@ -151,26 +151,8 @@ function setup(handlers: Record<string, TaskHandlerFn>) {
 }
 
 let n = 0;
-function command(taskType: string, input: unknown, opts: Partial<TaskCommand> = {}): TaskCommand {
-  const runId = `run-${++n}`;
-  const stepId = `s${n}`;
-  return {
-    metadata: newMetadata('TaskCommand', { key: runId, correlationId: runId }),
-    runId,
-    workflow: 'test',
-    workflowVersion: 1,
-    stepId,
-    taskType,
-    attempt: 1,
-    idempotencyKey: idempotencyKeyOf(runId, stepId),
-    input: JSON.stringify(input),
-    inputRef: null,
-    timeoutMs: 10_000,
-    maxAttempts: 3,
-    compensates: null,
-    ...opts,
-  } as TaskCommand;
-}
+/** A command of `taskType` for a run of its own. */
+const command = (taskType: string, input: unknown) => taskCommand(taskType, `e${++n}`, input);
 
 describe('TaskExecutor (against fakes of the store, the producers and the codec)', () => {
   it('handles the messages handed over in one turn as one wave: one begin call, one complete call, one send', async () => {
