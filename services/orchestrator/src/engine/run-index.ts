@@ -31,27 +31,33 @@ export const RUN_CURSOR = /^(-?\d+(?:\.\d+)?):(.+)$/s;
  * instead of a copy and sort of every run.
  */
 export class RunIndex<T> {
-  private readonly tree = new OrderedMap<Key, T>([], newestFirst);
-  private readonly startOf = new Map<string, number>();
+  /** The tree's values are boxes, so a run's new value with the same start time is set without a search. */
+  private readonly tree = new OrderedMap<Key, { value: T }>([], newestFirst);
+  private readonly entries = new Map<string, { at: number; box: { value: T } }>();
 
   get size(): number {
-    return this.startOf.size;
+    return this.entries.size;
   }
 
-  /** Adds or replaces a run; `startedAt` in ms (a non-finite one counts as 0). */
+  /** Adds or replaces a run; `startedAt` in ms (a non-finite one counts as 0). O(1) when its start time is unchanged. */
   set(runId: string, startedAt: number, value: T): void {
     const at = Number.isFinite(startedAt) ? startedAt : 0;
-    const prev = this.startOf.get(runId);
-    if (prev !== undefined && prev !== at) this.tree.eraseElementByKey({ at: prev, id: runId });
-    this.tree.setElement({ at, id: runId }, value);
-    this.startOf.set(runId, at);
+    const prev = this.entries.get(runId);
+    if (prev !== undefined && prev.at === at) {
+      prev.box.value = value;
+      return;
+    }
+    if (prev !== undefined) this.tree.eraseElementByKey({ at: prev.at, id: runId });
+    const box = { value };
+    this.tree.setElement({ at, id: runId }, box);
+    this.entries.set(runId, { at, box });
   }
 
   delete(runId: string): void {
-    const at = this.startOf.get(runId);
-    if (at === undefined) return;
-    this.tree.eraseElementByKey({ at, id: runId });
-    this.startOf.delete(runId);
+    const prev = this.entries.get(runId);
+    if (prev === undefined) return;
+    this.tree.eraseElementByKey({ at: prev.at, id: runId });
+    this.entries.delete(runId);
   }
 
   /**
@@ -77,7 +83,7 @@ export class RunIndex<T> {
     const items: T[] = [];
     let looked = 0;
     for (; !it.equals(end); it.next()) {
-      const [key, value] = it.pointer;
+      const [key, { value }] = it.pointer;
       if (q.from !== undefined && key.at < q.from) return { items };
       if (q.to !== undefined && key.at >= q.to) continue;
       if (looked === RUN_LIST_SCAN_MAX) {
