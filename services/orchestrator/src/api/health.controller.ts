@@ -19,8 +19,9 @@ export class HealthController {
   ) {}
 
   /**
-   * 200 `{ status: 'ok', partitions, runsKnown, readModel: { snapshotsRead, snapshotsSkipped }, failed: [],
-   * degraded: [] }`; 200 with `status: 'degraded'` while `degraded` lists conditions that stop part of the work but not
+   * 200 `{ status: 'ok', partitions, runsKnown, readModel: { snapshotsRead, snapshotsOwn, snapshotsSkipped },
+   * failed: [], degraded: [] }` (`snapshotsOwn`: of those read, the states this instance's engine committed, taken
+   * as they were instead of decoded again); 200 with `status: 'degraded'` while `degraded` lists conditions that stop part of the work but not
    * the process (an input or wf.state partition paused on a record batch no codec decodes: code UNDECODABLE_BATCH,
    * `error` naming topic:partition and offsets; a restart would meet the same batch; or an owned partition whose
    * inputs waited uncommitted longer than ORCHESTRATOR_PARTITION_STALL_MS: code PARTITION_STALLED, id
@@ -40,6 +41,7 @@ export class HealthController {
       runsKnown: this.readModel.size,
       readModel: {
         snapshotsRead: this.readModel.snapshotsRead,
+        snapshotsOwn: this.readModel.snapshotsOwn,
         snapshotsSkipped: this.readModel.snapshotsSkipped,
       },
       failed: this.components.failures(),

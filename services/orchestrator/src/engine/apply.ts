@@ -513,6 +513,14 @@ export class BatchApply implements BatchOutputs {
     }
   }
 
+  /**
+   * The runs' states this batch's transaction wrote to wf.state, each as the core snapshot record of its sequence
+   * (per batch: after the batch's last input of the run; per input: after each, the last being this state).
+   */
+  committedStates(): Iterable<RunState> {
+    return this.changed.values();
+  }
+
   /** After the commit: the batch's figures (`inputs`: the batch's records applied in the transaction). */
   observe(metrics: OrchestratorMetrics, inputs: number): void {
     metrics.transitions.inc(this.transitions);

@@ -600,6 +600,8 @@ export class Engine {
     await commitBatch(o, this.commitDeps, tx, batch, applied);
     // Only now does the in-memory state move on.
     applied.settle();
+    // The read model takes these states as they are when it reads their snapshot records, instead of parsing them.
+    this.readModel.committedHere(applied.committedStates());
     // Local steps run only once their dispatch is durable, outside the partition's lock (local-steps.ts).
     if (applied.local.length) this.localSteps?.run(applied.local);
     p.resolveOffset(lastOffset);

@@ -164,7 +164,14 @@ export class RunReadModel {
    * read model started; a partition leaves the map once a batch of it reaches that offset. Undefined before start.
    */
   private catchUp?: Map<number, bigint>;
+  /**
+   * Runs' states this instance's engine committed to wf.state whose snapshot records the read model has not read
+   * yet, by run id (see {@link committedHere}).
+   */
+  private readonly ownStates = new Map<string, RunState>();
   snapshotsRead = 0;
+  /** Of {@link snapshotsRead}: core records taken as this instance's engine committed them, not parsed again. */
+  snapshotsOwn = 0;
   snapshotsSkipped = 0;
   /** Bytes to a checked snapshot state: Avro, the claim-checked state read back, JSON (see PayloadSerde). */
   private readonly serde: PayloadSerde;
@@ -390,10 +397,52 @@ export class RunReadModel {
     this.quarantine.ok(topic, partition);
     if (d.event !== 'RunSnapshot') return;
     if (key.startsWith(BARRIER_PREFIX)) return this.barrierRead(partition, d.value.state);
+    if (!d.value.segment && this.ownRead(d.value, where.partition)) return;
     // The state inline, or (only then a turn of the event loop) read back from the blob store.
     let text: string | Promise<string> | undefined = this.serde.text(d.value.state, d.value.stateRef);
     if (typeof text !== 'string' && (text = await this.blobText(text, where)) === undefined) return;
     this.snapshotRead(d.value, text, where);
+  }
+
+  /**
+   * This instance's engine committed these runs' states to wf.state, each in the core snapshot record of its
+   * sequence (called after the transaction's commit was acknowledged): when the read model reads that record, or an
+   * older one of the run (a read model a transaction or more behind), it takes the state as it is instead of
+   * decoding the record's JSON (or reading a claim-checked state back from the blob store). Sound because a committed
+   * state is never changed afterwards (PendingRuns copies a run before a batch changes it), a run's sequence names one
+   * committed snapshot (its partition's writer is fenced; a new owner continues from the latest committed one), and
+   * a committed state's record is read after the older ones: holding it a little early shows nothing uncommitted. A
+   * state whose record was read already is not kept; the others are kept until their record, a later one or the
+   * run's tombstone is read, so at most one per run.
+   */
+  committedHere(states: Iterable<RunState>): void {
+    for (const s of states) {
+      // A parked start's snapshots all have sequence 0 (parked.ts): which one a record is, only its text says.
+      if (s.sequence === 0) continue;
+      const held = this.runs.get(s.runId);
+      if (held && held.state.sequence >= s.sequence) continue;
+      this.ownStates.set(s.runId, s);
+    }
+  }
+
+  /** Runs whose committed state waits here for its snapshot record (see {@link committedHere}). */
+  ownStatesWaiting(): number {
+    return this.ownStates.size;
+  }
+
+  /**
+   * A run's core snapshot record: @returns true when it is the one of a state this instance's engine committed
+   * ({@link committedHere}) or an older one, and that state is kept as the run's; false when the record must be
+   * decoded (no such state waits, or the record is newer).
+   */
+  private ownRead(v: RunSnapshot, partition: number): boolean {
+    const own = this.ownStates.get(v.runId);
+    if (own === undefined) return false;
+    if (own.sequence <= v.sequence) this.ownStates.delete(v.runId);
+    if (own.sequence < v.sequence) return false;
+    this.keep(own, partition);
+    this.snapshotsOwn++;
+    return true;
   }
 
   /** A tombstone of a run (its key is the run id) or of one of its segments (`<run>/<map>/<index>`). */
@@ -401,6 +450,7 @@ export class RunReadModel {
     const runOfSegment = runOfSegmentKey(key);
     if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
     else {
+      this.ownStates.delete(key);
       const gone = this.runs.get(key)?.state;
       this.runs.delete(key);
       this.segments.delete(key);
@@ -471,10 +521,18 @@ export class RunReadModel {
       this.skip(SKIP_REASONS.notRunState, where, err);
       return;
     }
+    this.keep(state, where.partition);
+  }
+
+  /**
+   * A run's state read from `partition`: held when not older than the one held, and the listeners told (not again
+   * for the state held already: one of this instance's engine taken early, see {@link ownRead}).
+   */
+  private keep(state: RunState, partition: number): void {
     const prev = this.runs.get(state.runId);
     if (!prev) this.trackLegacy(state.runId);
-    if (!prev || prev.state.sequence <= state.sequence) {
-      this.runs.set(state.runId, { state, partition: where.partition });
+    if (!prev || (prev.state !== state && prev.state.sequence <= state.sequence)) {
+      this.runs.set(state.runId, { state, partition });
       if (!prev) this.indexBusinessKey(state);
       for (const listener of this.changeListeners) listener(state);
     }

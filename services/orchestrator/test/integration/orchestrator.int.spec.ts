@@ -1,6 +1,9 @@
 import { Webhook } from 'standardwebhooks';
 import { eventually, testWorkflows as builtinWorkflows } from '@keyflow/testing';
+import { createLogger } from '@keyflow/observability';
+import { flatRunState } from '@keyflow/workflow';
 import { rebuildRuns } from '../../src/rebuild';
+import { RunReadModel } from '../../src/engine/read-model';
 import { saga } from '../fixtures/test-workflows';
 import { WorkflowRegistry } from '../../src/workflows/registry';
 import {
@@ -85,6 +88,30 @@ describe('the orchestrator', () => {
       };
       expect(sample.status).toBe('completed');
       expect(sample.steps.third.attempt).toBe(1);
+      // The read model took most states as its engine committed them (not decoded again), and holds the same as a
+      // read model that decoded every record.
+      const health = (await (await fetch(`${url}/health`)).json()) as {
+        readModel: { snapshotsRead: number; snapshotsOwn: number };
+      };
+      expect(health.readModel.snapshotsOwn).toBeGreaterThan(0);
+      await h.codec.registerTopics(['wf.state']);
+      const decoded = new RunReadModel(
+        h.ns.kafka,
+        h.codec,
+        h.ns.groupId('decoding-read-model'),
+        createLogger('test', { level: 'silent' }),
+      );
+      try {
+        await decoded.start();
+        await eventually('caught up', () => decoded.caughtUp(), { timeoutMs: 60_000, intervalMs: 20 });
+        expect(decoded.snapshotsSkipped).toBe(0);
+        for (const id of ids.slice(0, 100)) {
+          const view = await (await fetch(`${url}/runs/${id}`)).json();
+          expect(view).toEqual(JSON.parse(JSON.stringify(flatRunState(decoded.get(id)!))));
+        }
+      } finally {
+        await decoded.stop();
+      }
     } finally {
       await h.teardown();
     }

@@ -1,0 +1,128 @@
+import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { createLogger } from '@keyflow/observability';
+import { TestNamespace } from '@keyflow/testing';
+import { snapshotParts, type RunState } from '@keyflow/workflow';
+import { BARRIER_PREFIX, RunReadModel } from '../../src/engine/read-model';
+
+jest.setTimeout(120_000);
+
+/**
+ * The read model takes the states its own instance's engine committed as they are when it reads their snapshot
+ * records, instead of decoding their JSON again (issue 44: the burst's orchestrator spent 4-13 % of its main thread
+ * there); every other record is decoded as before, and what it holds of a run is the same either way.
+ */
+describe("the read model and its own engine's committed states", () => {
+  const ns = new TestNamespace('own-states');
+  const codec = new EventCodec({ registryUrl: ns.infra.schemaRegistryUrl, topicPrefix: `${ns.prefix}.` });
+  let rm: RunReadModel;
+  let nonce = 0;
+  const state = (runId: string, sequence: number, n: number): RunState => ({
+    runId,
+    workflow: 'three-step',
+    version: 1,
+    businessKey: runId,
+    input: { n },
+    status: 'running',
+    plan: ['first'],
+    position: 0,
+    steps: {},
+    timers: {},
+    compensable: [],
+    signals: {},
+    startedAt: 1,
+    updatedAt: 2,
+    sequence,
+    timeline: [],
+  });
+  const record = (s: RunState) => ({
+    key: s.runId,
+    partition: 0,
+    value: codec.encode('wf.state', 'RunSnapshot', {
+      metadata: newMetadata('RunSnapshot', { key: s.runId, correlationId: s.runId }),
+      runId: s.runId,
+      sequence: s.sequence,
+      status: s.status,
+      state: snapshotParts(s, undefined).core,
+      stateRef: null,
+      segment: null,
+    }),
+  });
+  /** Writes `records` and a barrier behind them, and waits until the read model has read them all. */
+  const write = async (records: Array<{ key: string; partition: number; value: Buffer | null }>) => {
+    const id = `n${++nonce}`;
+    const barrier = {
+      key: `${BARRIER_PREFIX}0`,
+      partition: 0,
+      value: codec.encode('wf.state', 'RunSnapshot', {
+        metadata: newMetadata('RunSnapshot', { key: `${BARRIER_PREFIX}0`, correlationId: id }),
+        runId: `${BARRIER_PREFIX}0`,
+        sequence: 0,
+        status: 'barrier',
+        state: id,
+        stateRef: null,
+        segment: null,
+      }),
+    };
+    const producer = ns.kafka.producer();
+    await producer.connect();
+    await producer.send({ topic: codec.physical('wf.state'), messages: [...records, barrier] });
+    await producer.disconnect();
+    await rm.waitForBarrier(0, id, 30_000);
+  };
+
+  beforeAll(async () => {
+    await ns.createTopics({
+      name: 'wf.state',
+      numPartitions: 1,
+      configEntries: [{ name: 'cleanup.policy', value: 'compact' }],
+    });
+    await codec.registerTopics(['wf.state']);
+    rm = new RunReadModel(
+      ns.kafka,
+      codec,
+      ns.groupId('read-model'),
+      createLogger('test', { level: 'silent' }),
+    );
+    await rm.start();
+  });
+  afterAll(async () => {
+    await rm?.stop();
+    await ns.cleanup();
+  });
+
+  it('a record of a state committed here, or an older record of its run, is taken as that state; one of a later sequence is decoded', async () => {
+    const own = state('own', 3, 1);
+    const ahead = state('ahead', 4, 1);
+    rm.committedHere([own, ahead]);
+    expect(rm.ownStatesWaiting()).toBe(2);
+    const [read, taken] = [rm.snapshotsRead, rm.snapshotsOwn];
+    // `own`: an older record first (in a batch of its own, or its own record would supersede it unread): the state
+    // committed here is held from then on; its own record changes nothing. `ahead`: a later sequence, written by a
+    // new owner of the partition, decoded.
+    await write([record(state('own', 2, 0))]);
+    expect(rm.get('own')).toBe(own);
+    expect(rm.ownStatesWaiting()).toBe(2);
+    const changes: RunState[] = [];
+    rm.onRunChange((s) => changes.push(s));
+    await write([record(own), record(state('ahead', 5, 2))]);
+    expect(rm.get('own')).toBe(own);
+    expect(rm.get('ahead')).not.toBe(ahead);
+    expect(rm.get('ahead')).toMatchObject({ sequence: 5, input: { n: 2 } });
+    expect(changes.map((s) => s.runId)).toEqual(['ahead']); // not `own` again
+    expect(rm.snapshotsRead - read).toBe(3); // the barriers are not counted
+    expect(rm.snapshotsOwn - taken).toBe(2);
+    expect(rm.ownStatesWaiting()).toBe(0);
+  });
+
+  it('a state whose record was read before it was handed over, a parked start (sequence 0) and a run tombstoned are not kept', async () => {
+    const early = state('early', 2, 1);
+    await write([record(early)]);
+    rm.committedHere([state('early', 2, 1), state('early-parked', 0, 1)]);
+    expect(rm.ownStatesWaiting()).toBe(0);
+    rm.committedHere([state('gone', 1, 1)]);
+    expect(rm.ownStatesWaiting()).toBe(1);
+    await write([{ key: 'gone', partition: 0, value: null }]);
+    expect(rm.ownStatesWaiting()).toBe(0);
+    expect(rm.get('gone')).toBeUndefined();
+  });
+});
