@@ -612,13 +612,30 @@ export function normalizeRunState(s: RunState): RunState {
 
 /**
  * A copy of a run whose changes do not reach `s`. Shared, not copied: the map items' segments (a write replaces a
- * segment, never changes it), the steps' outputs and the run input (the reducer replaces them, never changes them).
- * So a copy costs O(steps + timers + timeline + segments), whatever the items and outputs hold.
+ * segment, never changes it), the steps' outputs and the run input (the reducer replaces them, never changes them),
+ * and the elements of the run's lists and records that are only ever added, replaced or removed whole: timeline
+ * entries, plan and compensable step ids, request ids, parked inputs, timers and buffered signals (those are copied
+ * one level deep). So a copy costs O(steps + timers + timeline + segments), whatever the items and outputs hold.
  */
 export function copyRunState(s: RunState): RunState {
-  const { steps, input, ...rest } = s;
-  const copy = copyPlain(rest) as RunState;
-  copy.input = input;
+  const copy: Record<string, unknown> = {};
+  for (const k of Object.keys(s)) {
+    if (k === 'steps' || k === 'input') continue;
+    const v = (s as unknown as Record<string, unknown>)[k];
+    if (SHALLOW_LISTS.has(k) && Array.isArray(v)) copy[k] = v.slice();
+    else if (SHALLOW_RECORDS.has(k) && v !== null && typeof v === 'object' && !Array.isArray(v))
+      copy[k] = { ...v };
+    else if (k === '__proto__')
+      Object.defineProperty(copy, k, {
+        value: copyPlain(v),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    else copy[k] = copyPlain(v);
+  }
+  copy.input = s.input;
+  const steps = s.steps;
   copy.steps = {};
   for (const id of Object.keys(steps)) {
     const st = steps[id];
@@ -626,10 +643,15 @@ export function copyRunState(s: RunState): RunState {
     const step: StepState = copyPlain(own);
     if ('output' in st) step.output = output;
     if (map) step.map = { ...map, segments: map.segments.slice() };
-    copy.steps[id] = step;
+    (copy.steps as Record<string, StepState>)[id] = step;
   }
-  return copy;
+  return copy as unknown as RunState;
 }
+
+/** The run's lists whose elements are never changed in place (see {@link copyRunState}). */
+const SHALLOW_LISTS = new Set(['timeline', 'plan', 'compensable', 'requestIds', 'parked']);
+/** The run's records whose values are never changed in place (see {@link copyRunState}). */
+const SHALLOW_RECORDS = new Set(['timers', 'signals']);
 
 /**
  * A deep copy of JSON data (plain objects, arrays and primitives: what a RunState holds, see its doc). Several times

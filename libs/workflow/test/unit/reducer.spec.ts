@@ -640,7 +640,7 @@ describe('map items kept in segments', () => {
     expect(d.state).toEqual(before);
   });
 
-  it('a copy of a run is deep in everything but outputs, input and segments: nested changes stay in the copy', () => {
+  it('a copy of a run is deep in everything but outputs, input, segments and the elements the reducer only adds, replaces or removes whole (timeline entries, timers, signal payloads): changes stay in the copy', () => {
     const d = reduce(big, undefined, start(big));
     const s = d.state!;
     s.signals = { approved: { by: ['ann'] }, odd: JSON.parse('{"__proto__": {"admin": true}, "n": 1}') };
@@ -652,11 +652,21 @@ describe('map items kept in segments', () => {
     expect(Object.keys(copy.timers['t'])).toEqual(Object.keys(s.timers['t'])); // undefined-valued keys kept
     expect(JSON.stringify(copy.signals.odd)).toBe('{"__proto__":{"admin":true},"n":1}'); // a key, not a prototype
     expect((copy.signals.odd as { admin?: boolean }).admin).toBeUndefined();
-    (copy.signals.approved as { by: string[] }).by.push('bob');
-    copy.timers['t'].dueAt = 2;
-    copy.timeline[0].event = 'changed';
+    // Shared: the elements themselves.
+    expect(copy.timeline[0]).toBe(s.timeline[0]);
+    expect(copy.timers['t']).toBe(s.timers['t']);
+    expect(copy.signals.approved).toBe(s.signals.approved);
+    // Changed the way the reducer changes them: added, replaced, removed whole; and the deep parts changed inside.
+    delete copy.signals.approved;
+    copy.signals.late = 1;
+    copy.timers['t'] = { ...copy.timers['t'], dueAt: 2 };
+    delete copy.timers['step-timeout'];
+    copy.timeline.push({ at: 9, event: 'changed' });
+    copy.timeline.splice(0, 1);
     copy.error!.message = 'changed';
     copy.plan.push('extra');
+    copy.compensable.push('each');
+    (copy.requestIds ??= []).push('req');
     copy.steps.each.attempt = 99;
     expect(s).toEqual(before);
   });
