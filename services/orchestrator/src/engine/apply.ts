@@ -502,11 +502,14 @@ export class BatchApply implements BatchOutputs {
     o.failures = null;
     for (const id of this.removed) {
       o.runs.delete(id);
+      o.parked.delete(id);
       o.traces.delete(id);
     }
     for (const [id, s] of this.changed) {
       o.timers.track(s, o.runs.get(id));
       o.runs.set(id, s);
+      if (s.parked?.length) o.parked.add(id);
+      else o.parked.delete(id);
       const t = this.traces.get(id);
       if (TERMINAL.has(s.status)) o.traces.delete(id);
       else if (t) o.traces.set(id, t);

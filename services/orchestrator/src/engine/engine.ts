@@ -521,25 +521,11 @@ export class Engine {
 
   /**
    * The owned runs with parked inputs, by the definition they wait for (`<workflow>@<version>`, `latest` for a
-   * StartRun without a version): runs and inputs. O(owned runs): called by a scrape and once a second by the tick.
+   * StartRun without a version): runs and inputs. O(parked runs) (OwnedPartition.parked): called by a scrape and once
+   * a second by the tick.
    */
-  parkedRuns(): Map<string, { workflow: string; version: string; runs: number; inputs: number }> {
-    const out = new Map<string, { workflow: string; version: string; runs: number; inputs: number }>();
-    for (const o of this.owned.values())
-      for (const s of o.runs.values()) {
-        if (!s.parked?.length) continue;
-        const name = definitionName(s);
-        const entry = out.get(name) ?? {
-          workflow: s.workflow,
-          version: name.slice(s.workflow.length + 1),
-          runs: 0,
-          inputs: 0,
-        };
-        entry.runs++;
-        entry.inputs += s.parked.length;
-        out.set(name, entry);
-      }
-    return out;
+  parkedRuns(): Map<string, ParkedSummary> {
+    return parkedSummary(this.owned.values());
   }
 
   /**
@@ -695,6 +681,41 @@ export class Engine {
       this.metrics.timersFired.inc(sent);
     }
   }
+}
+
+/** Owned runs with parked inputs for one definition (`workflow@version`): see {@link parkedSummary}. */
+export interface ParkedSummary {
+  workflow: string;
+  /** The version they wait for, or `latest` (a parked StartRun without a version). */
+  version: string;
+  runs: number;
+  inputs: number;
+}
+
+/**
+ * The runs of `partitions` that hold parked inputs, by the definition they wait for (`<workflow>@<version>`).
+ * Looks at each partition's parked runs only (`OwnedPartition.parked`), never at every run it owns.
+ */
+export function parkedSummary(
+  partitions: Iterable<Pick<OwnedPartition, 'runs' | 'parked'>>,
+): Map<string, ParkedSummary> {
+  const out = new Map<string, ParkedSummary>();
+  for (const o of partitions)
+    for (const id of o.parked) {
+      const s = o.runs.get(id);
+      if (!s?.parked?.length) continue;
+      const name = definitionName(s);
+      const entry = out.get(name) ?? {
+        workflow: s.workflow,
+        version: name.slice(s.workflow.length + 1),
+        runs: 0,
+        inputs: 0,
+      };
+      entry.runs++;
+      entry.inputs += s.parked.length;
+      out.set(name, entry);
+    }
+  return out;
 }
 
 /** The /health condition id and code of owned runs holding parked inputs (Engine.reportParked). */

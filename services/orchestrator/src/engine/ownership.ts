@@ -28,6 +28,11 @@ export interface OwnedPartition {
   partition: number;
   producer: Producer;
   runs: Map<string, RunState>;
+  /**
+   * The ids of the runs of `runs` that hold parked inputs, kept as `runs` changes: what /health and the metrics name
+   * once a second cost the parked runs, not every owned run (ended runs stay owned until their retention).
+   */
+  parked: Set<string>;
   /** The durable timers of `runs`, in due order. */
   timers: TimerQueue;
   ready: Promise<void>;
@@ -81,6 +86,7 @@ export function ownedPartition(
     partition,
     producer,
     runs: new Map(),
+    parked: new Set(),
     timers: new TimerQueue(),
     ready: Promise.resolve(),
     failures,
@@ -131,6 +137,7 @@ export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promi
   await d.readModel.waitForBarrier(partition, nonce, d.cfg.ORCHESTRATOR_CATCH_UP_STALL_MS);
   for (const s of d.readModel.inPartition(partition)) {
     o.runs.set(s.runId, s);
+    if (s.parked?.length) o.parked.add(s.runId);
     o.timers.track(s);
   }
   d.metrics.restores.inc();

@@ -116,7 +116,7 @@ export class RetentionSweeper {
       this.d.retakeOver(o, err);
       return [];
     }
-    runIds.forEach((id) => (o.runs.delete(id), o.traces.delete(id)));
+    runIds.forEach((id) => (o.runs.delete(id), o.parked.delete(id), o.traces.delete(id)));
     this.d.metrics.forgotten.inc(runIds.length);
     this.d.logger.info(
       { partition: o.partition, runs: runIds.length },
