@@ -44,7 +44,7 @@ import {
   type OutputRecord,
 } from './mapping';
 import type { OrchestratorMetrics } from './metrics';
-import type { OwnedPartition } from './ownership';
+import { dropRun, holdRun, type OwnedPartition } from './ownership';
 import type { BatchOutputs, DeadLetter, InputRecord } from './commit';
 
 /**
@@ -500,16 +500,10 @@ export class BatchApply implements BatchOutputs {
   settle(): void {
     const o = this.o;
     o.failures = null;
-    for (const id of this.removed) {
-      o.runs.delete(id);
-      o.parked.delete(id);
-      o.traces.delete(id);
-    }
+    for (const id of this.removed) dropRun(o, id);
     for (const [id, s] of this.changed) {
       o.timers.track(s, o.runs.get(id));
-      o.runs.set(id, s);
-      if (s.parked?.length) o.parked.add(id);
-      else o.parked.delete(id);
+      holdRun(o, s);
       const t = this.traces.get(id);
       if (TERMINAL.has(s.status)) o.traces.delete(id);
       else if (t) o.traces.set(id, t);

@@ -117,7 +117,7 @@ export class Engine {
   ) {
     const owned = this.owned;
     metrics.setRunsSource(function* (this: void) {
-      for (const o of owned.values()) yield* o.runs.values();
+      for (const o of owned.values()) yield* o.counts.values();
     });
     metrics.setParkedSource(() => this.parkedRuns().values());
     this.restoreDeps = { cfg, codec, readModel, metrics, logger };

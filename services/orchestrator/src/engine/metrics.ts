@@ -30,8 +30,11 @@ export interface OrchestratorMetrics {
   dlqRecords: Gauge<'topic'>;
   /** Set by the LagMonitor: when its last pass began (seconds since epoch), so a stale figure is visible. */
   lagScrapedAt: Gauge;
-  /** Where runsInFlight reads the runs from at each scrape (the engine sets it to its owned runs). */
-  setRunsSource(source: () => Iterable<{ workflow: string; status: string }>): void;
+  /**
+   * Where runsInFlight reads the runs from at each scrape: counts by workflow and status (the engine sets it to its
+   * owned partitions' RunCounts; a pair may come once per partition, and is summed).
+   */
+  setRunsSource(source: () => Iterable<{ workflow: string; status: string; count: number }>): void;
   /**
    * Inputs parked on the runs of the partitions this instance owns, by the workflow and version they wait for
    * (`latest` for a StartRun without a version); set at each scrape from {@link setParkedSource}.
@@ -46,7 +49,7 @@ export interface OrchestratorMetrics {
  * gauges set at each scrape from the sources the engine sets.
  */
 export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
-  let runs: () => Iterable<{ workflow: string; status: string }> = () => [];
+  let runs: () => Iterable<{ workflow: string; status: string; count: number }> = () => [];
   let parked: () => Iterable<{ workflow: string; version: string; inputs: number }> = () => [];
   return {
     setRunsSource: (source) => (runs = source),
@@ -71,7 +74,7 @@ export function orchestratorMetrics(r: Registry): OrchestratorMetrics {
       ['workflow', 'status'],
       (g) => {
         g.reset();
-        for (const s of runs()) g.inc({ workflow: s.workflow, status: s.status });
+        for (const s of runs()) g.inc({ workflow: s.workflow, status: s.status }, s.count);
       },
     ) as Gauge<'workflow' | 'status'>,
     ...lagMetrics(r),

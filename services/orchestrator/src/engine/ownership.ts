@@ -23,6 +23,54 @@ export const TAKEOVER_RETRY = retryPolicy({
   maxDelayMs: 15_000,
 });
 
+/**
+ * A partition's owned runs by workflow and status, kept as its runs change ({@link holdRun}, {@link dropRun}): what the
+ * `orchestrator_runs` gauge reads at each scrape, so a scrape costs the distinct workflows and statuses, not every
+ * run (ended runs stay owned until their retention).
+ */
+export class RunCounts {
+  private readonly counts = new Map<string, { workflow: string; status: string; count: number }>();
+
+  /** Counts `s` (`by` = -1: no longer). */
+  add(s: Pick<RunState, 'workflow' | 'status'>, by = 1): void {
+    const key = `${s.workflow}\u0000${s.status}`;
+    const e = this.counts.get(key);
+    if (!e) {
+      if (by > 0) this.counts.set(key, { workflow: s.workflow, status: s.status, count: by });
+      return;
+    }
+    e.count += by;
+    if (e.count <= 0) this.counts.delete(key);
+  }
+
+  /** Each workflow and status with its count of runs (> 0). */
+  values(): IterableIterator<{ workflow: string; status: string; count: number }> {
+    return this.counts.values();
+  }
+}
+
+/**
+ * Sets a run's committed state in `o` (after a commit, or restored at a take-over), with the indexes kept beside
+ * `o.runs`: the runs holding parked inputs and the counts by workflow and status.
+ */
+export function holdRun(o: OwnedPartition, s: RunState): void {
+  const prev = o.runs.get(s.runId);
+  if (prev) o.counts.add(prev, -1);
+  o.counts.add(s);
+  o.runs.set(s.runId, s);
+  if (s.parked?.length) o.parked.add(s.runId);
+  else o.parked.delete(s.runId);
+}
+
+/** Drops a run from `o` (tombstoned: a dead-lettered parked start, or forgotten after its retention). */
+export function dropRun(o: OwnedPartition, runId: string): void {
+  const prev = o.runs.get(runId);
+  if (prev) o.counts.add(prev, -1);
+  o.runs.delete(runId);
+  o.parked.delete(runId);
+  o.traces.delete(runId);
+}
+
 /** A partition the engine owns: its fenced producer, its runs and timers, and what serialises its transactions. */
 export interface OwnedPartition {
   partition: number;
@@ -33,6 +81,8 @@ export interface OwnedPartition {
    * once a second cost the parked runs, not every owned run (ended runs stay owned until their retention).
    */
   parked: Set<string>;
+  /** The runs of `runs` by workflow and status (see {@link RunCounts}). */
+  counts: RunCounts;
   /** The durable timers of `runs`, in due order. */
   timers: TimerQueue;
   ready: Promise<void>;
@@ -87,6 +137,7 @@ export function ownedPartition(
     producer,
     runs: new Map(),
     parked: new Set(),
+    counts: new RunCounts(),
     timers: new TimerQueue(),
     ready: Promise.resolve(),
     failures,
@@ -136,8 +187,7 @@ export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promi
   await tx.commit();
   await d.readModel.waitForBarrier(partition, nonce, d.cfg.ORCHESTRATOR_CATCH_UP_STALL_MS);
   for (const s of d.readModel.inPartition(partition)) {
-    o.runs.set(s.runId, s);
-    if (s.parked?.length) o.parked.add(s.runId);
+    holdRun(o, s);
     o.timers.track(s);
   }
   d.metrics.restores.inc();

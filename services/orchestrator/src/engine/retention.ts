@@ -9,7 +9,7 @@ import type { OrchestratorConfig } from '../config';
 import { forgottenRunBlobPrefixes } from './mapping';
 import type { OrchestratorMetrics } from './metrics';
 import type { RunReadModel } from './read-model';
-import { exclusively, type OwnedPartition } from './ownership';
+import { dropRun, exclusively, type OwnedPartition } from './ownership';
 
 /** At most this many ended runs, and this many wf.state tombstones (cores and segments), per partition per sweep. */
 const FORGET_RUNS_PER_SWEEP = 1_000;
@@ -116,7 +116,7 @@ export class RetentionSweeper {
       this.d.retakeOver(o, err);
       return [];
     }
-    runIds.forEach((id) => (o.runs.delete(id), o.parked.delete(id), o.traces.delete(id)));
+    runIds.forEach((id) => dropRun(o, id));
     this.d.metrics.forgotten.inc(runIds.length);
     this.d.logger.info(
       { partition: o.partition, runs: runIds.length },

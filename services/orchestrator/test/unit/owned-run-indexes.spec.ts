@@ -1,5 +1,7 @@
+import fc from 'fast-check';
 import type { ParkedInput, RunState } from '@keyflow/workflow';
 import { parkedSummary } from '../../src/engine/engine';
+import { dropRun, holdRun, RunCounts, type OwnedPartition } from '../../src/engine/ownership';
 
 /**
  * /health (INPUTS_PARKED) and the parked-inputs gauge name the owned runs holding parked inputs once a second and per
@@ -44,5 +46,58 @@ describe('parkedSummary: the runs holding parked inputs, by the definition they 
       'approval@2': { workflow: 'approval', version: '2', runs: 3, inputs: 8 },
       'billing@1': { workflow: 'billing', version: '1', runs: 1, inputs: 2 },
     });
+  });
+});
+
+/**
+ * The orchestrator_runs gauge (runs by workflow and status) is read at each scrape from counts kept as a partition's
+ * runs change, so a scrape costs the distinct workflows and statuses: the counts and the parked set must always say
+ * what a scan of the runs would.
+ */
+describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => {
+  const STATUSES = ['running', 'waiting', 'completed', 'failed'] as const;
+  const op = fc.record({
+    drop: fc.boolean(),
+    run: fc.integer({ min: 0, max: 30 }),
+    workflow: fc.constantFrom('a', 'b'),
+    status: fc.constantFrom(...STATUSES),
+    parked: fc.integer({ min: 0, max: 2 }),
+  });
+
+  it('after any sequence of commits and drops, the counts and the parked runs are what a scan of the runs gives', () => {
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 200 }), (ops) => {
+        const o = {
+          runs: new Map<string, RunState>(),
+          parked: new Set<string>(),
+          counts: new RunCounts(),
+          traces: new Map(),
+        } as unknown as OwnedPartition;
+        for (const x of ops) {
+          const runId = `r${x.run}`;
+          if (x.drop) dropRun(o, runId);
+          else
+            holdRun(o, {
+              runId,
+              workflow: x.workflow,
+              status: x.status,
+              ...(x.parked ? { parked: new Array(x.parked).fill({ kind: 'signal' }) } : {}),
+            } as RunState);
+        }
+        const scanned = new Map<string, number>();
+        for (const s of o.runs.values())
+          scanned.set(`${s.workflow}/${s.status}`, (scanned.get(`${s.workflow}/${s.status}`) ?? 0) + 1);
+        const counted = new Map([...o.counts.values()].map((c) => [`${c.workflow}/${c.status}`, c.count]));
+        expect(counted).toEqual(scanned);
+        expect([...o.parked].sort()).toEqual(
+          [...o.runs.values()]
+            .filter((s) => s.parked?.length)
+            .map((s) => s.runId)
+            .sort(),
+        );
+        return true;
+      }),
+      { numRuns: 300 },
+    );
   });
 });
