@@ -22,14 +22,14 @@ import type Redis from 'ioredis';
 import { COMPENSATION_SUFFIX, RUN_STATUSES, TIMELINE_MAX } from '@keyflow/workflow';
 import type { LagMonitor } from '../engine/lag-monitor';
 import type { OrchestratorMetrics } from '../engine/metrics';
-import type { RunReadModel, WorkflowStats } from '../engine/read-model';
+import { CHAIN_WINDOW_MS, type RunReadModel, type WorkflowStats } from '../engine/read-model';
 import type { TriggerStatus, TriggerStatusSource } from '../triggers/status';
 import { RefusedRequest } from './runs.service';
 
 /** Who the DLQ ledger names for an action taken through the API (the ops console). */
 export const CONSOLE_ACTOR = 'keyflow-console';
 /** Window of the chain-time percentiles in the overview: runs that ended in the last hour, ms. */
-export const CHAIN_WINDOW_MS = 60 * 60_000;
+export { CHAIN_WINDOW_MS };
 /** Redrive rate of the API, records per second (the CLI's default). */
 export const API_REDRIVE_RATE = 100;
 

@@ -7,6 +7,7 @@ import { retryPolicy, type RunState } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
+import { RunCounts } from './run-counts';
 import { TimerQueue } from './timers';
 
 /**
@@ -22,32 +23,6 @@ export const TAKEOVER_RETRY = retryPolicy({
   initialDelayMs: 500,
   maxDelayMs: 15_000,
 });
-
-/**
- * A partition's owned runs by workflow and status, kept as its runs change ({@link holdRun}, {@link dropRun}): what the
- * `orchestrator_runs` gauge reads at each scrape, so a scrape costs the distinct workflows and statuses, not every
- * run (ended runs stay owned until their retention).
- */
-export class RunCounts {
-  private readonly counts = new Map<string, { workflow: string; status: string; count: number }>();
-
-  /** Counts `s` (`by` = -1: no longer). */
-  add(s: Pick<RunState, 'workflow' | 'status'>, by = 1): void {
-    const key = `${s.workflow}\u0000${s.status}`;
-    const e = this.counts.get(key);
-    if (!e) {
-      if (by > 0) this.counts.set(key, { workflow: s.workflow, status: s.status, count: by });
-      return;
-    }
-    e.count += by;
-    if (e.count <= 0) this.counts.delete(key);
-  }
-
-  /** Each workflow and status with its count of runs (> 0). */
-  values(): IterableIterator<{ workflow: string; status: string; count: number }> {
-    return this.counts.values();
-  }
-}
 
 /**
  * Sets a run's committed state in `o` (after a commit, or restored at a take-over), with the indexes kept beside

@@ -24,6 +24,7 @@ import {
 } from '@keyflow/workflow';
 import { COMPONENTS } from './components';
 import { StartIndexedMap } from './run-index';
+import { RunCounts } from './run-counts';
 import { isRetryable, KeyflowError, retryableOf } from '@keyflow/errors';
 import { Topic } from '@keyflow/schemas';
 
@@ -88,6 +89,16 @@ export interface WorkflowStats {
   chainP95Ms: number | null;
 }
 
+/** How long the read model remembers the runs it saw end, for the chain times of {@link RunReadModel.workflowStats} (ms). */
+export const CHAIN_WINDOW_MS = 60 * 60_000;
+
+/** A run that ended: when (ms since epoch) and its chain time (start to end, ms). */
+interface Ended {
+  workflow: string;
+  at: number;
+  ms: number;
+}
+
 /**
  * Per workflow: runs by status, and the chain time (start to end, ms) of the runs that ended at or after `sinceMs`
  * (ms since epoch): count, p50 and p95 by nearest rank (the smallest value with at least that share of the values
@@ -97,13 +108,37 @@ export function workflowStats(
   runs: Iterable<Pick<RunState, 'workflow' | 'status' | 'startedAt' | 'endedAt'>>,
   sinceMs: number,
 ): WorkflowStats[] {
-  const by = new Map<string, { byStatus: Record<string, number>; chain: number[] }>();
+  const counts = new RunCounts();
+  const ended: Ended[] = [];
   for (const s of runs) {
-    let w = by.get(s.workflow);
-    if (!w) by.set(s.workflow, (w = { byStatus: {}, chain: [] }));
-    w.byStatus[s.status] = (w.byStatus[s.status] ?? 0) + 1;
-    if (s.endedAt !== undefined && s.endedAt >= sinceMs) w.chain.push(s.endedAt - s.startedAt);
+    counts.add(s);
+    if (s.endedAt !== undefined)
+      ended.push({ workflow: s.workflow, at: s.endedAt, ms: s.endedAt - s.startedAt });
   }
+  return statsOf(counts.values(), ended, sinceMs);
+}
+
+/**
+ * {@link workflowStats} from runs counted by workflow and status, and the runs that ended (those before `sinceMs` are
+ * left out): what the read model keeps as runs change, so a call costs the distinct workflows and statuses and the
+ * runs that ended in the window, not every run held.
+ */
+export function statsOf(
+  counts: Iterable<{ workflow: string; status: string; count: number }>,
+  ended: Iterable<Ended>,
+  sinceMs: number,
+): WorkflowStats[] {
+  const by = new Map<string, { byStatus: Record<string, number>; chain: number[] }>();
+  const of = (workflow: string) => {
+    let w = by.get(workflow);
+    if (!w) by.set(workflow, (w = { byStatus: {}, chain: [] }));
+    return w;
+  };
+  for (const c of counts) {
+    const w = of(c.workflow);
+    w.byStatus[c.status] = (w.byStatus[c.status] ?? 0) + c.count;
+  }
+  for (const e of ended) if (e.at >= sinceMs) of(e.workflow).chain.push(e.ms);
   const rank = (sorted: number[], q: number) => sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)];
   return [...by]
     .sort(([a], [b]) => (a < b ? -1 : 1))
@@ -164,6 +199,13 @@ export class RunReadModel {
    * read model started; a partition leaves the map once a batch of it reaches that offset. Undefined before start.
    */
   private catchUp?: Map<number, bigint>;
+  /** The runs held by workflow and status (what {@link workflowStats} counts). */
+  private readonly counts = new RunCounts();
+  /**
+   * The runs held that ended in the last CHAIN_WINDOW_MS, by run id, roughly in the order they ended (the order their
+   * snapshots were read): what {@link workflowStats} takes the chain times from. Older ones are dropped from the front.
+   */
+  private readonly ended = new Map<string, Ended>();
   /**
    * Runs' states this instance's engine committed to wf.state whose snapshot records the read model has not read
    * yet, by run id (see {@link committedHere}).
@@ -452,6 +494,8 @@ export class RunReadModel {
     else {
       this.ownStates.delete(key);
       const gone = this.runs.get(key)?.state;
+      if (gone) this.counts.add(gone, -1);
+      this.ended.delete(key);
       this.runs.delete(key);
       this.segments.delete(key);
       if (gone) this.unindexBusinessKey(gone);
@@ -532,11 +576,36 @@ export class RunReadModel {
     const prev = this.runs.get(state.runId);
     if (!prev) this.trackLegacy(state.runId);
     if (!prev || (prev.state !== state && prev.state.sequence <= state.sequence)) {
+      if (prev) this.counts.add(prev.state, -1);
+      this.counts.add(state);
+      this.endedChanged(state, prev?.state);
       this.runs.set(state.runId, { state, partition });
       if (!prev) this.indexBusinessKey(state);
       for (const listener of this.changeListeners) listener(state);
     }
     this.snapshotsRead++;
+  }
+
+  /** A run held anew: remembered as ended when it ended in the window, forgotten as ended when it runs again. */
+  private endedChanged(state: RunState, prev: RunState | undefined): void {
+    const at = state.endedAt;
+    if (at === undefined) {
+      this.ended.delete(state.runId);
+      return;
+    }
+    if (prev?.endedAt === at) return;
+    this.ended.delete(state.runId); // ended again (a retried run): it moves to the end
+    const from = Date.now() - CHAIN_WINDOW_MS;
+    if (at >= from) this.ended.set(state.runId, { workflow: state.workflow, at, ms: at - state.startedAt });
+    this.forgetEndedBefore(from);
+  }
+
+  /** Drops the runs that ended before `from` (ms since epoch) from the front of {@link ended}, up to a later one. */
+  private forgetEndedBefore(from: number): void {
+    for (const [id, e] of this.ended) {
+      if (e.at >= from) return;
+      this.ended.delete(id);
+    }
   }
 
   async stop(): Promise<void> {
@@ -681,15 +750,13 @@ export class RunReadModel {
   }
 
   /**
-   * {@link workflowStats} of the runs this read model holds.
+   * {@link workflowStats} of the runs this read model holds, from the counts and the ended runs it keeps as runs
+   * change: costs the distinct workflows and statuses and the runs that ended in the last CHAIN_WINDOW_MS (`sinceMs`
+   * earlier than that counts no more), not every run held (GET /ops/overview, which the console polls).
    */
   workflowStats(sinceMs: number): WorkflowStats[] {
-    return workflowStats(
-      (function* (runs) {
-        for (const e of runs) yield e.state;
-      })(this.runs.values()),
-      sinceMs,
-    );
+    this.forgetEndedBefore(Date.now() - CHAIN_WINDOW_MS);
+    return statsOf(this.counts.values(), this.ended.values(), sinceMs);
   }
 
   get size(): number {

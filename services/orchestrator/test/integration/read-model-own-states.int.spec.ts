@@ -2,7 +2,7 @@ import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { createLogger } from '@keyflow/observability';
 import { TestNamespace } from '@keyflow/testing';
 import { snapshotParts, type RunState } from '@keyflow/workflow';
-import { BARRIER_PREFIX, RunReadModel } from '../../src/engine/read-model';
+import { BARRIER_PREFIX, CHAIN_WINDOW_MS, RunReadModel, workflowStats } from '../../src/engine/read-model';
 
 jest.setTimeout(120_000);
 
@@ -124,5 +124,44 @@ describe("the read model and its own engine's committed states", () => {
     await write([{ key: 'gone', partition: 0, value: null }]);
     expect(rm.ownStatesWaiting()).toBe(0);
     expect(rm.get('gone')).toBeUndefined();
+  });
+
+  it("the overview's figures, kept as runs change, are what a walk of every run held gives", async () => {
+    const now = Date.now();
+    const ended = (
+      runId: string,
+      sequence: number,
+      workflow: string,
+      startedAt: number,
+      endedAt: number,
+    ) => ({
+      ...state(runId, sequence, 0),
+      workflow,
+      status: 'completed' as const,
+      startedAt,
+      endedAt,
+    });
+    // Ended in the window (two workflows), ended before it, ended then retried (running again), ended then forgotten.
+    await write([
+      record(ended('w1', 2, 'alpha', now - 500, now - 100)),
+      record(ended('w2', 2, 'alpha', now - 900, now - 200)),
+      record(ended('w3', 2, 'beta', now - 300, now - 10)),
+      record(ended('old', 2, 'beta', now - 3 * CHAIN_WINDOW_MS, now - 2 * CHAIN_WINDOW_MS)),
+      record(ended('again', 2, 'beta', now - 50, now - 40)),
+      record(ended('gone', 2, 'alpha', now - 70, now - 60)),
+    ]);
+    await write([
+      record({ ...state('again', 3, 0), workflow: 'beta', startedAt: now - 50 }),
+      { key: 'gone', partition: 0, value: null },
+    ]);
+    const since = Date.now() - CHAIN_WINDOW_MS;
+    const stats = rm.workflowStats(since);
+    expect(stats).toEqual(workflowStats(rm.inPartition(0), since));
+    expect(stats.find((w) => w.workflow === 'alpha')).toMatchObject({
+      ended: 2,
+      chainP50Ms: 400,
+      chainP95Ms: 700,
+    });
+    expect(stats.find((w) => w.workflow === 'beta')).toMatchObject({ ended: 1, chainP50Ms: 290 });
   });
 });

@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import type { ParkedInput, RunState } from '@keyflow/workflow';
 import { parkedSummary } from '../../src/engine/engine';
-import { dropRun, holdRun, RunCounts, type OwnedPartition } from '../../src/engine/ownership';
+import { dropRun, holdRun, type OwnedPartition } from '../../src/engine/ownership';
+import { RunCounts } from '../../src/engine/run-counts';
 
 /**
  * /health (INPUTS_PARKED) and the parked-inputs gauge name the owned runs holding parked inputs once a second and per
