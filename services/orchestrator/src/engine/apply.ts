@@ -45,6 +45,7 @@ import {
 } from './mapping';
 import type { OrchestratorMetrics } from './metrics';
 import { dropRun, holdRun, type OwnedPartition } from './ownership';
+import type { OwnState } from './read-model';
 import type { BatchOutputs, DeadLetter, InputRecord } from './commit';
 
 /**
@@ -512,10 +513,14 @@ export class BatchApply implements BatchOutputs {
 
   /**
    * The runs' states this batch's transaction wrote to wf.state, each as the core snapshot record of its sequence
-   * (per batch: after the batch's last input of the run; per input: after each, the last being this state).
+   * (per batch: after the batch's last input of the run; per input: after each, the last being this state), with
+   * the event id of the input that record names as its cause.
    */
-  committedStates(): Iterable<RunState> {
-    return this.changed.values();
+  *committedStates(): Iterable<OwnState> {
+    for (const [runId, state] of this.changed) {
+      const cause = this.causes.get(runId);
+      if (cause) yield { state, cause: cause.eventId };
+    }
   }
 
   /** After the commit: the batch's figures (`inputs`: the batch's records applied in the transaction). */

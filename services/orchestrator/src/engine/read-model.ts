@@ -71,6 +71,12 @@ export class CatchUpStalledError extends KeyflowError {
   }
 }
 
+/** A run's state this instance's engine committed, and the event id of the input that caused its snapshot. */
+export interface OwnState {
+  state: RunState;
+  cause: string;
+}
+
 export interface RunEntry {
   state: RunState;
   /** wf.state partition the snapshot came from (= the run's partition on every co-partitioned topic). */
@@ -210,7 +216,7 @@ export class RunReadModel {
    * Runs' states this instance's engine committed to wf.state whose snapshot records the read model has not read
    * yet, by run id (see {@link committedHere}).
    */
-  private readonly ownStates = new Map<string, RunState>();
+  private readonly ownStates = new Map<string, OwnState>();
   snapshotsRead = 0;
   /** Of {@link snapshotsRead}: core records taken as this instance's engine committed them, not parsed again. */
   snapshotsOwn = 0;
@@ -448,22 +454,25 @@ export class RunReadModel {
 
   /**
    * This instance's engine committed these runs' states to wf.state, each in the core snapshot record of its
-   * sequence (called after the transaction's commit was acknowledged): when the read model reads that record, or an
-   * older one of the run (a read model a transaction or more behind), it takes the state as it is instead of
-   * decoding the record's JSON (or reading a claim-checked state back from the blob store). Sound because a committed
-   * state is never changed afterwards (PendingRuns copies a run before a batch changes it), a run's sequence names one
-   * committed snapshot (its partition's writer is fenced; a new owner continues from the latest committed one), and
-   * a committed state's record is read after the older ones: holding it a little early shows nothing uncommitted. A
-   * state whose record was read already is not kept; the others are kept until their record, a later one or the
-   * run's tombstone is read, so at most one per run.
+   * sequence caused by `cause` (the event id of the run's last input applied; called after the transaction's commit
+   * was acknowledged): when the read model reads that record (same sequence, same causation id), or an older one of
+   * the run (a read model a transaction or more behind), it takes the state as it is instead of decoding the
+   * record's JSON (or reading a claim-checked state back from the blob store). Sound because a committed state is
+   * never changed afterwards (PendingRuns copies a run before a batch changes it) and its record is read after the
+   * older ones (holding it a little early shows nothing uncommitted). The sequence alone does not name a snapshot (an
+   * unpark whose inputs are all ignored leaves it as it was: another owner can commit a different state with the same
+   * one), so a record of the same sequence with another cause is decoded, and replaces a state taken early. A state
+   * whose record was read already is not kept; the others are kept until their record, a later one or the run's
+   * tombstone is read, so at most one per run.
    */
-  committedHere(states: Iterable<RunState>): void {
-    for (const s of states) {
+  committedHere(states: Iterable<OwnState>): void {
+    for (const own of states) {
+      const s = own.state;
       // A parked start's snapshots all have sequence 0 (parked.ts): which one a record is, only its text says.
       if (s.sequence === 0) continue;
       const held = this.runs.get(s.runId);
       if (held && held.state.sequence >= s.sequence) continue;
-      this.ownStates.set(s.runId, s);
+      this.ownStates.set(s.runId, own);
     }
   }
 
@@ -475,14 +484,16 @@ export class RunReadModel {
   /**
    * A run's core snapshot record: @returns true when it is the one of a state this instance's engine committed
    * ({@link committedHere}) or an older one, and that state is kept as the run's; false when the record must be
-   * decoded (no such state waits, or the record is newer).
+   * decoded (no such state waits, or the record is newer, or of the same sequence but another cause).
    */
   private ownRead(v: RunSnapshot, partition: number): boolean {
     const own = this.ownStates.get(v.runId);
     if (own === undefined) return false;
-    if (own.sequence <= v.sequence) this.ownStates.delete(v.runId);
-    if (own.sequence < v.sequence) return false;
-    this.keep(own, partition);
+    const { sequence } = own.state;
+    if (sequence <= v.sequence) this.ownStates.delete(v.runId);
+    if (sequence < v.sequence || (sequence === v.sequence && own.cause !== v.metadata.causationId))
+      return false;
+    this.keep(own.state, partition);
     this.snapshotsOwn++;
     return true;
   }

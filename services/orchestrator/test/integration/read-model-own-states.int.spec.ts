@@ -16,6 +16,8 @@ describe("the read model and its own engine's committed states", () => {
   const codec = new EventCodec({ registryUrl: ns.infra.schemaRegistryUrl, topicPrefix: `${ns.prefix}.` });
   let rm: RunReadModel;
   let nonce = 0;
+  const CAUSE = 'input-1';
+  const mine = (...states: RunState[]) => states.map((state) => ({ state, cause: CAUSE }));
   const state = (runId: string, sequence: number, n: number): RunState => ({
     runId,
     workflow: 'three-step',
@@ -34,11 +36,12 @@ describe("the read model and its own engine's committed states", () => {
     sequence,
     timeline: [],
   });
-  const record = (s: RunState) => ({
+  /** The engine's snapshot of `s`, caused by the input whose event id is `cause`. */
+  const record = (s: RunState, cause = CAUSE) => ({
     key: s.runId,
     partition: 0,
     value: codec.encode('wf.state', 'RunSnapshot', {
-      metadata: newMetadata('RunSnapshot', { key: s.runId, correlationId: s.runId }),
+      metadata: newMetadata('RunSnapshot', { key: s.runId, correlationId: s.runId, causationId: cause }),
       runId: s.runId,
       sequence: s.sequence,
       status: s.status,
@@ -93,7 +96,7 @@ describe("the read model and its own engine's committed states", () => {
   it('a record of a state committed here, or an older record of its run, is taken as that state; one of a later sequence is decoded', async () => {
     const own = state('own', 3, 1);
     const ahead = state('ahead', 4, 1);
-    rm.committedHere([own, ahead]);
+    rm.committedHere(mine(own, ahead));
     expect(rm.ownStatesWaiting()).toBe(2);
     const [read, taken] = [rm.snapshotsRead, rm.snapshotsOwn];
     // `own`: an older record first (in a batch of its own, or its own record would supersede it unread): the state
@@ -117,13 +120,30 @@ describe("the read model and its own engine's committed states", () => {
   it('a state whose record was read before it was handed over, a parked start (sequence 0) and a run tombstoned are not kept', async () => {
     const early = state('early', 2, 1);
     await write([record(early)]);
-    rm.committedHere([state('early', 2, 1), state('early-parked', 0, 1)]);
+    rm.committedHere(mine(state('early', 2, 1), state('early-parked', 0, 1)));
     expect(rm.ownStatesWaiting()).toBe(0);
-    rm.committedHere([state('gone', 1, 1)]);
+    rm.committedHere(mine(state('gone', 1, 1)));
     expect(rm.ownStatesWaiting()).toBe(1);
     await write([{ key: 'gone', partition: 0, value: null }]);
     expect(rm.ownStatesWaiting()).toBe(0);
     expect(rm.get('gone')).toBeUndefined();
+  });
+
+  it('a record of the same run and sequence with another cause (a different state another owner committed) is decoded, and replaces one taken early', async () => {
+    // An unpark whose inputs were all ignored keeps the sequence: P here, then U by the partition's next owner.
+    const p = state('unparked', 4, 1);
+    rm.committedHere(mine(p));
+    await write([record(state('unparked', 3, 0))]);
+    expect(rm.get('unparked')).toBe(p); // taken early, from an older record
+    await write([record(state('unparked', 4, 2), 'timer-fired-1')]);
+    expect(rm.get('unparked')).toMatchObject({ sequence: 4, input: { n: 2 } });
+    expect(rm.ownStatesWaiting()).toBe(0);
+    // Both records in one fetched batch: the engine's is superseded unread, the other owner's decoded.
+    const q = state('unparked-2', 4, 1);
+    rm.committedHere(mine(q));
+    await write([record(q), record(state('unparked-2', 4, 2), 'timer-fired-2')]);
+    expect(rm.get('unparked-2')).toMatchObject({ sequence: 4, input: { n: 2 } });
+    expect(rm.ownStatesWaiting()).toBe(0);
   });
 
   it("the overview's figures, kept as runs change, are what a walk of every run held gives", async () => {
