@@ -1,8 +1,9 @@
 import { CompressionTypes } from '@keyflow/kafka';
-import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { EventCodec } from '@keyflow/contracts';
 import { ComponentHealth, createLogger } from '@keyflow/observability';
 import { eventually, TestNamespace } from '@keyflow/testing';
-import { snapshotParts, type RunState } from '@keyflow/workflow';
+import { snapshotParts } from '@keyflow/workflow';
+import { oneWfStatePartition, smallRunState, snapshotValue } from '../fixtures/run-states';
 import { BARRIER_PREFIX, CatchUpStalledError, RunReadModel } from '../../src/engine/read-model';
 import { RefusedRequest, RequestError, unknownRun } from '../../src/api/runs.service';
 
@@ -22,46 +23,12 @@ describe('the read model catching up on a large wf.state', () => {
   const codec = new EventCodec({ registryUrl: ns.infra.schemaRegistryUrl, topicPrefix: `${ns.prefix}.` });
   let rm: RunReadModel;
   const snapshot = (runId: string, state: string, status = 'completed', sequence = 1) =>
-    codec.encode('wf.state', 'RunSnapshot', {
-      metadata: newMetadata('RunSnapshot', { key: runId, correlationId: runId }),
-      runId,
-      sequence,
-      status,
-      state,
-      stateRef: null,
-      segment: null,
-    });
+    snapshotValue(codec, { runId, sequence, status, state });
   const runState = (runId: string, n: number, sequence = 1) =>
-    snapshotParts(
-      {
-        runId,
-        workflow: 'three-step',
-        version: 1,
-        businessKey: runId,
-        input: { n },
-        status: 'completed',
-        plan: [],
-        position: 0,
-        steps: {},
-        timers: {},
-        compensable: [],
-        signals: {},
-        startedAt: 1,
-        updatedAt: 2,
-        endedAt: 2,
-        sequence,
-        timeline: [],
-      } as unknown as RunState,
-      undefined,
-    ).core;
+    snapshotParts(smallRunState(runId, sequence, n, { status: 'completed', endedAt: 2 }), undefined).core;
 
   beforeAll(async () => {
-    await ns.createTopics({
-      name: 'wf.state',
-      numPartitions: 1,
-      configEntries: [{ name: 'cleanup.policy', value: 'compact' }],
-    });
-    await codec.registerTopics(['wf.state']);
+    await oneWfStatePartition(ns, codec);
     const producer = ns.kafka.producer();
     await producer.connect();
     for (let i = 0; i < RECORDS; i += 1000) {

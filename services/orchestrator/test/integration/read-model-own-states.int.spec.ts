@@ -1,7 +1,8 @@
-import { EventCodec, newMetadata } from '@keyflow/contracts';
+import { EventCodec } from '@keyflow/contracts';
 import { createLogger } from '@keyflow/observability';
 import { TestNamespace } from '@keyflow/testing';
 import { snapshotParts, type RunState } from '@keyflow/workflow';
+import { oneWfStatePartition, smallRunState, snapshotValue } from '../fixtures/run-states';
 import { BARRIER_PREFIX, CHAIN_WINDOW_MS, RunReadModel, workflowStats } from '../../src/engine/read-model';
 
 jest.setTimeout(120_000);
@@ -18,37 +19,12 @@ describe("the read model and its own engine's committed states", () => {
   let nonce = 0;
   const CAUSE = 'input-1';
   const mine = (...states: RunState[]) => states.map((state) => ({ state, cause: CAUSE }));
-  const state = (runId: string, sequence: number, n: number): RunState => ({
-    runId,
-    workflow: 'three-step',
-    version: 1,
-    businessKey: runId,
-    input: { n },
-    status: 'running',
-    plan: ['first'],
-    position: 0,
-    steps: {},
-    timers: {},
-    compensable: [],
-    signals: {},
-    startedAt: 1,
-    updatedAt: 2,
-    sequence,
-    timeline: [],
-  });
+  const state = (runId: string, sequence: number, n: number) => smallRunState(runId, sequence, n);
   /** The engine's snapshot of `s`, caused by the input whose event id is `cause`. */
   const record = (s: RunState, cause = CAUSE) => ({
     key: s.runId,
     partition: 0,
-    value: codec.encode('wf.state', 'RunSnapshot', {
-      metadata: newMetadata('RunSnapshot', { key: s.runId, correlationId: s.runId, causationId: cause }),
-      runId: s.runId,
-      sequence: s.sequence,
-      status: s.status,
-      state: snapshotParts(s, undefined).core,
-      stateRef: null,
-      segment: null,
-    }),
+    value: snapshotValue(codec, { ...s, state: snapshotParts(s, undefined).core, causationId: cause }),
   });
   /** Writes `records` and a barrier behind them, and waits until the read model has read them all. */
   const write = async (records: Array<{ key: string; partition: number; value: Buffer | null }>) => {
@@ -56,15 +32,7 @@ describe("the read model and its own engine's committed states", () => {
     const barrier = {
       key: `${BARRIER_PREFIX}0`,
       partition: 0,
-      value: codec.encode('wf.state', 'RunSnapshot', {
-        metadata: newMetadata('RunSnapshot', { key: `${BARRIER_PREFIX}0`, correlationId: id }),
-        runId: `${BARRIER_PREFIX}0`,
-        sequence: 0,
-        status: 'barrier',
-        state: id,
-        stateRef: null,
-        segment: null,
-      }),
+      value: snapshotValue(codec, { runId: `${BARRIER_PREFIX}0`, sequence: 0, status: 'barrier', state: id }),
     };
     const producer = ns.kafka.producer();
     await producer.connect();
@@ -74,12 +42,7 @@ describe("the read model and its own engine's committed states", () => {
   };
 
   beforeAll(async () => {
-    await ns.createTopics({
-      name: 'wf.state',
-      numPartitions: 1,
-      configEntries: [{ name: 'cleanup.policy', value: 'compact' }],
-    });
-    await codec.registerTopics(['wf.state']);
+    await oneWfStatePartition(ns, codec);
     rm = new RunReadModel(
       ns.kafka,
       codec,
