@@ -625,26 +625,19 @@ export function copyRunState(s: RunState): RunState {
     if (SHALLOW_LISTS.has(k) && Array.isArray(v)) copy[k] = v.slice();
     else if (SHALLOW_RECORDS.has(k) && v !== null && typeof v === 'object' && !Array.isArray(v))
       copy[k] = { ...v };
-    else if (k === '__proto__')
-      Object.defineProperty(copy, k, {
-        value: copyPlain(v),
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    else copy[k] = copyPlain(v);
+    else setOwn(copy, k, copyPlain(v));
   }
-  copy.input = s.input;
-  const steps = s.steps;
-  copy.steps = {};
-  for (const id of Object.keys(steps)) {
-    const st = steps[id];
+  const steps: Record<string, StepState> = {};
+  for (const id of Object.keys(s.steps)) {
+    const st = s.steps[id];
     const { map, output, ...own } = st;
     const step: StepState = copyPlain(own);
     if ('output' in st) step.output = output;
     if (map) step.map = { ...map, segments: map.segments.slice() };
-    (copy.steps as Record<string, StepState>)[id] = step;
+    steps[id] = step;
   }
+  copy.input = s.input;
+  copy.steps = steps;
   return copy as unknown as RunState;
 }
 
@@ -662,15 +655,18 @@ function copyPlain<T>(v: T): T {
   if (typeof v !== 'object' || v === null) return v;
   if (Array.isArray(v)) return v.map(copyPlain) as T;
   const out: Record<string, unknown> = {};
-  for (const k of Object.keys(v)) {
-    const c = copyPlain((v as Record<string, unknown>)[k]);
-    // An own `__proto__` key (JSON.parse makes one from a payload's text) stays a key: assigning it would set the
-    // copy's prototype instead.
-    if (k === '__proto__')
-      Object.defineProperty(out, k, { value: c, enumerable: true, writable: true, configurable: true });
-    else out[k] = c;
-  }
+  for (const k of Object.keys(v)) setOwn(out, k, copyPlain((v as Record<string, unknown>)[k]));
   return out as T;
+}
+
+/**
+ * Sets `out[k] = value` as an own data property. An own `__proto__` key (JSON.parse makes one from a payload's text)
+ * stays a key: assigning it would set the object's prototype instead.
+ */
+function setOwn(out: Record<string, unknown>, k: string, value: unknown): void {
+  if (k === '__proto__')
+    Object.defineProperty(out, k, { value, enumerable: true, writable: true, configurable: true });
+  else out[k] = value;
 }
 
 /** FNV-1a over a string, scaled to [0, 1): the deterministic jitter source. */

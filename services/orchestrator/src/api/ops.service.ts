@@ -28,8 +28,6 @@ import { RefusedRequest } from './runs.service';
 
 /** Who the DLQ ledger names for an action taken through the API (the ops console). */
 export const CONSOLE_ACTOR = 'keyflow-console';
-/** Window of the chain-time percentiles in the overview: runs that ended in the last hour, ms. */
-export { CHAIN_WINDOW_MS };
 /** Redrive rate of the API, records per second (the CLI's default). */
 export const API_REDRIVE_RATE = 100;
 
