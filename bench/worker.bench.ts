@@ -129,7 +129,10 @@ async function produce(producer: Producer, codec: EventCodec, from: number, n: n
 /** With --otlp: where the worker exports its spans (set in main before any worker starts). */
 let otlpEndpoint: string | undefined;
 
-/** A worker process on the bench's topics, its HTTP server on `port` (its ready line is not logged at LOG_LEVEL warn). */
+/**
+ * A worker process on the bench's topics, its HTTP server on `port` (its ready line is not logged at LOG_LEVEL
+ * warn).
+ */
 function startWorker(prefix: string, profileDir?: string, port = 0) {
   const worker = spawnService(
     'examples/test-workloads/src/worker.ts',

@@ -45,7 +45,9 @@ export class AttemptSignals {
     return new LazyAttemptSignal(this, Date.now() + timeoutMs, ++this.generation, timeoutReason);
   }
 
-  /** Whether the attempt numbered `generation` is the newest (no later attempt or backoff began). For attempt signals. */
+  /**
+   * Whether the attempt numbered `generation` is the newest (no later attempt or backoff began). For attempt signals.
+   */
   isNewest(generation: number): boolean {
     return generation === this.generation;
   }
@@ -55,7 +57,10 @@ export class AttemptSignals {
     return (this.current = this.fresh());
   }
 
-  /** A controller for an attempt that is over: aborted only if a stop came before; a stop does not reach it. For attempt signals. */
+  /**
+   * A controller for an attempt that is over: aborted only if a stop came before; a stop does not reach it. For
+   * attempt signals.
+   */
   late(): AbortController {
     return this.fresh();
   }

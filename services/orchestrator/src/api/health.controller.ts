@@ -21,11 +21,11 @@ export class HealthController {
   /**
    * 200 `{ status: 'ok', partitions, runsKnown, readModel: { snapshotsRead, snapshotsOwn, snapshotsSkipped },
    * failed: [], degraded: [] }` (`snapshotsOwn`: of those read, the states this instance's engine committed, taken
-   * as they were instead of decoded again); 200 with `status: 'degraded'` while `degraded` lists conditions that stop part of the work but not
-   * the process (an input or wf.state partition paused on a record batch no codec decodes: code UNDECODABLE_BATCH,
-   * `error` naming topic:partition and offsets; a restart would meet the same batch; or an owned partition whose
-   * inputs waited uncommitted longer than ORCHESTRATOR_PARTITION_STALL_MS: code PARTITION_STALLED, id
-   * `engine/partition-<p>/stalled`, `error` naming the partition and the wait in ms); or
+   * as they were instead of decoded again); 200 with `status: 'degraded'` while `degraded` lists conditions that stop
+   * part of the work but not the process (an input or wf.state partition paused on a record batch no codec
+   * decodes: code UNDECODABLE_BATCH, `error` naming topic:partition and offsets; a restart would meet the same batch;
+   * or an owned partition whose inputs waited uncommitted longer than ORCHESTRATOR_PARTITION_STALL_MS: code
+   * PARTITION_STALLED, id `engine/partition-<p>/stalled`, `error` naming the partition and the wait in ms); or
    * 503 with `status: 'unhealthy'` and `failed` naming each part that stopped for good (component, error, code, at
    * in ms since epoch): the engine's consumer or producer, the read model, the API's producer.
    * `degraded` also names owned runs that hold parked inputs for a workflow version this instance does not have (code

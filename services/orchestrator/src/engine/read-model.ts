@@ -95,7 +95,10 @@ export interface WorkflowStats {
   chainP95Ms: number | null;
 }
 
-/** How long the read model remembers the runs it saw end, for the chain times of {@link RunReadModel.workflowStats} (ms). */
+/**
+ * How long the read model remembers the runs it saw end, for the chain times of {@link RunReadModel.workflowStats}
+ * (ms): the overview's window, runs that ended in the last hour.
+ */
 export const CHAIN_WINDOW_MS = 60 * 60_000;
 
 /** A run that ended: when (ms since epoch) and its chain time (start to end, ms). */

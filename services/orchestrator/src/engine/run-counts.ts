@@ -1,9 +1,10 @@
 import type { RunState } from '@keyflow/workflow';
 
 /**
- * Runs by workflow and status, kept as runs change, so that what reads them costs the distinct workflows and statuses,
- * not every run (ended runs are held until their retention): a partition's owned runs (ownership.ts `holdRun`,
- * `dropRun`: the `orchestrator_runs` gauge) and the read model's runs (`RunReadModel.workflowStats`: GET /ops/overview).
+ * Runs by workflow and status, kept as runs change, so that what reads them costs the distinct workflows and
+ * statuses, not every run (ended runs are held until their retention): a partition's owned runs (ownership.ts
+ * `holdRun`, `dropRun`: the `orchestrator_runs` gauge) and the read model's runs (`RunReadModel.workflowStats`:
+ * GET /ops/overview).
  */
 export class RunCounts {
   private readonly counts = new Map<string, { workflow: string; status: string; count: number }>();

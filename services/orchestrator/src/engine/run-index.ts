@@ -39,7 +39,9 @@ export class RunIndex<T> {
     return this.entries.size;
   }
 
-  /** Adds or replaces a run; `startedAt` in ms (a non-finite one counts as 0). O(1) when its start time is unchanged. */
+  /**
+   * Adds or replaces a run; `startedAt` in ms (a non-finite one counts as 0). O(1) when its start time is unchanged.
+   */
   set(runId: string, startedAt: number, value: T): void {
     const at = Number.isFinite(startedAt) ? startedAt : 0;
     const prev = this.entries.get(runId);
