@@ -132,7 +132,7 @@ export function workflowStats(
  * left out): what the read model keeps as runs change, so a call costs the distinct workflows and statuses and the
  * runs that ended in the window, not every run held.
  */
-export function statsOf(
+function statsOf(
   counts: Iterable<{ workflow: string; status: string; count: number }>,
   ended: Iterable<Ended>,
   sinceMs: number,
