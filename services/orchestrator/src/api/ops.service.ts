@@ -22,7 +22,8 @@ import type Redis from 'ioredis';
 import { COMPENSATION_SUFFIX, RUN_STATUSES, TIMELINE_MAX } from '@keyflow/workflow';
 import type { LagMonitor } from '../engine/lag-monitor';
 import type { OrchestratorMetrics } from '../engine/metrics';
-import { CHAIN_WINDOW_MS, type RunReadModel, type WorkflowStats } from '../engine/read-model';
+import { type RunReadModel, type WorkflowStats } from '../engine/read-model';
+import { CHAIN_WINDOW_MS } from '../engine/chain-times';
 import type { TriggerStatus, TriggerStatusSource } from '../triggers/status';
 import { RefusedRequest } from './runs.service';
 
@@ -189,7 +190,7 @@ export class OpsService {
       scrapedAt: report?.at ?? null,
       lags: [...lags.values()],
       dlqs: report?.dlqs ?? [],
-      workflows: this.readModel.workflowStats(Date.now() - CHAIN_WINDOW_MS),
+      workflows: this.readModel.workflowStats(),
       tasks: [...tasks.values()].sort((a, b) => (a.taskType < b.taskType ? -1 : 1)),
       chainWindowMs: CHAIN_WINDOW_MS,
       flow: await this.flow(),

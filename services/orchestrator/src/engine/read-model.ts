@@ -25,6 +25,7 @@ import {
 import { COMPONENTS } from './components';
 import { StartIndexedMap } from './run-index';
 import { RunCounts } from './run-counts';
+import { ChainTimes, type ChainFigures } from './chain-times';
 import { isRetryable, KeyflowError, retryableOf } from '@keyflow/errors';
 import { Topic } from '@keyflow/schemas';
 
@@ -90,75 +91,57 @@ export interface WorkflowStats {
   byStatus: Record<string, number>;
   /** Runs that ended in the window. */
   ended: number;
-  /** Chain time (run start to end) of those, ms: median and 95th percentile (nearest rank); null when none. */
+  /**
+   * Chain time (run start to end) of those, ms: median and 95th percentile (nearest rank, within CHAIN_ACCURACY);
+   * null when none.
+   */
   chainP50Ms: number | null;
   chainP95Ms: number | null;
 }
 
 /**
- * How long the read model remembers the runs it saw end, for the chain times of {@link RunReadModel.workflowStats}
- * (ms): the overview's window, runs that ended in the last hour.
- */
-export const CHAIN_WINDOW_MS = 60 * 60_000;
-
-/** A run that ended: when (ms since epoch) and its chain time (start to end, ms). */
-interface Ended {
-  workflow: string;
-  at: number;
-  ms: number;
-}
-
-/**
- * Per workflow: runs by status, and the chain time (start to end, ms) of the runs that ended at or after `sinceMs`
- * (ms since epoch): count, p50 and p95 by nearest rank (the smallest value with at least that share of the values
- * at or below it), or null when none ended. Workflows sorted by name.
+ * Per workflow: runs by status, and the chain time (start to end, ms) of the runs that ended in the window at `now`
+ * (see {@link ChainTimes}): count, p50 and p95 by nearest rank within CHAIN_ACCURACY, or null when none ended.
+ * Workflows sorted by name. What the read model keeps as runs change, built from `runs` at once.
  */
 export function workflowStats(
   runs: Iterable<Pick<RunState, 'workflow' | 'status' | 'startedAt' | 'endedAt'>>,
-  sinceMs: number,
+  now = Date.now(),
 ): WorkflowStats[] {
   const counts = new RunCounts();
-  const ended: Ended[] = [];
+  const chains = new ChainTimes();
   for (const s of runs) {
     counts.add(s);
-    if (s.endedAt !== undefined)
-      ended.push({ workflow: s.workflow, at: s.endedAt, ms: s.endedAt - s.startedAt });
+    if (s.endedAt !== undefined) chains.add(s.workflow, s.endedAt, s.endedAt - s.startedAt, now);
   }
-  return statsOf(counts.values(), ended, sinceMs);
+  return statsOf(counts.values(), chains.figures(now));
 }
 
 /**
- * {@link workflowStats} from runs counted by workflow and status, and the runs that ended (those before `sinceMs` are
- * left out): what the read model keeps as runs change, so a call costs the distinct workflows and statuses and the
- * runs that ended in the window, not every run held.
+ * {@link workflowStats} from runs counted by workflow and status, and the chain times of those that ended in the
+ * window: a call costs the distinct workflows, statuses and chain-time buckets, never the runs held.
  */
 function statsOf(
   counts: Iterable<{ workflow: string; status: string; count: number }>,
-  ended: Iterable<Ended>,
-  sinceMs: number,
+  chains: Map<string, ChainFigures>,
 ): WorkflowStats[] {
-  const by = new Map<string, { byStatus: Record<string, number>; chain: number[] }>();
-  const of = (workflow: string) => {
-    let w = by.get(workflow);
-    if (!w) by.set(workflow, (w = { byStatus: {}, chain: [] }));
-    return w;
-  };
+  const by = new Map<string, Record<string, number>>();
   for (const c of counts) {
-    const w = of(c.workflow);
-    w.byStatus[c.status] = (w.byStatus[c.status] ?? 0) + c.count;
+    let byStatus = by.get(c.workflow);
+    if (!byStatus) by.set(c.workflow, (byStatus = {}));
+    byStatus[c.status] = (byStatus[c.status] ?? 0) + c.count;
   }
-  for (const e of ended) if (e.at >= sinceMs) of(e.workflow).chain.push(e.ms);
-  const rank = (sorted: number[], q: number) => sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)];
+  for (const workflow of chains.keys()) if (!by.has(workflow)) by.set(workflow, {});
   return [...by]
     .sort(([a], [b]) => (a < b ? -1 : 1))
-    .map(([workflow, w]) => {
-      const c = w.chain.sort((a, b) => a - b);
+    .map(([workflow, byStatus]) => {
+      const c = chains.get(workflow);
       return {
         workflow,
-        byStatus: w.byStatus,
-        ended: c.length,
-        chainP50Ms: c.length ? rank(c, 0.5) : null,
-        chainP95Ms: c.length ? rank(c, 0.95) : null,
+        byStatus,
+        ended: c?.ended ?? 0,
+        chainP50Ms: c?.p50Ms ?? null,
+        chainP95Ms: c?.p95Ms ?? null,
       };
     });
 }
@@ -210,11 +193,8 @@ export class RunReadModel {
   private catchUp?: Map<number, bigint>;
   /** The runs held by workflow and status (what {@link workflowStats} counts). */
   private readonly counts = new RunCounts();
-  /**
-   * The runs held that ended in the last CHAIN_WINDOW_MS, by run id, roughly in the order they ended (the order their
-   * snapshots were read): what {@link workflowStats} takes the chain times from. Older ones are dropped from the front.
-   */
-  private readonly ended = new Map<string, Ended>();
+  /** The chain times of the runs held that ended in the window: what {@link workflowStats} takes them from. */
+  private readonly chains = new ChainTimes();
   /**
    * Runs' states this instance's engine committed to wf.state whose snapshot records the read model has not read
    * yet, by run id (see {@link committedHere}).
@@ -508,8 +488,10 @@ export class RunReadModel {
     else {
       this.ownStates.delete(key);
       const gone = this.runs.get(key)?.state;
-      if (gone) this.counts.add(gone, -1);
-      this.ended.delete(key);
+      if (gone) {
+        this.counts.add(gone, -1);
+        this.endedChanged(undefined, gone);
+      }
       this.runs.delete(key);
       this.segments.delete(key);
       if (gone) this.unindexBusinessKey(gone);
@@ -600,26 +582,16 @@ export class RunReadModel {
     this.snapshotsRead++;
   }
 
-  /** A run held anew: remembered as ended when it ended in the window, forgotten as ended when it runs again. */
-  private endedChanged(state: RunState, prev: RunState | undefined): void {
-    const at = state.endedAt;
-    if (at === undefined) {
-      this.ended.delete(state.runId);
-      return;
-    }
-    if (prev?.endedAt === at) return;
-    this.ended.delete(state.runId); // ended again (a retried run): it moves to the end
-    const from = Date.now() - CHAIN_WINDOW_MS;
-    if (at >= from) this.ended.set(state.runId, { workflow: state.workflow, at, ms: at - state.startedAt });
-    this.forgetEndedBefore(from);
-  }
-
-  /** Drops the runs that ended before `from` (ms since epoch) from the front of {@link ended}, up to a later one. */
-  private forgetEndedBefore(from: number): void {
-    for (const [id, e] of this.ended) {
-      if (e.at >= from) return;
-      this.ended.delete(id);
-    }
+  /**
+   * A run held anew (or forgotten: `state` undefined): its chain time counted when it ended, taken back when the state
+   * it replaces had ended at another time (a retried run runs again or ends again) or it is forgotten.
+   */
+  private endedChanged(state: RunState | undefined, prev: RunState | undefined): void {
+    if (prev?.endedAt === state?.endedAt) return;
+    if (prev?.endedAt !== undefined)
+      this.chains.remove(prev.workflow, prev.endedAt, prev.endedAt - prev.startedAt);
+    if (state?.endedAt !== undefined)
+      this.chains.add(state.workflow, state.endedAt, state.endedAt - state.startedAt);
   }
 
   async stop(): Promise<void> {
@@ -764,13 +736,12 @@ export class RunReadModel {
   }
 
   /**
-   * {@link workflowStats} of the runs this read model holds, from the counts and the ended runs it keeps as runs
-   * change: costs the distinct workflows and statuses and the runs that ended in the last CHAIN_WINDOW_MS (`sinceMs`
-   * earlier than that counts no more), not every run held (GET /ops/overview, which the console polls).
+   * {@link workflowStats} of the runs this read model holds, from the counts and chain times it keeps as runs change:
+   * costs the distinct workflows, statuses and chain-time buckets, never the runs held nor those that ended in the
+   * window (GET /ops/overview, which the console polls, runs on the engine's event loop).
    */
-  workflowStats(sinceMs: number): WorkflowStats[] {
-    this.forgetEndedBefore(Date.now() - CHAIN_WINDOW_MS);
-    return statsOf(this.counts.values(), this.ended.values(), sinceMs);
+  workflowStats(now = Date.now()): WorkflowStats[] {
+    return statsOf(this.counts.values(), this.chains.figures(now));
   }
 
   get size(): number {

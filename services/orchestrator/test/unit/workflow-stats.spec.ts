@@ -11,10 +11,17 @@ const run = (workflow: string, status: string, startedAt: number, endedAt?: numb
 
 describe('the console figures', () => {
   it('chain time percentiles are nearest-rank over the runs that ended in the window, per workflow', () => {
-    // a: 20 runs ended in the window taking 1..20 ms, one ended before it (1,000 ms), one still running.
-    const runs = Array.from({ length: 20 }, (_, i) => run('a', 'completed', 1_000, 1_000 + i + 1));
-    runs.push(run('a', 'failed', 0, 1_000), run('a', 'running', 900), run('b', 'running', 5));
-    const [a, b] = workflowStats(runs, 1_001);
+    // a: 20 runs ended in the window taking 1..20 ms, one ended two hours before (1,000 ms), one still running.
+    const now = 10 * 3_600_000;
+    const runs = Array.from({ length: 20 }, (_, i) =>
+      run('a', 'completed', now - 1_000, now - 1_000 + i + 1),
+    );
+    runs.push(
+      run('a', 'failed', now - 7_201_000, now - 7_200_000),
+      run('a', 'running', 900),
+      run('b', 'running', 5),
+    );
+    const [a, b] = workflowStats(runs, now);
     expect(a).toEqual({
       workflow: 'a',
       byStatus: { completed: 20, failed: 1, running: 1 },
@@ -32,7 +39,7 @@ describe('the console figures', () => {
   });
 
   it('a single ended run is both its p50 and its p95', () => {
-    expect(workflowStats([run('w', 'completed', 10, 52)], 0)[0]).toMatchObject({
+    expect(workflowStats([run('w', 'completed', 10, 52)], 60_000)[0]).toMatchObject({
       chainP50Ms: 42,
       chainP95Ms: 42,
     });
