@@ -1,6 +1,6 @@
 /**
  * How long the overview remembers the runs it saw end, for their chain times (ms): runs that ended in the last hour,
- * to the minute ({@link ChainTimes}).
+ * rounded out to whole minutes ({@link ChainTimes}).
  */
 export const CHAIN_WINDOW_MS = 60 * 60_000;
 
@@ -19,7 +19,7 @@ const LOG_GAMMA = Math.log(GAMMA);
 
 /**
  * The bucket of a chain time `ms`: 0 holds 0 ms (and a negative time, a clock stepped back between start and end);
- * k >= 1 holds (GAMMA^(k-2), GAMMA^(k-1)].
+ * 1 holds (0, 1]; k >= 2 holds (GAMMA^(k-2), GAMMA^(k-1)].
  */
 function bucketOf(ms: number): number {
   return ms <= 0 ? 0 : 1 + Math.max(0, Math.ceil(Math.log(ms) / LOG_GAMMA));
@@ -42,10 +42,13 @@ export interface ChainFigures {
  * as counts in log-spaced buckets per minute of the runs' ends. Adding and removing a run cost O(1); the figures cost
  * the window's minutes times the buckets they use, never the runs: the overview reads them on the engine's event loop,
  * where a sort of every run that ended in the hour (millions at a thousand runs/s) would stall every partition.
- * Memory: workflows x 60 minutes x the buckets their times use (at most about 800: 1 ms to 1 h at 1 %).
+ * Memory: workflows x 61 minutes x the buckets their times use (a few dozen for times within a factor of two of each
+ * other; about 900 from 1 ms to a day).
  *
  * A run is removed with the chain time it was added with (a retried run that runs again, a run forgotten): the counts
- * are exact, only the values are bucketed. No quantile-sketch library takes a removal (DDSketch's `accept` refuses a
+ * are exact, only the values are bucketed. A minute once dropped from the window is never held again (`floor` only
+ * rises), so a removal cannot take a count from another run added after a clock stepped back. A chain time that is
+ * not a number (a state without its start) is not counted. No quantile-sketch library takes a removal (DDSketch's `accept` refuses a
  * negative weight), hence these few lines.
  */
 export class ChainTimes {
@@ -53,6 +56,8 @@ export class ChainTimes {
   private readonly minutes = new Map<number, Map<string, Map<number, number>>>();
   /** The latest minute held (ms since epoch / CHAIN_SLICE_MS). */
   private newest = -Infinity;
+  /** The first minute that can be held: every earlier one has left the window. Only rises. */
+  private floor = -Infinity;
 
   /**
    * Counts a run of `workflow` that ended at `endedAt` (ms since epoch) after `ms` (its chain time); a run that ended
@@ -61,7 +66,7 @@ export class ChainTimes {
   add(workflow: string, endedAt: number, ms: number, now = Date.now()): void {
     this.prune(now);
     const minute = Math.floor(endedAt / CHAIN_SLICE_MS);
-    if (minute < this.oldest(now)) return;
+    if (!(minute >= this.floor) || !Number.isFinite(ms)) return;
     let m = this.minutes.get(minute);
     if (!m) {
       m = new Map();
@@ -77,6 +82,7 @@ export class ChainTimes {
 
   /** Takes back a run {@link add} counted, with the same arguments (nothing when its minute left the window). */
   remove(workflow: string, endedAt: number, ms: number): void {
+    if (!Number.isFinite(ms)) return;
     const m = this.minutes.get(Math.floor(endedAt / CHAIN_SLICE_MS));
     const w = m?.get(workflow);
     const b = bucketOf(ms);
@@ -89,7 +95,10 @@ export class ChainTimes {
     }
   }
 
-  /** Per workflow with runs ended in the window (minutes from `now` - CHAIN_WINDOW_MS on): count, p50, p95. */
+  /**
+   * Per workflow with runs ended in the window (minutes from `now` - CHAIN_WINDOW_MS on): count, p50, p95. A `now`
+   * ahead of the clock drops the minutes before its window for good (as the clock reaching it would).
+   */
   figures(now = Date.now()): Map<string, ChainFigures> {
     this.prune(now);
     const merged = new Map<string, Map<number, number>>();
@@ -116,16 +125,11 @@ export class ChainTimes {
     return n;
   }
 
-  /** The first minute in the window at `now`. */
-  private oldest(now: number): number {
-    return Math.floor((now - CHAIN_WINDOW_MS) / CHAIN_SLICE_MS);
-  }
-
-  /** Drops the minutes before the window, from the front (minutes are kept in ascending order). */
+  /** Drops the minutes before the window at `now`, from the front (minutes are kept in ascending order). */
   private prune(now: number): void {
-    const oldest = this.oldest(now);
+    this.floor = Math.max(this.floor, Math.floor((now - CHAIN_WINDOW_MS) / CHAIN_SLICE_MS));
     for (const minute of this.minutes.keys()) {
-      if (minute >= oldest) return;
+      if (minute >= this.floor) return;
       this.minutes.delete(minute);
     }
   }

@@ -73,6 +73,25 @@ describe('ChainTimes: chain-time quantiles of the last hour that cost buckets, n
     expect(c.buckets).toBe(0);
   });
 
+  it("never holds a minute again once it left the window, so a removal cannot take a later run's count", () => {
+    const c = new ChainTimes();
+    const gone = NOW - CHAIN_WINDOW_MS - 30_000; // the minute before the window at NOW
+    c.add('w', gone, 10, NOW); // not counted: before the window
+    // The clock steps back two minutes: the minute would be in the window again, but it left it already.
+    c.add('w', gone, 10, NOW - 2 * CHAIN_SLICE_MS);
+    c.add('w', NOW - 60_000, 12, NOW - 2 * CHAIN_SLICE_MS);
+    c.remove('w', gone, 10); // the first run, forgotten: takes nothing
+    expect(c.figures(NOW - 2 * CHAIN_SLICE_MS).get('w')).toEqual({ ended: 1, p50Ms: 12, p95Ms: 12 });
+  });
+
+  it('a run without a start (a chain time that is no number) is not counted, nor taken back', () => {
+    const c = new ChainTimes();
+    c.add('w', NOW, Number.NaN, NOW);
+    c.add('w', NOW, 5, NOW);
+    c.remove('w', NOW, Number.NaN);
+    expect(c.figures(NOW).get('w')).toEqual({ ended: 1, p50Ms: 5, p95Ms: 5 });
+  });
+
   it('holds buckets, not runs: 100,000 runs of one workflow in one minute take a few dozen', () => {
     const c = new ChainTimes();
     for (let i = 0; i < 100_000; i++) c.add('orders', NOW, 200 + (i % 300), NOW);
