@@ -630,7 +630,7 @@ export class Engine {
     const messages: Array<{ key: string; value: Buffer; headers?: Record<string, string> }> = [];
     const taken: Array<[OwnedPartition, DueTimer[]]> = [];
     for (const o of this.owned.values()) {
-      o.timers.compactIfStale(o.runs.values());
+      o.timers.compactIfStale(o.timed, (runId) => o.runs.get(runId));
       const due = o.timers.takeDue(now, (runId) => o.runs.get(runId));
       if (!due.length) continue;
       taken.push([o, due]);

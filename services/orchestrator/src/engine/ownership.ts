@@ -26,7 +26,7 @@ export const TAKEOVER_RETRY = retryPolicy({
 
 /**
  * Sets a run's committed state in `o` (after a commit, or restored at a take-over), with the indexes kept beside
- * `o.runs`: the runs holding parked inputs and the counts by workflow and status.
+ * `o.runs`: the runs holding parked inputs, the runs holding timers and the counts by workflow and status.
  */
 export function holdRun(o: OwnedPartition, s: RunState): void {
   const prev = o.runs.get(s.runId);
@@ -35,6 +35,14 @@ export function holdRun(o: OwnedPartition, s: RunState): void {
   o.runs.set(s.runId, s);
   if (s.parked?.length) o.parked.add(s.runId);
   else o.parked.delete(s.runId);
+  if (hasTimers(s)) o.timed.add(s.runId);
+  else o.timed.delete(s.runId);
+}
+
+/** Whether `s` holds a timer (without listing them). */
+function hasTimers(s: RunState): boolean {
+  for (const _ in s.timers) return true;
+  return false;
 }
 
 /** Drops a run from `o` (tombstoned: a dead-lettered parked start, or forgotten after its retention). */
@@ -43,6 +51,7 @@ export function dropRun(o: OwnedPartition, runId: string): void {
   if (prev) o.counts.add(prev, -1);
   o.runs.delete(runId);
   o.parked.delete(runId);
+  o.timed.delete(runId);
   o.traces.delete(runId);
 }
 
@@ -56,6 +65,11 @@ export interface OwnedPartition {
    * once a second cost the parked runs, not every owned run (ended runs stay owned until their retention).
    */
   parked: Set<string>;
+  /**
+   * The ids of the runs of `runs` that hold timers, kept as `runs` changes: what a rebuild of {@link timers} walks
+   * (ended runs hold none, and stay owned until their retention).
+   */
+  timed: Set<string>;
   /** The runs of `runs` by workflow and status (see {@link RunCounts}). */
   counts: RunCounts;
   /** The durable timers of `runs`, in due order. */
@@ -112,6 +126,7 @@ export function ownedPartition(
     producer,
     runs: new Map(),
     parked: new Set(),
+    timed: new Set(),
     counts: new RunCounts(),
     timers: new TimerQueue(),
     ready: Promise.resolve(),

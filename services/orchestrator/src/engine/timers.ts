@@ -59,14 +59,17 @@ export class TimerQueue {
   /**
    * Rebuilds the heap from the runs' timers when stale entries dominate it: more than COMPACT_SLACK entries beyond
    * twice the live timers counted at the last rebuild (ended or forgotten runs leave theirs until they are due, a
-   * day's run timeout included). O(runs) when it rebuilds, which is only after the heap has doubled.
+   * day's run timeout included). Walks `timed`, the ids of the runs holding timers (`current` gives each one's
+   * committed state), never every run held; only after the heap has doubled.
    */
-  compactIfStale(runs: Iterable<RunState>): void {
+  compactIfStale(timed: Iterable<string>, current: (runId: string) => RunState | undefined): void {
     if (this.heap.size() <= 2 * this.live + COMPACT_SLACK) return;
     const entries: Entry[] = [];
-    for (const s of runs)
-      for (const [timerId, t] of Object.entries(s.timers))
-        entries.push({ dueAt: t.dueAt, runId: s.runId, timerId });
+    for (const runId of timed) {
+      const s = current(runId);
+      if (s)
+        for (const [timerId, t] of Object.entries(s.timers)) entries.push({ dueAt: t.dueAt, runId, timerId });
+    }
     this.heap.clear();
     this.heap.init(entries);
     this.live = entries.length;

@@ -63,14 +63,16 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
     workflow: fc.constantFrom('a', 'b'),
     status: fc.constantFrom(...STATUSES),
     parked: fc.integer({ min: 0, max: 2 }),
+    timers: fc.integer({ min: 0, max: 2 }),
   });
 
-  it('after any sequence of commits and drops, the counts and the parked runs are what a scan of the runs gives', () => {
+  it('after any sequence of commits and drops, the counts, the parked runs and the runs with timers are what a scan of the runs gives', () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 200 }), (ops) => {
         const o = {
           runs: new Map<string, RunState>(),
           parked: new Set<string>(),
+          timed: new Set<string>(),
           counts: new RunCounts(),
           traces: new Map(),
         } as unknown as OwnedPartition;
@@ -82,6 +84,9 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
               runId,
               workflow: x.workflow,
               status: x.status,
+              timers: Object.fromEntries(
+                Array.from({ length: x.timers }, (_, i) => [`t${i}`, { dueAt: i, purpose: 'retry' }]),
+              ),
               ...(x.parked ? { parked: new Array(x.parked).fill({ kind: 'signal' }) } : {}),
             } as RunState);
         }
@@ -93,6 +98,12 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
         expect([...o.parked].sort()).toEqual(
           [...o.runs.values()]
             .filter((s) => s.parked?.length)
+            .map((s) => s.runId)
+            .sort(),
+        );
+        expect([...o.timed].sort()).toEqual(
+          [...o.runs.values()]
+            .filter((s) => Object.keys(s.timers).length > 0)
             .map((s) => s.runId)
             .sort(),
         );
