@@ -195,6 +195,8 @@ export class RunReadModel {
   private readonly counts = new RunCounts();
   /** The chain times of the runs held that ended in the window: what {@link workflowStats} takes them from. */
   private readonly chains = new ChainTimes();
+  /** The ids of the runs held, by the wf.state partition of their snapshots (what {@link inPartition} reads). */
+  private readonly byPartition = new Map<number, Set<string>>();
   /**
    * Runs' states this instance's engine committed to wf.state whose snapshot records the read model has not read
    * yet, by run id (see {@link committedHere}).
@@ -487,7 +489,9 @@ export class RunReadModel {
     if (runOfSegment) this.segments.get(runOfSegment)?.delete(key);
     else {
       this.ownStates.delete(key);
-      const gone = this.runs.get(key)?.state;
+      const entry = this.runs.get(key);
+      const gone = entry?.state;
+      if (entry) this.byPartition.get(entry.partition)?.delete(key);
       if (gone) {
         this.counts.add(gone, -1);
         this.endedChanged(undefined, gone);
@@ -575,6 +579,12 @@ export class RunReadModel {
       if (prev) this.counts.add(prev.state, -1);
       this.counts.add(state);
       this.endedChanged(state, prev?.state);
+      if (prev?.partition !== partition) {
+        if (prev) this.byPartition.get(prev.partition)?.delete(state.runId);
+        let ids = this.byPartition.get(partition);
+        if (!ids) this.byPartition.set(partition, (ids = new Set()));
+        ids.add(state.runId);
+      }
       this.runs.set(state.runId, { state, partition });
       if (!prev) this.indexBusinessKey(state);
       for (const listener of this.changeListeners) listener(state);
@@ -709,9 +719,13 @@ export class RunReadModel {
     return this.runs.get(runId)?.state;
   }
 
-  /** The runs whose snapshots live in `partition` (for a partition the engine takes over). */
+  /**
+   * The runs whose snapshots live in `partition` (for a partition the engine takes over, again after each failed
+   * transaction of it): costs that partition's runs, from an index kept as snapshots are read, not every run held.
+   */
   inPartition(partition: number): RunState[] {
-    return [...this.runs.values()].filter((e) => e.partition === partition).map((e) => e.state);
+    const ids = this.byPartition.get(partition);
+    return ids ? [...ids].map((id) => this.runs.get(id)!.state) : [];
   }
 
   /**
