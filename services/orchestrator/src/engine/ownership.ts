@@ -3,7 +3,8 @@ import { randomUUID } from 'node:crypto';
 import { JavaCompatiblePartitioner, TRANSACTIONAL_RETRY, type Kafka, type Producer } from '@keyflow/kafka';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { Logger, TraceContext } from '@keyflow/observability';
-import { retryPolicy, type RunState } from '@keyflow/workflow';
+import { OrderedMap } from '@js-sdsl/ordered-map';
+import { retryPolicy, TERMINAL, type RunState } from '@keyflow/workflow';
 import type { OrchestratorConfig } from '../config';
 import { BARRIER_PREFIX, type RunReadModel } from './read-model';
 import type { OrchestratorMetrics } from './metrics';
@@ -37,6 +38,22 @@ export function holdRun(o: OwnedPartition, s: RunState): void {
   else o.parked.delete(s.runId);
   if (hasTimers(s)) o.timed.add(s.runId);
   else o.timed.delete(s.runId);
+  const before = prev && endedKey(prev);
+  const after = endedKey(s);
+  if (before !== after) {
+    if (before) o.ended.eraseElementByKey(before);
+    if (after) o.ended.setElement(after, s.runId);
+  }
+}
+
+/**
+ * A run's key in {@link OwnedPartition.ended}, or undefined when it has not ended: the time retention counts from
+ * (`endedAt`, else `updatedAt` for a state written before `endedAt` existed) zero-padded to 16 digits, then the run
+ * id, so the keys' string order is the order the runs ended in.
+ */
+export function endedKey(s: RunState): string | undefined {
+  if (!TERMINAL.has(s.status)) return undefined;
+  return `${String(s.endedAt ?? s.updatedAt).padStart(16, '0')}/${s.runId}`;
 }
 
 /** Whether `s` holds a timer (without listing them). */
@@ -49,6 +66,8 @@ function hasTimers(s: RunState): boolean {
 export function dropRun(o: OwnedPartition, runId: string): void {
   const prev = o.runs.get(runId);
   if (prev) o.counts.add(prev, -1);
+  const ended = prev && endedKey(prev);
+  if (ended) o.ended.eraseElementByKey(ended);
   o.runs.delete(runId);
   o.parked.delete(runId);
   o.timed.delete(runId);
@@ -70,6 +89,11 @@ export interface OwnedPartition {
    * (ended runs hold none, and stay owned until their retention).
    */
   timed: Set<string>;
+  /**
+   * The runs of `runs` that ended, in the order they ended ({@link endedKey} to run id; a red-black tree), kept as
+   * `runs` changes: a retention sweep reads the expired ones from its front, never every run held.
+   */
+  ended: OrderedMap<string, string>;
   /** The runs of `runs` by workflow and status (see {@link RunCounts}). */
   counts: RunCounts;
   /** The durable timers of `runs`, in due order. */
@@ -127,6 +151,7 @@ export function ownedPartition(
     runs: new Map(),
     parked: new Set(),
     timed: new Set(),
+    ended: new OrderedMap<string, string>(),
     counts: new RunCounts(),
     timers: new TimerQueue(),
     ready: Promise.resolve(),

@@ -16,8 +16,6 @@ const FORGET_RUNS_PER_SWEEP = 1_000;
 const FORGET_RECORDS_PER_SWEEP = 20_000;
 /** Tombstones per produce request of the sweep's transaction (~100 bytes each before gzip). */
 const FORGET_RECORDS_PER_REQUEST = 2_000;
-/** Runs a sweep looks at between two yields to the event loop. */
-const FORGET_SCAN_YIELD = 10_000;
 
 /** What the retention sweeps need of the engine. */
 export interface RetentionDeps {
@@ -49,7 +47,9 @@ export class RetentionSweeper {
    * engine drops them, and every read model drops them when it reads the tombstone (compaction then removes the
    * key: Kafka docs "Log Compaction", a null value deletes). A failed transaction is handled like a failed batch
    * (abort, take the partition over again); the runs stay until the next sweep. At most FORGET_RUNS_PER_SWEEP runs
-   * and FORGET_RECORDS_PER_SWEEP tombstones per partition per sweep (the rest wait for the next one).
+   * and FORGET_RECORDS_PER_SWEEP tombstones per transaction; a partition with more expired runs gets another
+   * transaction at once, until none is left. The expired runs are read from the partition's index of ended runs in
+   * end order (`o.ended`), so a sweep costs the runs it forgets, not the runs held.
    * Only the transaction holds the partition's lock: the forgotten runs' snapshot blobs are given their expiry (the
    * claim check's grace time) after it, outside the lock, once per run, yielding to the event loop between runs; the
    * sweep yields between partitions too, and stops between two runs when the engine stops.
@@ -60,27 +60,32 @@ export class RetentionSweeper {
     const expired = (s: RunState | undefined) =>
       s !== undefined && TERMINAL.has(s.status) && (s.endedAt ?? s.updatedAt) <= cutoff;
     for (const o of [...this.d.owned()]) {
-      if (this.d.stopping()) return;
-      await yieldToLoop();
-      const found = await expiredRuns(o, expired);
-      if (found.length === 0) continue;
-      // A partition still being taken over (or whose take-over failed: its handler deals with that) waits.
-      if (
-        !(await o.ready.then(
-          () => true,
-          () => false,
-        ))
-      )
-        continue;
-      // Checked again under the lock: a batch applied meanwhile (a retry) may have reopened one.
-      let forgotten: string[] = [];
-      await exclusively(o, async () => {
-        forgotten = await this.forget(
-          o,
-          found.filter((id) => expired(o.runs.get(id))),
-        );
-      });
-      await this.expireForgottenBlobs(forgotten);
+      // A sweep that reached its bounds goes on with the same partition at once (after a yield): forgetting keeps up
+      // with runs that end faster than FORGET_RUNS_PER_SWEEP a sweep interval.
+      for (;;) {
+        if (this.d.stopping()) return;
+        await yieldToLoop();
+        const { runIds: found, more } = expiredRuns(o, cutoff, expired);
+        if (found.length === 0) break;
+        // A partition still being taken over (or whose take-over failed: its handler deals with that) waits.
+        if (
+          !(await o.ready.then(
+            () => true,
+            () => false,
+          ))
+        )
+          break;
+        // Checked again under the lock: a batch applied meanwhile (a retry) may have reopened one.
+        let forgotten: string[] = [];
+        await exclusively(o, async () => {
+          forgotten = await this.forget(
+            o,
+            found.filter((id) => expired(o.runs.get(id))),
+          );
+        });
+        await this.expireForgottenBlobs(forgotten);
+        if (!more || forgotten.length === 0) break;
+      }
     }
   }
 
@@ -164,22 +169,27 @@ export class RetentionSweeper {
 
 /**
  * The ended runs of `o` past their retention (`expired`), at most FORGET_RUNS_PER_SWEEP runs and
- * FORGET_RECORDS_PER_SWEEP tombstones; yields to the event loop every FORGET_SCAN_YIELD runs looked at.
+ * FORGET_RECORDS_PER_SWEEP tombstones, read from the front of `o.ended` (the runs in the order they ended): costs the
+ * runs it returns, never the runs held. `cutoff`: ms since epoch, the latest end time that is expired. `more`: it
+ * stopped at those bounds (more may be expired).
  */
-async function expiredRuns(
-  o: OwnedPartition,
+export function expiredRuns(
+  o: Pick<OwnedPartition, 'runs' | 'ended'>,
+  cutoff: number,
   expired: (s: RunState | undefined) => boolean,
-): Promise<string[]> {
+): { runIds: string[]; more: boolean } {
   const found: string[] = [];
   let records = 0;
-  let seen = 0;
-  for (const s of o.runs.values()) {
-    if (++seen % FORGET_SCAN_YIELD === 0) await yieldToLoop(); // a partition may hold a million runs
+  for (let it = o.ended.begin(); !it.equals(o.ended.end()); it.next()) {
+    const [key, runId] = it.pointer;
+    if (Number(key.slice(0, key.indexOf('/'))) > cutoff) break;
+    const s = o.runs.get(runId);
     if (!expired(s)) continue;
-    found.push(s.runId);
+    found.push(runId);
     // A run's tombstones: its core and one per map item segment (a 100,000-item map has 391).
-    records += 1 + Object.values(s.steps).reduce((n, st) => n + (st.map?.segments.length ?? 0), 0);
-    if (found.length >= FORGET_RUNS_PER_SWEEP || records >= FORGET_RECORDS_PER_SWEEP) break;
+    records += 1 + Object.values(s!.steps).reduce((n, st) => n + (st.map?.segments.length ?? 0), 0);
+    if (found.length >= FORGET_RUNS_PER_SWEEP || records >= FORGET_RECORDS_PER_SWEEP)
+      return { runIds: found, more: true };
   }
-  return found;
+  return { runIds: found, more: false };
 }

@@ -1,7 +1,9 @@
 import fc from 'fast-check';
 import type { ParkedInput, RunState } from '@keyflow/workflow';
 import { parkedSummary } from '../../src/engine/engine';
-import { dropRun, holdRun, type OwnedPartition } from '../../src/engine/ownership';
+import { OrderedMap } from '@js-sdsl/ordered-map';
+import { dropRun, endedKey, holdRun, type OwnedPartition } from '../../src/engine/ownership';
+import { expiredRuns } from '../../src/engine/retention';
 import { RunCounts } from '../../src/engine/run-counts';
 
 /**
@@ -64,6 +66,7 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
     status: fc.constantFrom(...STATUSES),
     parked: fc.integer({ min: 0, max: 2 }),
     timers: fc.integer({ min: 0, max: 2 }),
+    at: fc.integer({ min: 0, max: 1_000 }),
   });
 
   it('after any sequence of commits and drops, the counts, the parked runs and the runs with timers are what a scan of the runs gives', () => {
@@ -73,6 +76,7 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
           runs: new Map<string, RunState>(),
           parked: new Set<string>(),
           timed: new Set<string>(),
+          ended: new OrderedMap<string, string>(),
           counts: new RunCounts(),
           traces: new Map(),
         } as unknown as OwnedPartition;
@@ -84,6 +88,8 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
               runId,
               workflow: x.workflow,
               status: x.status,
+              updatedAt: x.at,
+              ...(x.status === 'completed' || x.status === 'failed' ? { endedAt: x.at } : {}),
               timers: Object.fromEntries(
                 Array.from({ length: x.timers }, (_, i) => [`t${i}`, { dueAt: i, purpose: 'retry' }]),
               ),
@@ -107,9 +113,70 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
             .map((s) => s.runId)
             .sort(),
         );
+        const ended: string[] = [];
+        for (let it = o.ended.begin(); !it.equals(o.ended.end()); it.next()) ended.push(it.pointer[1]);
+        const byEnd = [...o.runs.values()]
+          .filter((s) => s.status === 'completed' || s.status === 'failed')
+          .sort((a, b) => a.endedAt! - b.endedAt! || (a.runId < b.runId ? -1 : 1));
+        expect(ended).toEqual(byEnd.map((s) => s.runId));
         return true;
       }),
       { numRuns: 300 },
     );
+  });
+});
+
+/**
+ * A retention sweep runs every minute on the engine's event loop: it must cost the runs it forgets, not the runs held
+ * (ended runs stay owned for days; a scan of a partition's 100 million runs to find a thousand took seconds a sweep).
+ */
+describe('expiredRuns: the runs past their retention, read from the front of the ended-runs index', () => {
+  class NoScan extends Map<string, RunState> {
+    override values(): never {
+      throw new Error('scanned every owned run');
+    }
+    override entries(): never {
+      throw new Error('scanned every owned run');
+    }
+    override [Symbol.iterator](): never {
+      throw new Error('scanned every owned run');
+    }
+  }
+  const ended = (runId: string, at: number) =>
+    ({
+      runId,
+      workflow: 'w',
+      status: 'completed',
+      steps: {},
+      timers: {},
+      updatedAt: at,
+      endedAt: at,
+    }) as RunState;
+
+  it('finds the expired runs of 100,000 held without walking them, oldest first, within the bounds of a transaction', () => {
+    const o = {
+      runs: new NoScan(),
+      parked: new Set<string>(),
+      timed: new Set<string>(),
+      ended: new OrderedMap<string, string>(),
+      counts: new RunCounts(),
+      traces: new Map(),
+    } as unknown as OwnedPartition;
+    for (let i = 0; i < 100_000; i++)
+      holdRun(o, { ...ended(`r${i}`, 10_000 + i), status: 'running', endedAt: undefined });
+    for (let i = 0; i < 1_500; i++) holdRun(o, ended(`r${i}`, 5_000 - i)); // 1,500 of them ended, the later ids first
+    holdRun(o, ended('late', 9_000)); // ended after the cutoff
+    const expired = (s: RunState | undefined) =>
+      s !== undefined && s.status === 'completed' && s.endedAt! <= 8_000;
+    const first = expiredRuns(o, 8_000, expired);
+    expect(first.more).toBe(true);
+    expect(first.runIds).toHaveLength(1_000);
+    expect(first.runIds[0]).toBe('r1499'); // ended first (at 3,501)
+    first.runIds.forEach((id) => dropRun(o, id));
+    expect(expiredRuns(o, 8_000, expired)).toEqual({
+      runIds: Array.from({ length: 500 }, (_, i) => `r${499 - i}`),
+      more: false,
+    });
+    expect(endedKey(ended('x', 42))).toBe('0000000000000042/x');
   });
 });
