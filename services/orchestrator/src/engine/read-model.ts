@@ -166,7 +166,11 @@ export class RunReadModel {
    * (`legacyRunSegment`): which runs shared one blob prefix before (`x:1` and `x_1`).
    */
   private readonly legacySegments = new Map<string, Set<string>>();
-  /** Run ids by business key (what a signal addressed by business key looks up). */
+  /**
+   * The ids of the runs held that have not ended, by business key (what a signal addressed by business key and a
+   * start serialised by key look up): ended runs, held until their retention, are not in it, so a lookup costs the
+   * key's runs still going.
+   */
   private readonly byBusinessKey = new Map<string, Set<string>>();
   /** Called with each run's state as a newer snapshot of it is read (see {@link onRunChange}). */
   private readonly changeListeners: Array<(s: RunState) => void> = [];
@@ -586,7 +590,11 @@ export class RunReadModel {
         ids.add(state.runId);
       }
       this.runs.set(state.runId, { state, partition });
-      if (!prev) this.indexBusinessKey(state);
+      const wasGoing = prev !== undefined && !TERMINAL.has(prev.state.status);
+      const going = !TERMINAL.has(state.status);
+      if (wasGoing && (!going || prev.state.businessKey !== state.businessKey))
+        this.unindexBusinessKey(prev.state);
+      if (going && (!wasGoing || prev.state.businessKey !== state.businessKey)) this.indexBusinessKey(state);
       for (const listener of this.changeListeners) listener(state);
     }
     this.snapshotsRead++;
@@ -689,7 +697,8 @@ export class RunReadModel {
 
   /**
    * The run a signal addressed by business key goes to: the newest (by start time, then run id) run with that business
-   * key that has not ended; undefined when none has. Costs the number of runs held with that key.
+   * key that has not ended; undefined when none has. Costs the key's runs that have not ended (ended ones leave the
+   * index), not every run it ever had.
    */
   runByBusinessKey(businessKey: string): RunState | undefined {
     let best: RunState | undefined;

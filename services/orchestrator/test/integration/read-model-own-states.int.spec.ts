@@ -150,4 +150,23 @@ describe("the read model and its own engine's committed states", () => {
     within(alpha.chainP95Ms, 700);
     within(beta.chainP50Ms, 290);
   });
+  it('a business key names its newest run not ended, as runs of it end, run again and are forgotten', async () => {
+    const run = (runId: string, sequence: number, status: RunState['status'], startedAt: number) => ({
+      ...state(runId, sequence, 0),
+      businessKey: 'order-7',
+      status,
+      startedAt,
+      ...(status === 'completed' ? { endedAt: startedAt + 5 } : {}),
+    });
+    await write([record(run('k1', 1, 'running', 10)), record(run('k2', 1, 'running', 20))]);
+    expect(rm.runByBusinessKey('order-7')?.runId).toBe('k2');
+    await write([record(run('k2', 2, 'completed', 20))]);
+    expect(rm.runByBusinessKey('order-7')?.runId).toBe('k1');
+    await write([record(run('k1', 2, 'completed', 10))]);
+    expect(rm.runByBusinessKey('order-7')).toBeUndefined();
+    await write([record(run('k2', 3, 'running', 20))]); // retried: it runs again
+    expect(rm.runByBusinessKey('order-7')?.runId).toBe('k2');
+    await write([{ key: 'k2', partition: 0, value: null }]);
+    expect(rm.runByBusinessKey('order-7')).toBeUndefined();
+  });
 });
