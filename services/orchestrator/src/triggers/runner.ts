@@ -435,10 +435,15 @@ export class TriggerRunner {
     this.consumer?.seek({ topic: p.topic, partition: p.partition, offset: from.toString() });
   }
 
-  /** A run the read model read: held records of its key may go, an ended run leaves the in-flight count. */
+  /**
+   * A run the read model read: its gate goes when open, held records of its key may go, an ended run leaves the
+   * in-flight count.
+   */
   runChanged(s: RunState): void {
     if (this.stopped) return;
     if (TERMINAL.has(s.status) && this.inFlight.delete(s.runId)) this.checkPressure();
+    // A gate found open goes now, not when its key comes back (most keys never do).
+    for (const p of this.parts.values()) p.part.opened(s.runId, (id) => this.gateOpen(id));
     this.scheduleRelease();
   }
 

@@ -43,8 +43,14 @@ export class SourcePartition<R> {
   private readonly heldOffsets = new Set<bigint>();
   /** Records held per key, in offset order. */
   private readonly queues = new Map<string, Array<Held<R>>>();
-  /** Per key, the run its next record waits for (its previous run), until that run has started (or ended). */
+  /**
+   * Per key, the run its next record waits for (its previous run), until that run has started (or ended): a gate
+   * goes when it is found open, by the key's next record or when the runner hears of its run ({@link opened}), so
+   * the gates are the keys whose run is still to come, not every key ever read.
+   */
   private readonly gates = new Map<string, string>();
+  /** The key each gated run's gate is on (the inverse of {@link gates}). */
+  private readonly gateOfRun = new Map<string, string>();
   /** Offsets below the mark's `through` that were held when it was written (a replay re-reads and applies them). */
   private readonly replayHeld: Set<bigint>;
   private readAny = false;
@@ -97,7 +103,7 @@ export class SourcePartition<R> {
     const gate = this.gates.get(key);
     if (gate === undefined) return false;
     if (gateOpen(gate)) {
-      this.gates.delete(key);
+      this.ungate(key);
       return false;
     }
     return true;
@@ -117,7 +123,28 @@ export class SourcePartition<R> {
 
   /** The key's next records wait for `runId` (the run its record just started). */
   gate(key: string | null, runId: string): void {
-    if (key !== null) this.gates.set(key, runId);
+    if (key === null) return;
+    this.ungate(key);
+    this.gates.set(key, runId);
+    this.gateOfRun.set(runId, key);
+  }
+
+  /** `runId` changed (the read model read it): its gate goes if it is open now (`gateOpen`). */
+  opened(runId: string, gateOpen: (runId: string) => boolean): void {
+    const key = this.gateOfRun.get(runId);
+    if (key !== undefined && gateOpen(runId)) this.ungate(key);
+  }
+
+  /** Gates in place: keys whose next record would wait for its previous run. */
+  get gateCount(): number {
+    return this.gates.size;
+  }
+
+  private ungate(key: string): void {
+    const runId = this.gates.get(key);
+    if (runId === undefined) return;
+    this.gates.delete(key);
+    if (this.gateOfRun.get(runId) === key) this.gateOfRun.delete(runId);
   }
 
   /**
@@ -135,7 +162,7 @@ export class SourcePartition<R> {
       const gate = this.gates.get(key);
       if (gate !== undefined) {
         if (!gateOpen(gate)) continue;
-        this.gates.delete(key);
+        this.ungate(key);
       }
       if (!ready(q[0].record)) continue;
       const first = q.shift()!;
@@ -152,7 +179,7 @@ export class SourcePartition<R> {
    * partition read again after a failed transaction keeps each key behind its committed previous run.
    */
   copyGates(from: SourcePartition<R>, except: ReadonlySet<string>): void {
-    for (const [key, runId] of from.gates) if (!except.has(runId)) this.gates.set(key, runId);
+    for (const [key, runId] of from.gates) if (!except.has(runId)) this.gate(key, runId);
   }
 
   /** The requests `from` wrote (committed ones among them; a failed transaction's extra offsets only make a wait longer). */

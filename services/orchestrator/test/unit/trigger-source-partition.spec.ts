@@ -168,6 +168,22 @@ describe('SourcePartition: per-key gates and queues', () => {
     expect(to.mustWait('a', closed)).toBe(true);
     expect(to.mustWait('b', closed)).toBe(false);
   });
+
+  it('a gate goes once its run is heard of and open, so keys read once do not pile up (100,000 of them)', () => {
+    const p = new SourcePartition<string>(undefined);
+    for (let i = 0; i < 100_000; i++) p.gate(`key-${i}`, `run-${i}`);
+    p.gate('key-0', 'run-0b'); // the key's later run: the earlier run's news must not open it
+    expect(p.gateCount).toBe(100_000);
+    const started = new Set<string>();
+    for (let i = 0; i < 100_000; i++) {
+      started.add(`run-${i}`);
+      p.opened(`run-${i}`, (id) => started.has(id));
+    }
+    expect(p.gateCount).toBe(1);
+    expect(p.mustWait('key-0', (id) => started.has(id))).toBe(true); // still behind run-0b
+    p.opened('run-0b', closed); // heard of, not open yet (serializeBy key: not ended)
+    expect(p.gateCount).toBe(1);
+  });
 });
 
 /** A small seeded PRNG (mulberry32): the same seed gives the same sequence, so a failure names its seed. */
