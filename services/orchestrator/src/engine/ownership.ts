@@ -1,5 +1,6 @@
 import { Topic } from '@keyflow/schemas';
 import { randomUUID } from 'node:crypto';
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { JavaCompatiblePartitioner, TRANSACTIONAL_RETRY, type Kafka, type Producer } from '@keyflow/kafka';
 import { newMetadata, type EventCodec } from '@keyflow/contracts';
 import type { Logger, TraceContext } from '@keyflow/observability';
@@ -172,6 +173,9 @@ export interface RestoreDeps {
   logger: Logger;
 }
 
+/** Runs restored between two yields to the event loop (see {@link restorePartition}). */
+const RESTORE_YIELD_EVERY = 10_000;
+
 /**
  * Fences the previous owner (connecting the producer: InitProducerId), writes a barrier to the partition of wf.state
  * in a transaction, waits until the read model has read it, and restores the partition's runs (terminal ones too: a
@@ -201,7 +205,12 @@ export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promi
   });
   await tx.commit();
   await d.readModel.waitForBarrier(partition, nonce, d.cfg.ORCHESTRATOR_CATCH_UP_STALL_MS);
+  // A partition holds its ended runs until their retention (millions after days): restored in slices, yielding to
+  // the event loop between them, so the other partitions' batches, timers and the API go on meanwhile. Past the
+  // barrier nothing else writes this partition's wf.state (the previous owner is fenced), so its runs stay put.
+  let n = 0;
   for (const s of d.readModel.inPartition(partition)) {
+    if (++n % RESTORE_YIELD_EVERY === 0) await yieldToLoop();
     holdRun(o, s);
     o.timers.track(s);
   }

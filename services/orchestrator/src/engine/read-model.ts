@@ -730,11 +730,14 @@ export class RunReadModel {
 
   /**
    * The runs whose snapshots live in `partition` (for a partition the engine takes over, again after each failed
-   * transaction of it): costs that partition's runs, from an index kept as snapshots are read, not every run held.
+   * transaction of it), as they are when each is reached: costs that partition's runs, from an index kept as snapshots
+   * are read, not every run held. A caller may yield between runs (see restorePartition).
    */
-  inPartition(partition: number): RunState[] {
-    const ids = this.byPartition.get(partition);
-    return ids ? [...ids].map((id) => this.runs.get(id)!.state) : [];
+  *inPartition(partition: number): Generator<RunState> {
+    for (const id of this.byPartition.get(partition) ?? []) {
+      const s = this.runs.get(id)?.state;
+      if (s) yield s;
+    }
   }
 
   /**
