@@ -111,50 +111,116 @@ export function ledgerMessage(
 
 /**
  * Reads the whole ledger (read_committed, up to its last stable offsets) into a map from {@link dlqRecordId} to the
- * latest entry. An entry no codec decodes is left out (its DLQ record then counts as pending: a later redrive may
- * send it again, which idempotency keys make safe); a missing ledger topic reads as empty.
- * @throws kafkajs errors, UndecodableBatchError when a ledger batch cannot be decompressed, the codec's
- *   RegistryUnavailableError / RegistryRefusedError when an entry's writer schema cannot be fetched
+ * latest entry: {@link DlqLedgerView} read once (a process that reads the ledger again and again keeps a view).
+ * @throws as {@link DlqLedgerView.refresh}
  */
-export async function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<Map<string, HandledEntry>> {
-  const topic = codec.physical(DLQ_LEDGER_TOPIC);
-  const out = new Map<string, HandledEntry>();
-  codec.useTopics([DLQ_LEDGER_TOPIC]);
-  const admin = kafka.admin();
-  await admin.connect();
-  let ends;
-  try {
-    if (!(await admin.listTopics()).includes(topic)) return out;
-    ends = await lastStableOffsets(kafka, topic, admin);
-  } finally {
-    await admin.disconnect();
+export function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<ReadonlyMap<string, HandledEntry>> {
+  return new DlqLedgerView(kafka, codec).refresh();
+}
+
+/**
+ * The DLQ ledger kept in memory and brought up to date by reading only what was appended since the last read: a
+ * long-lived process (the orchestrator's lag passes every 30 s, its ops API) then costs the ledger's new entries a
+ * read, not the ledger's whole history. The map goes from {@link dlqRecordId} to the latest entry; an entry no codec
+ * decodes is left out (its DLQ record then counts as pending: a later redrive may send it again, which idempotency
+ * keys make safe); a tombstone removes its key; a missing ledger topic reads as empty. Entries whose records retention
+ * or compaction removed from the ledger since they were read stay (they name DLQ records gone by then too). A
+ * partition whose end is now below where the view had read (the topic deleted and created again) makes the view read
+ * the whole ledger again.
+ */
+export class DlqLedgerView {
+  private entries = new Map<string, HandledEntry>();
+  /** Per ledger partition, the offset the next read starts at. */
+  private positions = new Map<number, bigint>();
+  private reading?: Promise<ReadonlyMap<string, HandledEntry>>;
+
+  constructor(
+    private readonly kafka: Kafka,
+    private readonly codec: LedgerCodec,
+  ) {}
+
+  /**
+   * The ledger as of now: reads the entries appended since the last call (read_committed, up to the last stable
+   * offsets; the whole ledger the first time). Calls made while a read is going share it. The map returned is the
+   * view's own and changes with later calls: read it, do not keep or change it.
+   * @throws kafkajs errors, UndecodableBatchError when a ledger batch cannot be decompressed, the codec's
+   *   RegistryUnavailableError / RegistryRefusedError when an entry's writer schema cannot be fetched; after a
+   *   throw the next call reads from where the last complete read ended
+   */
+  refresh(): Promise<ReadonlyMap<string, HandledEntry>> {
+    this.reading ??= this.readNew().finally(() => (this.reading = undefined));
+    return this.reading;
   }
-  await scanRanges(
-    kafka,
-    ends.map((e) => ({ topic, partition: e.partition, from: e.low, to: e.end })),
-    async (_t, partition, m) => {
+
+  private async readNew(): Promise<ReadonlyMap<string, HandledEntry>> {
+    const { kafka, codec } = this;
+    const topic = codec.physical(DLQ_LEDGER_TOPIC);
+    codec.useTopics([DLQ_LEDGER_TOPIC]);
+    const admin = kafka.admin();
+    await admin.connect();
+    let ends;
+    try {
+      if (!(await admin.listTopics()).includes(topic)) {
+        this.entries = new Map();
+        this.positions = new Map();
+        return this.entries;
+      }
+      ends = await lastStableOffsets(kafka, topic, admin);
+    } finally {
+      await admin.disconnect();
+    }
+    // Read apart from the entries held, then put in: a read that throws halfway leaves the view as it was.
+    let entries = this.entries;
+    let positions = this.positions;
+    if (ends.some((e) => e.end < (positions.get(e.partition) ?? 0n))) {
+      entries = new Map();
+      positions = new Map();
+    }
+    const ranges = ends
+      .map((e) => {
+        const at = positions.get(e.partition);
+        return {
+          topic,
+          partition: e.partition,
+          from: at !== undefined && at > e.low ? at : e.low,
+          to: e.end,
+        };
+      })
+      .filter((r) => r.from < r.to);
+    const read: Array<[string, HandledEntry | null]> = [];
+    await scanRanges(kafka, ranges, async (_t, partition, m) => {
       const key = m.key?.toString();
       if (!key) return;
-      if (!m.value) return void out.delete(key); // a tombstone: the entry was forgotten
+      if (!m.value) return void read.push([key, null]); // a tombstone: the entry was forgotten
       try {
         const d = await codec.decode(DLQ_LEDGER_TOPIC, m.value, { topic, partition, offset: m.offset });
         if (d.event !== 'DlqRecordHandled') return;
         const v = d.value;
-        out.set(dlqRecordId(codec.physical(v.dlqTopic as DlqTopic), v.partition, v.offset), {
-          action: v.action,
-          recordTimestamp: v.recordTimestamp,
-          at: v.metadata.occurredAt,
-          handledBy: v.handledBy,
-          originalTopic: v.originalTopic,
-          reason: v.reason,
-        });
+        read.push([
+          dlqRecordId(codec.physical(v.dlqTopic as DlqTopic), v.partition, v.offset),
+          {
+            action: v.action,
+            recordTimestamp: v.recordTimestamp,
+            at: v.metadata.occurredAt,
+            handledBy: v.handledBy,
+            originalTopic: v.originalTopic,
+            reason: v.reason,
+          },
+        ]);
       } catch (err) {
         // An undecodable entry: its record stays pending (see above). Anything else (the registry) is the caller's.
         if (!(err instanceof DecodeError)) throw err;
       }
-    },
-  );
-  return out;
+    });
+    for (const [key, entry] of read) {
+      if (entry) entries.set(key, entry);
+      else entries.delete(key);
+    }
+    for (const e of ends) positions.set(e.partition, e.end);
+    this.entries = entries;
+    this.positions = positions;
+    return entries;
+  }
 }
 
 /**

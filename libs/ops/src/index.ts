@@ -41,6 +41,7 @@ export {
   ensureDlqLedger,
   ledgerMessage,
   readDlqLedger,
+  DlqLedgerView,
   handledEntryOf,
   handledCountIn,
   DLQ_LEDGER_RETENTION_MS,

@@ -8,7 +8,7 @@ import {
   ensureDlqLedger,
   handledEntryOf,
   ledgerMessage,
-  readDlqLedger,
+  DlqLedgerView,
   type DlqAction,
   type HandledEntry,
   type LedgerCodec,
@@ -124,8 +124,11 @@ export interface RedriveOptions {
   logger: Logger;
   producer: Producer;
   dryRun?: boolean;
-  /** The ledger's codec and who acts (see {@link handledBy}). */
-  ledger: { codec: LedgerCodec; handledBy: string; reason?: string };
+  /**
+   * The ledger's codec and who acts (see {@link handledBy}); `view`: a process's own {@link DlqLedgerView}, read
+   * from where it last read (default: the whole ledger read once).
+   */
+  ledger: { codec: LedgerCodec; handledBy: string; reason?: string; view?: DlqLedgerView };
   /** Default REDRIVEN. */
   action?: DlqAction;
   /** Also act on records the ledger says were handled before (default false). */
@@ -158,7 +161,7 @@ export async function redrive(kafka: Kafka, opts: RedriveOptions): Promise<Redri
   const { dlqTopic, filter = {}, ratePerSec = 100, dryRun = false, action = 'REDRIVEN' } = opts;
   const { codec } = opts.ledger;
   if (!dryRun) await ensureDlqLedger(kafka, codec);
-  const handled = await readDlqLedger(kafka, codec);
+  const handled = await (opts.ledger.view ?? new DlqLedgerView(kafka, codec)).refresh();
   const source = catalogDlqSource(dlqTopic);
   // One admin connection for the DLQ's offsets and, to redrive, whether its source exists: the broker's topic list (a
   // metadata request for the topic alone could create it).

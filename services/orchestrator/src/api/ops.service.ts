@@ -5,7 +5,6 @@ import type { DlqTopic } from '@keyflow/schemas';
 import {
   handledBy,
   listDlqTopics,
-  readDlqLedger,
   readDlqRecords,
   redrive,
   rerunAdmission,
@@ -224,7 +223,7 @@ export class OpsService {
       filter: q.filter,
       pendingOnly: q.pendingOnly,
       codec: this.codec,
-      handled: await readDlqLedger(this.kafka, this.codec),
+      handled: await this.lag.ledger.refresh(),
     });
     return records.map((r) => this.pii.dlqRecord(r));
   }
@@ -262,7 +261,12 @@ export class OpsService {
       dryRun: o.dryRun,
       action: o.action,
       limit: o.limit,
-      ledger: { codec: this.codec, handledBy: handledBy(CONSOLE_ACTOR), reason: o.reason },
+      ledger: {
+        codec: this.codec,
+        handledBy: handledBy(CONSOLE_ACTOR),
+        reason: o.reason,
+        view: this.lag.ledger,
+      },
     });
     if (!o.dryRun) this.lag.invalidate();
     return {

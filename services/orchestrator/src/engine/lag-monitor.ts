@@ -2,7 +2,7 @@ import type { Kafka } from '@keyflow/kafka';
 import {
   groupLag,
   listDlqTopics,
-  readDlqLedger,
+  DlqLedgerView,
   summarizeDlqs,
   type DlqSummary,
   type LedgerCodec,
@@ -34,6 +34,11 @@ export class LagMonitor {
   private last?: LagReport;
   /** Figures measured before this (ms since epoch) are not fresh for anyone (see {@link invalidate}). */
   private staleBefore = 0;
+  /**
+   * The DLQ ledger as this process last read it, brought up to date by each pass and by the ops API's DLQ views and
+   * redrives: each read costs the entries appended since, not the ledger's history.
+   */
+  readonly ledger: DlqLedgerView;
 
   constructor(
     private readonly kafka: Kafka,
@@ -49,7 +54,9 @@ export class LagMonitor {
       codec: LedgerCodec;
       dlqs?: ReadonlySet<string>;
     },
-  ) {}
+  ) {
+    this.ledger = new DlqLedgerView(kafka, o.codec);
+  }
 
   /** The last pass's figures, or undefined before the first pass ended. */
   latest(): LagReport | undefined {
@@ -129,7 +136,7 @@ export class LagMonitor {
       for (const l of await groupLag(this.kafka, group, { exactUpTo: 1_000 }))
         lags.push({ group, ...l, topic: this.logical(l.topic) });
     const dlqTopics = await listDlqTopics(this.kafka, this.o.codec.topicPrefix, this.o.dlqs);
-    const handled = await readDlqLedger(this.kafka, this.o.codec);
+    const handled = await this.ledger.refresh();
     // A large DLQ is not read every pass: its offset span is counted (an upper bound).
     const dlqs = (await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000, handled })).map((d) => ({
       ...d,
