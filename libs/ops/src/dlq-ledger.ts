@@ -118,21 +118,28 @@ export function readDlqLedger(kafka: Kafka, codec: LedgerCodec): Promise<Readonl
   return new DlqLedgerView(kafka, codec).refresh();
 }
 
+/** How often a {@link DlqLedgerView} reads the whole ledger again, ms: once an hour. */
+export const LEDGER_WHOLE_READ_MS = 3_600_000;
+
 /**
  * The DLQ ledger kept in memory and brought up to date by reading only what was appended since the last read: a
  * long-lived process (the orchestrator's lag passes every 30 s, its ops API) then costs the ledger's new entries a
  * read, not the ledger's whole history. The map goes from {@link dlqRecordId} to the latest entry; an entry no codec
  * decodes is left out (its DLQ record then counts as pending: a later redrive may send it again, which idempotency
- * keys make safe); a tombstone removes its key; a missing ledger topic reads as empty. Entries whose records retention
- * or compaction removed from the ledger since they were read stay (they name DLQ records gone by then too). A
- * partition whose end is now below where the view had read (the topic deleted and created again) makes the view read
- * the whole ledger again.
+ * keys make safe); a tombstone removes its key; a missing ledger topic reads as empty. The whole ledger is read again
+ * once every {@link LEDGER_WHOLE_READ_MS}, and at once when a partition's end is below where the view had read (the
+ * topic deleted and created again): entries that retention removed from the ledger leave the view then, and a ledger
+ * topic created again that has grown past the old positions is read whole within that time.
  */
 export class DlqLedgerView {
   private entries = new Map<string, HandledEntry>();
   /** Per ledger partition, the offset the next read starts at. */
   private positions = new Map<number, bigint>();
+  /** The read going on, and the one the calls made meanwhile wait for (see {@link refresh}). */
   private reading?: Promise<ReadonlyMap<string, HandledEntry>>;
+  private next?: Promise<ReadonlyMap<string, HandledEntry>>;
+  /** When the view last read the whole ledger (ms since epoch). */
+  private wholeAt = 0;
 
   constructor(
     private readonly kafka: Kafka,
@@ -140,15 +147,28 @@ export class DlqLedgerView {
   ) {}
 
   /**
-   * The ledger as of now: reads the entries appended since the last call (read_committed, up to the last stable
-   * offsets; the whole ledger the first time). Calls made while a read is going share it. The map returned is the
-   * view's own and changes with later calls: read it, do not keep or change it.
+   * The ledger as of now: reads the entries appended since the last read (read_committed, up to the last stable
+   * offsets; the whole ledger the first time). Every entry committed before the call is in the map it resolves with:
+   * a call made while a read is going waits for it and shares the next read with the calls made meanwhile. The map
+   * returned is the view's own and changes with later calls: read it, do not keep or change it.
    * @throws kafkajs errors, UndecodableBatchError when a ledger batch cannot be decompressed, the codec's
    *   RegistryUnavailableError / RegistryRefusedError when an entry's writer schema cannot be fetched; after a
    *   throw the next call reads from where the last complete read ended
    */
   refresh(): Promise<ReadonlyMap<string, HandledEntry>> {
-    this.reading ??= this.readNew().finally(() => (this.reading = undefined));
+    // A read in flight took its end offsets before this call: an entry committed just before it (a discard, then a
+    // redrive of what is pending) may be past them. So a call waits for that read and shares the next one, which
+    // every call made before it starts shares too.
+    this.next ??= (this.reading ?? Promise.resolve()).then(
+      () => this.startRead(),
+      () => this.startRead(),
+    );
+    return this.next;
+  }
+
+  private startRead(): Promise<ReadonlyMap<string, HandledEntry>> {
+    this.next = undefined;
+    this.reading = this.readNew().finally(() => (this.reading = undefined));
     return this.reading;
   }
 
@@ -172,10 +192,12 @@ export class DlqLedgerView {
     // Read apart from the entries held, then put in: a read that throws halfway leaves the view as it was.
     let entries = this.entries;
     let positions = this.positions;
-    if (ends.some((e) => e.end < (positions.get(e.partition) ?? 0n))) {
+    const whole = Date.now() - this.wholeAt >= LEDGER_WHOLE_READ_MS;
+    if (whole || ends.some((e) => e.end < (positions.get(e.partition) ?? 0n))) {
       entries = new Map();
       positions = new Map();
     }
+    const startedAt = Date.now();
     const ranges = ends
       .map((e) => {
         const at = positions.get(e.partition);
@@ -217,6 +239,7 @@ export class DlqLedgerView {
       else entries.delete(key);
     }
     for (const e of ends) positions.set(e.partition, e.end);
+    if (positions !== this.positions) this.wholeAt = startedAt;
     this.entries = entries;
     this.positions = positions;
     return entries;

@@ -68,8 +68,18 @@ describe('DlqLedgerView: the DLQ ledger read once, then only what was appended',
     expect(new Map(after)).toEqual(new Map(await readDlqLedger(ns.kafka, codec)));
 
     decoded = 0;
-    const [a, b] = await Promise.all([view.refresh(), view.refresh()]); // concurrent reads share one
+    const [a, b] = await Promise.all([view.refresh(), view.refresh()]); // calls made together share one read
     expect(a).toBe(b);
     expect(decoded).toBe(0);
+  });
+
+  it('an entry committed before a call is in what it resolves with, even while an earlier read is going', async () => {
+    const view = new DlqLedgerView(ns.kafka, codec);
+    await view.refresh();
+    const going = view.refresh(); // a read that takes its end offsets now (its consumer group joins for seconds)
+    await append([entry(100, 'DISCARDED')]); // committed while it goes
+    const after = await view.refresh();
+    expect(after.get(dlqRecordId(dlq, 0, '100'))?.action).toBe('DISCARDED');
+    await going;
   });
 });
