@@ -630,6 +630,9 @@ export class Engine {
     const messages: Array<{ key: string; value: Buffer; headers?: Record<string, string> }> = [];
     const taken: Array<[OwnedPartition, DueTimer[]]> = [];
     for (const o of this.owned.values()) {
+      // A partition being restored has part of its runs: its timers wait for the rest (a rebuild would put back
+      // timers taken already, and their TimerFired could not be applied before the restore ends anyway).
+      if (!o.restored) continue;
       o.timers.compactIfStale(o.timed, (runId) => o.runs.get(runId));
       const due = o.timers.takeDue(now, (runId) => o.runs.get(runId));
       if (!due.length) continue;

@@ -99,6 +99,8 @@ export interface OwnedPartition {
   counts: RunCounts;
   /** The durable timers of `runs`, in due order. */
   timers: TimerQueue;
+  /** Set once every run of the partition is restored (a restore yields to the event loop: see restorePartition). */
+  restored: boolean;
   ready: Promise<void>;
   /**
    * Failed take-overs or transactions of this partition since its last commit, and when the first of them happened
@@ -155,6 +157,7 @@ export function ownedPartition(
     ended: new OrderedMap<string, string>(),
     counts: new RunCounts(),
     timers: new TimerQueue(),
+    restored: false,
     ready: Promise.resolve(),
     failures,
     lock: Promise.resolve(),
@@ -210,10 +213,14 @@ export async function restorePartition(o: OwnedPartition, d: RestoreDeps): Promi
   // barrier nothing else writes this partition's wf.state (the previous owner is fenced), so its runs stay put.
   let n = 0;
   for (const s of d.readModel.inPartition(partition)) {
-    if (++n % RESTORE_YIELD_EVERY === 0) await yieldToLoop();
+    if (++n % RESTORE_YIELD_EVERY === 0) {
+      await yieldToLoop();
+      if (o.revoked) return; // revoked or replaced meanwhile: nothing reads this partition object any more
+    }
     holdRun(o, s);
     o.timers.track(s);
   }
+  o.restored = true;
   d.metrics.restores.inc();
   d.logger.info({ partition, runs: o.runs.size, ms: Date.now() - t0 }, 'partition restored from wf.state');
 }
