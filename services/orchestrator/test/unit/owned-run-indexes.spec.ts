@@ -6,30 +6,42 @@ import { dropRun, endedKey, holdRun, type OwnedPartition } from '../../src/engin
 import { expiredRuns } from '../../src/engine/retention';
 import { RunCounts } from '../../src/engine/run-counts';
 
+/** A Map of runs that can be looked up but never walked: a scan of every owned run throws. */
+class NoScan extends Map<string, RunState> {
+  override values(): never {
+    throw new Error('scanned every owned run');
+  }
+  override entries(): never {
+    throw new Error('scanned every owned run');
+  }
+  override keys(): never {
+    throw new Error('scanned every owned run');
+  }
+  override forEach(): never {
+    throw new Error('scanned every owned run');
+  }
+  override [Symbol.iterator](): never {
+    throw new Error('scanned every owned run');
+  }
+}
+
+/** A partition with `runs` and the indexes holdRun and dropRun keep beside them, empty. */
+const indexedPartition = (runs: Map<string, RunState>) =>
+  ({
+    runs,
+    parked: new Set<string>(),
+    timed: new Set<string>(),
+    ended: new OrderedMap<string, string>(),
+    counts: new RunCounts(),
+    traces: new Map(),
+  }) as unknown as OwnedPartition;
+
 /**
  * /health (INPUTS_PARKED) and the parked-inputs gauge name the owned runs holding parked inputs once a second and per
  * scrape: that costs the parked runs, not every run the instance owns (ended runs stay owned until their retention,
  * so a scan grows with days of history on the engine's event loop).
  */
 describe('parkedSummary: the runs holding parked inputs, by the definition they wait for', () => {
-  /** A Map of runs that can be looked up but never walked: a scan of every owned run throws. */
-  class NoScan extends Map<string, RunState> {
-    override values(): never {
-      throw new Error('scanned every owned run');
-    }
-    override entries(): never {
-      throw new Error('scanned every owned run');
-    }
-    override keys(): never {
-      throw new Error('scanned every owned run');
-    }
-    override forEach(): never {
-      throw new Error('scanned every owned run');
-    }
-    override [Symbol.iterator](): never {
-      throw new Error('scanned every owned run');
-    }
-  }
   const parked = (n: number) => Array.from({ length: n }, () => ({ kind: 'signal' }) as ParkedInput);
   const run = (runId: string, workflow: string, version: number, held = 0) =>
     ({ runId, workflow, version, ...(held ? { parked: parked(held) } : {}) }) as RunState;
@@ -72,14 +84,7 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
   it('after any sequence of commits and drops, the counts, the parked runs and the runs with timers are what a scan of the runs gives', () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 200 }), (ops) => {
-        const o = {
-          runs: new Map<string, RunState>(),
-          parked: new Set<string>(),
-          timed: new Set<string>(),
-          ended: new OrderedMap<string, string>(),
-          counts: new RunCounts(),
-          traces: new Map(),
-        } as unknown as OwnedPartition;
+        const o = indexedPartition(new Map());
         for (const x of ops) {
           const runId = `r${x.run}`;
           if (x.drop) dropRun(o, runId);
@@ -131,17 +136,6 @@ describe("the indexes kept beside a partition's runs (holdRun, dropRun)", () => 
  * (ended runs stay owned for days; a scan of a partition's 100 million runs to find a thousand took seconds a sweep).
  */
 describe('expiredRuns: the runs past their retention, read from the front of the ended-runs index', () => {
-  class NoScan extends Map<string, RunState> {
-    override values(): never {
-      throw new Error('scanned every owned run');
-    }
-    override entries(): never {
-      throw new Error('scanned every owned run');
-    }
-    override [Symbol.iterator](): never {
-      throw new Error('scanned every owned run');
-    }
-  }
   const ended = (runId: string, at: number) =>
     ({
       runId,
@@ -154,14 +148,7 @@ describe('expiredRuns: the runs past their retention, read from the front of the
     }) as RunState;
 
   it('finds the expired runs of 100,000 held without walking them, oldest first, within the bounds of a transaction', () => {
-    const o = {
-      runs: new NoScan(),
-      parked: new Set<string>(),
-      timed: new Set<string>(),
-      ended: new OrderedMap<string, string>(),
-      counts: new RunCounts(),
-      traces: new Map(),
-    } as unknown as OwnedPartition;
+    const o = indexedPartition(new NoScan());
     for (let i = 0; i < 100_000; i++)
       holdRun(o, { ...ended(`r${i}`, 10_000 + i), status: 'running', endedAt: undefined });
     for (let i = 0; i < 1_500; i++) holdRun(o, ended(`r${i}`, 5_000 - i)); // 1,500 of them ended, the later ids first
