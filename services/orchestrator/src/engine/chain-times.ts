@@ -48,8 +48,8 @@ export interface ChainFigures {
  * A run is removed with the chain time it was added with (a retried run that runs again, a run forgotten): the counts
  * are exact, only the values are bucketed. A minute once dropped from the window is never held again (`floor` only
  * rises), so a removal cannot take a count from another run added after a clock stepped back. A chain time that is
- * not a number (a state without its start) is not counted. No quantile-sketch library takes a removal (DDSketch's `accept` refuses a
- * negative weight), hence these few lines.
+ * not a number (a state without its start) is not counted. No quantile-sketch library takes a removal (DDSketch's
+ * `accept` refuses a negative weight), hence these few lines.
  */
 export class ChainTimes {
   /** Per minute (ms since epoch / CHAIN_SLICE_MS), per workflow, per bucket: runs. Minutes in ascending order. */
