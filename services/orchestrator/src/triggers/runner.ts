@@ -443,7 +443,8 @@ export class TriggerRunner {
     if (this.stopped) return;
     if (TERMINAL.has(s.status) && this.inFlight.delete(s.runId)) this.checkPressure();
     // A gate found open goes now, not when its key comes back (most keys never do).
-    for (const p of this.parts.values()) p.part.opened(s.runId, (id) => this.gateOpen(id));
+    const gateOpen = (id: string) => this.gateOpen(id);
+    for (const p of this.parts.values()) p.part.opened(s.runId, gateOpen);
     this.scheduleRelease();
   }
 
