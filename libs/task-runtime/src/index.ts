@@ -5,6 +5,7 @@
  */
 export {
   EXECUTOR_REDIS_OPTIONS,
+  MAX_WAVE_TASKS,
   TaskExecutor,
   type ExecutorOptions,
   type StoredOutcome,

@@ -22,7 +22,7 @@ export interface WorkerMetrics {
 }
 
 /** Buckets of the wave size histogram: powers of two up to a wave's most ({@link MAX_WAVE_TASKS}). */
-const WAVE_BUCKETS = [1, 2, 4, 8, 16, 32].concat(MAX_WAVE_TASKS);
+const WAVE_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128].filter((b) => b < MAX_WAVE_TASKS).concat(MAX_WAVE_TASKS);
 
 export function workerMetrics(r: Registry): WorkerMetrics {
   return {

@@ -124,15 +124,20 @@ const defaultWorkerId = `${hostname()}/${process.pid}`;
 /**
  * Most messages one wave takes ({@link TaskExecutor.handle}); the rest of a turn's messages wait for the next turns,
  * in order; the same holds for the tasks leased after a schema fetch ({@link TaskExecutor.leaseLater}). It bounds
- * every begin script call to 64 keys, so one call never holds Redis (single-threaded) for the whole in-flight
+ * every begin script call to 128 keys, so one call never holds Redis (single-threaded) for the whole in-flight
  * bound, and it breaks the convoy a backlog makes: with every in-flight message in one wave, the wave went
  * through its begin call, its handlers, its complete call and its send in lockstep, and the worker's main thread
  * idled through each round trip (30 % of it in a drain, `bench:worker --profile`). In parts over turns, one part is
- * decoded and its handlers run while another part's call is at Redis or its results at the broker. Measured with
- * `bench:worker` (BENCHMARKS.md "Workers", 2026-12-07): +21 % tasks/s (medians of 8 runs a side, alternated), the
- * worker's process then at 103-111 % of a core instead of 75-87 %; 16, 32 and 128 did no better than 64.
+ * decoded and its handlers run while another part's call is at Redis or its results at the broker.
+ *
+ * Measured with `bench:worker` (docs/benchmarks/history.md): at 65 us of CPU a task (2026-12-07 01:00 UTC) 64 gave
+ * +21 % tasks/s over no split, and 16, 32 and 128 did no better. Once the per-task work was down to about 35 us, each
+ * wave's own cost (two script calls, one produce request, their socket writes: about 200 us a wave, 3 us a task at
+ * 64) weighed more: 128 took 11-14 % less CPU a task (medians, backlogs of 60,000 and 200,000, alternated with 64,
+ * 2026-12-07 17:37-18:12 UTC), with two waves in flight at the default bounds (4 partitions x 64); 256 less CPU again,
+ * but one wave then held nearly every in-flight message and the worker idled in lockstep: no more tasks/s than 64.
  */
-export const MAX_WAVE_TASKS = 64;
+export const MAX_WAVE_TASKS = 128;
 
 /** The first {@link MAX_WAVE_TASKS} items of `queue` (a wave) and the rest, in order; `queue` is not changed. */
 function firstWave<T>(queue: T[]): [wave: T[], rest: T[]] {

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { EventCodec, toWireFormat } from '@keyflow/contracts';
 import { DLQ_HEADERS, header, redrive } from '@keyflow/ops';
 import { idempotencyKeyPrefix } from '@keyflow/idempotency';
+import { MAX_WAVE_TASKS } from '@keyflow/task-runtime';
 import { createLogger } from '@keyflow/observability';
 import type { TaskCommand, TaskCompleted, TaskFailed } from '@keyflow/schemas';
 import { Collector, eventually, metricValue } from '@keyflow/testing';
@@ -366,13 +367,14 @@ describe('a worker process', () => {
 
   /**
    * Sends 600 commands of `seq` at once (keys `<label>-<i>`), each encoded by `encode`, and checks that the worker
-   * leased them in begin calls of at most 64 (its wave histogram counts each call's commands) and ran each once.
+   * leased them in begin calls of at most MAX_WAVE_TASKS (its wave histogram counts each call's commands) and ran
+   * each once.
    */
   const backlogInWaves = async (label: string, encode: (c: TaskCommand) => Buffer) => {
     const url = await h.workers[0].ready;
     const waves = async () => ({
       count: await metricValue(url, 'keyflow_worker_wave_tasks_count'),
-      upTo64: await metricValue(url, 'keyflow_worker_wave_tasks_bucket', { le: '64' }),
+      upToMax: await metricValue(url, 'keyflow_worker_wave_tasks_bucket', { le: String(MAX_WAVE_TASKS) }),
       tasks: await metricValue(url, 'keyflow_worker_wave_tasks_sum'),
     });
     const before = await waves();
@@ -386,23 +388,24 @@ describe('a worker process', () => {
       { until: (done) => done.length === cmds.length, timeoutMs: 60_000 },
     );
     const after = await waves();
-    // metricValue reads a series not exposed as 0: the waves must have been counted, and bucket le="64" with them.
+    // metricValue reads a series not exposed as 0: the waves must have been counted, and the bound's bucket with them.
     expect(after.count).toBeGreaterThan(before.count);
     expect(after.tasks - before.tasks).toBeGreaterThanOrEqual(cmds.length);
-    expect(after.count - after.upTo64).toBe(before.count - before.upTo64); // no begin call of more than 64
+    expect(after.count - after.upToMax).toBe(before.count - before.upToMax); // no begin call above the bound
     const ids = cmds.map((c) => c.idempotencyKey);
     expect(await h.rows('select * from {t}_exec where idempotency_key = any($1)', [ids])).toHaveLength(600);
   };
 
-  it('takes the leases of a backlog in calls of at most 64 commands, each command completed once', async () => {
-    // The consumer hands over up to 64 commands per partition in one event-loop turn (3 partitions here); the
-    // executor leases them in waves of at most 64, the rest in the next turns: one Lua script call never holds Redis
-    // for the whole in-flight bound, and the next wave is decoded while the first one's call is at Redis
-    // (BENCHMARKS.md "Workers"). The worker registered this schema itself: no command waits for a schema fetch.
+  it('takes the leases of a backlog in calls of at most MAX_WAVE_TASKS commands, each command completed once', async () => {
+    // The consumer hands over up to 64 commands per partition in one event-loop turn (3 partitions here, more than
+    // MAX_WAVE_TASKS in all); the executor leases them in waves of at most MAX_WAVE_TASKS, the rest in the next
+    // turns: one Lua script call never holds Redis for the whole in-flight bound, and the next wave is decoded while
+    // the first one's call is at Redis (BENCHMARKS.md "Workers"). The worker registered this schema itself: no
+    // command waits for a schema fetch.
     await backlogInWaves('wave', (c) => h.codec.encode(taskTopic('seq'), 'TaskCommand', c));
   });
 
-  it('commands that waited for one schema fetch are leased in calls of at most 64 too, each completed once', async () => {
+  it('commands that waited for one schema fetch are leased in calls of at most MAX_WAVE_TASKS too, each completed once', async () => {
     // A newer TaskCommand than the worker's (one more optional field): the first commands of each partition wait
     // for the worker's fetch of that schema id, all on the same fetch, and are leased together after it.
     const current = schemaSet().topicSchema(taskTopic('seq')) as { fields: unknown[] };

@@ -8,6 +8,7 @@ import type { TaskCommand } from '@keyflow/schemas';
 import {
   LeaseHeldError,
   LeaseLostError,
+  MAX_WAVE_TASKS,
   TaskExecutor,
   workerMetrics,
   type StoredOutcome,
@@ -174,11 +175,12 @@ describe('TaskExecutor (against fakes of the store, the producers and the codec)
     }
   });
 
-  it('takes at most 64 messages of a turn into one wave, the rest in the next, each handled once', async () => {
+  it('takes at most MAX_WAVE_TASKS messages of a turn into one wave, the rest in the next, each handled once', async () => {
     const { store, handle, results } = setup({ noop: async () => null });
-    await Promise.all(Array.from({ length: 150 }, (_, i) => handle(command('noop', { i }))));
-    expect(store.calls.begin).toBe(3); // 64 + 64 + 22
-    expect(new Set(results.events.map((e) => e.value.idempotencyKey)).size).toBe(150);
+    const n = 2 * MAX_WAVE_TASKS + 22;
+    await Promise.all(Array.from({ length: n }, (_, i) => handle(command('noop', { i }))));
+    expect(store.calls.begin).toBe(3); // MAX_WAVE_TASKS + MAX_WAVE_TASKS + 22
+    expect(new Set(results.events.map((e) => e.value.idempotencyKey)).size).toBe(n);
   });
 
   it('counts each success exactly once: tasks completed, attempts ok, handler time observed', async () => {
