@@ -1,3 +1,4 @@
+import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { Pool } from 'undici';
 import { cpuMeter, localStackPids, peakRssMiB } from '@keyflow/observability';
@@ -17,9 +18,34 @@ export function benchTopics(prefix: string): string {
   return prefix;
 }
 
+/** Services this bench spawned ({@link spawnService}): stopped before it exits, whichever way it ends. */
+const spawned = new Set<ChildProcess>();
+
 /**
- * Runs a bench's `main`, then deletes every topic whose name starts with a prefix given to {@link benchTopics}, and
- * exits (0, or 1 when `main` threw). Benches run one after another on the same local broker: left in place, each run's
+ * SIGTERMs every service {@link spawnService} started that is still running, and waits up to `graceMs` (ms) for
+ * them to exit, then SIGKILLs the rest. Without it a bench that threw (a service that never got ready, a timeout)
+ * exited and left the others running, holding their ports, consumer groups and its terminal.
+ */
+export async function stopSpawned(graceMs = 10_000): Promise<void> {
+  const alive = [...spawned].filter((p) => p.exitCode === null && p.signalCode === null);
+  await Promise.all(
+    alive.map(
+      (p) =>
+        new Promise<void>((resolve) => {
+          const kill = setTimeout(() => p.kill('SIGKILL'), graceMs);
+          p.once('exit', () => {
+            clearTimeout(kill);
+            resolve();
+          });
+          p.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
+/**
+ * Runs a bench's `main`, stops the services it spawned and left running ({@link stopSpawned}), then deletes every
+ * topic whose name starts with a prefix given to {@link benchTopics}, and exits (0, or 1 when `main` threw). Benches run one after another on the same local broker: left in place, each run's
  * partitions (175 for bench:orchestrator) made every later all-topics Metadata request (kafkajs admin listTopics, the
  * orchestrator's lag pass) and the broker's periodic work larger, and later figures slower. A failed deletion is
  * printed, not thrown: the figures are already out. KAFKA_BROKERS names the broker (default 127.0.0.1:9092).
@@ -33,10 +59,15 @@ export function runBench(main: () => Promise<unknown>): void {
     );
   };
   main().then(
-    () => cleanup().then(() => process.exit(0)),
+    () =>
+      stopSpawned()
+        .then(cleanup)
+        .then(() => process.exit(0)),
     (e) => {
       console.error(e);
-      void cleanup().then(() => process.exit(1));
+      void stopSpawned()
+        .then(cleanup)
+        .then(() => process.exit(1));
     },
   );
 }
@@ -307,6 +338,8 @@ export function spawnService(
     keepLines: 40,
     name: entry,
   });
+  spawned.add(proc);
+  proc.once('exit', () => spawned.delete(proc));
   let stopping = false;
   const ended = () => proc.exitCode !== null || proc.signalCode !== null;
   return {
