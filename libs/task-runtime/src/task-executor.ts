@@ -133,7 +133,7 @@ const defaultWorkerId = `${hostname()}/${process.pid}`;
  * Measured with `bench:worker` (docs/benchmarks/history.md): at 65 us of CPU a task (2026-12-07 01:00 UTC) 64 gave
  * +21 % tasks/s over no split, and 16, 32 and 128 did no better. Once the per-task work was down to about 35 us, each
  * wave's own cost (two script calls, one produce request, their socket writes: about 200 us a wave, 3 us a task at
- * 64) weighed more: 128 took 11-14 % less CPU a task (medians, backlogs of 60,000 and 200,000, alternated with 64,
+ * 64) weighed more: 128 took 11-13 % less CPU a task (medians, backlogs of 60,000 and 200,000, alternated with 64,
  * 2026-12-07 17:37-18:12 UTC), with two waves in flight at the default bounds (4 partitions x 64); 256 less CPU again,
  * but one wave then held nearly every in-flight message and the worker idled in lockstep: no more tasks/s than 64.
  */
