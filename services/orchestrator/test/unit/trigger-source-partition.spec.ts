@@ -184,6 +184,24 @@ describe('SourcePartition: per-key gates and queues', () => {
     p.opened('run-0b', closed); // heard of, not open yet (serializeBy key: not ended)
     expect(p.gateCount).toBe(1);
   });
+
+  it('a run that gates two keys (two records started the same run) frees both gates once it is heard of and open', () => {
+    const p = new SourcePartition<string>(undefined);
+    p.gate('a', 'run-1');
+    p.gate('b', 'run-1');
+    expect(p.gateCount).toBe(2);
+    p.opened('run-1', closed);
+    expect(p.gateCount).toBe(2);
+    p.opened('run-1', open);
+    expect(p.gateCount).toBe(0);
+    // One of the keys moves on to another run: the first run's news no longer touches it.
+    p.gate('a', 'run-2');
+    p.gate('b', 'run-2');
+    p.gate('a', 'run-3');
+    p.opened('run-2', open);
+    expect(p.gateCount).toBe(1);
+    expect(p.mustWait('a', (id) => id === 'run-2')).toBe(true); // still behind run-3
+  });
 });
 
 /** A small seeded PRNG (mulberry32): the same seed gives the same sequence, so a failure names its seed. */
