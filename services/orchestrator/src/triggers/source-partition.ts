@@ -49,8 +49,12 @@ export class SourcePartition<R> {
    * the gates are the keys whose run is still to come, not every key ever read.
    */
   private readonly gates = new Map<string, string>();
-  /** The key each gated run's gate is on (the inverse of {@link gates}). */
-  private readonly gateOfRun = new Map<string, string>();
+  /**
+   * The keys each gated run's gates are on (the inverse of {@link gates}): one key as a string (the common case, no
+   * Set per run), a Set when two records of different keys started the same run (a trigger whose run id is not
+   * derived from the record key).
+   */
+  private readonly gateOfRun = new Map<string, string | Set<string>>();
   /** Offsets below the mark's `through` that were held when it was written (a replay re-reads and applies them). */
   private readonly replayHeld: Set<bigint>;
   private readAny = false;
@@ -126,13 +130,18 @@ export class SourcePartition<R> {
     if (key === null) return;
     this.ungate(key);
     this.gates.set(key, runId);
-    this.gateOfRun.set(runId, key);
+    const had = this.gateOfRun.get(runId);
+    if (had === undefined) this.gateOfRun.set(runId, key);
+    else if (typeof had === 'string') this.gateOfRun.set(runId, new Set([had, key]));
+    else had.add(key);
   }
 
-  /** `runId` changed (the read model read it): its gate goes if it is open now (`gateOpen`). */
+  /** `runId` changed (the read model read it): its gates go if it is open now (`gateOpen`). */
   opened(runId: string, gateOpen: (runId: string) => boolean): void {
-    const key = this.gateOfRun.get(runId);
-    if (key !== undefined && gateOpen(runId)) this.ungate(key);
+    const keys = this.gateOfRun.get(runId);
+    if (keys === undefined || !gateOpen(runId)) return;
+    if (typeof keys === 'string') this.ungate(keys);
+    else for (const key of [...keys]) this.ungate(key);
   }
 
   /** Gates in place: keys whose next record would wait for its previous run. */
@@ -144,7 +153,13 @@ export class SourcePartition<R> {
     const runId = this.gates.get(key);
     if (runId === undefined) return;
     this.gates.delete(key);
-    if (this.gateOfRun.get(runId) === key) this.gateOfRun.delete(runId);
+    const keys = this.gateOfRun.get(runId);
+    if (keys === key) this.gateOfRun.delete(runId);
+    else if (keys instanceof Set) {
+      keys.delete(key);
+      if (keys.size === 1) this.gateOfRun.set(runId, keys.values().next().value!);
+      else if (keys.size === 0) this.gateOfRun.delete(runId);
+    }
   }
 
   /**
