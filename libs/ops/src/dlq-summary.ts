@@ -1,7 +1,7 @@
 import type { Kafka } from '@keyflow/kafka';
 import { isCatalogDlq } from './catalog';
 import { DLQ_HEADERS, header } from './dlq-headers';
-import { handledCountIn, handledEntryOf, type HandledEntry } from './dlq-ledger';
+import { HandledOffsets, handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { lastStableOffsets, scanRanges, type ScanRange } from './scan';
 
 /**
@@ -56,10 +56,18 @@ export async function summarizeDlqs(
     exactUpTo?: number;
     /** The DLQ ledger (readDlqLedger): the records it names do not count as pending. */
     handled?: ReadonlyMap<string, HandledEntry>;
+    /**
+     * The offsets of `handled` per DLQ partition (a DlqLedgerView's `offsets`), for the partitions too large to read;
+     * without it they are indexed from `handled` once per call.
+     */
+    handledOffsets?: HandledOffsets;
   } = {},
 ): Promise<DlqSummary[]> {
   const byTopic = new Map<string, DlqSummary & { errors: Map<string, number> }>();
   const ranges: ScanRange[] = [];
+  let offsets = opts.handledOffsets;
+  const handledIn = (topic: string, partition: number, low: bigint, end: bigint) =>
+    opts.handled ? (offsets ??= HandledOffsets.of(opts.handled)).countIn(topic, partition, low, end) : 0;
   const admin = kafka.admin();
   await admin.connect();
   try {
@@ -78,10 +86,7 @@ export async function summarizeDlqs(
       for (const e of await lastStableOffsets(kafka, topic, admin)) {
         if (opts.exactUpTo !== undefined && e.end - e.low > BigInt(opts.exactUpTo)) {
           summary.records += Number(e.end - e.low);
-          summary.pending += Math.max(
-            0,
-            Number(e.end - e.low) - handledCountIn(opts.handled, topic, e.partition, e.low, e.end),
-          );
+          summary.pending += Math.max(0, Number(e.end - e.low) - handledIn(topic, e.partition, e.low, e.end));
           summary.exact = false;
         } else ranges.push({ topic, partition: e.partition, from: e.low, to: e.end });
       }

@@ -44,6 +44,7 @@ export {
   DlqLedgerView,
   handledEntryOf,
   handledCountIn,
+  HandledOffsets,
   DLQ_LEDGER_RETENTION_MS,
   handledBy,
   type HandledEntry,

@@ -1,7 +1,17 @@
 import { EventCodec } from '@keyflow/contracts';
 import { TestNamespace } from '@keyflow/testing';
 import type { Message } from '@keyflow/kafka';
-import { DlqLedgerView, dlqRecordId, ensureDlqLedger, ledgerMessage, readDlqLedger } from '../../src';
+import {
+  DlqLedgerView,
+  dlqRecordId,
+  ensureDlqLedger,
+  handledCountIn,
+  HandledOffsets,
+  ledgerMessage,
+  readDlqLedger,
+  summarizeDlqs,
+  type HandledEntry,
+} from '../../src';
 
 jest.setTimeout(90_000);
 
@@ -66,11 +76,53 @@ describe('DlqLedgerView: the DLQ ledger read once, then only what was appended',
     expect(after.get(dlqRecordId(dlq, 0, '3'))?.action).toBe('DISCARDED');
     expect(after.has(dlqRecordId(dlq, 0, '7'))).toBe(false);
     expect(new Map(after)).toEqual(new Map(await readDlqLedger(ns.kafka, codec)));
+    // Its offsets per DLQ partition (the lag pass counts a large partition's handled records with them) follow the
+    // entries: the new offset 50 in, the forgotten 7 out.
+    for (const [low, end] of [
+      [0n, 51n],
+      [0n, 8n],
+      [7n, 8n],
+      [50n, 100n],
+    ])
+      expect(view.offsets.countIn(dlq, 0, low, end)).toBe(handledCountIn(after, dlq, 0, low, end));
+    expect(view.offsets.countIn(dlq, 0, 0n, 51n)).toBe(50);
+    expect(view.offsets.countIn(dlq, 0, 7n, 8n)).toBe(0);
 
     decoded = 0;
     const [a, b] = await Promise.all([view.refresh(), view.refresh()]); // calls made together share one read
     expect(a).toBe(b);
     expect(decoded).toBe(0);
+  });
+
+  it("a DLQ partition too large to read is counted from the view's offsets, never by walking the ledger", async () => {
+    // What the orchestrator's lag pass does every 30 s: the ledger holds up to 30 days of entries; walking them once
+    // per large DLQ partition on the event loop grew with history. A ledger map that refuses to be walked.
+    const walked = () => {
+      throw new Error('the ledger was walked');
+    };
+    const handled = Object.assign(new Map<string, HandledEntry>(), {
+      keys: walked,
+      values: walked,
+      entries: walked,
+      forEach: walked,
+      [Symbol.iterator]: walked,
+    });
+    const [big] = await ns.createTopics({ name: 'task.big.dlq', numPartitions: 1 });
+    const producer = ns.kafka.producer();
+    await producer.connect();
+    await producer.send({ topic: big, messages: Array.from({ length: 5 }, (_, i) => ({ value: `r${i}` })) });
+    await producer.disconnect();
+    const offsets = new HandledOffsets();
+    offsets.add(dlqRecordId(big, 0, '1'));
+    offsets.add(dlqRecordId(big, 0, '3'));
+    const [summary] = await summarizeDlqs(ns.kafka, [big], {
+      exactUpTo: 2,
+      handled,
+      handledOffsets: offsets,
+    });
+    expect(summary).toMatchObject({ records: 5, pending: 3, exact: false });
+    // Without the offsets the summary indexes the map itself, once: here that walk is refused.
+    await expect(summarizeDlqs(ns.kafka, [big], { exactUpTo: 2, handled })).rejects.toThrow('walked');
   });
 
   it('an entry committed before a call is in what it resolves with, even while an earlier read is going', async () => {

@@ -138,7 +138,13 @@ export class LagMonitor {
     const dlqTopics = await listDlqTopics(this.kafka, this.o.codec.topicPrefix, this.o.dlqs);
     const handled = await this.ledger.refresh();
     // A large DLQ is not read every pass: its offset span is counted (an upper bound).
-    const dlqs = (await summarizeDlqs(this.kafka, dlqTopics, { exactUpTo: 10_000, handled })).map((d) => ({
+    const dlqs = (
+      await summarizeDlqs(this.kafka, dlqTopics, {
+        exactUpTo: 10_000,
+        handled,
+        handledOffsets: this.ledger.offsets,
+      })
+    ).map((d) => ({
       ...d,
       topic: this.logical(d.topic),
     }));
