@@ -277,16 +277,21 @@ export function handledEntryOf(
 }
 
 /**
- * The DLQ offsets the ledger names, per DLQ partition, sorted: {@link countIn} answers what {@link handledCountIn}
- * does in O(log n) instead of a walk over every entry. A {@link DlqLedgerView} keeps one up to date as it reads, so
+ * The DLQ offsets the ledger names, per DLQ partition: {@link countIn} answers what {@link handledCountIn} does by
+ * binary search instead of a walk over every entry. A {@link DlqLedgerView} keeps one up to date as it reads, so
  * the orchestrator's lag passes (every 30 s) do not walk a ledger of up to 30 days of entries once per large DLQ
  * partition on its event loop. Offsets are kept as numbers (exact up to 2^53).
  */
 export class HandledOffsets {
-  /** `<physical DLQ topic>/<partition>` -> offsets, ascending, each once. */
-  private readonly byPartition = new Map<string, number[]>();
+  /**
+   * `<physical DLQ topic>/<partition>` -> its offsets: appended as they come, sorted (and made unique) when next
+   * asked for, so a build of n entries costs one sort, O(n log n), in whatever order they come. A whole read
+   * delivers one DLQ partition's entries as several sorted streams mixed (the ledger has 3 partitions, keyed by
+   * record id): inserting each in place was O(n) a step there.
+   */
+  private readonly byPartition = new Map<string, { offsets: number[]; sorted: boolean }>();
 
-  /** The index of every key of `handled` (one pass). */
+  /** The index of every key of `handled` (one pass, one sort per DLQ partition when first counted). */
   static of(handled: ReadonlyMap<string, unknown>): HandledOffsets {
     const index = new HandledOffsets();
     for (const id of handled.keys()) index.add(id);
@@ -297,39 +302,61 @@ export class HandledOffsets {
   add(id: string): void {
     const at = parseRecordId(id);
     if (!at) return;
-    let offsets = this.byPartition.get(at.partitionKey);
-    if (!offsets) this.byPartition.set(at.partitionKey, (offsets = []));
-    // Entries come mostly in offset order (a redrive goes through a partition in order): usually an append.
-    if (offsets.length === 0 || offsets[offsets.length - 1] < at.offset) return void offsets.push(at.offset);
-    const i = lowerBound(offsets, at.offset);
-    if (offsets[i] !== at.offset) offsets.splice(i, 0, at.offset);
+    let p = this.byPartition.get(at.partitionKey);
+    if (!p) this.byPartition.set(at.partitionKey, (p = { offsets: [], sorted: true }));
+    const xs = p.offsets;
+    if (p.sorted && xs.length > 0 && xs[xs.length - 1] >= at.offset) {
+      if (xs[xs.length - 1] === at.offset) return;
+      p.sorted = false;
+    }
+    xs.push(at.offset);
   }
 
   /** Removes a {@link dlqRecordId}'s offset (a tombstone); an id not held is ignored. */
   remove(id: string): void {
     const at = parseRecordId(id);
-    const offsets = at && this.byPartition.get(at.partitionKey);
-    if (!at || !offsets) return;
-    const i = lowerBound(offsets, at.offset);
-    if (offsets[i] !== at.offset) return;
-    offsets.splice(i, 1);
-    if (offsets.length === 0) this.byPartition.delete(at.partitionKey);
+    const p = at && this.byPartition.get(at.partitionKey);
+    if (!at || !p) return;
+    const xs = sortedOffsets(p);
+    const i = lowerBound(xs, at.offset);
+    if (xs[i] !== at.offset) return;
+    xs.splice(i, 1);
+    if (xs.length === 0) this.byPartition.delete(at.partitionKey);
   }
 
   /** How many offsets in [low, end) of `partition` of `physicalDlqTopic` are held (see {@link handledCountIn}). */
   countIn(physicalDlqTopic: string, partition: number, low: bigint, end: bigint): number {
-    const offsets = this.byPartition.get(`${physicalDlqTopic}/${partition}`);
-    if (!offsets || end <= low) return 0;
-    return lowerBound(offsets, Number(end)) - lowerBound(offsets, Number(low));
+    const p = this.byPartition.get(`${physicalDlqTopic}/${partition}`);
+    if (!p || end <= low) return 0;
+    const xs = sortedOffsets(p);
+    return lowerBound(xs, Number(end)) - lowerBound(xs, Number(low));
   }
 }
 
-/** A {@link dlqRecordId} split: `<topic>/<partition>` and the offset (topic names have no `/`), or undefined. */
+/** A partition's offsets sorted ascending and each once (sorted in place, the first time after appends out of order). */
+function sortedOffsets(p: { offsets: number[]; sorted: boolean }): number[] {
+  const xs = p.offsets;
+  if (p.sorted) return xs;
+  xs.sort((a, b) => a - b);
+  let w = 0;
+  for (let r = 0; r < xs.length; r++) if (w === 0 || xs[r] !== xs[w - 1]) xs[w++] = xs[r];
+  xs.length = w;
+  p.sorted = true;
+  return xs;
+}
+
+/**
+ * A {@link dlqRecordId} split: `<topic>/<partition>` and the offset (topic names have no `/`), or undefined when the
+ * offset is not a Kafka offset's decimal text (`05`, `5.0`, ` 5` and the empty text would all be 5 to `Number`: two
+ * ids would then share one offset, and removing either would drop it).
+ */
 function parseRecordId(id: string): { partitionKey: string; offset: number } | undefined {
   const cut = id.lastIndexOf('/');
   if (cut <= 0) return undefined;
-  const offset = Number(id.slice(cut + 1));
-  if (!Number.isSafeInteger(offset) || offset < 0) return undefined;
+  const text = id.slice(cut + 1);
+  if (!/^(0|[1-9]\d*)$/.test(text)) return undefined;
+  const offset = Number(text);
+  if (!Number.isSafeInteger(offset)) return undefined;
   return { partitionKey: id.slice(0, cut), offset };
 }
 

@@ -77,10 +77,17 @@ describe('the DLQ ledger', () => {
     const index = new HandledOffsets();
     index.add('no-slashes');
     index.add('p.task.x.dlq/0/not-a-number');
+    // Texts Number() would read as 5, 0 or 5: not a Kafka offset's text, so not the same offset as '5' or '0'.
+    for (const text of ['05', '5.0', ' 5', '', '0x5', '-1']) index.add(dlqRecordId('p.task.x.dlq', 0, text));
     index.remove(dlqRecordId('p.task.x.dlq', 0, '5'));
     index.add(dlqRecordId('p.task.x.dlq', 0, '5'));
     index.add(dlqRecordId('p.task.x.dlq', 0, '5'));
     expect(index.countIn('p.task.x.dlq', 0, 0n, 10n)).toBe(1);
     expect(index.countIn('p.task.x.dlq', 0, 10n, 0n)).toBe(0);
+    index.add(dlqRecordId('p.task.x.dlq', 0, '3')); // out of order, then 5 again: one each once sorted
+    index.add(dlqRecordId('p.task.x.dlq', 0, '5'));
+    expect(index.countIn('p.task.x.dlq', 0, 0n, 10n)).toBe(2);
+    index.remove(dlqRecordId('p.task.x.dlq', 0, '5'));
+    expect(index.countIn('p.task.x.dlq', 0, 0n, 10n)).toBe(1);
   });
 });
