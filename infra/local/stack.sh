@@ -419,12 +419,13 @@ redis_up() {
     --appendonly yes --appendfsync everysec --save "" --daemonize no >"$dir/redis.log" 2>&1 </dev/null &
   echo $! >"$RUN_DIR/redis.pid"
   echo "$REDIS_URL" >"$RUN_DIR/redis.url"
-  local t0=$SECONDS r limit
+  local t0=$SECONDS r limit=20
   until r="$(redis_reply)"; [[ "$r" == *PONG* || "$r" == *NOAUTH* ]]; do
     alive redis || fail_start redis "$dir/redis.log" "process exited"
     # -LOADING: it is reading its AOF back (millions of idempotency records after a day of benches take tens of
-    # seconds), which is progress: wait as long as for the other services.
-    limit=20; [[ "$r" == *LOADIN* ]] && limit=$READY_TIMEOUT_S
+    # seconds), which is progress: from the first such answer on, wait as long as for the other services (a probe
+    # that gets no answer meanwhile does not bring the 20 s back).
+    [[ "$r" == *LOADIN* ]] && limit=$READY_TIMEOUT_S
     (( SECONDS - t0 > limit )) && fail_start redis "$dir/redis.log" "no PONG after ${limit}s"
     sleep 0.1
   done
