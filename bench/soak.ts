@@ -6,7 +6,7 @@ import { Pool as PgPool } from 'pg';
 import { Pool } from 'undici';
 import { FsBlobStore } from '@keyflow/blobs';
 import { EventCodec } from '@keyflow/contracts';
-import { pct, readLifecycle, ROOT, spawnService } from './support';
+import { pct, readLifecycle, ROOT, spawnService, stopSpawned } from './support';
 import { SOAK_SIGNAL, soakStep } from './soak/workflows';
 import { Topic } from '@keyflow/schemas';
 
@@ -344,10 +344,11 @@ async function main() {
   return ok;
 }
 
+// Whichever way it ends, the services it spawned and left running are stopped first (see stopSpawned).
 main().then(
-  (ok) => process.exit(ok ? 0 : 1),
+  (ok) => void stopSpawned().then(() => process.exit(ok ? 0 : 1)),
   (e) => {
     console.error(e);
-    process.exit(1);
+    void stopSpawned().then(() => process.exit(1));
   },
 );
