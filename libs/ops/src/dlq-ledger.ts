@@ -277,10 +277,10 @@ export function handledEntryOf(
 }
 
 /**
- * The DLQ offsets the ledger names, per DLQ partition: {@link countIn} answers what {@link handledCountIn} does by
- * binary search instead of a walk over every entry. A {@link DlqLedgerView} keeps one up to date as it reads, so
- * the orchestrator's lag passes (every 30 s) do not walk a ledger of up to 30 days of entries once per large DLQ
- * partition on its event loop. Offsets are kept as numbers (exact up to 2^53).
+ * The DLQ offsets the ledger names, per DLQ partition: {@link countIn} says how many entries name offsets in a range
+ * of one DLQ partition, by binary search instead of a walk over every entry. A {@link DlqLedgerView} keeps one up to
+ * date as it reads, so the orchestrator's lag passes (every 30 s) do not walk a ledger of up to 30 days of entries
+ * once per large DLQ partition on its event loop. Offsets are kept as numbers (exact up to 2^53).
  */
 export class HandledOffsets {
   /**
@@ -324,7 +324,11 @@ export class HandledOffsets {
     if (xs.length === 0) this.byPartition.delete(at.partitionKey);
   }
 
-  /** How many offsets in [low, end) of `partition` of `physicalDlqTopic` are held (see {@link handledCountIn}). */
+  /**
+   * How many ledger entries name offsets in [low, end) of `partition` of `physicalDlqTopic`: what is subtracted from
+   * the offset span of a DLQ partition too large to read (the entries' timestamps are not checked against records
+   * there, so it is an estimate).
+   */
   countIn(physicalDlqTopic: string, partition: number, low: bigint, end: bigint): number {
     const p = this.byPartition.get(`${physicalDlqTopic}/${partition}`);
     if (!p || end <= low) return 0;
@@ -370,26 +374,4 @@ function lowerBound(xs: readonly number[], x: number): number {
     else hi = mid;
   }
   return lo;
-}
-
-/**
- * How many ledger entries name offsets in [low, end) of one DLQ partition: what is subtracted from the offset span of
- * a partition too large to read (the entries' timestamps are not checked against records there, so it is an
- * estimate). Walks every entry: for one call (the CLI); a long-lived reader keeps a {@link HandledOffsets}.
- */
-export function handledCountIn(
-  handled: ReadonlyMap<string, HandledEntry> | undefined,
-  physicalDlqTopic: string,
-  partition: number,
-  low: bigint,
-  end: bigint,
-): number {
-  const prefix = dlqRecordId(physicalDlqTopic, partition, '');
-  let n = 0;
-  for (const id of handled?.keys() ?? []) {
-    if (!id.startsWith(prefix)) continue;
-    const offset = BigInt(id.slice(prefix.length));
-    if (offset >= low && offset < end) n++;
-  }
-  return n;
 }

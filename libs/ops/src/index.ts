@@ -43,7 +43,6 @@ export {
   readDlqLedger,
   DlqLedgerView,
   handledEntryOf,
-  handledCountIn,
   HandledOffsets,
   DLQ_LEDGER_RETENTION_MS,
   handledBy,

@@ -5,7 +5,6 @@ import {
   DlqLedgerView,
   dlqRecordId,
   ensureDlqLedger,
-  handledCountIn,
   HandledOffsets,
   ledgerMessage,
   readDlqLedger,
@@ -84,7 +83,7 @@ describe('DlqLedgerView: the DLQ ledger read once, then only what was appended',
       [7n, 8n],
       [50n, 100n],
     ])
-      expect(view.offsets.countIn(dlq, 0, low, end)).toBe(handledCountIn(after, dlq, 0, low, end));
+      expect(view.offsets.countIn(dlq, 0, low, end)).toBe(HandledOffsets.of(after).countIn(dlq, 0, low, end));
     expect(view.offsets.countIn(dlq, 0, 0n, 51n)).toBe(50);
     expect(view.offsets.countIn(dlq, 0, 7n, 8n)).toBe(0);
 
