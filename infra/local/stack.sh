@@ -383,10 +383,9 @@ redis_reply() {
   local h p; h="$(redis_host)"; p="$(redis_port)"
   (exec 3<>"/dev/tcp/$h/$p" && printf 'PING\r\n' >&3 && timeout 2 head -c 7 <&3) 2>/dev/null || true
 }
-redis_ping() {
-  local r; r="$(redis_reply)"
-  [[ "$r" == *PONG* || "$r" == *NOAUTH* ]]
-}
+# Whether a reply says Redis is up (PONG, or NOAUTH from one that wants a password).
+redis_up_reply() { [[ "$1" == *PONG* || "$1" == *NOAUTH* ]]; }
+redis_ping() { redis_up_reply "$(redis_reply)"; }
 
 # The Redis this script started is the one REDIS_URL names (it records the URL next to the pid).
 redis_ours() { alive redis && [[ "$(cat "$RUN_DIR/redis.url" 2>/dev/null)" == "$REDIS_URL" ]]; }
@@ -420,7 +419,7 @@ redis_up() {
   echo $! >"$RUN_DIR/redis.pid"
   echo "$REDIS_URL" >"$RUN_DIR/redis.url"
   local t0=$SECONDS r limit=20
-  until r="$(redis_reply)"; [[ "$r" == *PONG* || "$r" == *NOAUTH* ]]; do
+  until r="$(redis_reply)"; redis_up_reply "$r"; do
     alive redis || fail_start redis "$dir/redis.log" "process exited"
     # -LOADING: it is reading its AOF back (millions of idempotency records after a day of benches take tens of
     # seconds), which is progress: from the first such answer on, wait as long as for the other services (a probe
