@@ -6,7 +6,7 @@ import { Command } from 'commander';
 import { CompressionTypes, Kafka, logLevel, Partitioners } from '@keyflow/kafka';
 import { EventCodec, newMetadata } from '@keyflow/contracts';
 import { snapshotParts, type RunState } from '@keyflow/workflow';
-import { ROOT, benchTopics, runBench } from './support';
+import { ROOT, benchTopics, runBench, stopProcess, trackSpawned } from './support';
 import { Topic } from '@keyflow/schemas';
 
 /**
@@ -132,10 +132,12 @@ async function main() {
     ORCHESTRATOR_HTTP_PORT: '0',
   };
   const t0 = Date.now();
-  const proc = spawn(
-    process.execPath,
-    ['-r', '@swc-node/register', join(ROOT, 'examples/test-workloads/src/orchestrator.ts')],
-    { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'inherit'] },
+  const proc = trackSpawned(
+    spawn(
+      process.execPath,
+      ['-r', '@swc-node/register', join(ROOT, 'examples/test-workloads/src/orchestrator.ts')],
+      { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'inherit'] },
+    ),
   );
   const at: Record<string, number> = {};
   let url = '';
@@ -174,7 +176,7 @@ async function main() {
         `(${Math.round(n / (at.known / 1000))} records/s)`,
     );
   } finally {
-    proc.kill('SIGTERM');
+    await stopProcess(proc);
   }
 }
 

@@ -18,29 +18,42 @@ export function benchTopics(prefix: string): string {
   return prefix;
 }
 
-/** Services this bench spawned ({@link spawnService}): stopped before it exits, whichever way it ends. */
+/** Services this bench spawned ({@link spawnService}, {@link trackSpawned}): stopped before it exits, whichever way it ends. */
 const spawned = new Set<ChildProcess>();
 
 /**
- * SIGTERMs every service {@link spawnService} started that is still running, and waits up to `graceMs` (ms) for
- * them to exit, then SIGKILLs the rest. Without it a bench that threw (a service that never got ready, a timeout)
- * exited and left the others running, holding their ports, consumer groups and its terminal.
+ * Adds a child process a bench started itself (not through {@link spawnService}) to those {@link stopSpawned} stops
+ * when the bench ends. Returns `proc`.
+ */
+export function trackSpawned(proc: ChildProcess): ChildProcess {
+  spawned.add(proc);
+  proc.once('exit', () => spawned.delete(proc));
+  return proc;
+}
+
+/**
+ * SIGTERMs `proc` and resolves when it has exited; SIGKILLs it if it is still running after `graceMs` (ms). Resolves
+ * at once when it had already exited.
+ */
+export function stopProcess(proc: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const kill = setTimeout(() => proc.kill('SIGKILL'), graceMs);
+    proc.once('exit', () => {
+      clearTimeout(kill);
+      resolve();
+    });
+    proc.kill('SIGTERM');
+  });
+}
+
+/**
+ * Stops ({@link stopProcess}, `graceMs` in ms) every service this bench started that is still running. Without it a
+ * bench that threw (a service that never got ready, a timeout) exited and left the others running, holding their
+ * ports, consumer groups and its terminal.
  */
 export async function stopSpawned(graceMs = 10_000): Promise<void> {
-  const alive = [...spawned].filter((p) => p.exitCode === null && p.signalCode === null);
-  await Promise.all(
-    alive.map(
-      (p) =>
-        new Promise<void>((resolve) => {
-          const kill = setTimeout(() => p.kill('SIGKILL'), graceMs);
-          p.once('exit', () => {
-            clearTimeout(kill);
-            resolve();
-          });
-          p.kill('SIGTERM');
-        }),
-    ),
-  );
+  await Promise.all([...spawned].map((p) => stopProcess(p, graceMs)));
 }
 
 /**
@@ -338,8 +351,7 @@ export function spawnService(
     keepLines: 40,
     name: entry,
   });
-  spawned.add(proc);
-  proc.once('exit', () => spawned.delete(proc));
+  trackSpawned(proc);
   let stopping = false;
   const ended = () => proc.exitCode !== null || proc.signalCode !== null;
   return {
@@ -351,10 +363,10 @@ export function spawnService(
         ? `${entry} exited on its own (code ${proc.exitCode ?? proc.signalCode})`
         : undefined,
     peakRssMb: () => peakRssMb(proc.pid),
+    /** SIGTERM, then SIGKILL after 10 s ({@link stopProcess}); resolves when the process has exited. */
     stop: () => {
       stopping = true;
-      if (ended()) return Promise.resolve();
-      return new Promise<void>((r) => (proc.once('exit', () => r()), proc.kill('SIGTERM')));
+      return stopProcess(proc);
     },
   };
 }
