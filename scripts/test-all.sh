@@ -73,6 +73,13 @@ test_step "integration and e2e tests" npm run -s test:integration
 step "broker durability across SIGKILL (a separate local stack)"
 if infra/local/verify-durability.sh; then echo '{"passed":1,"failed":0,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; else echo '{"passed":0,"failed":1,"skipped":0}' >>"$KEYFLOW_TEST_SUMMARY"; step_failed 1; fi
 
+step "a second stack.sh up while Redis loads its AOF (a separate Redis)"
+if redis_out="$(infra/local/verify-redis-start.sh)"; then redis_rc=0; else redis_rc=1; fi
+echo "$redis_out"
+read -r redis_p redis_f < <(sed -n 's/^redis start: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' <<<"$redis_out") || true
+echo "{\"passed\":${redis_p:-0},\"failed\":${redis_f:-1},\"skipped\":0}" >>"$KEYFLOW_TEST_SUMMARY"
+((redis_rc == 0)) || step_failed 1
+
 # The week-one soak's sample (issue 39; the full one is `npm run soak -- --minutes 15`): retention and sweeps over a
 # blob store of 50,000 blobs, every request sent twice, a rolling restart to a new workflow version. It fails on a run
 # lost, an input dropped, a step executed twice or an approval taken twice; its latency figures are printed, not judged.
