@@ -390,8 +390,33 @@ redis_ping() { redis_up_reply "$(redis_reply)"; }
 # The Redis this script started is the one REDIS_URL names (it records the URL next to the pid).
 redis_ours() { alive redis && [[ "$(cat "$RUN_DIR/redis.url" 2>/dev/null)" == "$REDIS_URL" ]]; }
 
+# Waits until the Redis at REDIS_URL answers PONG (or NOAUTH); fails the start if the one this script started exits
+# ($2 = ours), or after 20 s without an answer (READY_TIMEOUT_S once it has answered LOADING). $1: its log, shown on
+# failure.
+redis_wait() {
+  local log_file=$1 ours=${2:-} t0=$SECONDS r limit=20
+  until r="$(redis_reply)"; redis_up_reply "$r"; do
+    [[ -z "$ours" ]] || alive redis || fail_start redis "$log_file" "process exited"
+    # -LOADING: it is reading its AOF back (millions of idempotency records after a day of benches take tens of
+    # seconds), which is progress: from the first such answer on, wait as long as for the other services (a probe
+    # that gets no answer meanwhile does not bring the 20 s back).
+    [[ "$r" == *LOADIN* ]] && limit=$READY_TIMEOUT_S
+    (( SECONDS - t0 > limit )) && fail_start redis "$log_file" "no PONG after ${limit}s"
+    sleep 0.1
+  done
+}
+
 redis_up() {
-  if redis_ours && redis_ping; then log "redis already running (pid $(pid_of redis)) at $REDIS_URL"; return 0; fi
+  if redis_ours; then
+    # Ours and running: up, or still loading its AOF (a second `up` meanwhile must not start another on its port).
+    redis_ping || { log "redis (pid $(pid_of redis)) is still starting at $REDIS_URL: waiting for it"; redis_wait "$RUN_DIR/redis/redis.log" ours; }
+    log "redis already running (pid $(pid_of redis)) at $REDIS_URL"; return 0
+  fi
+  if [[ -n "$(redis_reply)" ]] && ! redis_ping; then
+    # Something not started here answers but not PONG (e.g. -LOADING from a Redis reading its data back).
+    [[ -n "$REDIS_URL_GIVEN" ]] || die "port $(redis_port) answers ($(redis_reply | tr -d '\r\n')) but not from a Redis this script started; stop it, or set KEYFLOW_REDIS_PORT, or name it in REDIS_URL to reuse it"
+    log "redis at $REDIS_URL (given in REDIS_URL) is not ready yet: waiting for it"; redis_wait /dev/null
+  fi
   if redis_ping; then
     # A Redis this script did not start: reuse it only when the user named it in REDIS_URL.
     [[ -n "$REDIS_URL_GIVEN" ]] || die "port $(redis_port) answers as a Redis this script did not start; stop it, or set KEYFLOW_REDIS_PORT, or name it in REDIS_URL to reuse it"
@@ -418,16 +443,7 @@ redis_up() {
     --appendonly yes --appendfsync everysec --save "" --daemonize no >"$dir/redis.log" 2>&1 </dev/null &
   echo $! >"$RUN_DIR/redis.pid"
   echo "$REDIS_URL" >"$RUN_DIR/redis.url"
-  local t0=$SECONDS r limit=20
-  until r="$(redis_reply)"; redis_up_reply "$r"; do
-    alive redis || fail_start redis "$dir/redis.log" "process exited"
-    # -LOADING: it is reading its AOF back (millions of idempotency records after a day of benches take tens of
-    # seconds), which is progress: from the first such answer on, wait as long as for the other services (a probe
-    # that gets no answer meanwhile does not bring the 20 s back).
-    [[ "$r" == *LOADIN* ]] && limit=$READY_TIMEOUT_S
-    (( SECONDS - t0 > limit )) && fail_start redis "$dir/redis.log" "no PONG after ${limit}s"
-    sleep 0.1
-  done
+  redis_wait "$dir/redis.log" ours
   log "redis ready at $REDIS_URL (AOF in $dir/data)"
 }
 
