@@ -11,8 +11,10 @@ import {
   dlqTopicFor,
   listDlqTopics,
   readDlqLedger,
+  readDlqRecords,
   redrive,
   summarizeDlqs,
+  type RedriveFilter,
   type RedriveReport,
 } from '../../src';
 
@@ -409,5 +411,85 @@ describe('DLQ topics keep no record past the fences of its command', () => {
     } finally {
       await admin.disconnect();
     }
+  });
+});
+
+describe('a redrive narrowed to a DLQ partition or one offset reads only what the filter can match', () => {
+  const ns = new TestNamespace('redrive-narrow');
+  const codec = new EventCodec({
+    registryUrl: process.env.SCHEMA_REGISTRY_URL!,
+    topicPrefix: `${ns.prefix}.`,
+  });
+  let producer: Producer;
+  beforeAll(async () => {
+    producer = createIdempotentProducer(ns.kafka);
+    await producer.connect();
+  });
+  afterAll(async () => {
+    await producer?.disconnect();
+    await ns.cleanup();
+  });
+
+  it('scans one record for a partition and offset, one partition for a partition, nothing past the end', async () => {
+    const [original, dlq] = await ns.createTopics(
+      { name: 'task.narrow', numPartitions: 1 },
+      { name: 'task.narrow.dlq', numPartitions: 2 },
+    );
+    const dl = {
+      errorClass: 'TaskInputError',
+      errorMessage: 'bad',
+      attempts: 1,
+      firstFailureAt: 1,
+      lastFailureAt: 2,
+      consumerGroup: 'g',
+    };
+    const at = (key: string, partition: number) => ({
+      partition,
+      ...dlqMessage(
+        {
+          topic: original,
+          partition: 0,
+          offset: '0',
+          key: Buffer.from(key),
+          value: Buffer.from(key),
+          headers: {},
+        },
+        dl,
+      ),
+    });
+    await producer.send({
+      topic: dlq,
+      acks: -1,
+      messages: [
+        ...Array.from({ length: 30 }, (_, i) => at(`p0-${i}`, 0)),
+        ...Array.from({ length: 7 }, (_, i) => at(`p1-${i}`, 1)),
+      ],
+    });
+    const dryRun = (filter: RedriveFilter) =>
+      redrive(ns.kafka, {
+        dlqTopic: dlq,
+        producer,
+        dryRun: true,
+        filter,
+        logger: createLogger('redrive', { level: 'silent' }),
+        ledger: { codec, handledBy: 'redrive-test' },
+      });
+
+    const one = await dryRun({ partition: 0, offset: '17' });
+    expect(one).toMatchObject({ scanned: 1, moved: 1 });
+    expect(one.redriven).toEqual([expect.objectContaining({ partition: 0, offset: '17', key: 'p0-17' })]);
+    expect(await dryRun({ partition: 1 })).toMatchObject({ scanned: 7, moved: 7 });
+    // An offset without a partition: that offset of each partition.
+    const both = await dryRun({ offset: '3' });
+    expect(both).toMatchObject({ scanned: 2, moved: 2 });
+    expect(both.redriven.map((r) => r.key).sort()).toEqual(['p0-3', 'p1-3']);
+    expect(await dryRun({ partition: 1, offset: '7' })).toMatchObject({ scanned: 0, moved: 0 });
+    expect(await dryRun({ partition: 5 })).toMatchObject({ scanned: 0, moved: 0 });
+    // The view of records finds the same one.
+    const [record] = await readDlqRecords(ns.kafka, dlq, {
+      limit: 10,
+      filter: { partition: 0, offset: '17' },
+    });
+    expect(record).toMatchObject({ partition: 0, offset: '17', key: 'p0-17' });
   });
 });
