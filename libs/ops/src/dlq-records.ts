@@ -3,7 +3,7 @@ import type { EventCodec } from '@keyflow/contracts';
 import type { LogicalTopic } from '@keyflow/schemas';
 import { PII_MASK } from '@keyflow/workflow';
 import { DLQ_HEADERS, header } from './dlq-headers';
-import { matchesRedriveFilter, type RedriveFilter } from './redrive';
+import { matchesRedriveFilter, rangesFor, type RedriveFilter } from './redrive';
 import { handledEntryOf, type HandledEntry } from './dlq-ledger';
 import { lastStableOffsets, scanRanges } from './scan';
 
@@ -104,7 +104,7 @@ export async function describeDlqRecord(
 
 /**
  * Up to `limit` records of one DLQ topic (physical name) that match `filter`, in offset order per partition, read
- * read_committed up to the last stable offsets; with `pendingOnly`, those the ledger (`handled`) does not name.
+ * read_committed up to the last stable offsets (only the partition and offset the filter names, {@link rangesFor}); with `pendingOnly`, those the ledger (`handled`) does not name.
  * @throws kafkajs errors; UndecodableBatchError when a record batch cannot be decompressed
  */
 export async function readDlqRecords(
@@ -118,12 +118,7 @@ export async function readDlqRecords(
     handled?: ReadonlyMap<string, HandledEntry>;
   },
 ): Promise<DlqRecord[]> {
-  const ranges = (await lastStableOffsets(kafka, dlqTopic)).map((e) => ({
-    topic: dlqTopic,
-    partition: e.partition,
-    from: e.low,
-    to: e.end,
-  }));
+  const ranges = rangesFor(dlqTopic, await lastStableOffsets(kafka, dlqTopic), o.filter ?? {});
   const found: DlqRecord[] = [];
   await scanRanges(kafka, ranges, async (topic, partition, m) => {
     if (found.length >= o.limit) return false;

@@ -116,6 +116,33 @@ export function matchesRedriveFilter(
   );
 }
 
+/**
+ * The ranges of a DLQ topic a scan for `filter` must read, from its partitions' offsets (`ends`, from
+ * lastStableOffsets): with `filter.partition` that partition only, with `filter.offset` (a decimal offset) only that
+ * offset of each partition left; a partition with nothing left is not in the answer. Other fields of the filter (key,
+ * error class, times) are in the records' keys and headers, so every record of a partition is read for them.
+ */
+export function rangesFor(
+  dlqTopic: string,
+  ends: ReadonlyArray<{ partition: number; low: bigint; end: bigint }>,
+  filter: RedriveFilter,
+): Array<{ topic: string; partition: number; from: bigint; to: bigint }> {
+  let at: bigint | undefined;
+  if (filter.offset !== undefined) {
+    // Not an offset at all: no record can match (matchesRedriveFilter compares the text).
+    if (!/^(0|[1-9]\d*)$/.test(filter.offset)) return [];
+    at = BigInt(filter.offset);
+  }
+  const ranges = [];
+  for (const e of ends) {
+    if (filter.partition !== undefined && e.partition !== filter.partition) continue;
+    const from = at === undefined || at < e.low ? e.low : at;
+    const to = at === undefined || at + 1n > e.end ? e.end : at + 1n;
+    if (to > from) ranges.push({ topic: dlqTopic, partition: e.partition, from, to });
+  }
+  return ranges;
+}
+
 /** The options of {@link redrive}. */
 export interface RedriveOptions {
   dlqTopic: string;
@@ -148,7 +175,8 @@ export interface RedriveOptions {
  * `refusals`. Each record acted on gets
  * a DlqRecordHandled entry in the DLQ ledger (./dlq-ledger) after its send, so it stops counting as
  * pending, and a later redrive leaves it alone unless `includeHandled`. Reads the DLQ (read_committed) from the
- * beginning up to its last stable offsets at the start of the call (`scanRanges`: transactional DLQs, such as the
+ * beginning up to its last stable offsets at the start of the call, only the partition and offset the filter names
+ * when it names them ({@link rangesFor}) (`scanRanges`: transactional DLQs, such as the
  * orchestrator's wf.requests.dlq and task.results.dlq, hold markers and aborted records it passes over), at most
  * `ratePerSec` records per second, then returns. With `dryRun` nothing is sent: the report says what would be. A
  * crash between a record's send and its ledger entry leaves it pending: it may be redriven again, which the
@@ -188,7 +216,7 @@ export async function redrive(kafka: Kafka, opts: RedriveOptions): Promise<Redri
   };
   await scanRanges(
     kafka,
-    ends.map((e) => ({ topic: dlqTopic, partition: e.partition, from: e.low, to: e.end })),
+    rangesFor(dlqTopic, ends, filter),
     (_topic, partition, message) => redriveRecord(run, partition, message),
     { groupPrefix: 'keyflow-redrive' },
   );
