@@ -62,6 +62,7 @@ import {
 } from './errors';
 import { TaskInputError, TaskTimeoutError, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { LeaseRenewer } from './lease-renewer';
+import { HandlerSlots } from './handler-slots';
 import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
 import { decodeTask, taskInput } from './task-decode';
 import type { WorkerMetrics } from './metrics';
@@ -102,6 +103,11 @@ export interface ExecutorOptions {
    * an attempt's timeout starts when its handler does.
    */
   maxConcurrentHandlers: number;
+  /**
+   * Handler calls running at once for the tasks of one topic partition (WORKER_MAX_HANDLERS_PER_PARTITION), so that a
+   * partition whose handlers all hang never holds every slot (see {@link HandlerSlots}). Unset: no such bound.
+   */
+  maxHandlersPerPartition?: number;
   /** Source of randomness for jitter (tests). */
   random?: () => number;
   /**
@@ -185,21 +191,24 @@ export class TaskExecutor {
   /** The tasks' listeners on their partitions' revocation and their consumer's drain, one listener per signal. */
   private readonly aborts = new AbortFanout();
 
-  /** Slots of handler calls (see ExecutorOptions.maxConcurrentHandlers). */
-  private readonly handlerSlots: Semaphore;
+  /** Slots of handler calls (see ExecutorOptions.maxConcurrentHandlers and maxHandlersPerPartition). */
+  private readonly handlerSlots: HandlerSlots;
 
   constructor(private readonly o: ExecutorOptions) {
     this.serde = new PayloadSerde(o.codec, o.claimCheck);
     this.policy = retryPolicy(o.retry ?? { initialDelayMs: 100, maxDelayMs: 5_000 });
     this.renewer = new LeaseRenewer(o.store, o.logger);
-    this.handlerSlots = new Semaphore(o.maxConcurrentHandlers);
+    this.handlerSlots = new HandlerSlots(
+      o.maxConcurrentHandlers,
+      o.maxHandlersPerPartition ?? o.maxConcurrentHandlers,
+    );
     this.workerId = o.workerId ?? defaultWorkerId;
   }
 
   /** Handler calls running now, and attempts waiting for a slot (for the gauges). */
   handlerStats(): { running: number; waiting: number } {
     return {
-      running: this.o.maxConcurrentHandlers - this.handlerSlots.free,
+      running: this.handlerSlots.running,
       waiting: this.handlerSlots.waiting,
     };
   }
@@ -699,6 +708,7 @@ export class TaskExecutor {
       return { kind: 'dlq' as const, error: input, attempts: 0, firstFailureAt: Date.now() };
     const maxAttempts = Math.max(1, cmd.maxAttempts);
     const traced = trace.getSpan(t.context)?.isRecording() === true;
+    const part = this.handlerSlots.partition(t.m.topic, t.m.partition);
     /** Handler time across attempts (TaskCompleted.durationMs): not the waits for a slot, nor the backoffs. */
     let handlerMs = 0;
     let firstFailureAt = 0;
@@ -709,7 +719,7 @@ export class TaskExecutor {
         ? await this.flowAdmission(t, input, stop, draining)
         : undefined;
       try {
-        const slot = this.handlerSlot(stop, draining);
+        const slot = this.handlerSlot(part, stop, draining);
         if (slot) await slot;
       } catch (e) {
         if (permit) this.o.flow!.release(permit);
@@ -717,7 +727,7 @@ export class TaskExecutor {
       }
       // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
       // soon as the handler settles (before any backoff), at most once, and the handler's time is counted then.
-      const a = new Attempt(this.handlerSlots, permit && (() => this.o.flow!.release(permit)));
+      const a = new Attempt(this.handlerSlots, part, permit && (() => this.o.flow!.release(permit)));
       try {
         const result = await this.callHandler(t, handler, input, attempt, stop, traced, a);
         handlerMs += a.release();
@@ -868,21 +878,26 @@ export class TaskExecutor {
   }
 
   /**
-   * Takes a handler slot (ExecutorOptions.maxConcurrentHandlers): undefined when one was free (no turn, no promise),
+   * Takes a handler slot (ExecutorOptions.maxConcurrentHandlers; one of `part`'s too, the task's partition's, see
+   * {@link HandlerSlots}): undefined when one was free (no turn, no promise),
    * else a promise that resolves once one is handed over. Throws or rejects, taking none, when the attempts stop
    * (shutdown deadline, revocation, a lost lease: their reason) or, given `draining`, when the consumer drains
    * (ConsumerStoppingError: a handler not started by then does not start, and the message is redelivered), also
    * while waiting in line; once a slot is granted, re-checks the same before the handler runs. A wait in line makes
    * no AbortController and adds no listener of its own (see {@link AbortFanout}).
    */
-  private handlerSlot(stop: AttemptSignals, draining?: AbortSignal): Promise<void> | undefined {
+  private handlerSlot(
+    part: Semaphore | undefined,
+    stop: AttemptSignals,
+    draining?: AbortSignal,
+  ): Promise<void> | undefined {
     const check = () => {
       if (stop.stopped) throw stop.reason ?? new Error('stopping');
       draining?.throwIfAborted();
     };
     check();
-    if (this.handlerSlots.tryAcquire()) return undefined;
-    const wait = this.handlerSlots.enqueue();
+    if (this.handlerSlots.tryAcquire(part)) return undefined;
+    const wait = this.handlerSlots.enqueue(part);
     const offStop = stop.onStop((reason) => wait.cancel(reason));
     const offDrain = draining ? this.aborts.on(draining, () => wait.cancel(draining.reason)) : undefined;
     const done = () => {
@@ -895,7 +910,7 @@ export class TaskExecutor {
         try {
           check(); // granted in a turn where the attempts stopped or the drain began
         } catch (e) {
-          this.handlerSlots.release();
+          this.handlerSlots.release(part);
           throw e;
         }
       },
@@ -1102,7 +1117,9 @@ class Attempt {
   handlerSpan = UNRECORDED_SPAN;
 
   constructor(
-    private readonly slots: Semaphore,
+    private readonly slots: HandlerSlots,
+    /** The partition's slots the attempt holds one of, when the partitions are bounded. */
+    private readonly part: Semaphore | undefined,
     /** Gives the attempt's flow-control permit back, when it holds one. */
     private readonly releasePermit?: () => void,
   ) {}
@@ -1111,7 +1128,7 @@ class Attempt {
   release(): number {
     if (!this.holding) return 0;
     this.holding = false;
-    this.slots.release();
+    this.slots.release(this.part);
     this.releasePermit?.();
     return this.started > 0 ? Date.now() - this.started : 0;
   }

@@ -39,11 +39,17 @@ const Schema = z.object({
    */
   WORKER_MAX_IN_FLIGHT: z.coerce.number().int().min(1).optional(),
   /**
-   * The same, per partition. Kept below WORKER_MAX_CONCURRENT_HANDLERS, so that a partition whose handlers hang never
-   * holds every handler slot (the worker warns at startup when it does not). Unset: half the handler slots, at most
-   * 64.
+   * The same, per partition: how deep one partition's pipeline is (its begin calls, handlers, completion records and
+   * results in flight at once). Unset: the handler slots, at most 128.
    */
   WORKER_MAX_IN_FLIGHT_PER_PARTITION: blankAsUnset(z.coerce.number().int().min(1)),
+  /**
+   * Handler calls running at once for the tasks of one partition. Kept below WORKER_MAX_CONCURRENT_HANDLERS, so that a
+   * partition whose handlers hang never holds every handler slot (the worker warns at startup when it does not).
+   * Unset: WORKER_MAX_IN_FLIGHT_PER_PARTITION when that is set (it bounded them before this setting existed), else half
+   * the handler slots (at least 1).
+   */
+  WORKER_MAX_HANDLERS_PER_PARTITION: blankAsUnset(z.coerce.number().int().min(1)),
   /**
    * Handler calls running at once, per process (what downstream systems see). A task waiting for a slot holds its
    * lease, and its attempt timeout starts when its handler does. Unset: WORKER_MAX_IN_FLIGHT when that is set (it
@@ -147,11 +153,13 @@ export type WorkerConfig = Omit<
   | 'WORKER_MAX_IN_FLIGHT'
   | 'WORKER_MAX_CONCURRENT_HANDLERS'
   | 'WORKER_MAX_IN_FLIGHT_PER_PARTITION'
+  | 'WORKER_MAX_HANDLERS_PER_PARTITION'
 > & {
   WORKER_GROUP_ID: string;
   WORKER_MAX_IN_FLIGHT: number;
   WORKER_MAX_CONCURRENT_HANDLERS: number;
   WORKER_MAX_IN_FLIGHT_PER_PARTITION: number;
+  WORKER_MAX_HANDLERS_PER_PARTITION: number;
   brokers: string[];
   taskTypes: string[];
   kafkaSecurity: KafkaSecurity;
@@ -163,8 +171,14 @@ export type WorkerConfig = Omit<
 const DEFAULT_MAX_IN_FLIGHT = 512;
 /** Handler calls at once when neither WORKER_MAX_CONCURRENT_HANDLERS nor WORKER_MAX_IN_FLIGHT is set. */
 const DEFAULT_MAX_CONCURRENT_HANDLERS = 128;
-/** Largest default of WORKER_MAX_IN_FLIGHT_PER_PARTITION (otherwise half the handler slots). */
-const MAX_DEFAULT_IN_FLIGHT_PER_PARTITION = 64;
+/**
+ * Largest default of WORKER_MAX_IN_FLIGHT_PER_PARTITION (otherwise the handler slots). 128 rather than 64
+ * (2026-12-07): with 64 a worker draining a backlog idled through its Redis and produce round trips (19 % of its main
+ * thread); 128 gave 0.63-0.84 of the library ceiling against 0.56-0.74 in seven alternated pairs of `bench:worker`
+ * (docs/benchmarks/history.md). Handler calls are bounded apart from it (WORKER_MAX_CONCURRENT_HANDLERS, and per
+ * partition WORKER_MAX_HANDLERS_PER_PARTITION).
+ */
+const MAX_DEFAULT_IN_FLIGHT_PER_PARTITION = 128;
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
 export class WorkerConfigError extends SettingsError {
@@ -203,8 +217,12 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     WORKER_MAX_IN_FLIGHT: c.WORKER_MAX_IN_FLIGHT ?? DEFAULT_MAX_IN_FLIGHT,
     WORKER_MAX_CONCURRENT_HANDLERS: handlers,
     WORKER_MAX_IN_FLIGHT_PER_PARTITION:
+      c.WORKER_MAX_IN_FLIGHT_PER_PARTITION ?? Math.min(MAX_DEFAULT_IN_FLIGHT_PER_PARTITION, handlers),
+    // A per-partition in-flight bound that is set bounded one partition's handlers before this setting existed.
+    WORKER_MAX_HANDLERS_PER_PARTITION:
+      c.WORKER_MAX_HANDLERS_PER_PARTITION ??
       c.WORKER_MAX_IN_FLIGHT_PER_PARTITION ??
-      Math.max(1, Math.min(MAX_DEFAULT_IN_FLIGHT_PER_PARTITION, Math.floor(handlers / 2))),
+      Math.max(1, Math.floor(handlers / 2)),
     ...connections,
     redis: connections.redis!, // REDIS_URL is required above
     brokers: brokerList(c.KAFKA_BROKERS),

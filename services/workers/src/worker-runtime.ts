@@ -155,6 +155,7 @@ export class TaskWorker {
       groupId: this.cfg.WORKER_GROUP_ID,
       retry: { initialDelayMs: this.cfg.WORKER_RETRY_INITIAL_MS, maxDelayMs: this.cfg.WORKER_RETRY_MAX_MS },
       maxConcurrentHandlers: this.cfg.WORKER_MAX_CONCURRENT_HANDLERS,
+      maxHandlersPerPartition: this.cfg.WORKER_MAX_HANDLERS_PER_PARTITION,
       flow: this.startFlowControl(),
       flowWaitReportMs: this.cfg.WORKER_FLOW_WAIT_REPORT_MS,
     });
@@ -297,15 +298,19 @@ export class TaskWorker {
       });
   }
 
-  /** Warns when one partition's in-flight bound can take every handler slot. */
+  /** Warns when one partition's tasks can take every handler slot. */
   private warnPartitionSlots(): void {
-    if (this.cfg.WORKER_MAX_IN_FLIGHT_PER_PARTITION >= this.cfg.WORKER_MAX_CONCURRENT_HANDLERS)
+    if (
+      Math.min(this.cfg.WORKER_MAX_HANDLERS_PER_PARTITION, this.cfg.WORKER_MAX_IN_FLIGHT_PER_PARTITION) >=
+      this.cfg.WORKER_MAX_CONCURRENT_HANDLERS
+    )
       this.log.warn(
         {
+          WORKER_MAX_HANDLERS_PER_PARTITION: this.cfg.WORKER_MAX_HANDLERS_PER_PARTITION,
           WORKER_MAX_IN_FLIGHT_PER_PARTITION: this.cfg.WORKER_MAX_IN_FLIGHT_PER_PARTITION,
           WORKER_MAX_CONCURRENT_HANDLERS: this.cfg.WORKER_MAX_CONCURRENT_HANDLERS,
         },
-        'one partition can hold every handler slot: a partition whose handlers hang stalls the others (set the per-partition bound lower)',
+        'one partition can hold every handler slot: a partition whose handlers hang stalls the others (set WORKER_MAX_HANDLERS_PER_PARTITION lower)',
       );
   }
 

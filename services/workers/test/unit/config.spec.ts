@@ -64,20 +64,35 @@ describe('worker configuration', () => {
     const d = loadWorkerConfig(base);
     expect(d.WORKER_MAX_CONCURRENT_HANDLERS).toBe(128);
     // The defaults keep one partition from holding every handler slot.
-    expect(d.WORKER_MAX_IN_FLIGHT_PER_PARTITION).toBeLessThan(d.WORKER_MAX_CONCURRENT_HANDLERS);
+    expect(d.WORKER_MAX_HANDLERS_PER_PARTITION).toBeLessThan(d.WORKER_MAX_CONCURRENT_HANDLERS);
     expect(d.WORKER_MAX_IN_FLIGHT).toBeGreaterThan(d.WORKER_MAX_CONCURRENT_HANDLERS);
     expect(loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT: '1000' }).WORKER_MAX_CONCURRENT_HANDLERS).toBe(
       1000,
     );
-    // Unset, the per-partition bound is half the handler slots (at most 64), so one partition never holds them all.
-    expect(d.WORKER_MAX_IN_FLIGHT_PER_PARTITION).toBe(64);
+    // Unset, a partition's handlers are half the handler slots, so one partition never holds them all; its pipeline
+    // (in flight) is as deep as the handler slots, at most 128.
+    expect([d.WORKER_MAX_HANDLERS_PER_PARTITION, d.WORKER_MAX_IN_FLIGHT_PER_PARTITION]).toEqual([64, 128]);
     const small = loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT: '48' });
-    expect([small.WORKER_MAX_CONCURRENT_HANDLERS, small.WORKER_MAX_IN_FLIGHT_PER_PARTITION]).toEqual([
-      48, 24,
-    ]);
+    expect([
+      small.WORKER_MAX_CONCURRENT_HANDLERS,
+      small.WORKER_MAX_HANDLERS_PER_PARTITION,
+      small.WORKER_MAX_IN_FLIGHT_PER_PARTITION,
+    ]).toEqual([48, 24, 48]);
+    const one = loadWorkerConfig({ ...base, WORKER_MAX_CONCURRENT_HANDLERS: '1' });
+    expect([one.WORKER_MAX_HANDLERS_PER_PARTITION, one.WORKER_MAX_IN_FLIGHT_PER_PARTITION]).toEqual([1, 1]);
+    // A per-partition in-flight bound that is set bounds the partition's handlers too (as before the setting),
+    // unless WORKER_MAX_HANDLERS_PER_PARTITION says otherwise.
     expect(
-      loadWorkerConfig({ ...base, WORKER_MAX_CONCURRENT_HANDLERS: '1' }).WORKER_MAX_IN_FLIGHT_PER_PARTITION,
-    ).toBe(1);
+      loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT_PER_PARTITION: '16' })
+        .WORKER_MAX_HANDLERS_PER_PARTITION,
+    ).toBe(16);
+    expect(
+      loadWorkerConfig({
+        ...base,
+        WORKER_MAX_IN_FLIGHT_PER_PARTITION: '16',
+        WORKER_MAX_HANDLERS_PER_PARTITION: '4',
+      }).WORKER_MAX_HANDLERS_PER_PARTITION,
+    ).toBe(4);
     expect(
       loadWorkerConfig({ ...base, WORKER_MAX_IN_FLIGHT_PER_PARTITION: '200' })
         .WORKER_MAX_IN_FLIGHT_PER_PARTITION,
