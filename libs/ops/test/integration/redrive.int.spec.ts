@@ -214,6 +214,16 @@ describe('redrive of a record at the size limit of its topic', () => {
   });
 });
 
+/** The triage of a DLQ record the tests below write (a command no retry fixes). */
+const DEAD_LETTER = {
+  errorClass: 'TaskInputError',
+  errorMessage: 'bad',
+  attempts: 1,
+  firstFailureAt: 1,
+  lastFailureAt: 2,
+  consumerGroup: 'g',
+};
+
 describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ's own source topic", () => {
   const ns = new TestNamespace('redrive-own');
   const prefix = `${ns.prefix}.`;
@@ -239,14 +249,7 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
     expect(await listDlqTopics(ns.kafka, prefix)).toEqual([chargeDlq]);
     expect(await listDlqTopics(ns.kafka, prefix, new Set(['wf.requests.dlq']))).toEqual([]);
 
-    const dl = {
-      errorClass: 'TaskInputError',
-      errorMessage: 'bad',
-      attempts: 1,
-      firstFailureAt: 1,
-      lastFailureAt: 2,
-      consumerGroup: 'g',
-    };
+    const dl = DEAD_LETTER;
     const at = (topic: string, key: string) =>
       dlqMessage(
         { topic, partition: 0, offset: '0', key: Buffer.from(key), value: Buffer.from(key), headers: {} },
@@ -365,6 +368,61 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
     });
     expect(discarded).toMatchObject({ moved: 2, refused: 0 });
   });
+
+  it('a redrive narrowed to a partition or an offset reads only what its filter can match: one record, one partition, nothing past the end', async () => {
+    const [original, dlq] = await ns.createTopics(
+      { name: 'task.narrow', numPartitions: 1 },
+      { name: 'task.narrow.dlq', numPartitions: 2 },
+    );
+    const at = (key: string, partition: number) => ({
+      partition,
+      ...dlqMessage(
+        {
+          topic: original,
+          partition: 0,
+          offset: '0',
+          key: Buffer.from(key),
+          value: Buffer.from(key),
+          headers: {},
+        },
+        DEAD_LETTER,
+      ),
+    });
+    await producer.send({
+      topic: dlq,
+      acks: -1,
+      messages: [
+        ...Array.from({ length: 30 }, (_, i) => at(`p0-${i}`, 0)),
+        ...Array.from({ length: 7 }, (_, i) => at(`p1-${i}`, 1)),
+      ],
+    });
+    const dryRun = (filter: RedriveFilter) =>
+      redrive(ns.kafka, {
+        dlqTopic: dlq,
+        producer,
+        dryRun: true,
+        filter,
+        logger: createLogger('redrive', { level: 'silent' }),
+        ledger: { codec, handledBy: 'redrive-test' },
+      });
+
+    const one = await dryRun({ partition: 0, offset: '17' });
+    expect(one).toMatchObject({ scanned: 1, moved: 1 });
+    expect(one.redriven).toEqual([expect.objectContaining({ partition: 0, offset: '17', key: 'p0-17' })]);
+    expect(await dryRun({ partition: 1 })).toMatchObject({ scanned: 7, moved: 7 });
+    // An offset without a partition: that offset of each partition.
+    const both = await dryRun({ offset: '3' });
+    expect(both).toMatchObject({ scanned: 2, moved: 2 });
+    expect(both.redriven.map((r) => r.key).sort()).toEqual(['p0-3', 'p1-3']);
+    expect(await dryRun({ partition: 1, offset: '7' })).toMatchObject({ scanned: 0, moved: 0 });
+    expect(await dryRun({ partition: 5 })).toMatchObject({ scanned: 0, moved: 0 });
+    // The view of records finds the same one.
+    const [record] = await readDlqRecords(ns.kafka, dlq, {
+      limit: 10,
+      filter: { partition: 0, offset: '17' },
+    });
+    expect(record).toMatchObject({ partition: 0, offset: '17', key: 'p0-17' });
+  });
 });
 
 describe('DLQ topics keep no record past the fences of its command', () => {
@@ -411,85 +469,5 @@ describe('DLQ topics keep no record past the fences of its command', () => {
     } finally {
       await admin.disconnect();
     }
-  });
-});
-
-describe('a redrive narrowed to a DLQ partition or one offset reads only what the filter can match', () => {
-  const ns = new TestNamespace('redrive-narrow');
-  const codec = new EventCodec({
-    registryUrl: process.env.SCHEMA_REGISTRY_URL!,
-    topicPrefix: `${ns.prefix}.`,
-  });
-  let producer: Producer;
-  beforeAll(async () => {
-    producer = createIdempotentProducer(ns.kafka);
-    await producer.connect();
-  });
-  afterAll(async () => {
-    await producer?.disconnect();
-    await ns.cleanup();
-  });
-
-  it('scans one record for a partition and offset, one partition for a partition, nothing past the end', async () => {
-    const [original, dlq] = await ns.createTopics(
-      { name: 'task.narrow', numPartitions: 1 },
-      { name: 'task.narrow.dlq', numPartitions: 2 },
-    );
-    const dl = {
-      errorClass: 'TaskInputError',
-      errorMessage: 'bad',
-      attempts: 1,
-      firstFailureAt: 1,
-      lastFailureAt: 2,
-      consumerGroup: 'g',
-    };
-    const at = (key: string, partition: number) => ({
-      partition,
-      ...dlqMessage(
-        {
-          topic: original,
-          partition: 0,
-          offset: '0',
-          key: Buffer.from(key),
-          value: Buffer.from(key),
-          headers: {},
-        },
-        dl,
-      ),
-    });
-    await producer.send({
-      topic: dlq,
-      acks: -1,
-      messages: [
-        ...Array.from({ length: 30 }, (_, i) => at(`p0-${i}`, 0)),
-        ...Array.from({ length: 7 }, (_, i) => at(`p1-${i}`, 1)),
-      ],
-    });
-    const dryRun = (filter: RedriveFilter) =>
-      redrive(ns.kafka, {
-        dlqTopic: dlq,
-        producer,
-        dryRun: true,
-        filter,
-        logger: createLogger('redrive', { level: 'silent' }),
-        ledger: { codec, handledBy: 'redrive-test' },
-      });
-
-    const one = await dryRun({ partition: 0, offset: '17' });
-    expect(one).toMatchObject({ scanned: 1, moved: 1 });
-    expect(one.redriven).toEqual([expect.objectContaining({ partition: 0, offset: '17', key: 'p0-17' })]);
-    expect(await dryRun({ partition: 1 })).toMatchObject({ scanned: 7, moved: 7 });
-    // An offset without a partition: that offset of each partition.
-    const both = await dryRun({ offset: '3' });
-    expect(both).toMatchObject({ scanned: 2, moved: 2 });
-    expect(both.redriven.map((r) => r.key).sort()).toEqual(['p0-3', 'p1-3']);
-    expect(await dryRun({ partition: 1, offset: '7' })).toMatchObject({ scanned: 0, moved: 0 });
-    expect(await dryRun({ partition: 5 })).toMatchObject({ scanned: 0, moved: 0 });
-    // The view of records finds the same one.
-    const [record] = await readDlqRecords(ns.kafka, dlq, {
-      limit: 10,
-      filter: { partition: 0, offset: '17' },
-    });
-    expect(record).toMatchObject({ partition: 0, offset: '17', key: 'p0-17' });
   });
 });
