@@ -1,6 +1,15 @@
 import { Semaphore, type SlotWait } from '@keyflow/kafka';
 
 /**
+ * Which slots a call takes or gives back: both (the partition's, then the process's), or one of them alone (a
+ * flow-limited task takes its partition's before its admission and the process's after, see TaskExecutor).
+ */
+export type SlotStep = 'both' | 'partition' | 'process';
+
+/** A wait granted at once (a partition step without a per-partition bound). */
+const GRANTED: SlotWait = { granted: Promise.resolve(), cancel: () => false };
+
+/**
  * The handler slots of a task executor: at most `total` handler calls at once in the process
  * (WORKER_MAX_CONCURRENT_HANDLERS), and at most `perPartition` of them for the tasks of one topic partition
  * (WORKER_MAX_HANDLERS_PER_PARTITION), so that a partition whose handlers all hang never holds every slot and the
@@ -32,9 +41,11 @@ export class HandlerSlots {
     return this.total - this.all.free;
   }
 
-  /** Attempts waiting for a slot, in the process's line (those in a partition's line are not counted). */
+  /** Attempts waiting for a slot, in the process's line or in a partition's (walks the partitions: for gauges). */
   get waiting(): number {
-    return this.all.waiting;
+    let n = this.all.waiting;
+    for (const ofTopic of this.parts.values()) for (const p of ofTopic) n += p?.waiting ?? 0;
+    return n;
   }
 
   /** The slots of `topic` partition `partition`, or undefined without a per-partition bound. */
@@ -45,8 +56,13 @@ export class HandlerSlots {
     return (ofTopic[partition] ??= new Semaphore(this.perPartition));
   }
 
-  /** Takes a slot at once when both `part`'s and the process's have one free; else takes nothing and returns false. */
-  tryAcquire(part: Semaphore | undefined): boolean {
+  /**
+   * Takes the slots of `step` at once when they are free (`both`: `part`'s and the process's); else takes nothing and
+   * returns false.
+   */
+  tryAcquire(part: Semaphore | undefined, step: SlotStep = 'both'): boolean {
+    if (step === 'process') return this.all.tryAcquire();
+    if (step === 'partition') return part ? part.tryAcquire() : true;
     if (part && !part.tryAcquire()) return false;
     if (this.all.tryAcquire()) return true;
     part?.release();
@@ -54,12 +70,14 @@ export class HandlerSlots {
   }
 
   /**
-   * Waits in line for a slot: `granted` resolves once both are held. `cancel(reason)` (while not granted) rejects
+   * Waits in line for the slots of `step`: `granted` resolves once they are held (`both`: the partition's, then the
+   * process's). `cancel(reason)` (while not granted) rejects
    * `granted` with `reason` and holds nothing afterwards (a partition slot already taken is given back); false once
    * granted or cancelled.
    */
-  enqueue(part: Semaphore | undefined): SlotWait {
-    if (!part) return this.all.enqueue();
+  enqueue(part: Semaphore | undefined, step: SlotStep = 'both'): SlotWait {
+    if (step === 'partition') return part ? part.enqueue() : GRANTED;
+    if (step === 'process' || !part) return this.all.enqueue();
     let stage: 'partition' | 'process' | 'granted' | 'cancelled' = 'partition';
     let wait = part.enqueue();
     let rejectGranted!: (reason: unknown) => void;
@@ -97,9 +115,9 @@ export class HandlerSlots {
     };
   }
 
-  /** Gives back the slot taken for `part` (the value given to tryAcquire or enqueue). */
-  release(part: Semaphore | undefined): void {
-    this.all.release();
-    part?.release();
+  /** Gives back the slots of `step` taken for `part` (the value given to tryAcquire or enqueue). */
+  release(part: Semaphore | undefined, step: SlotStep = 'both'): void {
+    if (step !== 'partition') this.all.release();
+    if (step !== 'process') part?.release();
   }
 }

@@ -28,7 +28,7 @@ export {
 } from './idempotency-health';
 export { LeaseRenewer } from './lease-renewer';
 export { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
-export { HandlerSlots } from './handler-slots';
+export { HandlerSlots, type SlotStep } from './handler-slots';
 export { decodeTask, taskInput } from './task-decode';
 export {
   OutputNotJsonError,

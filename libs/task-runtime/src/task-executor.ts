@@ -62,7 +62,7 @@ import {
 } from './errors';
 import { TaskInputError, TaskTimeoutError, type TaskContext, type TaskHandlerFn } from '@keyflow/handler';
 import { LeaseRenewer } from './lease-renewer';
-import { HandlerSlots } from './handler-slots';
+import { HandlerSlots, type SlotStep } from './handler-slots';
 import { AbortFanout, AttemptSignals, type AttemptSignal } from './attempt-signals';
 import { decodeTask, taskInput } from './task-decode';
 import type { WorkerMetrics } from './metrics';
@@ -715,14 +715,22 @@ export class TaskExecutor {
     for (let attempt = 1; ; attempt++) {
       // Draining stops only a task whose handler has not run yet; one between attempts goes on as before.
       const draining = attempt === 1 ? t.hc.draining : undefined;
-      const permit = this.o.flow?.limits(cmd.taskType)
-        ? await this.flowAdmission(t, input, stop, draining)
-        : undefined;
+      const limited = this.o.flow?.limits(cmd.taskType) === true;
+      // A flow-limited task takes its partition's handler slot before its admission: a task waiting behind its
+      // partition's handlers must not hold a flow permit (a share of its type across every worker) meanwhile.
+      const early = limited && part !== undefined;
+      if (early) {
+        const slot = this.handlerSlot(part, stop, draining, 'partition');
+        if (slot) await slot;
+      }
+      let permit: FlowPermit | undefined;
       try {
-        const slot = this.handlerSlot(part, stop, draining);
+        if (limited) permit = await this.flowAdmission(t, input, stop, draining);
+        const slot = this.handlerSlot(part, stop, draining, early ? 'process' : 'both');
         if (slot) await slot;
       } catch (e) {
         if (permit) this.o.flow!.release(permit);
+        if (early) this.handlerSlots.release(part, 'partition');
         throw e;
       }
       // Everything from here runs inside the try, so the slot is given back whatever throws; it is given back as
@@ -879,7 +887,7 @@ export class TaskExecutor {
 
   /**
    * Takes a handler slot (ExecutorOptions.maxConcurrentHandlers; one of `part`'s too, the task's partition's, see
-   * {@link HandlerSlots}): undefined when one was free (no turn, no promise),
+   * {@link HandlerSlots}; `step` one of the two alone): undefined when one was free (no turn, no promise),
    * else a promise that resolves once one is handed over. Throws or rejects, taking none, when the attempts stop
    * (shutdown deadline, revocation, a lost lease: their reason) or, given `draining`, when the consumer drains
    * (ConsumerStoppingError: a handler not started by then does not start, and the message is redelivered), also
@@ -889,15 +897,16 @@ export class TaskExecutor {
   private handlerSlot(
     part: Semaphore | undefined,
     stop: AttemptSignals,
-    draining?: AbortSignal,
+    draining: AbortSignal | undefined,
+    step: SlotStep = 'both',
   ): Promise<void> | undefined {
     const check = () => {
       if (stop.stopped) throw stop.reason ?? new Error('stopping');
       draining?.throwIfAborted();
     };
     check();
-    if (this.handlerSlots.tryAcquire(part)) return undefined;
-    const wait = this.handlerSlots.enqueue(part);
+    if (this.handlerSlots.tryAcquire(part, step)) return undefined;
+    const wait = this.handlerSlots.enqueue(part, step);
     const offStop = stop.onStop((reason) => wait.cancel(reason));
     const offDrain = draining ? this.aborts.on(draining, () => wait.cancel(draining.reason)) : undefined;
     const done = () => {
@@ -910,7 +919,7 @@ export class TaskExecutor {
         try {
           check(); // granted in a turn where the attempts stopped or the drain began
         } catch (e) {
-          this.handlerSlots.release(part);
+          this.handlerSlots.release(part, step);
           throw e;
         }
       },

@@ -47,7 +47,7 @@ const Schema = z.object({
    * Handler calls running at once for the tasks of one partition. Kept below WORKER_MAX_CONCURRENT_HANDLERS, so that a
    * partition whose handlers hang never holds every handler slot (the worker warns at startup when it does not).
    * Unset: WORKER_MAX_IN_FLIGHT_PER_PARTITION when that is set (it bounded them before this setting existed), else half
-   * the handler slots (at least 1).
+   * the handler slots (at least 1, at most 64).
    */
   WORKER_MAX_HANDLERS_PER_PARTITION: blankAsUnset(z.coerce.number().int().min(1)),
   /**
@@ -179,6 +179,9 @@ const DEFAULT_MAX_CONCURRENT_HANDLERS = 128;
  * partition WORKER_MAX_HANDLERS_PER_PARTITION).
  */
 const MAX_DEFAULT_IN_FLIGHT_PER_PARTITION = 128;
+/** Largest default of WORKER_MAX_HANDLERS_PER_PARTITION (otherwise half the handler slots), as the per-partition
+ * in-flight bound's was when it also bounded one partition's handlers. */
+const MAX_DEFAULT_HANDLERS_PER_PARTITION = 64;
 
 /** Configuration was invalid: the message lists every bad variable. Not retryable. */
 export class WorkerConfigError extends SettingsError {
@@ -222,7 +225,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     WORKER_MAX_HANDLERS_PER_PARTITION:
       c.WORKER_MAX_HANDLERS_PER_PARTITION ??
       c.WORKER_MAX_IN_FLIGHT_PER_PARTITION ??
-      Math.max(1, Math.floor(handlers / 2)),
+      Math.max(1, Math.min(MAX_DEFAULT_HANDLERS_PER_PARTITION, Math.floor(handlers / 2))),
     ...connections,
     redis: connections.redis!, // REDIS_URL is required above
     brokers: brokerList(c.KAFKA_BROKERS),

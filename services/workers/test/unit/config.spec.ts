@@ -78,6 +78,12 @@ describe('worker configuration', () => {
       small.WORKER_MAX_HANDLERS_PER_PARTITION,
       small.WORKER_MAX_IN_FLIGHT_PER_PARTITION,
     ]).toEqual([48, 24, 48]);
+    // As before the setting, at most 64 of one partition's handlers by default, however many slots.
+    for (const env of [{ WORKER_MAX_CONCURRENT_HANDLERS: '256' }, { WORKER_MAX_IN_FLIGHT: '1000' }])
+      expect(loadWorkerConfig({ ...base, ...env }).WORKER_MAX_HANDLERS_PER_PARTITION).toBe(64);
+    expect(
+      loadWorkerConfig({ ...base, WORKER_MAX_CONCURRENT_HANDLERS: '130' }).WORKER_MAX_HANDLERS_PER_PARTITION,
+    ).toBe(64);
     const one = loadWorkerConfig({ ...base, WORKER_MAX_CONCURRENT_HANDLERS: '1' });
     expect([one.WORKER_MAX_HANDLERS_PER_PARTITION, one.WORKER_MAX_IN_FLIGHT_PER_PARTITION]).toEqual([1, 1]);
     // A per-partition in-flight bound that is set bounds the partition's handlers too (as before the setting),

@@ -90,4 +90,33 @@ describe('HandlerSlots: handler calls bounded per process and per partition', ()
     expect(slots.running).toBe(1);
     expect(slots.tryAcquire(b)).toBe(true);
   });
+
+  it("takes and gives back one step alone (a partition's slot, then the process's), and counts both lines as waiting", async () => {
+    const slots = new HandlerSlots(2, 1);
+    const a = slots.partition('t', 0);
+    const b = slots.partition('t', 1);
+    expect(slots.tryAcquire(a, 'partition')).toBe(true);
+    expect(slots.running).toBe(0); // the process's slot not taken yet
+    expect(slots.tryAcquire(a, 'partition')).toBe(false);
+    const behind = slots.enqueue(a, 'partition');
+    expect(slots.waiting).toBe(1);
+    expect(slots.tryAcquire(a, 'process')).toBe(true);
+    expect(slots.tryAcquire(b)).toBe(true);
+    const inProcess = slots.enqueue(b, 'process');
+    expect(slots.waiting).toBe(2);
+    slots.release(a); // both of a's: its partition slot goes to `behind`, its process slot to `inProcess`
+    await behind.granted;
+    await inProcess.granted;
+    expect(slots.waiting).toBe(0);
+    expect(slots.running).toBe(2);
+    slots.release(a, 'partition');
+    slots.release(b, 'process');
+    slots.release(b);
+    expect(slots.running).toBe(0);
+    // Without a per-partition bound the partition step takes nothing and is granted at once.
+    const open = new HandlerSlots(2, 2);
+    expect(open.tryAcquire(open.partition('t', 0), 'partition')).toBe(true);
+    await open.enqueue(undefined, 'partition').granted;
+    expect(open.running).toBe(0);
+  });
 });

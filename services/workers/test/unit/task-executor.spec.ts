@@ -10,6 +10,8 @@ import {
   LeaseLostError,
   MAX_WAVE_TASKS,
   TaskExecutor,
+  type ExecutorOptions,
+  type FlowLimiter,
   workerMetrics,
   type StoredOutcome,
 } from '@keyflow/task-runtime';
@@ -101,7 +103,10 @@ class FakeResults {
   }
 }
 
-function setup(handlers: Record<string, TaskHandlerFn>) {
+function setup(
+  handlers: Record<string, TaskHandlerFn>,
+  bounds: Partial<Pick<ExecutorOptions, 'maxConcurrentHandlers' | 'maxHandlersPerPartition' | 'flow'>> = {},
+) {
   const store = new FakeStore();
   const results = new FakeResults();
   const dlq: Array<{ topic: string; messages: unknown[] }> = [];
@@ -122,6 +127,7 @@ function setup(handlers: Record<string, TaskHandlerFn>) {
     groupId: 'g',
     retry: { initialDelayMs: 1, maxDelayMs: 1 },
     maxConcurrentHandlers: 64,
+    ...bounds,
     random: () => 0,
     workerId: 'test-worker',
   });
@@ -132,10 +138,10 @@ function setup(handlers: Record<string, TaskHandlerFn>) {
     redeliveries: 0,
   };
   let offset = 0;
-  const handle = (cmd: TaskCommand) => {
+  const handle = (cmd: TaskCommand, partition = 0) => {
     const m: ConsumedMessage = {
       topic: `task.${cmd.taskType}`,
-      partition: 0,
+      partition,
       offset: String(offset++),
       key: Buffer.from(cmd.runId),
       value: Buffer.from(JSON.stringify(cmd)),
@@ -149,6 +155,15 @@ function setup(handlers: Record<string, TaskHandlerFn>) {
       .filter((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))
       .reduce((s, v) => s + v.value, 0);
   return { executor, store, results, dlq, handle, count };
+}
+
+/** Waits, a turn of the event loop at a time (at most 1,000), until `cond` holds. */
+async function until(what: string, cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 1_000; i++) {
+    if (cond()) return;
+    await new Promise((r) => setImmediate(r));
+  }
+  throw new Error(`never happened: ${what}`);
 }
 
 let n = 0;
@@ -286,5 +301,42 @@ describe('TaskExecutor (against fakes of the store, the producers and the codec)
       idempotencyKey: cmd.idempotencyKey,
       correlationId: cmd.metadata.correlationId,
     });
+  });
+
+  it("a flow-limited task waiting behind its partition's handlers holds no admission; another partition's is admitted", async () => {
+    let admitted = 0;
+    let released = 0;
+    const flow = {
+      limits: (type: string) => type === 'limited',
+      keyOf: () => 'k',
+      admit: async () => (admitted++, { n: admitted }),
+      release: () => void released++,
+    } as unknown as FlowLimiter;
+    const gates: Array<() => void> = [];
+    const { executor, handle } = setup(
+      { limited: () => new Promise<null>((r) => gates.push(() => r(null))) },
+      { maxConcurrentHandlers: 4, maxHandlersPerPartition: 2, flow },
+    );
+    const onPartition0 = Array.from({ length: 5 }, () => handle(command('limited', {}), 0));
+    await until('two handlers of partition 0 to start', () => gates.length === 2);
+    // Three wait for partition 0's slots: none of them took an admission meanwhile.
+    expect(admitted).toBe(2);
+    expect(executor.handlerStats()).toEqual({ running: 2, waiting: 3 });
+    const onPartition1 = handle(command('limited', {}), 1);
+    await until("partition 1's handler to start", () => gates.length === 3);
+    expect(admitted).toBe(3);
+    // Each handler let go as it starts: the three that waited are admitted then, one by one.
+    await until('every task to be admitted', () => {
+      while (gates.length > 0) gates.shift()!();
+      return admitted === 6;
+    });
+    await until('the last handlers to start', () => {
+      while (gates.length > 0) gates.shift()!();
+      return executor.handlerStats().waiting === 0;
+    });
+    while (gates.length > 0) gates.shift()!();
+    await Promise.all([...onPartition0, onPartition1]);
+    expect(released).toBe(6);
+    expect(executor.handlerStats()).toEqual({ running: 0, waiting: 0 });
   });
 });
