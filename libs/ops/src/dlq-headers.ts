@@ -41,6 +41,12 @@ export interface DeadLetter {
 export const dlqRecordId = (physicalDlqTopic: string, partition: number, offset: string) =>
   `${physicalDlqTopic}/${partition}/${offset}`;
 
+/**
+ * Whether `text` is a Kafka offset's decimal text: digits, no sign, no leading zero (`05`, `5.0`, ` 5` and the empty
+ * text would all be 5 to `Number` or `BigInt`, and name no record of their own).
+ */
+export const isOffsetText = (text: string): boolean => /^(0|[1-9]\d*)$/.test(text);
+
 /** `task.extract` -> `task.extract.dlq`. */
 export const dlqTopicFor = (topic: string) => `${topic}.dlq`;
 

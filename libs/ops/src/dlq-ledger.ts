@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { ensureTopics, type Admin, type Kafka, type Message } from '@keyflow/kafka';
 import { DecodeError, newMetadata, type EventCodec } from '@keyflow/contracts';
 import { Topic, type DlqRecordHandled, type DlqTopic } from '@keyflow/schemas';
-import { dlqRecordId } from './dlq-headers';
+import { dlqRecordId, isOffsetText } from './dlq-headers';
 import { lastStableOffsets, scanRanges } from './scan';
 
 /** What was done to a DLQ record: REDRIVEN (re-published to its original topic) or DISCARDED. */
@@ -358,7 +358,7 @@ function parseRecordId(id: string): { partitionKey: string; offset: number } | u
   const cut = id.lastIndexOf('/');
   if (cut <= 0) return undefined;
   const text = id.slice(cut + 1);
-  if (!/^(0|[1-9]\d*)$/.test(text)) return undefined;
+  if (!isOffsetText(text)) return undefined;
   const offset = Number(text);
   if (!Number.isSafeInteger(offset)) return undefined;
   return { partitionKey: id.slice(0, cut), offset };

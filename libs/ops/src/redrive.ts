@@ -3,7 +3,7 @@ import { isTooLarge } from '@keyflow/kafka';
 import type { Logger } from '@keyflow/observability';
 import { catalogDlqSource } from './catalog';
 import { sendWithinLimit } from './dlq';
-import { DLQ_HEADERS, header, OURS } from './dlq-headers';
+import { DLQ_HEADERS, header, isOffsetText, OURS } from './dlq-headers';
 import {
   ensureDlqLedger,
   handledEntryOf,
@@ -130,7 +130,7 @@ export function rangesFor(
   let at: bigint | undefined;
   if (filter.offset !== undefined) {
     // Not an offset at all: no record can match (matchesRedriveFilter compares the text).
-    if (!/^(0|[1-9]\d*)$/.test(filter.offset)) return [];
+    if (!isOffsetText(filter.offset)) return [];
     at = BigInt(filter.offset);
   }
   const ranges = [];

@@ -249,11 +249,10 @@ describe("DLQ tools act only on this deployment's DLQs and redrive only to a DLQ
     expect(await listDlqTopics(ns.kafka, prefix)).toEqual([chargeDlq]);
     expect(await listDlqTopics(ns.kafka, prefix, new Set(['wf.requests.dlq']))).toEqual([]);
 
-    const dl = DEAD_LETTER;
     const at = (topic: string, key: string) =>
       dlqMessage(
         { topic, partition: 0, offset: '0', key: Buffer.from(key), value: Buffer.from(key), headers: {} },
-        dl,
+        DEAD_LETTER,
       );
     await producer.send({
       topic: chargeDlq,
