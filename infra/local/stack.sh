@@ -412,14 +412,12 @@ redis_up() {
     redis_ping || { log "redis (pid $(pid_of redis)) is still starting at $REDIS_URL: waiting for it"; redis_wait "$RUN_DIR/redis/redis.log" ours; }
     log "redis already running (pid $(pid_of redis)) at $REDIS_URL"; return 0
   fi
-  if [[ -n "$(redis_reply)" ]] && ! redis_ping; then
-    # Something not started here answers but not PONG (e.g. -LOADING from a Redis reading its data back).
-    [[ -n "$REDIS_URL_GIVEN" ]] || die "port $(redis_port) answers ($(redis_reply | tr -d '\r\n')) but not from a Redis this script started; stop it, or set KEYFLOW_REDIS_PORT, or name it in REDIS_URL to reuse it"
-    log "redis at $REDIS_URL (given in REDIS_URL) is not ready yet: waiting for it"; redis_wait /dev/null
-  fi
-  if redis_ping; then
-    # A Redis this script did not start: reuse it only when the user named it in REDIS_URL.
-    [[ -n "$REDIS_URL_GIVEN" ]] || die "port $(redis_port) answers as a Redis this script did not start; stop it, or set KEYFLOW_REDIS_PORT, or name it in REDIS_URL to reuse it"
+  local reply; reply="$(redis_reply)"
+  if [[ -n "$reply" ]]; then
+    # Something this script did not start answers: reused only when the user named it in REDIS_URL, once it answers
+    # PONG (it may be reading its data back: -LOADING).
+    [[ -n "$REDIS_URL_GIVEN" ]] || die "port $(redis_port) answers ($(tr -d '\r\n' <<<"$reply")) but not from a Redis this script started; stop it, or set KEYFLOW_REDIS_PORT, or name it in REDIS_URL to reuse it"
+    redis_up_reply "$reply" || { log "redis at $REDIS_URL (given in REDIS_URL) is not ready yet: waiting for it"; redis_wait /dev/null; }
     log "redis answers at $REDIS_URL (given in REDIS_URL): reusing it"
     return 0
   fi
